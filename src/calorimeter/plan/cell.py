@@ -1,0 +1,162 @@
+"""One grid cell: a fully resolved training configuration, and its stable readable id."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp32")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A fully resolved training configuration (one point of a sweep).
+
+    Attributes:
+        sweep: name of the sweep the cell belongs to (results go under ``results/<sweep>/``).
+        model: catalogue name of the model.
+        hardware: hardware profile name.
+        nodes: nodes used.
+        gpus_per_node: ranks per node (one rank per device; CPU ranks for ``cpu``).
+        tp: tensor-parallel degree.
+        pp: pipeline-parallel degree.
+        ep: expert-parallel degree (carved out of dp).
+        cp: context-parallel degree (1: not used).
+        sequence_parallel: Megatron sequence parallelism (needs tp > 1).
+        zero_stage: ZeRO stage 0-3 of the data-parallel optimizer; stage 3 is the FSDP counterpart.
+        recompute: activation recomputation: ``none``, ``selective`` (attention core) or ``full``.
+        recompute_layers: layers per stage fully recomputed (None: every layer of the stage).
+        overlap: compute-communication overlap on/off (see docs/knobs.md for what it changes per engine).
+        micro_batch: sequences per micro-batch per data-parallel rank.
+        global_batch: sequences per optimizer step over all data-parallel ranks.
+        seq_len: tokens per sequence.
+        warmup_steps: steps run before measuring.
+        measured_steps: steps timed and recorded as measured.
+        precision: ``bf16`` or ``fp32``.
+        dataset: path prefix of a pre-tokenized dataset, or None for synthetic seeded tokens.
+        seed: random seed for init and synthetic data.
+        lr: peak learning rate.
+        pp_split: explicit layers per pipeline stage, or None for a uniform split.
+        engine: training engine (``deepspeed``).
+    """
+
+    sweep: str
+    model: str
+    hardware: str
+    nodes: int
+    gpus_per_node: int
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    cp: int = 1
+    sequence_parallel: bool = False
+    zero_stage: int = 1
+    recompute: str = "none"
+    recompute_layers: int | None = None
+    overlap: bool = False
+    micro_batch: int = 1
+    global_batch: int = 8
+    seq_len: int = 128
+    warmup_steps: int = 2
+    measured_steps: int = 5
+    precision: str = "fp32"
+    dataset: str | None = None
+    seed: int = 1234
+    lr: float = 1e-3
+    pp_split: tuple[int, ...] | None = None
+    engine: str = "deepspeed"
+
+    @property
+    def world_size(self) -> int:
+        """Total ranks."""
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree derived from the world size (0 if it does not divide)."""
+        mp = self.tp * self.pp * self.cp
+        return self.world_size // mp if self.world_size % mp == 0 else 0
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per rank per optimizer step (0 if the batch does not divide)."""
+        per = self.micro_batch * max(self.dp, 1)
+        return self.global_batch // per if self.global_batch % per == 0 else 0
+
+    @property
+    def parallel_label(self) -> str:
+        """Short label in the study's style: ``TP8-PP2``, ``EP8-TP2-PP2``, ``TP8-FSDP``, ``DP2-Z1``."""
+        parts = []
+        if self.ep > 1:
+            parts.append(f"EP{self.ep}")
+        parts.append(f"TP{self.tp}")
+        if self.zero_stage == 3 and self.pp == 1:
+            parts.append("FSDP")
+        else:
+            parts.append(f"PP{self.pp}")
+        if self.dp > 1 and not (self.zero_stage == 3 and self.pp == 1):
+            parts.append(f"DP{self.dp}")
+        return "-".join(parts)
+
+    @property
+    def optimization_label(self) -> str:
+        """``base``, ``cc`` (overlap), ``act`` (recompute) or ``cc+act``, as in the study's Fig. 8."""
+        rc = self.recompute != "none"
+        if self.overlap and rc:
+            return "cc+act"
+        return "cc" if self.overlap else ("act" if rc else "base")
+
+    @property
+    def cell_id(self) -> str:
+        """Stable, readable, filesystem- and wildcard-safe id derived from the parameters that define a cell.
+
+        Run lengths (warmup/measured steps), the learning rate and the seed are not part of the id: changing
+        them reruns the same cell rather than creating a new one.
+        """
+        par = f"tp{self.tp}-pp{self.pp}-dp{self.dp}"
+        if self.ep > 1:
+            par += f"-ep{self.ep}"
+        if self.cp > 1:
+            par += f"-cp{self.cp}"
+        if self.sequence_parallel:
+            par += "-sp"
+        if self.pp_split:
+            par += "-split" + ".".join(str(n) for n in self.pp_split)
+        rc = self.recompute if self.recompute_layers is None else f"{self.recompute}{self.recompute_layers}"
+        parts = [
+            self.model,
+            f"{self.hardware}-{self.nodes}x{self.gpus_per_node}",
+            par,
+            f"z{self.zero_stage}",
+            f"rc-{rc}",
+            "ov-on" if self.overlap else "ov-off",
+            f"mb{self.micro_batch}-gb{self.global_batch}-s{self.seq_len}",
+        ]
+        if self.precision != "bf16":
+            parts.append(self.precision)
+        if self.dataset:
+            parts.append("data-" + _slug(self.dataset))
+        return "_".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Parameters plus derived values, for records and tables."""
+        d = asdict(self)
+        d["pp_split"] = list(self.pp_split) if self.pp_split else None
+        d.update(cell_id=self.cell_id, world_size=self.world_size, dp=self.dp, grad_accum=self.grad_accum,
+                 parallel_label=self.parallel_label, optimization_label=self.optimization_label)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Cell:
+        """Inverse of :meth:`to_dict` (derived keys are ignored)."""
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        if kw.get("pp_split") is not None:
+            kw["pp_split"] = tuple(kw["pp_split"])
+        return cls(**kw)
+
+
+def _slug(path: str) -> str:
+    base = path.rstrip("/").rsplit("/", 1)[-1]
+    return "".join(c if c.isalnum() or c in "-." else "-" for c in base)[:40]

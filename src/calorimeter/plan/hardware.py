@@ -1,0 +1,83 @@
+"""Hardware profiles: devices per node, device memory, dense peak and how to detect the local machine."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """One kind of node.
+
+    Attributes:
+        name: profile key (``h200``, ``h100``, ``mi250``, ``cpu``).
+        accelerator: ``cuda``, ``rocm`` or ``cpu``; selects the communication backend (NCCL/RCCL or gloo).
+        gpus_per_node: devices (ranks) per node; for ``cpu`` the number of CPU ranks per node.
+        memory_gb: memory per device in GB (10^9 bytes).
+        peak_bf16_tflops: dense bf16 peak per device in TFLOP/s, the MFU denominator; None where no honest
+            number exists (CPU), in which case MFU is not reported.
+        interconnect: intra-node link, for records and captions.
+        slurm_constraint: value for ``--constraint`` on clusters that tag nodes by GPU model.
+    """
+
+    name: str
+    accelerator: str
+    gpus_per_node: int
+    memory_gb: float
+    peak_bf16_tflops: float | None
+    interconnect: str
+    slurm_constraint: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for records."""
+        return asdict(self)
+
+
+PROFILES: dict[str, HardwareProfile] = {
+    p.name: p
+    for p in [
+        HardwareProfile("h200", "cuda", 8, 141.0, 989.0, "NVLink 4 / NVSwitch (NV18)", "H200"),
+        HardwareProfile("h100", "cuda", 8, 80.0, 989.0, "NVLink 4 / NVSwitch (NV18)", "H100"),
+        # MI250: 4 packages x 2 GCDs per node; each GCD is one device with 64 GB and half the package's
+        # 362.1 TFLOP/s dense bf16.
+        HardwareProfile("mi250", "rocm", 8, 64.0, 181.0, "Infinity Fabric", "MI250"),
+        HardwareProfile("cpu", "cpu", 2, 4.0, None, "shared memory (gloo)"),
+    ]
+}
+
+
+def get_profile(name: str) -> HardwareProfile:
+    """Look a profile up by name, with a message listing the known ones."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise KeyError(f"unknown hardware {name!r}; known: auto, {', '.join(sorted(PROFILES))}") from None
+
+
+def detect_local_gpus() -> list[str]:
+    """Names of the NVIDIA GPUs on this machine (empty without a driver); uses nvidia-smi, not CUDA."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def detect_profile() -> tuple[HardwareProfile, int]:
+    """Profile and device count of the local machine: an H100/H200 profile when such GPUs are present."""
+    gpus = detect_local_gpus()
+    if not gpus:
+        return PROFILES["cpu"], PROFILES["cpu"].gpus_per_node
+    name = gpus[0].upper()
+    for key in ("H200", "H100"):
+        if key in name:
+            return PROFILES[key.lower()], len(gpus)
+    # An unknown CUDA GPU: usable, but no peak to compute MFU against.
+    return HardwareProfile(f"cuda-{gpus[0].replace(' ', '_')}", "cuda", len(gpus), 0.0, None, "unknown"), len(gpus)
