@@ -57,17 +57,22 @@ def get_profile(name: str) -> HardwareProfile:
         raise KeyError(f"unknown hardware {name!r}; known: auto, {', '.join(sorted(PROFILES))}") from None
 
 
-def detect_local_gpus() -> list[str]:
-    """Names of the NVIDIA GPUs on this machine (empty without a driver); uses nvidia-smi, not CUDA."""
+def detect_local_gpus() -> list[tuple[str, float]]:
+    """(name, memory GB) of each NVIDIA GPU on this machine (empty without a driver); uses nvidia-smi, not CUDA."""
     exe = shutil.which("nvidia-smi")
     if not exe:
         return []
     try:
-        out = subprocess.run([exe, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30, check=True).stdout
+        out = subprocess.run([exe, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
     except (subprocess.SubprocessError, OSError):
         return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
+    gpus = []
+    for line in out.splitlines():
+        if "," in line:
+            name, mem_mib = line.rsplit(",", 1)
+            gpus.append((name.strip(), float(mem_mib) * 2**20 / 1e9))
+    return gpus
 
 
 def detect_profile() -> tuple[HardwareProfile, int]:
@@ -75,9 +80,12 @@ def detect_profile() -> tuple[HardwareProfile, int]:
     gpus = detect_local_gpus()
     if not gpus:
         return PROFILES["cpu"], PROFILES["cpu"].gpus_per_node
-    name = gpus[0].upper()
+    name, mem_gb = gpus[0]
     for key in ("H200", "H100"):
-        if key in name:
+        if key in name.upper():
             return PROFILES[key.lower()], len(gpus)
-    # An unknown CUDA GPU: usable, but no peak to compute MFU against.
-    return HardwareProfile(f"cuda-{gpus[0].replace(' ', '_')}", "cuda", len(gpus), 0.0, None, "unknown"), len(gpus)
+    # An unknown CUDA GPU: usable, but no peak to compute MFU against. Registered so later lookups find it.
+    slug = "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+    profile = HardwareProfile(f"cuda-{slug}", "cuda", len(gpus), round(mem_gb, 1), None, "unknown")
+    PROFILES[profile.name] = profile
+    return profile, len(gpus)

@@ -1,0 +1,7 @@
+"""``python -m calorimeter``."""
+
+import sys
+
+from calorimeter.cli import main
+
+sys.exit(main())

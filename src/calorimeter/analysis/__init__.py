@@ -1,0 +1,1 @@
+"""Analysis: tables aggregated from cell records."""

@@ -1,0 +1,115 @@
+"""Command-line interface: ``calorimeter plan|models|run-cell|aggregate|figure``.
+
+Bad input ends with ``error: <message>`` and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from calorimeter.plan.config import ConfigError
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from calorimeter.plan.plan import format_json, format_table, plan_file
+
+    plan = plan_file(args.sweep)
+    print(format_json(plan) if args.format == "json" else format_table(plan))
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from calorimeter.plan.hardware import PROFILES
+    from calorimeter.plan.models import CATALOGUE, parameter_count
+
+    print(f"{'model':<18}{'family':<9}{'layers':>7}{'hidden':>7}{'heads':>6}{'kv':>4}{'experts':>8}{'params':>10}")
+    for m in CATALOGUE.values():
+        n = parameter_count(m)
+        size = f"{n / 1e9:.2f}B" if n >= 1e8 else f"{n / 1e6:.2f}M"
+        print(f"{m.name:<18}{m.family:<9}{m.num_layers:>7}{m.hidden_size:>7}{m.num_attention_heads:>6}"
+              f"{m.num_query_groups:>4}{m.num_experts:>8}{size:>10}")
+    print("\nhardware: " + ", ".join(f"{p.name} ({p.gpus_per_node}/node, {p.memory_gb:g} GB, peak "
+                                     f"{p.peak_bf16_tflops or 'n/a'} TFLOP/s)" for p in PROFILES.values()))
+    return 0
+
+
+def _run_cell(args: argparse.Namespace) -> int:
+    from calorimeter.analysis.summary import cell_dir
+    from calorimeter.launch.run import run_cell
+    from calorimeter.plan.plan import plan_file
+
+    plan = plan_file(args.sweep)
+    pc = plan.get(args.cell)
+    if pc.status != "planned":
+        raise ConfigError(f"cell {args.cell} is pruned: {'; '.join(pc.reasons)}")
+    rec = run_cell(pc.cell, plan.launcher, cell_dir(plan.results_dir, pc.cell.sweep, pc.cell.cell_id), pc.estimates)
+    print(f"{rec['cell_id']}: {rec['status']} {rec.get('reason', '')}")
+    return 0
+
+
+def _aggregate(args: argparse.Namespace) -> int:
+    from calorimeter.analysis.summary import summarize, write_summary
+    from calorimeter.plan.plan import plan_file
+
+    plan = plan_file(args.sweep)
+    df = summarize(plan)
+    out = Path(plan.results_dir) / plan.sweep
+    write_summary(df, out / "summary.parquet", out / "summary.csv")
+    print(df["status"].value_counts().to_string())
+    return 0
+
+
+def _figure(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from calorimeter.figures.throughput import plot_throughput
+    from calorimeter.plan.plan import plan_file
+
+    plan = plan_file(args.sweep)
+    out = Path(plan.results_dir) / plan.sweep
+    n = plot_throughput(pd.read_parquet(out / "summary.parquet"), out / "figures" / "throughput.png",
+                        out / "figures" / "throughput.pdf")
+    print(f"{n} cells drawn -> {out / 'figures'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser."""
+    p = argparse.ArgumentParser(prog="calorimeter", description=__doc__.splitlines()[0])
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+    sp = sub.add_parser("plan", help="expand a sweep file and print every cell with its status")
+    sp.add_argument("sweep", help="sweep file, e.g. config/sweeps/h200-optimization.yaml")
+    sp.add_argument("--format", choices=("table", "json"), default="table")
+    sp.set_defaults(func=_plan)
+    sm = sub.add_parser("models", help="list the model catalogue and hardware profiles")
+    sm.set_defaults(func=_models)
+    for name, func, helptext in (("aggregate", _aggregate, "write summary.parquet/.csv of a sweep"),
+                                 ("figure", _figure, "draw the throughput figure of a sweep")):
+        s = sub.add_parser(name, help=helptext)
+        s.add_argument("sweep")
+        s.set_defaults(func=func)
+    sr = sub.add_parser("run-cell", help="run one planned cell (what the Snakemake train rule does)")
+    sr.add_argument("sweep")
+    sr.add_argument("cell", help="cell id (see `calorimeter plan`)")
+    sr.set_defaults(func=_run_cell)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        return args.func(args)
+    except (ConfigError, KeyError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

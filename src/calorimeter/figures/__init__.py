@@ -1,0 +1,1 @@
+"""Figures: one module per figure family, each a function of the aggregated tables."""

@@ -1,0 +1,75 @@
+"""First figure: throughput (tokens/s per GPU) and MFU per parallel configuration, grouped by model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+STATUS_COLORS = {"oom": "#e15759", "failed": "#9c755f", "pruned": "#bab0ac", "not_run": "#d3d3d3"}
+
+
+def cell_label(row: pd.Series) -> str:
+    """x tick label derived from the cell's parameters (never from a lookup table)."""
+    parts = [row["parallel_label"], f"Z{row['zero_stage']}"]
+    if row["optimization_label"] != "base":
+        parts.append(row["optimization_label"])
+    parts.append(f"mb{row['micro_batch']}")
+    return " ".join(parts)
+
+
+def plot_throughput(summary: pd.DataFrame, out_png: Path, out_pdf: Path | None = None, title: str = "") -> int:
+    """Bar chart of tokens/s per GPU (top) and MFU or TFLOP/s per GPU (bottom), one bar per cell.
+
+    Cells that did not produce a measurement (pruned, oom, failed, not run) are drawn as shaded bands labelled with
+    their status, never dropped. Returns the number of cells drawn.
+    """
+    df = summary.sort_values(["model", "world_size", "pp", "tp", "zero_stage", "recompute", "overlap",
+                              "micro_batch"], kind="stable").reset_index(drop=True)
+    have_mfu = df["mfu"].notna().any()
+    lower_key, lower_label = ("mfu", "MFU (%)") if have_mfu else ("tflops_per_gpu", "TFLOP/s per GPU")
+    x = np.arange(len(df))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(6.0, 0.55 * len(df) + 2), 6.0), sharex=True)
+    tps = df["tokens_per_s_per_gpu"].astype(float)
+    low = df[lower_key].astype(float) * (100 if have_mfu else 1)
+    ax1.bar(x, tps.fillna(0), color="#4e79a7")
+    ax2.bar(x, low.fillna(0), color="#f28e2b")
+    for ax in (ax1, ax2):
+        for i, row in df.iterrows():
+            if row["status"] != "ok":
+                ax.axvspan(i - 0.45, i + 0.45, color=STATUS_COLORS.get(row["status"], "#d3d3d3"), alpha=0.5)
+                if ax is ax1:
+                    ax.text(i, 0, row["status"].upper(), rotation=90, ha="center", va="bottom", fontsize=7)
+    for i, v in enumerate(tps):
+        if np.isfinite(v):
+            ax1.text(i, v, f"{v:,.0f}", ha="center", va="bottom", fontsize=7)
+    ax1.set_ylabel("tokens/s per GPU")
+    ax2.set_ylabel(lower_label)
+    # Model groups separated by lines, model name above.
+    bounds = [0] + [i for i in range(1, len(df)) if df.loc[i, "model"] != df.loc[i - 1, "model"]] + [len(df)]
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        if a > 0:
+            for ax in (ax1, ax2):
+                ax.axvline(a - 0.5, color="k", lw=0.8)
+        ax1.text((a + b - 1) / 2, 1.02, df.loc[a, "model"], transform=ax1.get_xaxis_transform(), ha="center",
+                 fontsize=9)
+    ax2.set_xticks(x, [cell_label(r) for _, r in df.iterrows()], rotation=60, ha="right", fontsize=8)
+    ax2.set_xlabel("parallel configuration")
+    hw = ", ".join(sorted({f"{h} x{w}" for h, w in zip(df["hardware"], df["world_size"], strict=True)}))
+    fig.suptitle(title or f"Throughput per configuration ({hw})", fontsize=10)
+    if not have_mfu:
+        ax2.text(0.99, 0.95, "MFU n/a: no dense peak for this hardware", transform=ax2.transAxes, ha="right",
+                 va="top", fontsize=7)
+    fig.tight_layout()
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=130, metadata={"Software": None})
+    if out_pdf is not None:
+        fig.savefig(out_pdf, metadata={"CreationDate": None, "Producer": None, "Creator": None})
+    plt.close(fig)
+    return len(df)

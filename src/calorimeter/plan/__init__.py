@@ -1,0 +1,7 @@
+"""Planning: config models, grid expansion, validation and memory/FLOPs estimates (no torch import)."""
+
+from calorimeter.plan.cell import Cell
+from calorimeter.plan.config import ConfigError, load_config
+from calorimeter.plan.plan import Plan, PlannedCell, make_plan, plan_file
+
+__all__ = ["Cell", "ConfigError", "Plan", "PlannedCell", "load_config", "make_plan", "plan_file"]

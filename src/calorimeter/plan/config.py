@@ -1,0 +1,88 @@
+"""Load a sweep file and validate it against the JSON schema, with messages that name the bad key and value."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+
+
+class ConfigError(ValueError):
+    """Bad user input (config file, sweep value, data path): printed without a traceback."""
+
+
+def load_schema() -> dict[str, Any]:
+    """The sweep schema (JSON Schema 2020-12), shared with the Snakemake workflow."""
+    with SCHEMA_PATH.open() as f:
+        return yaml.safe_load(f)
+
+
+def _path(err: jsonschema.ValidationError) -> str:
+    out = ""
+    for p in err.absolute_path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "<top level>"
+
+
+def _describe(err: jsonschema.ValidationError) -> str:
+    # For oneOf/anyOf, the most specific sub-error explains best what is wrong.
+    if err.context:
+        specific = [e for e in err.context if e.validator != "type"]
+        if specific:
+            return _describe(jsonschema.exceptions.best_match(specific))
+    if err.validator == "additionalProperties":
+        return f"{err.message} (check the spelling; see workflow/schemas/config.schema.yaml for the keys)"
+    if err.validator in ("oneOf", "anyOf"):
+        return f"invalid value {err.instance!r}"
+    return err.message
+
+
+def validate_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """Validate a sweep config and fill in schema defaults.
+
+    Args:
+        config: parsed YAML.
+        source: file name for messages.
+
+    Returns:
+        A copy of ``config`` with top-level defaults filled in.
+
+    Raises:
+        ConfigError: naming the key path and the offending value.
+    """
+    if not isinstance(config, dict):
+        raise ConfigError(f"{source}: expected a mapping of keys at the top level, got {type(config).__name__}")
+    schema = load_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
+    if errors:
+        lines = [f"{source}: {_path(e)}: {_describe(e)}" for e in errors[:5]]
+        raise ConfigError("invalid configuration\n  " + "\n  ".join(lines))
+    out = copy.deepcopy(config)
+    for key, sub in schema["properties"].items():
+        if key not in out and "default" in sub:
+            out[key] = copy.deepcopy(sub["default"])
+    launcher_props = schema["properties"]["launcher"]["properties"]
+    for key, sub in launcher_props.items():
+        out["launcher"].setdefault(key, sub.get("default"))
+    return out
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read and validate a sweep file (YAML)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"sweep file not found: {p}")
+    try:
+        with p.open() as f:
+            raw = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    cfg = validate_config(raw or {}, str(p))
+    cfg["_source"] = str(p)
+    return cfg

@@ -1,0 +1,82 @@
+"""FLOPs per training iteration (Megatron formula) and the throughput metrics derived from it.
+
+Per sequence of length s, the forward pass of one transformer layer costs (multiply-add = 2 FLOPs):
+
+* attention projections: ``2 s h (2h + 2 g d)`` (Q and output: h x h each; K and V: h x g*d, GQA),
+* attention core: ``4 s^2 h`` (QK^T and scores x V; the causal mask is not discounted, as in Megatron),
+* MLP: ``2 s h f k m`` with ``m`` = 3 matrices for SwiGLU or 2 for GeLU, ``k`` = experts per token (1 dense),
+
+plus the output logits ``2 s h V`` once. Training costs 3x the forward (forward + backward of activations and
+weights). Recomputation adds one more forward of what it recomputes: every recomputed layer for ``full``, the
+attention core for ``selective``. This is Narayanan et al. (SC'21), eq. 3, generalised to GQA, SwiGLU and MoE.
+
+``model_flops`` excludes recomputation (MFU, as in PaLM); ``hardware_flops`` includes it (Megatron's
+"TFLOP/s/GPU" with the recomputation term, and HFU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from calorimeter.plan.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class IterationFlops:
+    """FLOPs of one optimizer step over the whole global batch.
+
+    Attributes:
+        model_flops: without recomputation.
+        hardware_flops: including the recomputation forward passes.
+    """
+
+    model_flops: float
+    hardware_flops: float
+
+
+def layer_forward_flops(m: ModelSpec, seq_len: int) -> tuple[float, float]:
+    """(dense part, attention-core part) of one layer's forward FLOPs for one sequence."""
+    s, h, f = seq_len, m.hidden_size, m.ffn_hidden_size
+    kv = m.num_query_groups * m.head_dim
+    proj = 2 * s * h * (2 * h + 2 * kv)
+    core = 4 * s * s * h
+    mats = 3 if m.gated_mlp else 2
+    experts_per_token = m.moe_topk if m.is_moe else 1
+    mlp = 2 * s * h * f * mats * experts_per_token
+    router = 2 * s * h * m.num_experts if m.is_moe else 0
+    return float(proj + mlp + router), float(core)
+
+
+def iteration_flops(m: ModelSpec, seq_len: int, global_batch: int, recompute: str = "none",
+                    recompute_layers: int | None = None, pp: int = 1, padded_vocab: int | None = None
+                    ) -> IterationFlops:
+    """FLOPs of one training iteration.
+
+    Args:
+        m: model.
+        seq_len: tokens per sequence.
+        global_batch: sequences per iteration.
+        recompute: ``none``, ``selective`` or ``full``.
+        recompute_layers: with ``full``, layers per pipeline stage recomputed (None: all).
+        pp: pipeline stages (to turn ``recompute_layers`` per stage into a model total).
+        padded_vocab: vocabulary after padding (default the model's).
+    """
+    dense, core = layer_forward_flops(m, seq_len)
+    layer_fwd = dense + core
+    logits_fwd = 2.0 * seq_len * m.hidden_size * (padded_vocab or m.vocab_size)
+    model = 3.0 * (m.num_layers * layer_fwd + logits_fwd)
+    if recompute == "full":
+        n = m.num_layers if recompute_layers is None else min(m.num_layers, recompute_layers * pp)
+        extra = n * layer_fwd
+    elif recompute == "selective":
+        extra = m.num_layers * core
+    else:
+        extra = 0.0
+    return IterationFlops(model * global_batch, (model + extra) * global_batch)
+
+
+def mfu(model_flops: float, iteration_time_s: float, world_size: int, peak_tflops: float | None) -> float:
+    """Model FLOPs utilisation against the dense peak; NaN when the device has no peak (CPU)."""
+    if not peak_tflops or iteration_time_s <= 0:
+        return float("nan")
+    return model_flops / iteration_time_s / world_size / (peak_tflops * 1e12)

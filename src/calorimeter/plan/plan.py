@@ -1,0 +1,118 @@
+"""The plan of a sweep: every cell with its status (``planned`` or ``pruned`` + reasons) and estimates."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from calorimeter.plan.cell import Cell
+from calorimeter.plan.checks import divisibility_reasons, engine_reasons, memory_reasons
+from calorimeter.plan.config import load_config, validate_config
+from calorimeter.plan.flops import iteration_flops
+from calorimeter.plan.grid import expand
+from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.memory import estimate_memory
+from calorimeter.plan.models import get_model, parameter_count
+
+
+@dataclass
+class PlannedCell:
+    """A cell and what the checks said about it."""
+
+    cell: Cell
+    status: str
+    reasons: list[str] = field(default_factory=list)
+    estimates: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat dict: parameters, status, reasons, estimates."""
+        return {**self.cell.to_dict(), "status": self.status, "reasons": self.reasons, **self.estimates}
+
+
+@dataclass
+class Plan:
+    """All cells of one sweep config."""
+
+    sweep: str
+    results_dir: str
+    launcher: dict[str, Any]
+    cells: list[PlannedCell]
+
+    @property
+    def runnable(self) -> list[PlannedCell]:
+        """Cells that will be submitted."""
+        return [c for c in self.cells if c.status == "planned"]
+
+    def get(self, cell_id: str) -> PlannedCell:
+        """A cell by id."""
+        for c in self.cells:
+            if c.cell.cell_id == cell_id:
+                return c
+        raise KeyError(f"no cell {cell_id!r} in sweep {self.sweep!r}")
+
+
+def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
+    """Run every check on one cell."""
+    m = get_model(cell.model)
+    hw = get_profile(cell.hardware)
+    reasons = divisibility_reasons(cell, m)
+    estimates: dict[str, float] = {"params_total": float(parameter_count(m))}
+    if not reasons:
+        reasons += engine_reasons(cell, m)
+        est = estimate_memory(m, cell, hw)
+        estimates.update(est.to_dict())
+        if memory_check:
+            reasons += memory_reasons(est, hw)
+        fl = iteration_flops(m, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp)
+        estimates["model_flops_per_iter"] = fl.model_flops
+    return PlannedCell(cell, "pruned" if reasons else "planned", reasons, estimates)
+
+
+def make_plan(config: dict[str, Any]) -> Plan:
+    """Plan a validated config (e.g. Snakemake's ``config``)."""
+    cfg = validate_config({k: v for k, v in config.items() if k != "_source"}, config.get("_source", "config"))
+    if "_source" in config:
+        cfg["_source"] = config["_source"]
+    cells = [check_cell(c, cfg["memory_check"]) for c in expand(cfg)]
+    sweep = cells[0].cell.sweep if cells else cfg["sweep"]
+    return Plan(sweep, cfg["results_dir"], cfg["launcher"], cells)
+
+
+def plan_file(path: str | Path) -> Plan:
+    """Plan a sweep file."""
+    return make_plan(load_config(path))
+
+
+TABLE_COLUMNS = ("cell_id", "status", "model", "hardware", "world_size", "tp", "pp", "dp", "ep", "zero_stage",
+                 "recompute", "overlap", "micro_batch", "global_batch", "seq_len", "mem_total_gb", "reasons")
+
+
+def format_table(plan: Plan) -> str:
+    """Human-readable table of a plan."""
+    rows = [plan_row(c) for c in plan.cells]
+    widths = {k: max(len(k), *(len(r[k]) for r in rows)) if rows else len(k) for k in TABLE_COLUMNS[:-1]}
+    head = "  ".join(k.ljust(widths[k]) for k in TABLE_COLUMNS[:-1]) + "  reasons"
+    lines = [head]
+    for r in rows:
+        lines.append("  ".join(r[k].ljust(widths[k]) for k in TABLE_COLUMNS[:-1]) + "  " + r["reasons"])
+    n_pl = len(plan.runnable)
+    lines.append(f"{len(plan.cells)} cells: {n_pl} planned, {len(plan.cells) - n_pl} pruned (sweep {plan.sweep})")
+    return "\n".join(lines)
+
+
+def plan_row(c: PlannedCell) -> dict[str, str]:
+    """One table row as strings."""
+    d = c.to_dict()
+    out = {k: str(d.get(k, "")) for k in TABLE_COLUMNS}
+    if "mem_total_gb" in d:
+        out["mem_total_gb"] = f"{d['mem_total_gb']:.1f}"
+    out["reasons"] = "; ".join(c.reasons)
+    return out
+
+
+def format_json(plan: Plan) -> str:
+    """The plan as JSON (every parameter of every cell)."""
+    return json.dumps({"sweep": plan.sweep, "results_dir": plan.results_dir,
+                       "cells": [c.to_dict() for c in plan.cells]}, indent=1, default=str)

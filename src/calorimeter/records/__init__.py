@@ -1,0 +1,1 @@
+"""Cell records: run.json (resolved config, status, metrics, provenance) and steps.parquet, written atomically."""

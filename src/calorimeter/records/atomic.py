@@ -1,0 +1,50 @@
+"""Atomic file writes: a crash never leaves a complete-looking file."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """Write ``path`` through a temporary file in the same folder, then rename it into place.
+
+    Args:
+        path: final file.
+        write: called with the temporary path; must create that file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Atomically write ``obj`` as indented JSON (NaN written as null)."""
+
+    def _write(tmp: Path) -> None:
+        tmp.write_text(json.dumps(_clean(obj), indent=1, sort_keys=False, default=str) + "\n")
+
+    write_atomic(path, _write)
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float) and obj != obj:  # NaN is not JSON
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj

@@ -1,0 +1,55 @@
+"""Throughput metrics of a cell from its per-rank step timings (pure functions)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from calorimeter.plan.cell import Cell
+from calorimeter.plan.flops import iteration_flops, mfu
+from calorimeter.plan.models import get_model
+
+
+def step_times_s(rank_steps: list[list[dict[str, Any]]], phase: str = "measured") -> list[float]:
+    """Per-step iteration time: the slowest rank's time of each step (steps are synchronous)."""
+    by_step: dict[int, float] = {}
+    for steps in rank_steps:
+        for s in steps:
+            if s["phase"] == phase:
+                by_step[s["step"]] = max(by_step.get(s["step"], 0.0), float(s["time_s"]))
+    return [by_step[k] for k in sorted(by_step)]
+
+
+def throughput_metrics(cell: Cell, iteration_times_s: list[float], peak_tflops: float | None) -> dict[str, Any]:
+    """Iteration time, samples/s, tokens/s (total and per GPU), TFLOP/s per GPU, MFU and HFU.
+
+    The iteration time is the mean of the measured steps, so rates are total work over total time (the
+    harmonic mean of per-step rates). ``tflops_per_gpu`` counts recomputation (Megatron's convention);
+    ``model_tflops_per_gpu`` and ``mfu`` do not.
+    """
+    if not iteration_times_s:
+        return {"iteration_time_s": math.nan, "metrics_unavailable_reason": "no measured step"}
+    t = statistics.fmean(iteration_times_s)
+    fl = iteration_flops(get_model(cell.model), cell.seq_len, cell.global_batch, cell.recompute,
+                         cell.recompute_layers, cell.pp)
+    samples_s = cell.global_batch / t
+    tokens_s = samples_s * cell.seq_len
+    out: dict[str, Any] = {
+        "measured_steps": len(iteration_times_s),
+        "iteration_time_s": t,
+        "iteration_time_median_s": statistics.median(iteration_times_s),
+        "iteration_time_std_s": statistics.stdev(iteration_times_s) if len(iteration_times_s) > 1 else 0.0,
+        "samples_per_s": samples_s,
+        "tokens_per_s": tokens_s,
+        "tokens_per_s_per_gpu": tokens_s / cell.world_size,
+        "model_flops_per_iteration": fl.model_flops,
+        "hardware_flops_per_iteration": fl.hardware_flops,
+        "tflops_per_gpu": fl.hardware_flops / t / cell.world_size / 1e12,
+        "model_tflops_per_gpu": fl.model_flops / t / cell.world_size / 1e12,
+        "mfu": mfu(fl.model_flops, t, cell.world_size, peak_tflops),
+        "hfu": mfu(fl.hardware_flops, t, cell.world_size, peak_tflops),
+    }
+    if not peak_tflops:
+        out["mfu_unavailable_reason"] = f"hardware profile {cell.hardware!r} has no dense peak FLOP/s"
+    return out

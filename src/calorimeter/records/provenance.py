@@ -1,0 +1,64 @@
+"""Provenance of a cell: git commit, package versions, hosts, GPUs and driver."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("calorimeter", "torch", "deepspeed", "megatron-core", "zeus", "submitit", "snakemake", "nvidia-ml-py",
+            "numpy", "pandas", "pyarrow")
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions of the packages that shape a measurement."""
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    out["python"] = platform.python_version()
+    return out
+
+
+def git_state(repo: Path | None = None) -> dict[str, Any]:
+    """Commit and dirtiness of the working tree the workflow runs from (None outside git)."""
+    cwd = str(repo or Path.cwd())
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": dirty}
+
+
+def device_info(device: str) -> dict[str, Any]:
+    """Name, UUID and driver of this rank's device through NVML; for CPU ranks the processor."""
+    if not device.startswith("cuda"):
+        return {"kind": "cpu", "name": platform.processor() or platform.machine()}
+    info: dict[str, Any] = {"kind": "cuda", "torch_device": device}
+    try:
+        import torch
+
+        idx = torch.cuda.current_device()
+        info["name"] = torch.cuda.get_device_name(idx)
+        info["cuda_runtime"] = torch.version.cuda
+        import pynvml
+
+        props = torch.cuda.get_device_properties(idx)
+        torch_uuid = str(getattr(props, "uuid", "") or "")
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        match = [h for h in handles if torch_uuid and pynvml.nvmlDeviceGetUUID(h).endswith(torch_uuid)]
+        handle = match[0] if match else handles[idx]
+        info["uuid"] = pynvml.nvmlDeviceGetUUID(handle)
+        info["nvml_index"] = pynvml.nvmlDeviceGetIndex(handle)
+        info["driver"] = pynvml.nvmlSystemGetDriverVersion()
+    except Exception as e:  # noqa: BLE001 - provenance must never fail a run
+        info["unavailable"] = f"{type(e).__name__}: {e}"
+    return info

@@ -1,0 +1,150 @@
+"""Energy from sampled power and from the hardware energy counter (pure functions).
+
+Both estimators clip to a window ``[begin_s, end_s]`` and interpolate linearly at its edges, so a
+window that falls between two samples still gets its share. A window not covered by samples
+on both sides gives NaN (never an extrapolated value).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+
+def _clean(t: npt.ArrayLike, y: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    tt = np.asarray(t, dtype=np.float64)
+    yy = np.asarray(y, dtype=np.float64)
+    if tt.shape != yy.shape:
+        raise ValueError(f"time and value arrays differ in shape: {tt.shape} vs {yy.shape}")
+    keep = ~(np.isnan(tt) | np.isnan(yy))
+    tt, yy = tt[keep], yy[keep]
+    order = np.argsort(tt, kind="stable")
+    return tt[order], yy[order]
+
+
+def interpolate_at(t: npt.ArrayLike, y: npt.ArrayLike, at_s: float) -> float:
+    """Linear interpolation of ``y(t)`` at ``at_s``; NaN outside the sampled range.
+
+    Args:
+        t: Sample times in seconds.
+        y: Sample values (NaN samples are dropped).
+        at_s: Query time in seconds.
+
+    Returns:
+        Interpolated value or NaN.
+    """
+    tt, yy = _clean(t, y)
+    if tt.size == 0 or at_s < tt[0] or at_s > tt[-1]:
+        return float("nan")
+    return float(np.interp(at_s, tt, yy))
+
+
+def trapezoid_energy_j(
+    t_s: npt.ArrayLike, power_w: npt.ArrayLike, begin_s: float | None = None, end_s: float | None = None
+) -> float:
+    """Energy in joules from the trapezoid rule over sampled power, clipped to a window.
+
+    Args:
+        t_s: Sample times in seconds.
+        power_w: Power samples in watts (NaN samples are dropped).
+        begin_s: Window start; default the first sample.
+        end_s: Window end; default the last sample.
+
+    Returns:
+        Energy in J, or NaN when the window is not inside the sampled range or has < 2 points.
+    """
+    tt, pp = _clean(t_s, power_w)
+    if tt.size < 2:
+        return float("nan")
+    b = tt[0] if begin_s is None else float(begin_s)
+    e = tt[-1] if end_s is None else float(end_s)
+    if e < b:
+        raise ValueError(f"window end {e} before begin {b}")
+    if b < tt[0] or e > tt[-1]:
+        return float("nan")
+    inside = (tt > b) & (tt < e)
+    ts = np.concatenate(([b], tt[inside], [e]))
+    ps = np.concatenate(([np.interp(b, tt, pp)], pp[inside], [np.interp(e, tt, pp)]))
+    return float(np.sum((ps[1:] + ps[:-1]) * np.diff(ts)) / 2.0)
+
+
+def counter_energy_j(
+    t_s: npt.ArrayLike, energy_mj: npt.ArrayLike, begin_s: float | None = None, end_s: float | None = None
+) -> float:
+    """Energy in joules from a cumulative energy counter (already unwrapped), clipped to a window.
+
+    Args:
+        t_s: Sample times in seconds.
+        energy_mj: Unwrapped cumulative counter in millijoules (NaN dropped).
+        begin_s: Window start; default the first sample.
+        end_s: Window end; default the last sample.
+
+    Returns:
+        ``(E(end) - E(begin)) / 1000`` with linear interpolation at the edges, or NaN.
+    """
+    tt, ee = _clean(t_s, energy_mj)
+    if tt.size < 2:
+        return float("nan")
+    b = tt[0] if begin_s is None else float(begin_s)
+    e = tt[-1] if end_s is None else float(end_s)
+    if e < b:
+        raise ValueError(f"window end {e} before begin {b}")
+    if b < tt[0] or e > tt[-1]:
+        return float("nan")
+    return float((np.interp(e, tt, ee) - np.interp(b, tt, ee)) / 1000.0)
+
+
+def relative_difference(reference: float, other: float) -> float:
+    """``(other - reference) / reference``; NaN if either is NaN or the reference is 0.
+
+    Args:
+        reference: The reference value (the counter energy).
+        other: The compared value (the integrated energy).
+
+    Returns:
+        The signed relative difference.
+    """
+    if reference != reference or other != other or reference == 0:
+        return float("nan")
+    return (other - reference) / reference
+
+
+@dataclass(frozen=True)
+class EnergyCrossCheck:
+    """Both energy estimates for one GPU and window.
+
+    Attributes:
+        counter_energy_j: From the hardware counter delta.
+        integral_energy_j: From trapezoid integration of sampled power.
+        rel_diff: ``(integral - counter) / counter``.
+    """
+
+    counter_energy_j: float
+    integral_energy_j: float
+    rel_diff: float
+
+
+def cross_check_energy(
+    t_s: npt.ArrayLike,
+    power_w: npt.ArrayLike,
+    energy_mj: npt.ArrayLike,
+    begin_s: float | None = None,
+    end_s: float | None = None,
+) -> EnergyCrossCheck:
+    """Compute counter and integral energy for one window and their relative difference.
+
+    Args:
+        t_s: Sample times in seconds.
+        power_w: Power samples in watts.
+        energy_mj: Unwrapped cumulative energy counter in mJ.
+        begin_s: Window start (default first sample).
+        end_s: Window end (default last sample).
+
+    Returns:
+        An :class:`EnergyCrossCheck`.
+    """
+    counter = counter_energy_j(t_s, energy_mj, begin_s, end_s)
+    integral = trapezoid_energy_j(t_s, power_w, begin_s, end_s)
+    return EnergyCrossCheck(counter, integral, relative_difference(counter, integral))

@@ -1,0 +1,153 @@
+"""Dense GPT / Llama models as a flat list of layers: one ``nn.Module`` for pp=1, pipeline stages for pp>1.
+
+The layer list is ``[EmbeddingLayer, TransformerBlock x num_layers, OutputLayer]``; the loss
+(:func:`~calorimeter.train.layers.lm_loss`) is applied to the last layer's logits. Each layer is built under its own
+seed (``seed + layer_index``), so the initial weights are the same whatever the pipeline split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from calorimeter.plan.models import ModelSpec
+from calorimeter.train.layers import EmbeddingLayer, OutputLayer, TransformerBlock, lm_loss
+
+
+@dataclass(frozen=True)
+class LayerDef:
+    """A layer that is not built yet: its class, constructor arguments and init seed.
+
+    Attributes:
+        cls: the ``nn.Module`` class.
+        args: positional constructor arguments.
+        seed: torch seed set (in a forked RNG state) just before construction.
+    """
+
+    cls: type[nn.Module]
+    args: tuple[Any, ...]
+    seed: int
+
+    def build(self) -> nn.Module:
+        """Construct the layer with its own seed, leaving the caller's RNG state untouched."""
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(self.seed)
+            return self.cls(*self.args)
+
+
+def stage_block_counts(num_layers: int, pp: int, pp_split: Sequence[int] | None = None) -> list[int]:
+    """Transformer blocks per pipeline stage.
+
+    Args:
+        num_layers: blocks in the model.
+        pp: pipeline stages.
+        pp_split: explicit blocks per stage; None splits evenly, the first ``num_layers % pp`` stages taking one
+            extra block.
+
+    Raises:
+        ValueError: if the split has the wrong length, a stage is empty, or it does not sum to ``num_layers``.
+    """
+    if pp < 1 or pp > num_layers:
+        raise ValueError(f"pp={pp} must be between 1 and num_layers={num_layers}")
+    if pp_split is None:
+        base, extra = divmod(num_layers, pp)
+        return [base + (1 if i < extra else 0) for i in range(pp)]
+    counts = [int(n) for n in pp_split]
+    if len(counts) != pp or min(counts) < 1 or sum(counts) != num_layers:
+        raise ValueError(f"pp_split={list(counts)} must be {pp} positive block counts summing to {num_layers}")
+    return counts
+
+
+def stage_layer_counts(block_counts: Sequence[int]) -> list[int]:
+    """Entries of the layer list per stage: the blocks, plus the embedding on the first and the output on the last."""
+    counts = list(block_counts)
+    counts[0] += 1
+    counts[-1] += 1
+    return counts
+
+
+def block_recompute_modes(
+    block_counts: Sequence[int], recompute: str = "none", recompute_layers: int | None = None
+) -> list[str]:
+    """Recomputation mode of every block, in model order.
+
+    ``full`` checkpoints the first ``recompute_layers`` blocks of every stage (all of them when None), as Megatron's
+    ``recompute_method=block`` does; ``selective`` checkpoints only the attention core of every block.
+    """
+    if recompute not in ("none", "selective", "full"):
+        raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
+    modes: list[str] = []
+    for n in block_counts:
+        if recompute == "full":
+            k = n if recompute_layers is None else max(0, min(recompute_layers, n))
+            modes += ["full"] * k + ["none"] * (n - k)
+        else:
+            modes += [recompute] * n
+    return modes
+
+
+def layer_defs(
+    spec: ModelSpec,
+    recompute: str = "none",
+    recompute_layers: int | None = None,
+    block_counts: Sequence[int] | None = None,
+    seed: int = 1234,
+) -> list[LayerDef]:
+    """The model's layers, not yet built, in order ``[embedding, blocks..., output]``.
+
+    Args:
+        spec: a dense model (``gpt`` or ``llama`` family).
+        recompute: ``none``, ``selective`` or ``full``.
+        recompute_layers: blocks per stage fully recomputed (``full`` only; None: all).
+        block_counts: blocks per pipeline stage (default: one stage); decides which blocks ``full`` covers.
+        seed: base init seed; layer ``i`` is initialised under ``seed + i``.
+
+    Raises:
+        NotImplementedError: for mixture-of-experts models.
+    """
+    if spec.is_moe:
+        raise NotImplementedError(f"{spec.name}: mixture-of-experts models are not built yet")
+    counts = list(block_counts) if block_counts is not None else [spec.num_layers]
+    if sum(counts) != spec.num_layers:
+        raise ValueError(f"block_counts {counts} do not sum to num_layers={spec.num_layers}")
+    modes = block_recompute_modes(counts, recompute, recompute_layers)
+    defs = [LayerDef(EmbeddingLayer, (spec,), seed)]
+    defs += [LayerDef(TransformerBlock, (spec, mode), seed + 1 + i) for i, mode in enumerate(modes)]
+    defs.append(LayerDef(OutputLayer, (spec,), seed + 1 + spec.num_layers))
+    return defs
+
+
+class CausalLM(nn.Module):
+    """The whole layer list as one module (pp=1).
+
+    Args:
+        layers: built layers ``[embedding, blocks..., output]``.
+    """
+
+    def __init__(self, layers: Sequence[nn.Module]) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        """Mean token cross-entropy when ``labels`` is given, else logits ``(batch, seq, vocab)``."""
+        x = input_ids
+        for layer in self.layers:
+            x = layer(x)
+        return x if labels is None else lm_loss(x, labels)
+
+
+def build_model(
+    spec: ModelSpec, recompute: str = "none", recompute_layers: int | None = None, seed: int = 1234
+) -> CausalLM:
+    """Build the full model on the current default device (use ``with torch.device("meta"):`` to count only)."""
+    return CausalLM([d.build() for d in layer_defs(spec, recompute, recompute_layers, seed=seed)])
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Total elements of a module's parameters (ZeRO-3 partitioned parameters count at full size)."""
+    return sum(int(getattr(p, "ds_numel", p.numel())) for p in module.parameters())

@@ -1,0 +1,49 @@
+# Validation and the plan. All logic lives in the calorimeter package; this file only wires it in.
+import json
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+from calorimeter.plan.config import ConfigError
+from calorimeter.plan.plan import make_plan
+
+
+validate(config, schema="../schemas/config.schema.yaml")
+
+try:
+    PLAN = make_plan(config)
+except ConfigError as e:
+    raise WorkflowError(f"calorimeter: {e}") from None
+
+RESULTS = PLAN.results_dir
+SWEEP = PLAN.sweep
+CELLS = {pc.cell.cell_id: pc for pc in PLAN.runnable}
+
+
+wildcard_constraints:
+    sweep=SWEEP,
+    cell="|".join(CELLS) if CELLS else "no-runnable-cell",
+
+
+def get_cell(wildcards):
+    """The planned cell of a train job."""
+    return CELLS[wildcards.cell]
+
+
+def get_run_files(wildcards=None):
+    """run.json of every runnable cell."""
+    return [f"{RESULTS}/{SWEEP}/cells/{cid}/run.json" for cid in CELLS]
+
+
+def get_final_outputs():
+    """What `rule all` builds: the table, the figure, the plan."""
+    return [
+        f"{RESULTS}/{SWEEP}/summary.parquet",
+        f"{RESULTS}/{SWEEP}/summary.csv",
+        f"{RESULTS}/{SWEEP}/figures/throughput.png",
+    ]
+
+
+onstart:
+    n = len(PLAN.cells)
+    print(f"calorimeter: sweep {SWEEP}: {n} cells, {len(CELLS)} planned, {n - len(CELLS)} pruned")

@@ -1,0 +1,18 @@
+"""Snakemake script of rule train: run one cell through the calorimeter package."""
+
+import logging
+import sys
+from pathlib import Path
+
+from calorimeter.launch.run import run_cell
+from calorimeter.plan.cell import Cell
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+Path(sm.log[0]).parent.mkdir(parents=True, exist_ok=True)
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                    handlers=[logging.FileHandler(sm.log[0]), logging.StreamHandler(sys.stderr)])
+try:
+    run_cell(Cell.from_dict(sm.params.cell), sm.params.launcher, Path(sm.params.cell_dir), sm.params.estimates)
+except Exception:
+    logging.exception("train %s failed", sm.wildcards.cell)
+    raise
