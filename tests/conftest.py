@@ -1,0 +1,26 @@
+"""Shared fixtures: repository paths and a runner for the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEPS = ROOT / "config" / "sweeps"
+
+
+@pytest.fixture
+def root() -> Path:
+    """Repository root."""
+    return ROOT
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``python -m calorimeter`` and capture its output."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "calorimeter", *args], cwd=cwd or ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
