@@ -31,3 +31,10 @@ rule all:
     default_target: True
     input:
         get_final_outputs(),
+
+
+onstart:
+    print(
+        f"calorimeter: sweep {SWEEP}: {len(PLAN.cells)} cells, {len(CELLS)} planned, "
+        f"{len(PLAN.cells) - len(CELLS)} pruned (see {RESULTS}/{SWEEP}/plan.json)"
+    )

@@ -6,11 +6,13 @@ rule plan:
         f"{RESULTS}/{{sweep}}/plan.json",
     params:
         plan=lambda wc: [pc.to_dict() for pc in PLAN.cells],
+    log:
+        f"{RESULTS}/{{sweep}}/logs/plan.log",
     localrule: True
-    run:
-        from calorimeter.records.atomic import write_json_atomic
-
-        write_json_atomic(output[0], {"sweep": SWEEP, "cells": params.plan})
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/plan.py"
 
 
 rule summary:
@@ -31,5 +33,7 @@ rule summary:
     log:
         f"{RESULTS}/{{sweep}}/logs/summary.log",
     localrule: True
+    conda:
+        "../../envs/analysis.yaml"
     script:
         "../scripts/summary.py"

@@ -36,14 +36,10 @@ def get_run_files(wildcards=None):
 
 
 def get_final_outputs():
-    """What `rule all` builds: the table, the figure, the plan."""
+    """Targets of the default target: the table and the figure."""
     return [
         f"{RESULTS}/{SWEEP}/summary.parquet",
         f"{RESULTS}/{SWEEP}/summary.csv",
         f"{RESULTS}/{SWEEP}/figures/throughput.png",
     ]
 
-
-onstart:
-    n = len(PLAN.cells)
-    print(f"calorimeter: sweep {SWEEP}: {n} cells, {len(CELLS)} planned, {n - len(CELLS)} pruned")

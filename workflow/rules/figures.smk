@@ -14,5 +14,7 @@ rule figure_throughput:
     log:
         f"{RESULTS}/{{sweep}}/logs/figure_throughput.log",
     localrule: True
+    conda:
+        "../../envs/analysis.yaml"
     script:
         "../scripts/figure_throughput.py"

@@ -17,5 +17,7 @@ rule train:
         runtime=PLAN.launcher["timeout_min"],
     message:
         "train {wildcards.cell}"
+    conda:
+        "../../envs/calorimeter.yaml"
     script:
         "../scripts/train_cell.py"
