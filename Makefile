@@ -1,0 +1,48 @@
+# Two commands on a fresh machine:  make run   (set up + run the default sweep)   make test   (set up + tests)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+CONFIG ?= config/config.yaml
+# Offline installs: WHEELHOUSE=/path/to/wheels make setup   (see `make wheelhouse`)
+WHEELHOUSE ?=
+PIP_OFFLINE := $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE),)
+# GPU machines keep their own CUDA torch: the venv then sees the system site-packages and torch is not pinned.
+HAS_CUDA_TORCH := $(shell command -v nvidia-smi >/dev/null 2>&1 && $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo yes)
+
+.PHONY: setup run report test lint dryrun clean-env wheelhouse
+
+setup: $(BIN)/.installed
+
+$(BIN)/.installed: pyproject.toml
+	@echo ">> creating $(VENV) ($(if $(HAS_CUDA_TORCH),system CUDA torch,CPU torch 2.13.0))"
+	$(PYTHON) -m venv $(if $(HAS_CUDA_TORCH),--system-site-packages,) $(VENV)
+	$(BIN)/python -m pip install -q $(PIP_OFFLINE) --upgrade pip
+	$(if $(HAS_CUDA_TORCH),,$(BIN)/python -m pip install -q $(PIP_OFFLINE) torch==2.13.0)
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q $(PIP_OFFLINE) -e ".[test,slurm]"
+	@touch $@
+
+run: setup
+	$(BIN)/snakemake --configfile $(CONFIG)
+	$(MAKE) --no-print-directory report CONFIG=$(CONFIG)
+
+report: setup
+	$(BIN)/snakemake --configfile $(CONFIG) --report results/$$($(BIN)/python -c "import yaml,sys; print(yaml.safe_load(open('$(CONFIG)')).get('sweep','default'))")/report.html
+
+dryrun: setup
+	@for f in config/sweeps/*.yaml; do echo ">> $$f"; $(BIN)/snakemake -n --quiet rules --configfile $$f || exit 1; done
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check src tests workflow bench
+	$(BIN)/snakemake --lint
+
+# Wheels for an offline compute node: make wheelhouse PYVER=3.12 PLATFORM=manylinux2014_x86_64
+PYVER ?= 3.12
+PLATFORM ?= manylinux2014_x86_64
+wheelhouse: setup
+	$(BIN)/python -m calorimeter.launch.wheelhouse --python-version $(PYVER) --platform $(PLATFORM) --dest wheelhouse
+
+clean-env:
+	rm -rf $(VENV)
