@@ -41,6 +41,36 @@ def interpolate_at(t: npt.ArrayLike, y: npt.ArrayLike, at_s: float) -> float:
     return float(np.interp(at_s, tt, yy))
 
 
+def integrate(t_s: npt.ArrayLike, y: npt.ArrayLike, begin_s: float | None = None, end_s: float | None = None) -> float:
+    """Trapezoid integral of ``y(t)`` over ``[begin_s, end_s]`` with linear interpolation at the edges.
+
+    Args:
+        t_s: Sample times in seconds.
+        y: Sample values (NaN samples are dropped).
+        begin_s: Window start; default the first sample.
+        end_s: Window end; default the last sample.
+
+    Returns:
+        The integral (unit of ``y`` times seconds), or NaN when the window is not inside the
+        sampled range or fewer than 2 valid samples exist.
+    """
+    return trapezoid_energy_j(t_s, y, begin_s, end_s)
+
+
+def time_weighted_mean(
+    t_s: npt.ArrayLike, y: npt.ArrayLike, begin_s: float | None = None, end_s: float | None = None
+) -> float:
+    """Time-weighted mean of ``y`` over a window (trapezoid integral / duration); NaN if not covered."""
+    tt, _ = _clean(t_s, y)
+    if tt.size < 2:
+        return float("nan")
+    b = tt[0] if begin_s is None else float(begin_s)
+    e = tt[-1] if end_s is None else float(end_s)
+    if e <= b:
+        return float("nan")
+    return integrate(t_s, y, b, e) / (e - b)
+
+
 def trapezoid_energy_j(
     t_s: npt.ArrayLike, power_w: npt.ArrayLike, begin_s: float | None = None, end_s: float | None = None
 ) -> float:
@@ -70,6 +100,32 @@ def trapezoid_energy_j(
     return float(np.sum((ps[1:] + ps[:-1]) * np.diff(ts)) / 2.0)
 
 
+def counter_delta(
+    t_s: npt.ArrayLike, counter: npt.ArrayLike, begin_s: float | None = None, end_s: float | None = None
+) -> float:
+    """Increase of an unwrapped cumulative counter over a window, interpolated at the edges.
+
+    Args:
+        t_s: Sample times in seconds.
+        counter: Unwrapped cumulative counter (NaN dropped).
+        begin_s: Window start; default the first sample.
+        end_s: Window end; default the last sample.
+
+    Returns:
+        ``C(end) - C(begin)`` in the counter's unit, or NaN when the window is not covered.
+    """
+    tt, cc = _clean(t_s, counter)
+    if tt.size < 2:
+        return float("nan")
+    b = tt[0] if begin_s is None else float(begin_s)
+    e = tt[-1] if end_s is None else float(end_s)
+    if e < b:
+        raise ValueError(f"window end {e} before begin {b}")
+    if b < tt[0] or e > tt[-1]:
+        return float("nan")
+    return float(np.interp(e, tt, cc) - np.interp(b, tt, cc))
+
+
 def counter_energy_j(
     t_s: npt.ArrayLike, energy_mj: npt.ArrayLike, begin_s: float | None = None, end_s: float | None = None
 ) -> float:
@@ -84,16 +140,7 @@ def counter_energy_j(
     Returns:
         ``(E(end) - E(begin)) / 1000`` with linear interpolation at the edges, or NaN.
     """
-    tt, ee = _clean(t_s, energy_mj)
-    if tt.size < 2:
-        return float("nan")
-    b = tt[0] if begin_s is None else float(begin_s)
-    e = tt[-1] if end_s is None else float(end_s)
-    if e < b:
-        raise ValueError(f"window end {e} before begin {b}")
-    if b < tt[0] or e > tt[-1]:
-        return float("nan")
-    return float((np.interp(e, tt, ee) - np.interp(b, tt, ee)) / 1000.0)
+    return counter_delta(t_s, energy_mj, begin_s, end_s) / 1000.0
 
 
 def relative_difference(reference: float, other: float) -> float:

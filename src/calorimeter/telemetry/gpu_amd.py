@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from calorimeter.telemetry.gpu_common import GpuReader, MetricGroup, Unavailable
@@ -34,9 +35,7 @@ def make_amd_reader(zgpu: Any) -> tuple[GpuReader, dict[str, str]]:
         MetricGroup(("power_limit_w",), lambda: {"power_limit_w": zgpu.get_power_management_limit() / 1000.0}),
     ]
     info: dict[str, Any] = {}
-    try:
+    with contextlib.suppress(Exception):  # informational only
         info["name"] = zgpu.get_name()
-    except Exception:  # noqa: BLE001, S110 - informational only
-        pass
     unsupported = {n: "not offered by Zeus's AMD backend" for n in GPU_METRIC_NAMES if n not in _AMD_READ}
     return GpuReader(gpu_index=int(zgpu.gpu_index), backend="amd", groups=groups, info=info), unsupported

@@ -72,7 +72,9 @@ def make_nvidia_reader(zgpu: Any, pynvml: Any) -> GpuReader:
 
     def fields() -> Mapping[str, Any]:
         values = pynvml.nvmlDeviceGetFieldValues(h, field_ids)
-        return {name: _scaled(_field_value(pynvml, fv), scale) for (name, _, scale), fv in zip(specs, values)}
+        return {
+            name: _scaled(_field_value(pynvml, fv), scale) for (name, _, scale), fv in zip(specs, values, strict=True)
+        }
 
     def util() -> Mapping[str, Any]:
         u = pynvml.nvmlDeviceGetUtilizationRates(h)
@@ -116,9 +118,7 @@ def make_nvidia_reader(zgpu: Any, pynvml: Any) -> GpuReader:
         ),
         MetricGroup(("gpu_util_pct", "mem_util_pct"), util),
         MetricGroup(("clock_event_reasons",), reasons),
-        MetricGroup(
-            ("power_limit_w",), lambda: {"power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0}
-        ),
+        MetricGroup(("power_limit_w",), lambda: {"power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0}),
     ]
     return GpuReader(gpu_index=int(zgpu.gpu_index), backend="nvidia", groups=groups, info=_nvidia_info(h, pynvml))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,10 +125,9 @@ class HostReader:
                 name = zone.name
             source = f"{zone.name}:{name}"
             if self._try_add("rapl_energy_uj", source, zone / "energy_uj", 1.0, errors):
-                try:
+                found = True
+                with contextlib.suppress(OSError, ValueError):
                     ranges[source] = float(_read_text(zone / "max_energy_range_uj"))
-                except (OSError, ValueError):
-                    pass
         self.info["rapl_max_energy_range_uj"] = ranges
         if not found:
             why = "; ".join(errors[:3]) if errors else "no /sys/class/powercap/intel-rapl:* zone (RAPL not exposed)"

@@ -17,7 +17,13 @@ from typing import Any
 import calorimeter
 from calorimeter.telemetry.sampler import SessionPaths, default_session
 
-_LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK")
+_LOCAL_RANK_VARS = (
+    "LOCAL_RANK",
+    "SLURM_LOCALID",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+)
 
 
 def local_rank(env: Mapping[str, str] | None = None) -> int | None:

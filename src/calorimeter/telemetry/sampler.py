@@ -203,9 +203,7 @@ class Sampler:
             },
             "gpu_columns": {c.name: c.source for c in GPU_METRICS},
             "counter_bits": {c.name: c.counter_bits for c in GPU_METRICS if c.counter_bits is not None},
-            "gpus": [
-                {"gpu_index": r.gpu_index, "backend": r.backend, **r.info} for r in self.gpu_readers
-            ],
+            "gpus": [{"gpu_index": r.gpu_index, "backend": r.backend, **r.info} for r in self.gpu_readers],
             "gpu_library": self.gpu_info,
             "host": self.host.info
             | {"sensors": [{"metric": s.metric, "source": s.source, "path": str(s.path)} for s in self.host.sensors]},

@@ -29,7 +29,9 @@ class Column:
 GPU_METRICS: tuple[Column, ...] = (
     Column("power_instant_w", pa.float64(), "zeus get_instant_power_usage (NVML field POWER_INSTANT) / 1000"),
     Column("power_avg_w", pa.float64(), "zeus get_average_power_usage (NVML field POWER_AVERAGE) / 1000"),
-    Column("memory_power_avg_w", pa.float64(), "zeus get_average_memory_power_usage (POWER_AVERAGE, scope MEMORY) / 1000"),
+    Column(
+        "memory_power_avg_w", pa.float64(), "zeus get_average_memory_power_usage (POWER_AVERAGE, scope MEMORY) / 1000"
+    ),
     Column("memory_power_instant_w", pa.float64(), "NVML field POWER_INSTANT, scope MEMORY / 1000"),
     Column("gpu_temp_c", pa.float64(), "zeus get_gpu_temperature (nvmlDeviceGetTemperatureV GPU)"),
     Column("hbm_temp_c", pa.float64(), "NVML field NVML_FI_DEV_MEMORY_TEMP"),

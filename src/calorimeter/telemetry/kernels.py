@@ -1,0 +1,320 @@
+"""Kernel-time breakdown of torch.profiler (Kineto) chrome traces, with interval unions.
+
+Two views, kept apart on purpose:
+
+* summed kernel time per category (``<category>_sum_s``): every kernel counts fully, so
+  kernels overlapping on different streams are counted once each (this is what the paper's
+  artifact plots);
+* wall time from interval unions (``busy_s``, ``compute_s``, ``comm_s``, ``comm_exposed_s``):
+  overlapping kernels are never double counted.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+#: Kernel categories, in report order.
+CATEGORIES: tuple[str, ...] = (
+    "gemm_attention",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "send_recv",
+    "all_to_all",
+    "other_comm",
+    "memory_elementwise",
+    "normalization",
+    "other",
+)
+
+#: Categories that are communication.
+COMM_CATEGORIES: frozenset[str] = frozenset(
+    {"all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all", "other_comm"}
+)
+
+_COLLECTIVES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("allreduce", "all_reduce"), "all_reduce"),
+    (("reducescatter", "reduce_scatter"), "reduce_scatter"),
+    (("allgather", "all_gather"), "all_gather"),
+    (("alltoall", "all_to_all"), "all_to_all"),
+    (("sendrecv", "send_recv", "broadcast", "_send", "_recv"), "send_recv"),
+)
+_COMM_MARKERS = ("nccl", "rccl", "userbuffers", "pushsend", "pushrecv")
+_GEMM_ATTN = (
+    "gemm", "gemv", "matmul", "xmma", "cutlass", "cublas", "wgmma", "nvjet", "sdpa",
+    "flash", "fmha", "attention", "attn", "triton_tem_",
+)  # fmt: skip
+_NORM = (
+    "layer_norm",
+    "layernorm",
+    "rms_norm",
+    "rmsnorm",
+    "batch_norm",
+    "batchnorm",
+    "group_norm",
+    "groupnorm",
+    "_norm",
+)
+_MEMORY = (
+    "elementwise", "memcpy", "memset", "copy", "fill", "cat", "index", "gather", "scatter", "reduce_kernel",
+    "softmax", "dropout", "adam", "multi_tensor", "vectorized", "unrolled", "transpose", "cast", "convert",
+    "rotary", "rope", "embedding", "cross_entropy", "triton_",
+)  # fmt: skip
+
+
+def categorize_kernel(name: str) -> str:
+    """Category of a GPU kernel from its name (case-insensitive, first rule that matches wins).
+
+    Rules: NCCL/RCCL/userbuffers kernels -> the collective in their name (AllReduce,
+    ReduceScatter, AllGather, AllToAll, SendRecv/Broadcast) else ``other_comm``; GEMM and
+    attention kernels (gemm, xmma, cutlass, cublas, nvjet, flash, fmha, sdpa, ...) ->
+    ``gemm_attention``; norms -> ``normalization``; elementwise, copies, reductions, softmax,
+    optimizer, remaining Triton kernels -> ``memory_elementwise``; anything else -> ``other``.
+
+    Args:
+        name: Kernel name as in the trace.
+
+    Returns:
+        One of :data:`CATEGORIES`.
+    """
+    n = name.lower()
+    if any(m in n for m in _COMM_MARKERS):
+        for needles, cat in _COLLECTIVES:
+            if any(x in n for x in needles):
+                return cat
+        return "other_comm"
+    if any(x in n for x in _GEMM_ATTN):
+        return "gemm_attention"
+    if any(x in n for x in _NORM):
+        return "normalization"
+    if any(x in n for x in _MEMORY):
+        return "memory_elementwise"
+    return "other"
+
+
+def merge_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Merge overlapping or touching ``(start, end)`` intervals.
+
+    Args:
+        intervals: Intervals in any order; empty or inverted ones are dropped.
+
+    Returns:
+        Disjoint intervals sorted by start.
+    """
+    items = sorted((float(s), float(e)) for s, e in intervals if e > s)
+    merged: list[tuple[float, float]] = []
+    for s, e in items:
+        if merged and s <= merged[-1][1]:
+            if e > merged[-1][1]:
+                merged[-1] = (merged[-1][0], e)
+        else:
+            merged.append((s, e))
+    return merged
+
+
+def union_length(intervals: Iterable[tuple[float, float]]) -> float:
+    """Total length covered by the union of the intervals."""
+    return sum(e - s for s, e in merge_intervals(intervals))
+
+
+def uncovered_length(intervals: Sequence[tuple[float, float]], cover: Sequence[tuple[float, float]]) -> float:
+    """Length of ``union(intervals)`` not covered by ``union(cover)``: ``|A ∪ B| - |B|``."""
+    return union_length(list(intervals) + list(cover)) - union_length(cover)
+
+
+@dataclass(frozen=True)
+class KernelEvent:
+    """One GPU kernel from a trace.
+
+    Attributes:
+        name: Kernel name.
+        start_us: Start (µs, trace clock).
+        dur_us: Duration (µs).
+        stream: CUDA stream (or thread id when absent).
+        device: GPU index (or process id when absent).
+    """
+
+    name: str
+    start_us: float
+    dur_us: float
+    stream: int | str = 0
+    device: int | str = 0
+
+    @property
+    def end_us(self) -> float:
+        """End time in µs."""
+        return self.start_us + self.dur_us
+
+
+@dataclass
+class KernelBreakdown:
+    """Kernel time of one trace (one GPU).
+
+    Attributes:
+        n_kernels: Number of kernel events.
+        sum_s: Summed kernel time per category (overlaps counted once per kernel).
+        count: Kernel count per category.
+        union_s: Union time per category.
+        busy_s: Union of all kernels.
+        compute_s: Union of all non-communication kernels.
+        comm_s: Union of communication kernels.
+        comm_exposed_s: Communication time not covered by any compute kernel.
+        overlap_s: Time where communication and compute kernels run together.
+        span_s: First kernel start to last kernel end.
+    """
+
+    n_kernels: int = 0
+    sum_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
+    count: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
+    union_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
+    busy_s: float = 0.0
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    comm_exposed_s: float = 0.0
+    overlap_s: float = 0.0
+    span_s: float = 0.0
+
+    def as_row(self) -> dict[str, Any]:
+        """Flat dict: totals then ``<category>_sum_s``, ``<category>_union_s``, ``<category>_count``."""
+        row: dict[str, Any] = {
+            "n_kernels": self.n_kernels,
+            "busy_s": self.busy_s,
+            "compute_s": self.compute_s,
+            "comm_s": self.comm_s,
+            "comm_exposed_s": self.comm_exposed_s,
+            "overlap_s": self.overlap_s,
+            "span_s": self.span_s,
+        }
+        for c in CATEGORIES:
+            row[f"{c}_sum_s"] = self.sum_s[c]
+            row[f"{c}_union_s"] = self.union_s[c]
+            row[f"{c}_count"] = self.count[c]
+        return row
+
+
+def kernel_breakdown(events: Sequence[KernelEvent]) -> KernelBreakdown:
+    """Summed and interval-union kernel times of one GPU's kernels.
+
+    Args:
+        events: Kernel events of a single GPU (all streams).
+
+    Returns:
+        A :class:`KernelBreakdown` (seconds).
+    """
+    out = KernelBreakdown(n_kernels=len(events))
+    if not events:
+        return out
+    by_cat: dict[str, list[tuple[float, float]]] = {c: [] for c in CATEGORIES}
+    for ev in events:
+        cat = categorize_kernel(ev.name)
+        by_cat[cat].append((ev.start_us, ev.end_us))
+        out.sum_s[cat] += ev.dur_us * 1e-6
+        out.count[cat] += 1
+    for c, iv in by_cat.items():
+        out.union_s[c] = union_length(iv) * 1e-6
+    comm = [iv for c in CATEGORIES if c in COMM_CATEGORIES for iv in by_cat[c]]
+    compute = [iv for c in CATEGORIES if c not in COMM_CATEGORIES for iv in by_cat[c]]
+    busy = union_length(comm + compute)
+    out.busy_s = busy * 1e-6
+    out.comm_s = union_length(comm) * 1e-6
+    out.compute_s = union_length(compute) * 1e-6
+    out.comm_exposed_s = (busy - union_length(compute)) * 1e-6
+    out.overlap_s = out.comm_s + out.compute_s - out.busy_s
+    out.span_s = (max(ev.end_us for ev in events) - min(ev.start_us for ev in events)) * 1e-6
+    return out
+
+
+def load_trace(path: str | Path) -> dict[str, Any]:
+    """Load a chrome trace (``.json`` or ``.json.gz``)."""
+    p = Path(path)
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "rt") as fh:
+        return json.load(fh)
+
+
+def kernel_events(trace: dict[str, Any] | list[dict[str, Any]], cats: Sequence[str] = ("kernel",)) -> list[KernelEvent]:
+    """Kernel events of a chrome trace.
+
+    Args:
+        trace: The loaded trace (dict with ``traceEvents`` or a bare event list).
+        cats: Event categories to keep (``"kernel"``; add ``"gpu_memcpy"``/``"gpu_memset"`` for copies).
+
+    Returns:
+        Events with ``ph == "X"`` (complete events) of the given categories.
+    """
+    raw = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    out: list[KernelEvent] = []
+    for ev in raw:
+        if ev.get("cat") not in cats or ev.get("ph", "X") != "X" or "dur" not in ev:
+            continue
+        args = ev.get("args") or {}
+        out.append(
+            KernelEvent(
+                name=str(ev.get("name", "")),
+                start_us=float(ev["ts"]),
+                dur_us=float(ev["dur"]),
+                stream=args.get("stream", ev.get("tid", 0)),
+                device=args.get("device", ev.get("pid", 0)),
+            )
+        )
+    return out
+
+
+_RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+def trace_rank(path: str | Path, trace: dict[str, Any] | None = None) -> int | None:
+    """Rank of a trace: ``distributedInfo.rank`` if present, else ``rank-<n>`` in the file name."""
+    if isinstance(trace, dict):
+        info = trace.get("distributedInfo") or {}
+        if isinstance(info, dict) and str(info.get("rank", "")).isdigit():
+            return int(info["rank"])
+    m = _RANK_RE.search(Path(path).name)
+    if m:
+        return int(m.group(1))
+    digits = re.findall(r"\d+", Path(path).name)
+    return int(digits[-1]) if digits else None
+
+
+def breakdown_traces(paths: Iterable[str | Path], cats: Sequence[str] = ("kernel",)) -> pd.DataFrame:
+    """Kernel breakdown of several traces, one row per (rank, device), ranks in numeric order.
+
+    Args:
+        paths: Chrome trace files (e.g. ``rank-0.json`` ... ``rank-31.json``).
+        cats: Event categories counted as kernels.
+
+    Returns:
+        Columns ``rank, device, file`` then :meth:`KernelBreakdown.as_row`'s columns.
+    """
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        trace = load_trace(path)
+        events = kernel_events(trace, cats)
+        rank = trace_rank(path, trace)
+        devices = sorted({ev.device for ev in events}, key=str) or [None]
+        for dev in devices:
+            evs = [ev for ev in events if dev is None or ev.device == dev]
+            rows.append({"rank": rank, "device": dev, "file": str(path), **kernel_breakdown(evs).as_row()})
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    df["_r"] = pd.to_numeric(df["rank"], errors="coerce")
+    return df.sort_values(["_r", "file"], kind="stable", na_position="last").drop(columns="_r").reset_index(drop=True)
+
+
+def kernel_table(events: Sequence[KernelEvent]) -> pd.DataFrame:
+    """Per kernel name: category, count, summed and mean duration (s), longest first."""
+    if not events:
+        return pd.DataFrame(columns=["name", "category", "count", "sum_s", "mean_s"])
+    df = pd.DataFrame({"name": [e.name for e in events], "dur_s": [e.dur_us * 1e-6 for e in events]})
+    t = df.groupby("name", sort=False)["dur_s"].agg(count="count", sum_s="sum", mean_s="mean").reset_index()
+    t.insert(1, "category", t["name"].map(categorize_kernel))
+    return t.sort_values("sum_s", ascending=False, kind="stable").reset_index(drop=True)

@@ -1,0 +1,120 @@
+"""Kernel categorization and interval-union math on a small hand-written chrome trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from calorimeter.telemetry import (
+    breakdown_traces,
+    categorize_kernel,
+    kernel_breakdown,
+    kernel_events,
+    kernel_table,
+    merge_intervals,
+    uncovered_length,
+    union_length,
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "cat"),
+    [
+        ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_reduce"),
+        ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", "send_recv"),
+        ("ncclDevKernel_AllGather_RING_LL", "all_gather"),
+        ("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "reduce_scatter"),
+        ("ncclDevKernel_Broadcast_RING_LL", "send_recv"),
+        ("ncclDevKernel_AllToAll_something", "all_to_all"),
+        ("ncclDevKernel_Reduce_Sum_f32_RING_LL", "other_comm"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "gemm_attention"),
+        ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "gemm_attention"),
+        ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>(Flash_fwd_params)", "gemm_attention"),
+        ("cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>", "gemm_attention"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "memory_elementwise"),
+        ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>", "normalization"),
+        ("rms_norm_kernel", "normalization"),
+        ("triton_red_fused_native_layer_norm_0", "normalization"),
+        ("triton_poi_fused_add_mul_0", "memory_elementwise"),
+        ("Memcpy DtoD (Device -> Device)", "memory_elementwise"),
+        ("my_custom_thing", "other"),
+    ],
+)
+def test_categorize_kernel(name: str, cat: str) -> None:
+    assert categorize_kernel(name) == cat
+
+
+def test_interval_union_by_hand() -> None:
+    assert merge_intervals([(5, 7), (0, 2), (1, 3), (3, 4), (9, 9)]) == [(0.0, 4.0), (5.0, 7.0)]
+    assert union_length([(0, 2), (1, 3), (5, 7)]) == 5.0
+    # A = [0,4] u [6,8], B = [2,7] -> A \ B = [0,2] u [7,8] = 3
+    assert uncovered_length([(0, 4), (6, 8)], [(2, 7)]) == 3.0
+
+
+def _trace() -> dict:
+    # rank-local µs timeline (two streams):
+    #   stream 7 (compute): gemm [0,100), layer_norm [100,120), gemm [200,300)
+    #   stream 13 (comm):   allreduce [50,150), sendrecv [250,400)
+    #   stream 7 again:     elementwise [140,160)
+    ev = [
+        ("sm90_xmma_gemm_bf16bf16_bf16f32", 0, 100, 7),
+        ("vectorized_layer_norm_kernel", 100, 20, 7),
+        ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 50, 100, 13),
+        ("elementwise_kernel", 140, 20, 7),
+        ("flash_fwd_kernel", 200, 100, 7),
+        ("ncclKernel_SendRecv", 250, 150, 13),
+    ]
+    events = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": n,
+            "ts": ts,
+            "dur": d,
+            "pid": 0,
+            "tid": s,
+            "args": {"device": 0, "stream": s},
+        }
+        for n, ts, d, s in ev
+    ]
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 500, "pid": 1, "tid": 1})
+    events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "ts": 500, "dur": 10, "pid": 0, "tid": 7})
+    return {"traceEvents": events}
+
+
+def test_kernel_breakdown_by_hand() -> None:
+    b = kernel_breakdown(kernel_events(_trace()))
+    assert b.n_kernels == 6
+    # summed time per category (µs -> s): gemm 100+100, norm 20, mem 20, allreduce 100, sendrecv 150
+    assert b.sum_s["gemm_attention"] == pytest.approx(200e-6)
+    assert b.sum_s["normalization"] == pytest.approx(20e-6)
+    assert b.sum_s["memory_elementwise"] == pytest.approx(20e-6)
+    assert b.sum_s["all_reduce"] == pytest.approx(100e-6)
+    assert b.sum_s["send_recv"] == pytest.approx(150e-6)
+    assert sum(b.sum_s.values()) == pytest.approx(490e-6)  # double counts overlap
+    # compute union: [0,120) u [140,160) u [200,300) = 120+20+100 = 240
+    assert b.compute_s == pytest.approx(240e-6)
+    # comm union: [50,150) u [250,400) = 250
+    assert b.comm_s == pytest.approx(250e-6)
+    # busy: [0,160) u [200,400) = 360
+    assert b.busy_s == pytest.approx(360e-6)
+    # exposed comm = busy - compute = 120: [120,140) + [300,400)
+    assert b.comm_exposed_s == pytest.approx(120e-6)
+    # overlap = comm + compute - busy = 250 + 240 - 360 = 130: [50,120) + [140,150) + [250,300)
+    assert b.overlap_s == pytest.approx(130e-6)
+    assert b.span_s == pytest.approx(400e-6)
+    t = kernel_table(kernel_events(_trace()))
+    assert t.iloc[0]["name"] == "ncclKernel_SendRecv" and t.iloc[0]["category"] == "send_recv"
+
+
+def test_breakdown_traces_orders_ranks_numerically(tmp_path: Path) -> None:
+    for r in (10, 2, 0):
+        (tmp_path / f"rank-{r}.json").write_text(json.dumps(_trace()))
+    df = breakdown_traces(sorted(tmp_path.glob("*.json")))  # lexicographic: 0, 10, 2
+    assert df["rank"].tolist() == [0, 2, 10]
+    assert df["busy_s"].tolist() == pytest.approx([360e-6] * 3)
+    # gpu_memcpy counted only when asked for
+    df2 = breakdown_traces([tmp_path / "rank-0.json"], cats=("kernel", "gpu_memcpy"))
+    assert df2.loc[0, "n_kernels"] == 7 and df2.loc[0, "busy_s"] == pytest.approx(370e-6)
