@@ -32,9 +32,3 @@ rule all:
     input:
         get_final_outputs(),
 
-
-onstart:
-    print(
-        f"calorimeter: sweep {SWEEP}: {len(PLAN.cells)} cells, {len(CELLS)} planned, "
-        f"{len(PLAN.cells) - len(CELLS)} pruned (see {RESULTS}/{SWEEP}/plan.json)"
-    )

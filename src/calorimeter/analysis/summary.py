@@ -39,7 +39,7 @@ def record_row(record: dict[str, Any]) -> dict[str, Any]:
     row["loss_last"] = losses[-1] if losses else float("nan")
     prov = record.get("provenance", {})
     row["hosts"] = ",".join(prov.get("hosts", []))
-    devices = {(r.get("device") or {}).get("name") for r in prov.get("ranks", [])} - {None}
+    devices = {(r.get("device_info") or {}).get("name") or r.get("device") for r in prov.get("ranks", [])} - {None}
     row["devices"] = ",".join(sorted(devices))
     row["job_id"] = (prov.get("launcher") or {}).get("job_id")
     row["git_commit"] = (prov.get("git") or {}).get("commit")

@@ -62,7 +62,8 @@ def init_distributed(accelerator: str, master_port: int | None = None, timeout_s
     if accelerator in ("cuda", "rocm"):
         if not torch.cuda.is_available():
             raise RuntimeError(f"hardware profile needs GPUs ({accelerator}) but torch sees none "
-                               f"(torch {torch.__version__}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})")
+                               f"(torch {torch.__version__}, "
+                               f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})")
         torch.cuda.set_device(local_rank)
         backend, device = "nccl", f"cuda:{local_rank}"
     else:

@@ -45,7 +45,7 @@ class CellTask(submitit.helpers.Checkpointable):
             info = init_distributed(accelerator, self.master_port)
             rank = info.rank
             out.update(rank=info.rank, world_size=info.world_size, local_rank=info.local_rank, node=info.node,
-                       hostname=info.hostname, backend=info.backend, device=device_info(info.device))
+                       hostname=info.hostname, backend=info.backend, device_info=device_info(info.device))
             from calorimeter.train.errors import CellOOMError
             from calorimeter.train.run import train_cell
 

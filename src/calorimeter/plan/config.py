@@ -86,3 +86,15 @@ def load_config(path: str | Path) -> dict[str, Any]:
     cfg = validate_config(raw or {}, str(p))
     cfg["_source"] = str(p)
     return cfg
+
+
+def load_sweep_config(files: list[str | Path], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Merge sweep files (later ones win, key by key) and command-line overrides, without any other config."""
+    from snakemake.utils import update_config
+
+    out: dict[str, Any] = {}
+    for f in files:
+        with Path(f).open() as fh:
+            update_config(out, yaml.safe_load(fh) or {})
+    update_config(out, dict(overrides or {}))
+    return out

@@ -140,10 +140,7 @@ def parameter_count(m: ModelSpec, padded_vocab: int | None = None) -> int:
     h, f, v = m.hidden_size, m.ffn_hidden_size, padded_vocab or m.vocab_size
     kv = m.num_query_groups * m.head_dim
     attn = h * h + 2 * h * kv + h * h + ((h + 2 * kv + h) if m.bias else 0)
-    if m.gated_mlp:
-        expert = 3 * h * f
-    else:
-        expert = 2 * h * f + ((f + h) if m.bias else 0)
+    expert = 3 * h * f if m.gated_mlp else 2 * h * f + ((f + h) if m.bias else 0)
     mlp = m.num_experts * expert + h * m.num_experts if m.is_moe else expert
     norm = 2 * h if m.bias else h  # LayerNorm has a bias, RMSNorm does not
     layer = attn + mlp + 2 * norm

@@ -18,6 +18,7 @@ from calorimeter.records.provenance import git_state, package_versions
 SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
 STEPS_PARQUET = "steps.parquet"
+RANK_KEYS = ("rank", "local_rank", "node", "hostname", "backend", "device", "device_info", "pid")
 
 
 class TransientCellError(RuntimeError):
@@ -78,7 +79,7 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
         "git": git_state(),
         "packages": package_versions(),
         "hosts": sorted({r.get("hostname") for r in rank_results if r.get("hostname")}),
-        "ranks": [{k: r.get(k) for k in ("rank", "local_rank", "node", "hostname", "backend", "device", "pid")}
+        "ranks": [{k: r.get(k) for k in RANK_KEYS}
                   for r in rank_results],
         "launcher": launch,
     }
