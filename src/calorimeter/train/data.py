@@ -232,9 +232,8 @@ class BatchLayout:
 
     def __post_init__(self) -> None:
         if self.global_batch % (self.micro_batch * self.dp_size):
-            raise ValueError(
-                f"global_batch {self.global_batch} is not a multiple of micro_batch {self.micro_batch} x dp {self.dp_size}"
-            )
+            raise ValueError(f"global_batch {self.global_batch} is not a multiple of "
+                             f"micro_batch {self.micro_batch} x dp {self.dp_size}")
         if not 0 <= self.dp_rank < self.dp_size:
             raise ValueError(f"dp_rank {self.dp_rank} outside [0, {self.dp_size})")
 

@@ -1,0 +1,256 @@
+"""The DeepSpeed engine of one cell: config dict, model (plain or pipeline), client optimizer, ``deepspeed.initialize``.
+
+Importing this module imports DeepSpeed; on a machine without CUDA it first sets ``DS_ACCELERATOR=cpu`` (unless the
+variable is already set), so DeepSpeed picks its CPU accelerator (gloo) without guessing.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+import deepspeed  # noqa: E402
+from deepspeed.pipe import LayerSpec, PipelineModule  # noqa: E402
+
+from calorimeter.plan.cell import Cell  # noqa: E402
+from calorimeter.plan.models import ModelSpec, get_model  # noqa: E402
+from calorimeter.train.layers import lm_loss  # noqa: E402
+from calorimeter.train.models import (  # noqa: E402
+    CausalLM,
+    LayerDef,
+    layer_defs,
+    stage_block_counts,
+    stage_layer_counts,
+)
+
+BUCKET_ELEMENTS = 500_000_000
+"""Gradient reduce / all-gather bucket size in elements (DeepSpeed's default), the same with overlap on or off."""
+ADAM_BETAS = (0.9, 0.95)
+WEIGHT_DECAY = 0.1
+GRADIENT_CLIPPING = 1.0
+_EXPLICIT = "calorimeter-explicit:"
+
+
+@dataclass
+class TrainEngine:
+    """A built engine and where this rank sits in it.
+
+    Attributes:
+        engine: the ``DeepSpeedEngine`` (``PipelineEngine`` when ``pipeline``).
+        pipeline: whether the model is a ``PipelineModule`` (pp > 1); train with ``engine.train_batch``.
+        device: the device this rank computes on.
+        dp_rank: data-parallel index of this rank.
+        dp_size: data-parallel degree.
+        stage: pipeline stage of this rank (0 for pp=1).
+        num_stages: pipeline stages.
+        parameters_on_rank: parameter elements stored on this rank (its stage; its shard under ZeRO-3).
+        parameters_model: parameter elements of this rank's stage at full size (the whole model for pp=1).
+        config: the DeepSpeed config dict used.
+    """
+
+    engine: Any
+    pipeline: bool
+    device: torch.device
+    dp_rank: int
+    dp_size: int
+    stage: int
+    num_stages: int
+    parameters_on_rank: int
+    parameters_model: int
+    config: dict[str, Any]
+
+
+def use_bf16(cell: Cell, device: torch.device) -> bool:
+    """bf16 only when the cell asks for it and the rank runs on CUDA; CPU ranks train in fp32."""
+    return cell.precision == "bf16" and device.type == "cuda"
+
+
+def ds_config(cell: Cell, device: torch.device) -> dict[str, Any]:
+    """The DeepSpeed config dict of a cell (see docs/knobs.md for what each knob changes).
+
+    Args:
+        cell: the cell.
+        device: this rank's device (decides bf16 vs fp32).
+
+    Raises:
+        ValueError: for a batch that does not divide, or pipeline parallelism with ZeRO-2/3.
+    """
+    if cell.grad_accum < 1 or cell.dp < 1:
+        raise ValueError(f"{cell.cell_id}: global_batch/micro_batch/world_size do not divide (dp={cell.dp})")
+    if cell.pp > 1 and cell.zero_stage > 1:
+        raise ValueError(f"{cell.cell_id}: DeepSpeed refuses pipeline parallelism with ZeRO-{cell.zero_stage}")
+    zero: dict[str, Any] = {
+        "stage": cell.zero_stage,
+        "overlap_comm": cell.overlap,
+        "reduce_bucket_size": BUCKET_ELEMENTS,
+        "allgather_bucket_size": BUCKET_ELEMENTS,
+        # ZeRO-1 with contiguous gradients installs per-parameter backward hooks that reduce during the backward
+        # pass; with overlap off it must wait for the end of the backward pass instead, so it is tied to overlap.
+        # ZeRO-2/3 reduce from backward hooks in any case: contiguous buffers are only a memory-layout choice.
+        "contiguous_gradients": cell.overlap if cell.zero_stage <= 1 else True,
+    }
+    if cell.zero_stage == 3:
+        zero["stage3_prefetch_bucket_size"] = BUCKET_ELEMENTS if cell.overlap else 0
+    return {
+        "train_batch_size": cell.global_batch,
+        "train_micro_batch_size_per_gpu": cell.micro_batch,
+        "gradient_accumulation_steps": cell.grad_accum,
+        "gradient_clipping": GRADIENT_CLIPPING,
+        "zero_optimization": zero,
+        "zero_allow_untested_optimizer": True,
+        "bf16": {"enabled": use_bf16(cell, device)},
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+        "dump_state": False,
+    }
+
+
+def make_optimizer(model: torch.nn.Module, lr: float, device: torch.device) -> torch.optim.Optimizer:
+    """``torch.optim.AdamW`` (fused on CUDA; nothing to JIT-compile), no weight decay on biases and norms."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        ndim = len(getattr(p, "ds_shape", p.shape))  # ZeRO-3 partitioned parameters keep their shape in ds_shape
+        (decay if ndim >= 2 else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [g for g in groups if g["params"]]
+    return torch.optim.AdamW(groups, lr=lr, betas=ADAM_BETAS, fused=device.type == "cuda")
+
+
+class _SeededLayerSpec(LayerSpec):
+    """A DeepSpeed ``LayerSpec`` that builds through :meth:`LayerDef.build` (per-layer init seed)."""
+
+    def __init__(self, layer_def: LayerDef) -> None:
+        super().__init__(layer_def.cls, *layer_def.args)
+        self.layer_def = layer_def
+
+    def build(self, log: bool = False) -> torch.nn.Module:
+        """Build the layer under its own seed."""
+        return self.layer_def.build()
+
+
+class ExplicitPipelineModule(PipelineModule):
+    """``PipelineModule`` that also accepts ``partition_method="calorimeter-explicit:n0,n1,..."``.
+
+    DeepSpeed 0.19.8's ``_partition_layers`` knows only ``uniform`` (over the whole layer list, embedding and head
+    included), ``parameters``, ``type:<regex>`` and ``profile`` (not implemented); there is no way to pass
+    boundaries. This subclass sets ``self.parts`` from explicit per-stage layer counts and lets everything else
+    (building, topology, schedules) run unchanged.
+    """
+
+    def _partition_layers(self, method: str = "uniform") -> None:
+        if not method.startswith(_EXPLICIT):
+            super()._partition_layers(method=method)
+            return
+        counts = [int(n) for n in method[len(_EXPLICIT) :].split(",")]
+        if len(counts) != self.num_stages or sum(counts) != len(self._layer_specs) or min(counts) < 1:
+            raise ValueError(f"explicit partition {counts} does not fit {self.num_stages} stages / "
+                             f"{len(self._layer_specs)} layers")
+        self.parts = [0, *itertools.accumulate(counts)]
+        stage_id = self._topo.get_coord(self.global_rank).pipe
+        self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])
+
+
+def rank_device() -> torch.device:
+    """``cuda:<LOCAL_RANK>`` when CUDA is available, else ``cpu``."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def _local_parameter_count(module: torch.nn.Module) -> int:
+    total = 0
+    for p in module.parameters():
+        ds_tensor = getattr(p, "ds_tensor", None)
+        total += int(ds_tensor.numel()) if ds_tensor is not None else p.numel()
+    return total
+
+
+def _full_parameter_count(module: torch.nn.Module) -> int:
+    return sum(int(getattr(p, "ds_numel", p.numel())) for p in module.parameters())
+
+
+def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device | None = None) -> TrainEngine:
+    """Build model, optimizer and DeepSpeed engine for a cell on this rank.
+
+    ``torch.distributed`` must already be initialised (the launcher does it). pp=1 builds a :class:`CausalLM`
+    (under ``deepspeed.zero.Init`` for ZeRO-3, so no rank ever holds the full model); pp>1 builds an
+    :class:`ExplicitPipelineModule` whose stages hold ``[embedding + blocks]``, ``[blocks]``..., ``[blocks +
+    output]`` with blocks split by ``cell.pp_split`` or evenly.
+
+    Args:
+        cell: the cell (tp, ep and cp must be 1: tensor/expert/context parallelism are not built yet).
+        spec: the model (default: the catalogue entry ``cell.model``).
+        device: this rank's device (default: :func:`rank_device`).
+
+    Raises:
+        NotImplementedError: for tp/ep/cp > 1 or MoE models.
+        ValueError: for an inconsistent cell.
+    """
+    spec = spec or get_model(cell.model)
+    device = device or rank_device()
+    if cell.tp != 1 or cell.ep != 1 or cell.cp != 1:
+        raise NotImplementedError(f"{cell.cell_id}: tensor/expert/context parallelism are not implemented yet")
+    if cell.seq_len > spec.seq_length and spec.learned_positions:
+        raise ValueError(f"{cell.cell_id}: seq_len {cell.seq_len} exceeds {spec.name}'s {spec.seq_length} positions")
+    world = torch.distributed.get_world_size()
+    if world != cell.world_size:
+        raise ValueError(f"{cell.cell_id}: cell needs {cell.world_size} ranks, torch.distributed has {world}")
+    config = ds_config(cell, device)
+    # Wrap the launcher's process group in deepspeed.comm now: PipelineModule uses it before deepspeed.initialize.
+    deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
+    blocks = stage_block_counts(spec.num_layers, cell.pp, cell.pp_split)
+    defs = layer_defs(spec, cell.recompute, cell.recompute_layers, blocks, seed=cell.seed)
+
+    if cell.pp > 1:
+        specs = [_SeededLayerSpec(d) for d in defs]
+        method = _EXPLICIT + ",".join(str(n) for n in stage_layer_counts(blocks))
+        with torch.device(device):
+            model = ExplicitPipelineModule(specs, num_stages=cell.pp, loss_fn=lm_loss, partition_method=method,
+                                           activation_checkpoint_interval=0)
+    elif cell.zero_stage == 3:
+        # No dtype argument: DeepSpeed 0.19.8 parses `dtype or fp16 if fp16_supported else ...` so that on CPU an
+        # explicit dtype is ignored (bf16 wins). Without it, zero.Init takes bf16/fp32 from the config, correctly.
+        with deepspeed.zero.Init(config_dict_or_path=config):
+            model = CausalLM([d.build() for d in defs])
+    else:
+        with torch.device(device):
+            model = CausalLM([d.build() for d in defs])
+
+    optimizer = make_optimizer(model, cell.lr, device)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    if cell.pp > 1:
+        dp_rank, dp_size = engine.grid.get_data_parallel_rank(), engine.grid.get_data_parallel_world_size()
+        stage, num_stages = engine.stage_id, engine.num_stages
+    else:
+        dp_rank, dp_size = torch.distributed.get_rank(), world
+        stage, num_stages = 0, 1
+    return TrainEngine(engine=engine, pipeline=cell.pp > 1, device=device, dp_rank=dp_rank, dp_size=dp_size,
+                       stage=stage, num_stages=num_stages, parameters_on_rank=_local_parameter_count(model),
+                       parameters_model=_full_parameter_count(model), config=config)
+
+
+def release_engine(te: TrainEngine) -> None:
+    """Destroy the engine and undo the process-global state it leaves behind.
+
+    A pipeline engine stores its grid in ``deepspeed.utils.groups.mpu`` and never clears it; a later pp=1 engine in
+    the same process would then take that grid for its model-parallel groups. Resetting it lets one process train
+    several cells in turn (tests do).
+    """
+    te.engine.destroy()
+    if te.pipeline:
+        from deepspeed.utils import groups
+
+        groups.mpu = None
+    gc.collect()
+    if te.device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -1,0 +1,156 @@
+"""Train one cell on this rank: warmup steps, then measured steps, each timed and its global loss recorded."""
+
+from __future__ import annotations
+
+import json
+import platform
+import random
+import resource
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from calorimeter.plan.cell import Cell
+from calorimeter.plan.models import get_model
+from calorimeter.train.data import BatchLayout, make_source, micro_batches
+from calorimeter.train.errors import CellOOMError
+
+StepCallback = Callable[[int, str, float, float], None]
+"""``(step, phase, t_begin_s, t_end_s)`` called on every rank after each step (wall-clock ``time.time()`` seconds)."""
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU and every CUDA device)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def device_name(device: torch.device) -> str:
+    """The accelerator's marketing name, or the CPU model for CPU ranks."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return "cpu: " + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu: " + (platform.processor() or platform.machine())
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory of this rank: ``max_memory_allocated`` on CUDA, the process peak RSS on CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _is_oom(e: BaseException) -> bool:
+    return isinstance(e, torch.OutOfMemoryError) or (isinstance(e, RuntimeError) and "CUDA out of memory" in str(e))
+
+
+def _plain_step(engine: Any, batches: Iterator[tuple[torch.Tensor, torch.Tensor]], grad_accum: int) -> torch.Tensor:
+    """One optimizer step of a pp=1 engine; returns this rank's mean micro-batch loss (a tensor, not synced)."""
+    total = None
+    for _ in range(grad_accum):
+        inputs, labels = next(batches)
+        loss = engine(inputs, labels)
+        engine.backward(loss)
+        engine.step()
+        total = loss.detach() if total is None else total + loss.detach()
+    return total / grad_accum
+
+
+def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = None) -> dict[str, Any]:
+    """Train ``cell`` on this rank and return its per-step record (the same losses on every rank).
+
+    Must be called on every rank after ``torch.distributed.init_process_group`` (and, on CUDA,
+    ``torch.cuda.set_device(local_rank)``). Runs ``cell.warmup_steps`` then ``cell.measured_steps`` optimizer
+    steps. Each step is bracketed by device synchronisation; ``time_s`` comes from ``time.perf_counter`` and
+    ``t_begin_s``/``t_end_s`` from ``time.time``. The loss of a step is the mean over the global batch (averaged over
+    micro-batches and data-parallel ranks; read from the last pipeline stage and broadcast for pp>1), read once per
+    step after the step's end timestamp. The record is also written to ``out_dir/train-rank<rank>.json``.
+
+    Args:
+        cell: the cell to train.
+        out_dir: directory for this rank's record (created if missing).
+        step_callback: called as ``(step, phase, t_begin_s, t_end_s)`` after each step, e.g. to mark telemetry.
+
+    Returns:
+        JSON-able dict with ``steps`` (list of ``{step, phase, loss, time_s, t_begin_s, t_end_s}``),
+        ``peak_memory_bytes``, ``parameters_on_rank``, ``parameters_model``, ``device``, ``rank``, ``world_size``,
+        ``dp_rank``, ``dp_size``, ``stage``, ``num_stages``, ``precision`` and ``cell_id``.
+
+    Raises:
+        CellOOMError: when the rank runs out of GPU memory while building or training.
+    """
+    from calorimeter.train.engine import build_engine, rank_device, release_engine, use_bf16  # imports DeepSpeed
+
+    device = rank_device()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    seed_everything(cell.seed)
+    spec = get_model(cell.model)
+    steps: list[dict[str, Any]] = []
+    try:
+        te = build_engine(cell, spec, device)
+        engine = te.engine
+        layout = BatchLayout(cell.global_batch, cell.micro_batch, te.dp_size, te.dp_rank)
+        source = make_source(cell.dataset, spec.vocab_size, cell.seq_len, cell.seed)
+        batches = micro_batches(source, layout, device=None if te.pipeline else device)
+        dp_group = None if te.pipeline else dist.group.WORLD
+        engine.train()
+        total = cell.warmup_steps + cell.measured_steps
+        for step in range(total):
+            phase = "warmup" if step < cell.warmup_steps else "measured"
+            _synchronize(device)
+            t_begin_s, p_begin = time.time(), time.perf_counter()
+            if te.pipeline:
+                loss = engine.train_batch(data_iter=batches).detach()
+            else:
+                loss = _plain_step(engine, batches, layout.grad_accum)
+            _synchronize(device)
+            p_end, t_end_s = time.perf_counter(), time.time()
+            if dp_group is not None and te.dp_size > 1:
+                loss = loss.float().clone()
+                dist.all_reduce(loss, group=dp_group)  # gloo has no AVG: sum, then divide
+                loss /= te.dp_size
+            steps.append({"step": step, "phase": phase, "loss": float(loss.item()), "time_s": p_end - p_begin,
+                          "t_begin_s": t_begin_s, "t_end_s": t_end_s})
+            if step_callback is not None:
+                step_callback(step, phase, t_begin_s, t_end_s)
+    except Exception as e:
+        if _is_oom(e):
+            raise CellOOMError(peak_memory_bytes(device), str(e).splitlines()[0] if str(e) else "") from e
+        raise
+    record = {
+        "cell_id": cell.cell_id,
+        "rank": dist.get_rank(),
+        "world_size": dist.get_world_size(),
+        "dp_rank": te.dp_rank,
+        "dp_size": te.dp_size,
+        "stage": te.stage,
+        "num_stages": te.num_stages,
+        "device": device_name(device),
+        "precision": "bf16" if use_bf16(cell, device) else "fp32",
+        "parameters_on_rank": te.parameters_on_rank,
+        "parameters_model": te.parameters_model,
+        "peak_memory_bytes": peak_memory_bytes(device),
+        "steps": steps,
+    }
+    release_engine(te)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"train-rank{record['rank']}.json").write_text(json.dumps(record, indent=1) + "\n")
+    return record
