@@ -172,3 +172,36 @@ def test_window_summary_energy_both_ways() -> None:
     assert b["frac_sw_power_cap"] == pytest.approx(3 / 5) and b["frac_gpu_idle"] == pytest.approx(2 / 5)
     assert b["mean_sm_clock_mhz"] == pytest.approx(1500.0)
     assert math.isnan(b["nvlink_tx_bytes"])  # never invented
+    # energy read only every other sample (slow group): same counter energy from its own samples
+    sparse = raw.copy()
+    sparse["energy_mj"] = sparse["energy_mj"].astype("UInt64").where(np.arange(len(t)) % 2 == 0)
+    s2 = window_summary(tidy_gpu_samples(sparse), windows)
+    assert s2["counter_energy_j"].tolist() == pytest.approx([100.0, 400.0])
+
+
+def test_gpu_reader_slow_groups_and_failures() -> None:
+    from calorimeter.telemetry.gpu_common import GpuReader, MetricGroup, Unavailable
+    from calorimeter.telemetry.metadata import UnavailableRegistry
+
+    def broken() -> dict:
+        raise RuntimeError("Not Supported")
+
+    r = GpuReader(
+        gpu_index=3,
+        backend="fake",
+        groups=[
+            MetricGroup(("power_instant_w",), lambda: {"power_instant_w": 500.0}),
+            MetricGroup(("energy_mj",), lambda: {"energy_mj": 7}, slow=True),
+            MetricGroup(
+                ("hbm_temp_c", "gpu_temp_c"), lambda: {"hbm_temp_c": Unavailable("no sensor"), "gpu_temp_c": 60.0}
+            ),
+            MetricGroup(("nvlink_tx_kib",), broken),
+        ],
+    )
+    reg = UnavailableRegistry()
+    r.probe(reg)
+    assert reg.entries == {("hbm_temp_c", "gpu3"): "no sensor", ("nvlink_tx_kib", "gpu3"): "Not Supported"}
+    assert r.groups[3].disabled and not r.groups[2].disabled
+    assert r.read(reg, read_slow=False) == {"power_instant_w": 500.0, "gpu_temp_c": 60.0}
+    assert r.read(reg) == {"power_instant_w": 500.0, "energy_mj": 7, "gpu_temp_c": 60.0}
+    assert r.call_stats()["energy_mj"]["calls"] == 2  # probe + one slow read

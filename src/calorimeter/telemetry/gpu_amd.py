@@ -31,7 +31,7 @@ def make_amd_reader(zgpu: Any) -> tuple[GpuReader, dict[str, str]]:
         MetricGroup(("power_avg_w",), lambda: {"power_avg_w": zgpu.get_average_power_usage() / 1000.0}),
         # Zeus reads the hotspot (junction) temperature on AMD.
         MetricGroup(("gpu_temp_c",), lambda: {"gpu_temp_c": float(zgpu.get_gpu_temperature())}),
-        MetricGroup(("energy_mj",), energy),
+        MetricGroup(("energy_mj",), energy, slow=True),
         MetricGroup(("power_limit_w",), lambda: {"power_limit_w": zgpu.get_power_management_limit() / 1000.0}),
     ]
     info: dict[str, Any] = {}

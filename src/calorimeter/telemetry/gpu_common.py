@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,14 +32,21 @@ class MetricGroup:
     Attributes:
         names: Columns this group fills.
         fn: Returns ``name -> value`` (``Unavailable`` or a missing key = not readable now).
+        slow: Expensive call (e.g. the energy counter, ~4 ms on an H100): read only every
+            ``slow_every``-th sample (see :meth:`GpuReader.read`).
         failures: Consecutive failed calls.
         disabled: True once the group is no longer polled.
+        calls: Number of calls made.
+        call_s: Total time spent in the calls.
     """
 
     names: tuple[str, ...]
     fn: ReadFn
+    slow: bool = False
     failures: int = 0
     disabled: bool = False
+    calls: int = 0
+    call_s: float = 0.0
 
 
 def describe_error(exc: BaseException) -> str:
@@ -83,17 +91,22 @@ class GpuReader:
                 group.disabled = True
 
     def _call(self, group: MetricGroup, registry: UnavailableRegistry) -> Mapping[str, Any] | None:
+        t0 = time.perf_counter()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 values = group.fn()
         except Exception as exc:  # noqa: BLE001 - any library error means "not readable"
+            group.calls += 1
+            group.call_s += time.perf_counter() - t0
             group.failures += 1
             for name in group.names:
                 registry.add(name, self.device, describe_error(exc))
             if group.failures >= MAX_CONSECUTIVE_FAILURES:
                 group.disabled = True
             return None
+        group.calls += 1
+        group.call_s += time.perf_counter() - t0
         group.failures = 0
         for name in group.names:
             v = values.get(name, Unavailable("not returned by the backend"))
@@ -101,18 +114,19 @@ class GpuReader:
                 registry.add(name, self.device, v.reason)
         return values
 
-    def read(self, registry: UnavailableRegistry) -> dict[str, Any]:
+    def read(self, registry: UnavailableRegistry, read_slow: bool = True) -> dict[str, Any]:
         """Read every enabled group.
 
         Args:
             registry: Where newly failing metrics are recorded.
+            read_slow: Also read the groups marked ``slow`` in this sample.
 
         Returns:
             ``column -> value`` for the metrics read now; absent columns are null in the stream.
         """
         row: dict[str, Any] = {}
         for group in self.groups:
-            if group.disabled:
+            if group.disabled or (group.slow and not read_slow):
                 continue
             values = self._call(group, registry)
             if values is None:
@@ -122,6 +136,13 @@ class GpuReader:
                 if v is not None and not isinstance(v, Unavailable):
                     row[name] = v
         return row
+
+    def call_stats(self) -> dict[str, dict[str, float]]:
+        """Per group: number of calls and mean call time in ms (for the metadata)."""
+        return {
+            "/".join(g.names): {"calls": g.calls, "mean_ms": 1e3 * g.call_s / g.calls if g.calls else float("nan")}
+            for g in self.groups
+        }
 
 
 def record_all_unavailable(registry: UnavailableRegistry, device: str, reason: str) -> None:

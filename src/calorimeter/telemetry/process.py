@@ -127,6 +127,7 @@ def start_node_sampler(
     all_gpus: bool = True,
     duration_s: float | None = None,
     host_every: int = 1,
+    slow_period_s: float = 0.1,
     wait_ready: bool = True,
     stop_at_exit: bool = True,
     python: str = sys.executable,
@@ -145,6 +146,7 @@ def start_node_sampler(
         all_gpus: Sample every GPU of the node, ignoring ``CUDA_VISIBLE_DEVICES``.
         duration_s: Stop by itself after this long.
         host_every: Read host metrics every n-th sample.
+        slow_period_s: Period of the expensive GPU reads (energy and PCIe counters); 0 = every sample.
         wait_ready: Block until the sampler has written its metadata.
         stop_at_exit: Register an ``atexit`` handler that stops it.
         python: Interpreter for the child.
@@ -159,7 +161,7 @@ def start_node_sampler(
         python, "-m", "calorimeter.telemetry.sampler",
         "--out-dir", str(out), "--session", paths.session,
         "--period-s", repr(period_s), "--flush-interval-s", repr(flush_interval_s),
-        "--parent-pid", str(os.getpid()), "--host-every", str(host_every),
+        "--parent-pid", str(os.getpid()), "--host-every", str(host_every), "--slow-period-s", repr(slow_period_s),
     ]  # fmt: skip
     if duration_s is not None:
         cmd += ["--duration-s", repr(duration_s)]

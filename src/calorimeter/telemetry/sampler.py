@@ -84,6 +84,9 @@ class SamplerConfig:
         gpus: Read GPUs (False: host only).
         all_gpus: Ignore ``CUDA_VISIBLE_DEVICES`` & co so that every GPU of the node is read.
         host_every: Read host metrics every n-th sample.
+        slow_period_s: Period of the expensive GPU reads (energy counter, PCIe byte counters);
+            GPUs are staggered so that each sample reads the slow groups of only some GPUs.
+            0 = read them every sample.
     """
 
     out_dir: Path
@@ -95,6 +98,12 @@ class SamplerConfig:
     gpus: bool = True
     all_gpus: bool = True
     host_every: int = 1
+    slow_period_s: float = 0.1
+
+    @property
+    def slow_every(self) -> int:
+        """Samples between two slow reads of one GPU."""
+        return max(1, round(self.slow_period_s / self.period_s)) if self.slow_period_s > 0 else 1
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -196,6 +205,8 @@ class Sampler:
             "period_s": self.config.period_s,
             "flush_interval_s": self.config.flush_interval_s,
             "host_every": self.config.host_every,
+            "slow_period_s": self.config.slow_period_s,
+            "slow_every": self.config.slow_every,
             "clock": "time_s = time.time() (wall clock, same as step markers); monotonic_s = time.monotonic()",
             "files": {
                 "gpu_stream": self.paths.gpu_stream.name,
@@ -212,6 +223,7 @@ class Sampler:
                 "n_samples": self.n_samples,
                 "n_missed_deadlines": self.n_missed,
                 "loop_s": _loop_stats(self.loop_s),
+                "gpu_call_ms": {r.device: r.call_stats() for r in self.gpu_readers},
             },
         }
 
@@ -231,7 +243,8 @@ class Sampler:
             r0 = time.perf_counter()
             row_time = time.time()
             row_mono = time.monotonic()
-            row = reader.read(self.registry)
+            every = self.config.slow_every
+            row = reader.read(self.registry, read_slow=(self.n_samples + reader.gpu_index) % every == 0)
             row.update(time_s=row_time, monotonic_s=row_mono, gpu_index=reader.gpu_index)
             row["read_s"] = time.perf_counter() - r0
             self.gpu_writer.append(row)
@@ -321,6 +334,7 @@ def _parse_args(argv: list[str] | None) -> SamplerConfig:
     p.add_argument("--no-gpus", action="store_true", help="host metrics only")
     p.add_argument("--respect-visible-devices", action="store_true", help="keep CUDA_VISIBLE_DEVICES")
     p.add_argument("--host-every", type=int, default=1)
+    p.add_argument("--slow-period-s", type=float, default=0.1, help="energy/PCIe counter period (0: every sample)")
     a = p.parse_args(argv)
     return SamplerConfig(
         out_dir=a.out_dir,
@@ -332,6 +346,7 @@ def _parse_args(argv: list[str] | None) -> SamplerConfig:
         gpus=not a.no_gpus,
         all_gpus=not a.respect_visible_devices,
         host_every=a.host_every,
+        slow_period_s=a.slow_period_s,
     )
 
 

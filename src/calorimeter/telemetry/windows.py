@@ -8,8 +8,14 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from calorimeter.telemetry.energy import counter_delta, cross_check_energy, time_weighted_mean
-from calorimeter.telemetry.reasons import REASON_NAMES, reason_fractions
+from calorimeter.telemetry.energy import (
+    counter_delta,
+    counter_energy_j,
+    relative_difference,
+    time_weighted_mean,
+    trapezoid_energy_j,
+)
+from calorimeter.telemetry.reasons import reason_fractions
 
 WINDOW_COLUMNS: tuple[str, ...] = ("window", "step", "phase", "begin_s", "end_s")
 
@@ -111,16 +117,33 @@ def cut_telemetry(samples: pd.DataFrame, windows: pd.DataFrame, time_col: str = 
     return out
 
 
-def _slice_around(t: np.ndarray, begin: float, end: float) -> slice:
+def _series(g: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Valid (time, value) pairs of one column, sorted by time (columns may be sampled sparsely)."""
+    t = g["time_s"].to_numpy(dtype=np.float64)
+    if name not in g.columns:
+        return t[:0], t[:0]
+    v = pd.to_numeric(g[name], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    keep = ~np.isnan(v)
+    return t[keep], v[keep]
+
+
+def _around(series: tuple[np.ndarray, np.ndarray], begin: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+    """The samples inside ``[begin, end]`` plus the nearest one on each side (for edge interpolation)."""
+    t, v = series
     lo = max(int(np.searchsorted(t, begin, side="right")) - 1, 0)
     hi = min(int(np.searchsorted(t, end, side="left")) + 1, t.size)
-    return slice(lo, hi)
+    return t[lo:hi], v[lo:hi]
 
 
-def _col(g: pd.DataFrame, name: str) -> np.ndarray:
-    if name not in g.columns:
-        return np.full(len(g), np.nan)
-    return pd.to_numeric(g[name], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+def _inside(series: tuple[np.ndarray, np.ndarray], begin: float, end: float) -> np.ndarray:
+    t, v = series
+    return v[(t >= begin) & (t <= end)]
+
+
+_SUMMARY_COLUMNS = (
+    "energy_mj", "clock_event_reasons", "gpu_temp_c", "hbm_temp_c", "sm_clock_mhz",
+    "pcie_tx_bytes", "pcie_rx_bytes", "nvlink_tx_bytes", "nvlink_rx_bytes",
+)  # fmt: skip
 
 
 def window_summary(
@@ -131,8 +154,9 @@ def window_summary(
 ) -> pd.DataFrame:
     """Per (GPU, window): energy both ways, power, temperature, clock, reasons, link bytes.
 
-    The interval ``[begin_s, end_s]`` is evaluated on the samples around it with linear
-    interpolation at the edges; a window the samples do not cover yields NaN, not a guess.
+    Each column is evaluated on its own valid samples (the energy and PCIe counters are read
+    less often than power) around ``[begin_s, end_s]``, with linear interpolation at the edges;
+    a window the samples do not cover yields NaN, not a guess.
 
     Args:
         tidy: Output of :func:`calorimeter.telemetry.convert.tidy_gpu_samples` (unwrapped counters).
@@ -149,18 +173,17 @@ def window_summary(
     """
     rows: list[dict[str, object]] = []
     for gpu, g in tidy.sort_values("time_s", kind="stable").groupby("gpu_index", sort=True):
+        pcol = power_col if _series(g, power_col)[0].size else fallback_power_col
+        cols = {c: _series(g, c) for c in (*_SUMMARY_COLUMNS, pcol)}
         t_all = g["time_s"].to_numpy(dtype=np.float64)
-        pcol = power_col if np.isfinite(_col(g, power_col)).any() else fallback_power_col
         for w in windows.itertuples(index=False):
             b, e = float(w.begin_s), float(w.end_s)
-            sl = _slice_around(t_all, b, e)
-            gs = g.iloc[sl]
-            t = t_all[sl]
-            inside = (t >= b) & (t <= e)
-            p = _col(gs, pcol)
-            cc = cross_check_energy(t, p, _col(gs, "energy_mj"), b, e)
             dur = e - b
-            masks = [None if np.isnan(x) else int(x) for x in _col(gs, "clock_event_reasons")[inside]]
+            tp, p = _around(cols[pcol], b, e)
+            te, en = _around(cols["energy_mj"], b, e)
+            counter = counter_energy_j(te, en, b, e)
+            integral = trapezoid_energy_j(tp, p, b, e)
+            masks = [int(x) for x in _inside(cols["clock_event_reasons"], b, e)]
             row: dict[str, object] = {
                 "window": w.window,
                 "step": w.step,
@@ -169,26 +192,26 @@ def window_summary(
                 "begin_s": b,
                 "end_s": e,
                 "duration_s": dur,
-                "n_samples": int(inside.sum()),
-                "counter_energy_j": cc.counter_energy_j,
-                "integral_energy_j": cc.integral_energy_j,
-                "energy_rel_diff": cc.rel_diff,
+                "n_samples": int(((t_all >= b) & (t_all <= e)).sum()),
+                "counter_energy_j": counter,
+                "integral_energy_j": integral,
+                "energy_rel_diff": relative_difference(counter, integral),
                 "power_source": pcol,
-                "mean_power_w": cc.integral_energy_j / dur if dur > 0 else float("nan"),
-                "max_power_w": _nanmax(p[inside]),
-                "mean_gpu_temp_c": time_weighted_mean(t, _col(gs, "gpu_temp_c"), b, e),
-                "max_gpu_temp_c": _nanmax(_col(gs, "gpu_temp_c")[inside]),
-                "max_hbm_temp_c": _nanmax(_col(gs, "hbm_temp_c")[inside]),
-                "mean_sm_clock_mhz": time_weighted_mean(t, _col(gs, "sm_clock_mhz"), b, e),
-                "min_sm_clock_mhz": _nanmin(_col(gs, "sm_clock_mhz")[inside]),
+                "mean_power_w": integral / dur if dur > 0 else float("nan"),
+                "max_power_w": _nanmax(_inside(cols[pcol], b, e)),
+                "mean_gpu_temp_c": time_weighted_mean(*_around(cols["gpu_temp_c"], b, e), b, e),
+                "max_gpu_temp_c": _nanmax(_inside(cols["gpu_temp_c"], b, e)),
+                "max_hbm_temp_c": _nanmax(_inside(cols["hbm_temp_c"], b, e)),
+                "mean_sm_clock_mhz": time_weighted_mean(*_around(cols["sm_clock_mhz"], b, e), b, e),
+                "min_sm_clock_mhz": _nanmin(_inside(cols["sm_clock_mhz"], b, e)),
             }
             for name in ("pcie_tx_bytes", "pcie_rx_bytes", "nvlink_tx_bytes", "nvlink_rx_bytes"):
-                row[name] = counter_delta(t, _col(gs, name), b, e)
+                row[name] = counter_delta(*_around(cols[name], b, e), b, e)
             for name, frac in reason_fractions(masks).items():
                 row[f"frac_{name}"] = frac
             rows.append(row)
-    cols = list(rows[0]) if rows else ["window", "step", "phase", "gpu_index"] + [f"frac_{n}" for n in REASON_NAMES]
-    return pd.DataFrame(rows, columns=cols)
+    cols_out = list(rows[0]) if rows else ["window", "step", "phase", "gpu_index"]
+    return pd.DataFrame(rows, columns=cols_out)
 
 
 def _nanmax(x: np.ndarray) -> float:
