@@ -17,7 +17,7 @@ import pandas as pd; pd.set_option('display.width', 250)
 df = pd.read_parquet('/tmp/res8b/gpu-llama8b/summary.parquet')
 print(df[['cell_id','status','iteration_time_s','tokens_per_s_per_gpu','tflops_per_gpu','mfu','peak_memory_gb','loss_first','loss_last','reason']].to_string())
 " 2>&1 | tee $OUT/llama8b.log
-tar czf $OUT/llama8b_results.tar.gz -C /tmp/res8b . --exclude='*.pdf'
+tar czf $OUT/llama8b_results.tar.gz --exclude='*.pdf' -C /tmp/res8b .
 lap "FSDP2 baseline"
 timeout 240 torchrun --nproc_per_node $NGPU bench/fsdp2_llama_baseline.py 8192 1 9 2>&1 | grep -E "RESULT|Error|error" | tee $OUT/fsdp2.log
 lap "done"

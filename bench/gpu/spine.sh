@@ -13,4 +13,4 @@ df = pd.read_parquet('$RES/default/summary.parquet')
 print(df[['cell_id','status','world_size','iteration_time_s','tokens_per_s_per_gpu','tflops_per_gpu','mfu','peak_memory_gb','loss_first','loss_last','devices']].to_string())
 print(df[df.status!='ok'][['cell_id','reason']].to_string())
 "
-tar czf $OUT/spine_results.tar.gz -C $RES . --exclude='*.pdf'
+tar czf $OUT/spine_results.tar.gz --exclude='*.pdf' -C $RES .
