@@ -132,3 +132,13 @@ def test_cli_plan_json_has_every_parameter(tmp_path: Path) -> None:
     for key in ("cell_id", "tp", "pp", "dp", "ep", "zero_stage", "recompute", "overlap", "micro_batch",
                 "global_batch", "seq_len", "warmup_steps", "measured_steps", "mem_total_gb", "params_total"):
         assert key in cells[0]
+
+
+def test_missing_dataset_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"grid\[0\]\.dataset: .*nope\.bin does not exist"):
+        make_plan({**CPU, "grid": [{"model": "tiny-gpt", "dataset": str(tmp_path / "nope")}]})
+    (tmp_path / "d.bin").write_bytes(b"\0" * 64)
+    with pytest.raises(ConfigError, match=r"neither .*d\.json nor .*d\.idx"):
+        make_plan({**CPU, "grid": [{"model": "tiny-gpt", "dataset": str(tmp_path / "d")}]})
+    (tmp_path / "d.json").write_text('{"dtype": "uint16"}')
+    assert make_plan({**CPU, "grid": [{"model": "tiny-gpt", "dataset": str(tmp_path / "d")}]}).cells

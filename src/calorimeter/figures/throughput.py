@@ -20,6 +20,7 @@ def cell_label(row: pd.Series) -> str:
     if row["optimization_label"] != "base":
         parts.append(row["optimization_label"])
     parts.append(f"mb{row['micro_batch']}")
+    parts.append(f"x{row['world_size']}")
     return " ".join(parts)
 
 
@@ -48,8 +49,9 @@ def plot_throughput(summary: pd.DataFrame, out_png: Path, out_pdf: Path | None =
     for i, v in enumerate(tps):
         if np.isfinite(v):
             ax1.text(i, v, f"{v:,.0f}", ha="center", va="bottom", fontsize=7)
-    ax1.set_ylabel("tokens/s per GPU")
-    ax2.set_ylabel(lower_label)
+    unit = "rank" if (df["hardware"] == "cpu").all() else "GPU"
+    ax1.set_ylabel(f"tokens/s per {unit}")
+    ax2.set_ylabel(lower_label.replace("GPU", unit))
     # Model groups separated by lines, model name above.
     bounds = [0] + [i for i in range(1, len(df)) if df.loc[i, "model"] != df.loc[i - 1, "model"]] + [len(df)]
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):

@@ -60,6 +60,14 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str) -> Cell:
     if precision == "auto":
         precision = "fp32" if profile.accelerator == "cpu" else "bf16"
     seq_len = values.pop("seq_len", None) or model.seq_length
+    dataset = values.get("dataset")
+    if dataset:
+        prefix = str(dataset)
+        if not Path(prefix + ".bin").is_file():
+            raise ConfigError(f"{where}.dataset: {prefix}.bin does not exist (a pre-tokenized dataset is "
+                              "<prefix>.bin plus <prefix>.json or a Megatron <prefix>.idx)")
+        if not (Path(prefix + ".json").is_file() or Path(prefix + ".idx").is_file()):
+            raise ConfigError(f"{where}.dataset: neither {prefix}.json nor {prefix}.idx describes {prefix}.bin")
     if values.get("pp_split") is not None:
         values["pp_split"] = tuple(values["pp_split"])
     kwargs = {k: v for k, v in values.items() if k in CELL_FIELDS and v is not None}
