@@ -1,0 +1,95 @@
+"""Cell records: atomic writes, outcome classification, the summary table and the first figure."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from calorimeter.analysis.summary import summarize, write_summary
+from calorimeter.figures.throughput import plot_throughput
+from calorimeter.plan import make_plan
+from calorimeter.records.atomic import write_atomic, write_json_atomic
+from calorimeter.records.record import build_record, classify, steps_frame, write_cell_record
+
+
+def test_atomic_write_leaves_nothing_on_crash(tmp_path: Path) -> None:
+    target = tmp_path / "run.json"
+
+    def crash(p: Path) -> None:
+        p.write_text('{"status": "ok"')  # half written
+        raise RuntimeError("killed mid-write")
+
+    with pytest.raises(RuntimeError):
+        write_atomic(target, crash)
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    write_json_atomic(target, {"x": float("nan"), "y": [1.0]})
+    assert json.loads(target.read_text()) == {"x": None, "y": [1.0]}
+
+
+def _rank(rank: int, status: str = "ok", t: float = 0.0, **kw: object) -> dict:
+    steps = [{"step": s, "phase": "warmup" if s < 1 else "measured", "loss": 5.0 - s * 0.1, "time_s": 0.1 + rank * 0.01,
+              "t_begin_s": 100.0 + s, "t_end_s": 100.1 + s} for s in range(3)]
+    return {"rank": rank, "status": status, "t_end_s": t, "steps": steps if status == "ok" else [],
+            "peak_memory_bytes": 1e9 * (rank + 1), **kw}
+
+
+def test_classify() -> None:
+    assert classify([_rank(0), _rank(1)], 2, None) == ("ok", "")
+    st, why = classify([_rank(0, "oom", error="CUDA out of memory"), _rank(1)], 2, None)
+    assert st == "oom" and "rank 0" in why and "out of memory" in why
+    # The first rank to fail is the cause; the peer's broken connection is a consequence.
+    ranks = [_rank(0, "failed", t=2.0, error="peer closed"), _rank(1, "failed", t=1.0, error="ValueError: x")]
+    st, why = classify(ranks, 2, None)
+    assert st == "failed" and why == "rank 1: ValueError: x"
+    st, why = classify([_rank(0)], 2, "FailedJobError: killed by signal 9")
+    assert st == "transient" and "1 of 2 ranks left no result" in why and "killed" in why
+
+
+def test_record_and_steps(tmp_path: Path) -> None:
+    plan = make_plan({"sweep": "t", "hardware": "cpu", "grid": [{"model": "tiny-gpt", "gpus_per_node": 2}]})
+    cell = plan.cells[0].cell
+    ranks = [_rank(0), _rank(1)]
+    rec = build_record(cell, ranks, {"executor": "local", "job_id": "42"}, plan.cells[0].estimates)
+    assert rec["status"] == "ok" and rec["peak_memory_bytes"] == 2e9
+    # Iteration time is the slowest rank per step (0.11 s), averaged over the measured steps.
+    assert rec["metrics"]["iteration_time_s"] == pytest.approx(0.11)
+    assert rec["metrics"]["samples_per_s"] == pytest.approx(cell.global_batch / 0.11)
+    assert [x["step"] for x in rec["loss"]] == [0, 1, 2]
+    steps = steps_frame(ranks)
+    assert len(steps) == 6 and set(steps["phase"]) == {"warmup", "measured"}
+    attempt = tmp_path / "cell" / "attempts" / "a1"
+    attempt.mkdir(parents=True)
+    write_cell_record(tmp_path / "cell", rec, steps, attempt)
+    for d in (tmp_path / "cell", attempt):
+        assert json.loads((d / "run.json").read_text())["cell_id"] == cell.cell_id
+        assert len(pd.read_parquet(d / "steps.parquet")) == 6
+
+
+def test_summary_keeps_pruned_and_unrun_cells_and_figure_draws_bands(tmp_path: Path) -> None:
+    plan = make_plan({"sweep": "t", "hardware": "cpu", "results_dir": str(tmp_path), "grid": [
+        {"model": "tiny-gpt", "gpus_per_node": 2, "pp": [1, 2]},
+        {"model": "tiny-gpt", "gpus_per_node": 2, "tp": 2},  # pruned: tensor parallelism
+    ]})
+    ok_cell, oom_cell, pruned = plan.cells
+    rec = build_record(ok_cell.cell, [_rank(0), _rank(1)], {"job_id": "1"})
+    oom = build_record(oom_cell.cell, [_rank(0, "oom", error="out of memory")], {"job_id": "2"})
+    files = []
+    for r in (rec, oom):
+        f = tmp_path / r["cell_id"] / "run.json"
+        write_json_atomic(f, r)
+        files.append(f)
+    df = summarize(plan, files)
+    assert list(df["status"]) == ["ok", "oom", "pruned"]
+    assert "tensor parallelism" in df.loc[2, "reason"]
+    assert math.isnan(df.loc[1, "tokens_per_s_per_gpu"]) and df.loc[0, "tokens_per_s_per_gpu"] > 0
+    write_summary(df, tmp_path / "s.parquet", tmp_path / "s.csv")
+    assert len(pd.read_csv(tmp_path / "s.csv")) == 3
+    import matplotlib.pyplot as plt
+
+    n = plot_throughput(df, tmp_path / "f.png", tmp_path / "f.pdf")
+    assert n == 3 and (tmp_path / "f.png").stat().st_size > 5000 and (tmp_path / "f.pdf").is_file()
+    assert plt.get_fignums() == []  # figure closed
