@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import random
@@ -72,7 +73,17 @@ def _plain_step(engine: Any, batches: Iterator[tuple[torch.Tensor, torch.Tensor]
     return total / grad_accum
 
 
-def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = None) -> dict[str, Any]:
+def _profiler(trace_path: Path, device: torch.device) -> Any:
+    """A torch.profiler context that writes a chrome trace of what it wraps to ``trace_path``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    trace_path.parent.mkdir(parents=True, exist_ok=True)
+    return profile(activities=activities, on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)))
+
+
+def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = None, profile_steps: int = 0,
+               profile_all_ranks: bool = False) -> dict[str, Any]:
     """Train ``cell`` on this rank and return its per-step record (the same losses on every rank).
 
     Must be called on every rank after ``torch.distributed.init_process_group`` (and, on CUDA,
@@ -86,6 +97,11 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         cell: the cell to train.
         out_dir: directory for this rank's record (created if missing).
         step_callback: called as ``(step, phase, t_begin_s, t_end_s)`` after each step, e.g. to mark telemetry.
+        profile_steps: extra steps after the measured ones, in phase ``profiled``, traced with torch.profiler on
+            one rank per pipeline stage (data-parallel rank 0; tensor-parallel rank 0), or on every rank with
+            ``profile_all_ranks``. Traces go to ``out_dir/traces/rank-<rank>.json.gz``. Profiled steps are never
+            measured steps: the profiler's overhead stays out of the metrics.
+        profile_all_ranks: trace every rank.
 
     Returns:
         JSON-able dict with ``steps`` (list of ``{step, phase, loss, time_s, t_begin_s, t_end_s}``),
@@ -111,16 +127,20 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         batches = micro_batches(source, layout, device=None if te.pipeline else device)
         dp_group = None if te.pipeline else dist.group.WORLD
         engine.train()
-        total = cell.warmup_steps + cell.measured_steps
-        for step in range(total):
-            phase = "warmup" if step < cell.warmup_steps else "measured"
+        measured_end = cell.warmup_steps + cell.measured_steps
+        traced = profile_steps > 0 and (profile_all_ranks or te.dp_rank == 0)
+        trace_path = Path(out_dir) / "traces" / f"rank-{dist.get_rank()}.json.gz"
+        for step in range(measured_end + profile_steps):
+            phase = "warmup" if step < cell.warmup_steps else ("measured" if step < measured_end else "profiled")
+            ctx = _profiler(trace_path, device) if (phase == "profiled" and traced) else contextlib.nullcontext()
             _synchronize(device)
             t_begin_s, p_begin = time.time(), time.perf_counter()
-            if te.pipeline:
-                loss = engine.train_batch(data_iter=batches).detach()
-            else:
-                loss = _plain_step(engine, batches, layout.grad_accum)
-            _synchronize(device)
+            with ctx:
+                if te.pipeline:
+                    loss = engine.train_batch(data_iter=batches).detach()
+                else:
+                    loss = _plain_step(engine, batches, layout.grad_accum)
+                _synchronize(device)
             p_end, t_end_s = time.perf_counter(), time.time()
             if dp_group is not None and te.dp_size > 1:
                 loss = loss.float().clone()
@@ -147,6 +167,7 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         "parameters_on_rank": te.parameters_on_rank,
         "parameters_model": te.parameters_model,
         "peak_memory_bytes": peak_memory_bytes(device),
+        "traced": traced,
         "steps": steps,
     }
     release_engine(te)

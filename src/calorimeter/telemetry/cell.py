@@ -1,0 +1,45 @@
+"""Telemetry of one cell attempt: the node sampler started by local rank 0 around the whole attempt."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TELEMETRY_DIR = "telemetry"
+
+
+def node_dir(staging: Path, node: int) -> Path:
+    """Where a node's sampler streams go inside an attempt's staging folder."""
+    return Path(staging) / TELEMETRY_DIR / f"node{node}"
+
+
+def start_cell_sampler(staging: Path, node: int, local_rank: int, settings: dict[str, Any]) -> Any | None:
+    """Start the node sampler on local rank 0 (None on other ranks or with telemetry disabled).
+
+    Args:
+        staging: the attempt's staging folder.
+        node: node index of this rank.
+        local_rank: local rank on the node.
+        settings: the sweep's ``telemetry`` block (``enabled``, ``period_ms``).
+    """
+    if local_rank != 0 or not settings.get("enabled", True):
+        return None
+    from calorimeter.telemetry.process import start_node_sampler
+
+    try:
+        return start_node_sampler(node_dir(staging, node), period_s=float(settings.get("period_ms", 50)) / 1000.0,
+                                  session=f"node{node}")
+    except Exception as e:  # noqa: BLE001 - a failed sampler must not fail the measurement; the record says why
+        log.warning("telemetry sampler did not start on node %d: %s", node, e)
+        (node_dir(staging, node)).mkdir(parents=True, exist_ok=True)
+        (node_dir(staging, node) / "sampler-failed.txt").write_text(f"{type(e).__name__}: {e}\n")
+        return None
+
+
+def stop_cell_sampler(sampler: Any | None) -> None:
+    """Stop a sampler started by :func:`start_cell_sampler` (no-op for None)."""
+    if sampler is not None:
+        sampler.stop()
