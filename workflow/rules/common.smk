@@ -48,11 +48,63 @@ def get_run_files(wildcards=None):
     return [f"{RESULTS}/{SWEEP}/cells/{cid}/run.json" for cid in CELLS]
 
 
-def get_final_outputs():
-    """Targets of the default target: the table and the figure."""
-    return [
-        f"{RESULTS}/{SWEEP}/summary.parquet",
-        f"{RESULTS}/{SWEEP}/summary.csv",
-        f"{RESULTS}/{SWEEP}/figures/throughput.png",
-    ]
+AGG_TABLES = ("runs", "gpus", "steps", "kernels", "timeseries")
 
+
+def figures_only():
+    """True under `snakemake figures` (the artifact-evaluation target): tables and figures are rebuilt from the
+    records that exist and nothing is trained. Evaluated when the DAG is built (the targets are known then)."""
+    return "figures" in set(getattr(getattr(workflow, "dag_settings", None), "targets", None) or ())
+
+
+def table_cell_ids():
+    """Cells whose tables feed the sweep tables: every runnable cell, or under `snakemake figures` only those with
+    a record (run.json and steps.parquet)."""
+    import os
+
+    if figures_only():
+        return [cid for cid in CELLS if all(os.path.isfile(f"{RESULTS}/{SWEEP}/cells/{cid}/{f}")
+                                            for f in ("run.json", "steps.parquet"))]
+    return list(CELLS)
+
+
+def get_cell_record(wildcards):
+    """Input of a cell's tables: its run.json (made by train), or under `snakemake figures` its steps.parquet,
+    which is written with run.json but is no rule's output, so that no train job can enter the DAG."""
+    name = "steps.parquet" if figures_only() else "run.json"
+    return f"{RESULTS}/{wildcards.sweep}/cells/{wildcards.cell}/{name}"
+
+
+def get_cell_table_files(table):
+    """Input function: one table's per-cell Parquet files."""
+
+    def files(wildcards):
+        return [f"{RESULTS}/{wildcards.sweep}/cells/{cid}/cell_tables/{table}.parquet" for cid in table_cell_ids()]
+
+    return files
+
+
+def other_sweep_runs():
+    """runs tables of the other sweeps under the same results folder (scale-up vs. scale-out comparison)."""
+    from pathlib import Path
+
+    return sorted(str(p) for p in Path(RESULTS).glob("*/tables/runs.parquet") if p.parent.parent.name != SWEEP)
+
+
+def figure_params_cells(name):
+    """Cells a figure draws, from the plan's parameters (named in its report caption)."""
+    from calorimeter.figures.selection import figure_cells
+
+    return figure_cells(name, [pc.to_dict() for pc in PLAN.cells])
+
+
+def get_final_outputs():
+    """Targets of the default target: the tables, every figure (calorimeter.figures.FIGURES)."""
+    from calorimeter.figures import FIGURES
+
+    base = f"{RESULTS}/{SWEEP}"
+    return (
+        [f"{base}/tables/{t}.parquet" for t in AGG_TABLES]
+        + [f"{base}/summary.parquet", f"{base}/summary.csv"]
+        + [f"{base}/figures/{name}.{ext}" for name in FIGURES for ext in ("png", "pdf")]
+    )

@@ -1,20 +1,39 @@
-# ---- figures: each a function of the aggregated tables ----
+# ---- figures: each a function of the aggregated tables (calorimeter.figures.FIGURES), with a report caption ----
+#
+# `snakemake figures --configfile <sweep>.yaml` is the artifact-evaluation target: it rebuilds every table and
+# figure from the cell records that exist and never runs training (see README "Figures and artifact evaluation").
+
+from calorimeter.figures import FIGURES
+
+for _fig, _spec in FIGURES.items():
+
+    rule:
+        name:
+            f"figure_{_fig}"
+        input:
+            **{t: f"{RESULTS}/{{sweep}}/tables/{t}.parquet" for t in _spec.tables},
+            compare=other_sweep_runs() if _fig == "scale_compare" else [],
+        output:
+            png=report(
+                f"{RESULTS}/{{sweep}}/figures/{_fig}.png",
+                caption=f"../report/{_fig}.rst",
+                category="Figures",
+            ),
+            pdf=f"{RESULTS}/{{sweep}}/figures/{_fig}.pdf",
+            json=f"{RESULTS}/{{sweep}}/figures/{_fig}.json",
+        params:
+            figure=_fig,
+            cells=figure_params_cells(_fig),  # for the caption: the cells it draws
+        log:
+            f"{RESULTS}/{{sweep}}/logs/figure_{_fig}.log",
+        localrule: True
+        conda:
+            "../../envs/analysis.yaml"
+        script:
+            "../scripts/figure.py"
 
 
-rule figure_throughput:
+rule figures:
     input:
-        f"{RESULTS}/{{sweep}}/summary.parquet",
-    output:
-        png=report(
-            f"{RESULTS}/{{sweep}}/figures/throughput.png",
-            caption="../report/throughput.rst",
-            category="Figures",
-        ),
-        pdf=f"{RESULTS}/{{sweep}}/figures/throughput.pdf",
-    log:
-        f"{RESULTS}/{{sweep}}/logs/figure_throughput.log",
+        get_final_outputs(),
     localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    script:
-        "../scripts/figure_throughput.py"

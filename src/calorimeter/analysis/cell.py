@@ -1,0 +1,487 @@
+"""The tables of one finished cell, computed from its own folder only (the per-cell step of the aggregation).
+
+A cell folder holds ``run.json`` (always), ``steps.parquet`` (ranks' step timings), and where telemetry ran
+``telemetry.parquet`` (tidy GPU samples of every node, columns ``node``, ``hostname``, ``gpu_index``, ...),
+``telemetry.json`` (per node sampler metadata) and ``kernels.parquet`` (kernel breakdown of the traced ranks).
+Missing files give empty tables and a reason in the run row, never an error.
+
+Every derived number uses the cell's own record: global batch, sequence length and GPU count come from
+``run.json``'s ``cell``, the GPUs of the cell from ``provenance.ranks`` (``node`` and ``device_info.nvml_index``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from calorimeter.analysis.window import (
+    LINK_COUNTERS,
+    THROTTLE_COLUMNS,
+    clip_window,
+    gpu_window_stats,
+    power_column,
+    time_average,
+    valid_series,
+)
+from calorimeter.records.record import RUN_JSON, STEPS_PARQUET
+from calorimeter.telemetry.energy import trapezoid_energy_j
+from calorimeter.telemetry.kernels import CATEGORIES, COMM_CATEGORIES
+
+TELEMETRY_PARQUET = "telemetry.parquet"
+TELEMETRY_JSON = "telemetry.json"
+KERNELS_PARQUET = "kernels.parquet"
+#: the per-cell tables, in the order of the sweep's tables
+TABLE_NAMES: tuple[str, ...] = ("runs", "gpus", "steps", "kernels", "timeseries")
+#: the cell's tables live here, one Parquet file per table
+CELL_TABLES_DIR = "cell_tables"
+
+METRIC_KEYS = ("iteration_time_s", "iteration_time_std_s", "samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
+               "tflops_per_gpu", "model_tflops_per_gpu", "mfu", "hfu", "measured_steps")
+PARAM_KEYS = ("cell_id", "sweep", "model", "hardware", "nodes", "gpus_per_node", "world_size", "tp", "pp", "dp",
+              "ep", "cp", "sequence_parallel", "zero_stage", "recompute", "recompute_layers", "overlap",
+              "micro_batch", "global_batch", "grad_accum", "seq_len", "precision", "parallel_label",
+              "optimization_label")
+#: run-row columns derived from telemetry and kernels (NaN where not measured)
+TELEMETRY_KEYS = (
+    "n_gpus", "energy_per_step_j", "energy_per_token_j", "efficiency", "energy_source",
+    "power_avg_w", "power_peak_w", "power_total_avg_w", "temp_avg_c", "temp_peak_c", "hbm_temp_avg_c",
+    "hbm_temp_peak_c", "sm_clock_avg_mhz", "sm_clock_peak_mhz", "sm_clock_min_mhz", *THROTTLE_COLUMNS,
+    *(f"{c}_total" for c in LINK_COUNTERS), "kernel_busy_s", "comm_frac", "exposed_comm_frac",
+)  # fmt: skip
+
+#: downsampled time series: at most this many bins per GPU
+TIMESERIES_BINS = 400
+_TS_GAUGES = ("power_w", "gpu_temp_c", "hbm_temp_c", "sm_clock_mhz")
+
+
+@dataclass
+class CellTables:
+    """The five tables of one cell."""
+
+    runs: pd.DataFrame
+    gpus: pd.DataFrame = field(default_factory=pd.DataFrame)
+    steps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    kernels: pd.DataFrame = field(default_factory=pd.DataFrame)
+    timeseries: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def items(self) -> list[tuple[str, pd.DataFrame]]:
+        """(name, frame) in TABLE_NAMES order."""
+        return [(n, getattr(self, n)) for n in TABLE_NAMES]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# loading
+
+
+def load_record(cell_dir: Path) -> dict[str, Any]:
+    """run.json of a cell."""
+    return json.loads((Path(cell_dir) / RUN_JSON).read_text())
+
+
+def _read_parquet(path: Path) -> pd.DataFrame | None:
+    return pd.read_parquet(path) if path.is_file() else None
+
+
+def rank_table(record: dict[str, Any]) -> pd.DataFrame:
+    """One row per rank: rank, local_rank, node, hostname, nvml_index, uuid, device_name, stage, tp_rank, dp_rank.
+
+    ``stage`` comes from the record where present, else from the rank layout (pipeline outermost, as DeepSpeed's
+    and Megatron's topologies: stage = rank // (world_size / pp)); ``stage_source`` says which.
+    """
+    cell = record["cell"]
+    ranks = (record.get("provenance") or {}).get("ranks") or []
+    world = int(cell.get("world_size") or len(ranks) or 1)
+    pp = max(int(cell.get("pp") or 1), 1)
+    per_stage = max(world // pp, 1)
+    rows = []
+    for r in ranks:
+        di = r.get("device_info") or {}
+        rank = r.get("rank")
+        derived = rank is not None
+        rows.append({
+            "rank": rank,
+            "local_rank": r.get("local_rank"),
+            "node": r.get("node"),
+            "hostname": r.get("hostname"),
+            "nvml_index": di.get("nvml_index"),
+            "uuid": di.get("uuid"),
+            "device_name": di.get("name"),
+            "stage": r.get("stage") if r.get("stage") is not None else (int(rank) // per_stage if derived else None),
+            "stage_source": "record" if r.get("stage") is not None else "layout",
+            "tp_rank": r.get("tp_rank"),
+            "dp_rank": r.get("dp_rank"),
+        })
+    cols = ["rank", "local_rank", "node", "hostname", "nvml_index", "uuid", "device_name", "stage", "stage_source",
+            "tp_rank", "dp_rank"]
+    df = pd.DataFrame(rows, columns=cols)
+    if not df.empty:
+        df = df.sort_values("rank", key=lambda s: pd.to_numeric(s, errors="coerce"), kind="stable")
+    return df.reset_index(drop=True)
+
+
+def normalize_telemetry(tele: pd.DataFrame, ranks: pd.DataFrame) -> pd.DataFrame:
+    """Telemetry with an integer ``node`` (mapped from hostnames if the column holds names) and ``hostname``."""
+    t = tele.copy()
+    host_to_node = {h: n for h, n in zip(ranks["hostname"], ranks["node"], strict=True) if h is not None}
+    if "node" not in t.columns:
+        if "hostname" in t.columns and host_to_node:
+            t["node"] = t["hostname"].map(host_to_node)
+        else:
+            t["node"] = 0
+    elif not pd.api.types.is_numeric_dtype(t["node"]):
+        names = t["node"].astype(str)
+        numeric = pd.to_numeric(names, errors="coerce")
+        mapped = names.map(lambda h: host_to_node.get(h, host_to_node.get(h.split(".")[0])))
+        if "hostname" not in t.columns:
+            t["hostname"] = names
+        t["node"] = numeric.where(numeric.notna(), mapped)
+    if "hostname" not in t.columns:
+        node_to_host = {n: h for h, n in host_to_node.items()}
+        t["hostname"] = t["node"].map(node_to_host)
+    t["node"] = pd.to_numeric(t["node"], errors="coerce").fillna(-1).astype("int64")
+    t["gpu_index"] = t["gpu_index"].astype("int64")
+    return t.sort_values(["node", "gpu_index", "time_s"], kind="stable").reset_index(drop=True)
+
+
+def cell_gpu_map(ranks: pd.DataFrame, tele: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The cell's GPUs: (node, gpu_index) with their rank, and how they were found.
+
+    A rank's GPU is the telemetry GPU with the same node and ``gpu_index == device_info.nvml_index``. Records
+    without NVML indices fall back to every GPU the telemetry saw on the cell's nodes (``mapping = all_node_gpus``).
+    """
+    seen = tele[["node", "gpu_index"]].drop_duplicates()
+    r = ranks.dropna(subset=["nvml_index"]) if not ranks.empty else ranks
+    if not r.empty:
+        m = r.assign(node=r["node"].astype("int64"), gpu_index=r["nvml_index"].astype("int64"))
+        m = m.merge(seen, on=["node", "gpu_index"], how="inner")
+        return m.drop(columns=["nvml_index"]).reset_index(drop=True), "nvml_index"
+    nodes = set(ranks["node"].dropna().astype(int)) if not ranks.empty else set()
+    g = seen[seen["node"].isin(nodes)] if nodes else seen
+    return g.reset_index(drop=True), "all_node_gpus"
+
+
+def measured_window(steps: pd.DataFrame | None, phase: str = "measured") -> tuple[float, float, int]:
+    """(begin, end, number of steps) of a phase: first begin to last end over every rank."""
+    if steps is None or steps.empty or "t_begin_s" not in steps.columns:
+        return float("nan"), float("nan"), 0
+    m = steps[steps["phase"] == phase]
+    if m.empty:
+        return float("nan"), float("nan"), 0
+    return float(m["t_begin_s"].min()), float(m["t_end_s"].max()), int(m["step"].nunique())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tables
+
+
+def gpus_frame(tele: pd.DataFrame, gpu_map: pd.DataFrame, begin: float, end: float) -> pd.DataFrame:
+    """One row per GPU of the cell: statistics over the measured phase (see ``gpu_window_stats``)."""
+    rows = []
+    groups = dict(iter(tele.groupby(["node", "gpu_index"], sort=True)))
+    for g in gpu_map.sort_values(["node", "gpu_index"], kind="stable").itertuples(index=False):
+        key = (int(g.node), int(g.gpu_index))
+        samples = groups.get(key)
+        base = g._asdict()
+        if samples is None:
+            rows.append(base)
+            continue
+        base["hostname"] = base.get("hostname") or samples["hostname"].iloc[0]
+        rows.append({**base, "begin_s": begin, "end_s": end, "duration_s": end - begin,
+                     **gpu_window_stats(samples, begin, end)})
+    return pd.DataFrame(rows)
+
+
+def steps_frame(steps: pd.DataFrame, ranks: pd.DataFrame, tele: pd.DataFrame | None,
+                gpu_map: pd.DataFrame | None) -> pd.DataFrame:
+    """The cell's steps (per rank and step) with the rank's stage and, where its GPU was sampled, the GPU's
+    energy (trapezoid of power), average power, temperature and SM clock over that rank's step."""
+    out = steps.copy()
+    stage = dict(zip(ranks["rank"], ranks["stage"], strict=True)) if not ranks.empty else {}
+    node = dict(zip(ranks["rank"], ranks["node"], strict=True)) if not ranks.empty else {}
+    out["stage"] = out["rank"].map(stage)
+    out["node"] = out["rank"].map(node)
+    cols = ("energy_j", "power_avg_w", "temp_avg_c", "sm_clock_avg_mhz")
+    for c in cols:
+        out[c] = np.nan
+    if tele is None or gpu_map is None or gpu_map.empty or "rank" not in gpu_map.columns:
+        return out
+    by_gpu = dict(iter(tele.groupby(["node", "gpu_index"], sort=False)))
+    for rank, idx in out.groupby("rank", sort=False).indices.items():
+        m = gpu_map[gpu_map["rank"] == rank]
+        if m.empty:
+            continue
+        g = by_gpu.get((int(m["node"].iloc[0]), int(m["gpu_index"].iloc[0])))
+        if g is None:
+            continue
+        pcol = power_column(g)
+        series = {"p": valid_series(g, pcol) if pcol else (np.empty(0), np.empty(0)),
+                  "temp": valid_series(g, "gpu_temp_c"), "clock": valid_series(g, "sm_clock_mhz")}
+        b = out["t_begin_s"].to_numpy(dtype=float)[idx]
+        e = out["t_end_s"].to_numpy(dtype=float)[idx]
+        vals = np.full((len(idx), 4), np.nan)
+        for k in range(len(idx)):
+            tp, p = series["p"]
+            w = clip_window(tp, b[k], e[k])
+            if w is not None:
+                vals[k, 0] = trapezoid_energy_j(tp, p, *w)
+                vals[k, 1] = vals[k, 0] / (w[1] - w[0])
+            vals[k, 2] = time_average(*series["temp"], b[k], e[k])
+            vals[k, 3] = time_average(*series["clock"], b[k], e[k])
+        for j, c in enumerate(cols):
+            out.loc[out.index[idx], c] = vals[:, j]
+    return out
+
+
+def kernels_frame(kernels: pd.DataFrame, ranks: pd.DataFrame) -> pd.DataFrame:
+    """Long kernel table: one row per (traced rank, category) with summed and union kernel time and the rank's
+    totals (busy, compute, communication, exposed communication, overlap, span). Stages come from the kernel
+    table, else from the ranks; rows are in stage order (then rank), never in file-name order."""
+    if kernels is None or kernels.empty:
+        return pd.DataFrame()
+    k = kernels.copy()
+    if "stage" not in k.columns or k["stage"].isna().all():
+        stage = dict(zip(ranks["rank"], ranks["stage"], strict=True)) if not ranks.empty else {}
+        k["stage"] = k["rank"].map(stage)
+    totals = [c for c in ("n_kernels", "busy_s", "compute_s", "comm_s", "comm_exposed_s", "overlap_s", "span_s")
+              if c in k.columns]
+    rows = []
+    for r in k.itertuples(index=False):
+        d = r._asdict()
+        for cat in CATEGORIES:
+            rows.append({
+                "rank": d.get("rank"), "stage": d.get("stage"), "device": str(d.get("device")),
+                "category": cat, "is_comm": cat in COMM_CATEGORIES,
+                "sum_s": float(d.get(f"{cat}_sum_s", 0.0) or 0.0),
+                "union_s": float(d.get(f"{cat}_union_s", 0.0) or 0.0),
+                "count": int(d.get(f"{cat}_count", 0) or 0),
+                **{t: d.get(t) for t in totals},
+            })
+    out = pd.DataFrame(rows)
+    out["_s"] = pd.to_numeric(out["stage"], errors="coerce")
+    out["_r"] = pd.to_numeric(out["rank"], errors="coerce")
+    out["_c"] = out["category"].map({c: i for i, c in enumerate(CATEGORIES)})
+    return out.sort_values(["_s", "_r", "_c"], kind="stable").drop(columns=["_s", "_r", "_c"]).reset_index(drop=True)
+
+
+def timeseries_frame(tele: pd.DataFrame, gpu_map: pd.DataFrame, t0: float,
+                     max_bins: int = TIMESERIES_BINS) -> pd.DataFrame:
+    """Downsampled telemetry of the cell's GPUs: at most ``max_bins`` time bins per GPU (bin means of power,
+    temperatures and SM clock; the OR of the clock-event reason masks of the bin), time relative to ``t0``."""
+    keys = gpu_map[["node", "gpu_index"]]
+    t = tele.merge(keys, on=["node", "gpu_index"], how="inner")
+    if t.empty:
+        return pd.DataFrame()
+    pcol = "power_instant_w" if "power_instant_w" in t.columns and t["power_instant_w"].notna().any() \
+        else "power_avg_w"
+    span = float(t["time_s"].max() - t["time_s"].min())
+    width = max(span / max_bins, 1e-3)
+    frame = pd.DataFrame({
+        "node": t["node"], "gpu_index": t["gpu_index"],
+        "bin": np.floor((t["time_s"].to_numpy(float) - t["time_s"].min()) / width).astype("int64"),
+        "time_s": t["time_s"],
+    })
+    for src, dst in ((pcol, "power_w"), ("gpu_temp_c", "gpu_temp_c"), ("hbm_temp_c", "hbm_temp_c"),
+                     ("sm_clock_mhz", "sm_clock_mhz")):
+        v = pd.to_numeric(t[src], errors="coerce") if src in t.columns else pd.Series(np.nan, index=t.index)
+        frame[dst] = v.where(v >= 0).astype("float64")
+    reasons = (pd.to_numeric(t["clock_event_reasons"], errors="coerce") if "clock_event_reasons" in t.columns
+               else pd.Series(np.nan, index=t.index))
+    has = reasons.notna()
+    masks = reasons.fillna(0).astype("uint64")
+    bits = [1 << b for b in range(16)]
+    for bit in bits:
+        frame[f"_b{bit}"] = ((masks & np.uint64(bit)) != 0) & has
+    frame["_has"] = has
+    agg = {"time_s": "mean", **dict.fromkeys(_TS_GAUGES, "mean"), **{f"_b{b}": "max" for b in bits},
+           "_has": "max"}
+    g = frame.groupby(["node", "gpu_index", "bin"], sort=True).agg(agg).reset_index()
+    mask = np.zeros(len(g), dtype=np.uint64)
+    for bit in bits:
+        mask |= g[f"_b{bit}"].to_numpy(bool).astype(np.uint64) * np.uint64(bit)
+    g["clock_event_reasons"] = pd.array(mask, dtype="UInt64")
+    g.loc[~g["_has"].astype(bool), "clock_event_reasons"] = pd.NA
+    g = g.drop(columns=[f"_b{b}" for b in bits] + ["_has", "bin"])
+    g.insert(2, "t_rel_s", g["time_s"] - t0)
+    ranks = gpu_map[[c for c in ("node", "gpu_index", "rank", "stage") if c in gpu_map.columns]]
+    return g.merge(ranks, on=["node", "gpu_index"], how="left")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the run row
+
+
+def record_row(record: dict[str, Any]) -> dict[str, Any]:
+    """Flatten one run.json into a table row: parameters, status, record metrics, provenance."""
+    row = {k: record["cell"].get(k) for k in PARAM_KEYS}
+    row["pp_split"] = str(record["cell"].get("pp_split") or "")
+    row["status"] = record["status"]
+    row["reason"] = record.get("reason", "") or ""
+    row["failure_class"] = record.get("failure_class", "") or ""
+    m = record.get("metrics") or {}
+    row.update({k: (float("nan") if m.get(k) is None else m.get(k)) for k in METRIC_KEYS})
+    row["mfu_unavailable_reason"] = m.get("mfu_unavailable_reason", "") or ""
+    peak_mem = record.get("peak_memory_bytes")
+    row["peak_memory_gb"] = peak_mem / 1e9 if peak_mem is not None else float("nan")
+    losses = [x["loss"] for x in record.get("loss", []) or []]
+    row["loss_first"] = losses[0] if losses else float("nan")
+    row["loss_last"] = losses[-1] if losses else float("nan")
+    prov = record.get("provenance", {}) or {}
+    row["hosts"] = ",".join(prov.get("hosts", []) or [])
+    devices = {(r.get("device_info") or {}).get("name") or r.get("device") for r in prov.get("ranks", []) or []}
+    row["devices"] = ",".join(sorted(d for d in devices if d))
+    row["job_id"] = (prov.get("launcher") or {}).get("job_id")
+    row["git_commit"] = (prov.get("git") or {}).get("commit")
+    hw = record.get("hardware") or {}
+    row["peak_bf16_tflops"] = hw.get("peak_bf16_tflops")
+    return row
+
+
+def efficiency_metrics(row: dict[str, Any], gpus: pd.DataFrame) -> dict[str, Any]:
+    """Energy, power, thermal and clock columns of the run row from its per-GPU table.
+
+    * energy of one iteration = sum over the cell's GPUs of (GPU energy over the measured phase / seconds it
+      covers) x the cell's iteration time; the counter energy where every GPU has it, else the trapezoid;
+    * energy per token = energy per iteration / (global batch x sequence length) of the cell;
+    * efficiency = samples/s / (energy per iteration in MJ) (the study's samples/(s*MJ));
+    * averages: mean over GPUs of the per-GPU time-weighted averages; peaks: max over GPUs of per-GPU peaks;
+    * throttle_<reason>: mean over GPUs of the per-GPU time fractions.
+    """
+    out: dict[str, Any] = dict.fromkeys(TELEMETRY_KEYS, float("nan"))
+    out["energy_source"] = ""
+    out["n_gpus"] = 0
+    if gpus is None or gpus.empty or "power_avg_w" not in gpus.columns:
+        return out
+    out["n_gpus"] = int(gpus["power_avg_w"].notna().sum())
+    for col in ("power_avg_w", "temp_avg_c", "hbm_temp_avg_c", "sm_clock_avg_mhz", *THROTTLE_COLUMNS):
+        if col in gpus.columns:
+            out[col] = float(gpus[col].mean()) if gpus[col].notna().any() else float("nan")
+    for col in ("power_peak_w", "temp_peak_c", "hbm_temp_peak_c", "sm_clock_peak_mhz"):
+        if col in gpus.columns:
+            out[col] = float(gpus[col].max()) if gpus[col].notna().any() else float("nan")
+    if "sm_clock_min_mhz" in gpus.columns and gpus["sm_clock_min_mhz"].notna().any():
+        out["sm_clock_min_mhz"] = float(gpus["sm_clock_min_mhz"].min())
+    out["power_total_avg_w"] = float(gpus["power_avg_w"].sum()) if gpus["power_avg_w"].notna().all() else float(
+        "nan")
+    for c in LINK_COUNTERS:
+        if c in gpus.columns and gpus[c].notna().any():
+            out[f"{c}_total"] = float(gpus[c].sum())
+    it = row.get("iteration_time_s")
+    win = gpus["energy_window_s"]
+    for source, col in (("counter", "energy_counter_j"), ("trapezoid", "energy_trapezoid_j")):
+        e = gpus[col]
+        if e.notna().all() and (win > 0).all():
+            out["energy_source"] = source
+            mean_power_total = float((e / win).sum())
+            if it is not None and it == it:
+                out["energy_per_step_j"] = mean_power_total * float(it)
+            break
+    eps = out["energy_per_step_j"]
+    gb, seq, sps = row.get("global_batch"), row.get("seq_len"), row.get("samples_per_s")
+    if eps == eps and gb and seq:
+        out["energy_per_token_j"] = eps / (float(gb) * float(seq))
+    if eps == eps and eps > 0 and sps == sps and sps is not None:
+        out["efficiency"] = float(sps) / (eps / 1e6)
+    return out
+
+
+def kernel_metrics(kernels: pd.DataFrame) -> dict[str, float]:
+    """Mean over traced ranks of busy kernel time, communication share and exposed communication fraction
+    (communication not covered by compute, ``comm_exposed_s / span_s``, from interval unions)."""
+    out = {"kernel_busy_s": float("nan"), "comm_frac": float("nan"), "exposed_comm_frac": float("nan")}
+    if kernels is None or kernels.empty or "busy_s" not in kernels.columns:
+        return out
+    per_rank = kernels.drop_duplicates(subset=["rank"])
+    busy = per_rank["busy_s"].astype(float)
+    out["kernel_busy_s"] = float(busy.mean())
+    if "comm_s" in per_rank:
+        out["comm_frac"] = float((per_rank["comm_s"].astype(float) / busy.where(busy > 0)).mean())
+    if "comm_exposed_s" in per_rank and "span_s" in per_rank:
+        span = per_rank["span_s"].astype(float)
+        out["exposed_comm_frac"] = float((per_rank["comm_exposed_s"].astype(float) / span.where(span > 0)).mean())
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _tag(df: pd.DataFrame, cell_id: str) -> pd.DataFrame:
+    if df is None or df.empty:
+        return pd.DataFrame({"cell_id": pd.Series(dtype="object")})
+    df = df.copy()
+    if "cell_id" in df.columns:
+        df = df.drop(columns="cell_id")
+    df.insert(0, "cell_id", cell_id)
+    return df
+
+
+def cell_tables(cell_dir: str | Path, record: dict[str, Any] | None = None) -> CellTables:
+    """Every table of one cell folder (see the module docstring)."""
+    cell_dir = Path(cell_dir)
+    record = record if record is not None else load_record(cell_dir)
+    cid = record["cell"].get("cell_id") or record["cell_id"]
+    row = record_row(record)
+    ranks = rank_table(record)
+    steps = _read_parquet(cell_dir / STEPS_PARQUET)
+    tele = _read_parquet(cell_dir / TELEMETRY_PARQUET)
+    kern_raw = _read_parquet(cell_dir / KERNELS_PARQUET)
+    notes = []
+    meta_path = cell_dir / TELEMETRY_JSON
+    if meta_path.is_file():
+        try:
+            meta = json.loads(meta_path.read_text())
+            nodes = meta if isinstance(meta, list) else (meta.get("nodes") or [meta])
+            unavailable = sorted({str(u.get("metric")) for n in nodes if isinstance(n, dict)
+                                  for u in n.get("unavailable", []) or [] if isinstance(u, dict)})
+            row["unavailable_metrics"] = ",".join(unavailable)
+        except (ValueError, AttributeError):
+            notes.append("telemetry.json unreadable")
+    begin, end, n_steps = measured_window(steps)
+    row["measured_begin_s"], row["measured_end_s"] = begin, end
+    gpus = pd.DataFrame()
+    gpu_map = None
+    ts = pd.DataFrame()
+    if tele is not None and not tele.empty:
+        tele = normalize_telemetry(tele, ranks)
+        gpu_map, mapping = cell_gpu_map(ranks, tele)
+        row["gpu_mapping"] = mapping
+        if begin == begin:
+            gpus = gpus_frame(tele, gpu_map, begin, end)
+        else:
+            notes.append("no measured steps")
+        t0 = float(steps["t_begin_s"].min()) if steps is not None and not steps.empty else float(
+            tele["time_s"].min())
+        ts = timeseries_frame(tele, gpu_map, t0)
+    else:
+        notes.append("no telemetry" if record.get("status") == "ok" else f"no telemetry ({record.get('status')})")
+    kern = kernels_frame(kern_raw, ranks) if kern_raw is not None else pd.DataFrame()
+    if kern_raw is None and record.get("status") == "ok":
+        notes.append("no kernel trace")
+    row.update(efficiency_metrics(row, gpus))
+    row.update(kernel_metrics(kern))
+    row["data_notes"] = "; ".join(notes)
+    steps_out = steps_frame(steps, ranks, tele, gpu_map) if steps is not None else pd.DataFrame()
+    return CellTables(
+        runs=pd.DataFrame([row]),
+        gpus=_tag(gpus, cid),
+        steps=_tag(steps_out, cid),
+        kernels=_tag(kern, cid),
+        timeseries=_tag(ts, cid),
+    )
+
+
+def write_cell_tables(tables: CellTables, out_dir: str | Path) -> dict[str, Path]:
+    """Write each table as ``<out_dir>/<name>.parquet`` (atomically); returns the paths."""
+    from calorimeter.records.atomic import write_atomic
+
+    out_dir = Path(out_dir)
+    paths = {}
+    for name, df in tables.items():
+        p = out_dir / f"{name}.parquet"
+        write_atomic(p, lambda tmp, df=df: df.to_parquet(tmp, index=False))
+        paths[name] = p
+    return paths

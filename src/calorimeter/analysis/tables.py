@@ -1,0 +1,102 @@
+"""The sweep's aggregated store: each table concatenates the per-cell tables (``cells/<id>/cell_tables/``).
+
+* ``runs``: one row per cell of the plan (ok, oom, failed from the record; pruned and not-run cells from the plan
+  with their reasons), with ``efficiency_norm`` = efficiency / the best efficiency of the same model in the sweep;
+* ``gpus``: one row per cell x GPU; ``steps``: per cell, rank and step; ``kernels``: per cell, traced rank and
+  kernel category; ``timeseries``: downsampled per-GPU telemetry.
+
+A new cell only adds its own per-cell files; the sweep tables only concatenate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from calorimeter.analysis.cell import CELL_TABLES_DIR, METRIC_KEYS, PARAM_KEYS, TABLE_NAMES, TELEMETRY_KEYS
+
+#: where the sweep's tables go: results/<sweep>/tables/<name>.parquet
+TABLES_DIR = "tables"
+
+
+def cell_table_path(cell_dir: str | Path, name: str) -> Path:
+    """``<cell_dir>/cell_tables/<name>.parquet``."""
+    return Path(cell_dir) / CELL_TABLES_DIR / f"{name}.parquet"
+
+
+def concat_cell_tables(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """Concatenate per-cell Parquet files of one table (empty ones skipped), in the given order."""
+    frames = []
+    for p in paths:
+        df = pd.read_parquet(p)
+        if not df.empty and len(df.columns) > 1:
+            frames.append(df)
+    if not frames:
+        return pd.DataFrame({"cell_id": pd.Series(dtype="object")})
+    return pd.concat(frames, ignore_index=True)
+
+
+def plan_row(cell: dict[str, Any]) -> dict[str, Any]:
+    """Row of a cell that has no record: its parameters and plan status (pruned / not_run) with reasons."""
+    row = {k: cell.get(k) for k in PARAM_KEYS}
+    row["pp_split"] = str(cell.get("pp_split") or "")
+    row["status"] = "pruned" if cell.get("status") == "pruned" else "not_run"
+    row["reason"] = "; ".join(cell.get("reasons") or [])
+    row.update(dict.fromkeys(METRIC_KEYS, float("nan")))
+    row.update(dict.fromkeys(TELEMETRY_KEYS, float("nan")))
+    row["energy_source"] = ""
+    row["n_gpus"] = 0
+    return row
+
+
+def runs_table(plan_cells: list[dict[str, Any]], cell_runs: pd.DataFrame) -> pd.DataFrame:
+    """Every cell of the plan in plan order: the cell's own run row where it has one, else its plan row.
+
+    Args:
+        plan_cells: ``plan.json``'s ``cells`` (parameters, status, reasons).
+        cell_runs: concatenated per-cell ``runs`` rows.
+    """
+    have = {r["cell_id"]: r for r in cell_runs.to_dict("records")} if not cell_runs.empty else {}
+    rows = [have.get(c["cell_id"]) or plan_row(c) for c in plan_cells]
+    df = pd.DataFrame(rows)
+    return add_normalized_efficiency(df)
+
+
+def add_normalized_efficiency(df: pd.DataFrame) -> pd.DataFrame:
+    """``efficiency_norm``: efficiency / the maximum efficiency of the same model (per sweep) = the study's
+    "Norm. Efficiency" (1 for each model's best cell)."""
+    df = df.copy()
+    if "efficiency" not in df.columns:
+        df["efficiency"] = float("nan")
+    eff = pd.to_numeric(df["efficiency"], errors="coerce")
+    keys = [k for k in ("sweep", "model") if k in df.columns]
+    best = eff.groupby([df[k] for k in keys], dropna=False).transform("max") if keys else eff.max()
+    df["efficiency_norm"] = eff / best.where(best > 0)
+    return df
+
+
+def load_plan_cells(plan_json: str | Path) -> list[dict[str, Any]]:
+    """``cells`` of a plan.json."""
+    return json.loads(Path(plan_json).read_text())["cells"]
+
+
+def read_tables(tables_dir: str | Path, names: Iterable[str] = TABLE_NAMES) -> dict[str, pd.DataFrame]:
+    """The sweep's tables that exist (missing ones are empty frames)."""
+    out = {}
+    for n in names:
+        p = Path(tables_dir) / f"{n}.parquet"
+        out[n] = pd.read_parquet(p) if p.is_file() else pd.DataFrame()
+    return out
+
+
+def write_table(df: pd.DataFrame, path: str | Path, csv: str | Path | None = None) -> None:
+    """Write a table as Parquet (and CSV) atomically."""
+    from calorimeter.records.atomic import write_atomic
+
+    write_atomic(Path(path), lambda p: df.to_parquet(p, index=False))
+    if csv is not None:
+        write_atomic(Path(csv), lambda p: df.to_csv(p, index=False))

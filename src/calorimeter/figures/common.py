@@ -1,0 +1,186 @@
+"""Shared pieces of the figures: cell ordering and labels from cell parameters, status bands, notes, saving."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from calorimeter.telemetry.kernels import CATEGORIES  # noqa: E402
+from calorimeter.telemetry.reasons import REASON_NAMES  # noqa: E402
+
+STATUS_COLORS = {"oom": "#e15759", "failed": "#9c755f", "pruned": "#bab0ac", "not_run": "#d3d3d3"}
+OPT_ORDER = ("base", "cc", "act", "cc+act")
+#: kernel category colours (the artifact's for its categories; new ones for all-to-all and other communication)
+CATEGORY_COLORS = {
+    "gemm_attention": "#4e79a7", "send_recv": "#59a14f", "all_gather": "#76b7b2", "reduce_scatter": "#e15759",
+    "all_reduce": "#f28e2b", "all_to_all": "#ff9da7", "other_comm": "#bab0ac", "memory_elementwise": "#edc948",
+    "normalization": "#b07aa1", "other": "#9c755f",
+}  # fmt: skip
+CATEGORY_LABELS = {
+    "gemm_attention": "Compute (GEMM/attention)", "send_recv": "SendRecv", "all_gather": "AllGather",
+    "reduce_scatter": "ReduceScatter", "all_reduce": "AllReduce", "all_to_all": "AllToAll",
+    "other_comm": "other comm.", "memory_elementwise": "Memory/Elementwise", "normalization": "Norm",
+    "other": "Other",
+}  # fmt: skip
+assert set(CATEGORY_COLORS) == set(CATEGORIES)
+REASON_COLORS = dict(zip(REASON_NAMES, ["#bab0ac", "#76b7b2", "#f28e2b", "#e15759", "#59a14f", "#edc948",
+                                        "#b07aa1", "#ff9da7", "#9c755f"], strict=True))
+AVG_COLOR, PEAK_COLOR, EFF_COLOR = "#1f77b4", "#d62728", "#2ca02c"
+
+
+@dataclass
+class FigureResult:
+    """What a figure drew: its name, number of x points (or rows), the cells drawn and what is missing."""
+
+    name: str
+    n_points: int = 0
+    cells: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready dict."""
+        return {"name": self.name, "n_points": self.n_points, "cells": self.cells, "missing": self.missing}
+
+
+def config_label(row: pd.Series | dict, short: bool = False) -> str:
+    """Label of a cell's parallel layout from its parameters: ``TP4-PP8``, ``EP8-TP1-PP1``, ``TP8-FSDP``, with the
+    ZeRO stage where it is not implied and the node count where it is not one."""
+    lab = str(row["parallel_label"])
+    z = int(row["zero_stage"]) if row.get("zero_stage") == row.get("zero_stage") else None
+    if z in (0, 2) and int(row.get("dp") or 1) > 1:
+        lab += f"-Z{z}"
+    if short:
+        lab = lab.replace("TP", "T").replace("PP", "P").replace("EP", "E").replace("-DP", "-D")
+    return lab
+
+
+def config_key(row: pd.Series | dict) -> tuple:
+    """Identity of a parallel configuration (everything but optimization and micro-batch)."""
+    return (row["model"], row["hardware"], row["world_size"], row["parallel_label"], row["zero_stage"],
+            str(row.get("pp_split") or ""), bool(row.get("sequence_parallel")))
+
+
+def model_order(df: pd.DataFrame) -> dict[str, int]:
+    """Models in order of first appearance (the sweep file's order)."""
+    return {m: i for i, m in enumerate(dict.fromkeys(df["model"]))}
+
+
+def order_configs(df: pd.DataFrame) -> pd.DataFrame:
+    """Cells ordered as the study's figures: by model, FSDP first, then ascending pipeline depth (descending TP),
+    then optimization (base, cc, act, cc+act) and micro-batch."""
+    if df.empty:
+        return df
+    d = df.copy()
+    d["_m"] = d["model"].map(model_order(d))
+    d["_fsdp"] = ~((d["zero_stage"] == 3) & (d["pp"] == 1))
+    d["_opt"] = d["optimization_label"].map({o: i for i, o in enumerate(OPT_ORDER)}).fillna(9)
+    d["_tp"] = -d["tp"].astype(int)
+    keys = ["_m", "world_size", "_fsdp", "pp", "_tp", "ep", "zero_stage", "_opt", "micro_batch"]
+    d = d.sort_values(keys, kind="stable")
+    return d.drop(columns=["_m", "_fsdp", "_opt", "_tp"]).reset_index(drop=True)
+
+
+def prefer(df: pd.DataFrame, col: str, preferred: list) -> pd.DataFrame:
+    """Within each configuration keep the rows whose ``col`` is the first value of ``preferred`` present
+    (else the configuration's most frequent value, ties to the smallest)."""
+    if df.empty:
+        return df
+    keep = []
+    for _, g in df.groupby(df.apply(config_key, axis=1), sort=False):
+        vals = list(g[col])
+        choice = next((p for p in preferred if p in vals), None)
+        if choice is None:
+            counts = g[col].value_counts()
+            choice = sorted(counts[counts == counts.max()].index)[0]
+        keep.append(g[g[col] == choice])
+    return pd.concat(keep)
+
+
+def smallest(df: pd.DataFrame, col: str) -> pd.DataFrame:
+    """Within each configuration keep the rows with the smallest ``col``."""
+    if df.empty:
+        return df
+    mins = df.groupby(df.apply(config_key, axis=1), sort=False)[col].transform("min")
+    return df[df[col] == mins]
+
+
+def is_ok(df: pd.DataFrame) -> pd.Series:
+    """Cells with a measurement."""
+    return df["status"] == "ok"
+
+
+def status_band(ax: plt.Axes, x: float, status: str, width: float = 0.9, text: bool = True) -> None:
+    """Shaded band over one x position, labelled with the cell's status (OOM, FAILED, PRUNED, NOT RUN)."""
+    ax.axvspan(x - width / 2, x + width / 2, color=STATUS_COLORS.get(status, "#d3d3d3"), alpha=0.45, lw=0,
+               gid=f"band:{status}")
+    if text:
+        ax.text(x, 0.5, status.replace("_", " ").upper(), rotation=90, ha="center", va="center", fontsize=6,
+                transform=ax.get_xaxis_transform(), gid=f"bandtext:{status}")
+
+
+def note(fig: plt.Figure, missing: list[str]) -> None:
+    """Say what is missing, at the bottom of the figure."""
+    if not missing:
+        return
+    text = "missing: " + "; ".join(dict.fromkeys(missing))
+    if len(text) > 260:
+        text = text[:257] + "..."
+    fig.text(0.005, 0.003, text, ha="left", va="bottom", fontsize=6, color="#7f1d1d", wrap=True, gid="missing")
+
+
+def status_missing(df: pd.DataFrame) -> list[str]:
+    """One note per status other than ok: ``2 oom``, ``1 pruned`` ..."""
+    counts = df.loc[df["status"] != "ok", "status"].value_counts()
+    return [f"{n} {s.replace('_', ' ')} cell{'s' if n > 1 else ''} (bands)" for s, n in sorted(counts.items())]
+
+
+def empty_axes_message(ax: plt.Axes, text: str) -> None:
+    """Centered message on an axes without data."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, color="#555555",
+            gid="empty")
+
+
+def group_separators(ax: plt.Axes, bounds: list[int], style: str = "-", lw: float = 0.8) -> None:
+    """Vertical lines between groups (``bounds`` = start index of each group after the first)."""
+    for b in bounds:
+        ax.axvline(b - 0.5, color="k", ls=style, lw=lw)
+
+
+def group_bounds(keys: list) -> list[tuple[int, int]]:
+    """(start, end) index ranges of consecutive equal keys."""
+    out: list[tuple[int, int]] = []
+    for i, k in enumerate(keys):
+        if out and keys[out[-1][0]] == k:
+            out[-1] = (out[-1][0], i + 1)
+        else:
+            out.append((i, i + 1))
+    return out
+
+
+def finite(values: pd.Series | np.ndarray) -> np.ndarray:
+    """Float array with None as NaN."""
+    return pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=float)
+
+
+def save(fig: plt.Figure, out_png: Path | str, out_pdf: Path | str | None = None, dpi: int = 130) -> None:
+    """Save deterministically (no dates or software versions in the files) and close the figure."""
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=dpi, metadata={"Software": None})
+    if out_pdf is not None:
+        fig.savefig(out_pdf, metadata={"CreationDate": None, "Producer": None, "Creator": None})
+    plt.close(fig)
+
+
+def hardware_label(df: pd.DataFrame) -> str:
+    """``h200 x32`` style description of the cells' hardware and GPU counts."""
+    if df.empty:
+        return ""
+    return ", ".join(sorted({f"{h} x{int(w)}" for h, w in zip(df["hardware"], df["world_size"], strict=True)}))

@@ -1,0 +1,36 @@
+"""Fig. 4, parallelism sweep: GPU temperature, power and SM clock (average and peak) per parallel configuration,
+grouped by model, with the efficiency (samples/s per MJ of one iteration) on the second axis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from calorimeter.figures.common import FigureResult, order_configs, prefer, save, smallest
+from calorimeter.figures.panels import draw_panels
+
+NAME = "fig04_parallelism"
+
+
+def select(runs: pd.DataFrame) -> pd.DataFrame:
+    """One cell per parallel configuration: the study's recompute-only variant (``act``) where the sweep has
+    it, else ``base``, else the configuration's most common optimization; the smallest micro-batch."""
+    df = prefer(runs, "optimization_label", ["act", "base"])
+    return order_configs(smallest(df, "micro_batch"))
+
+
+def draw(runs: pd.DataFrame) -> tuple[plt.Figure, FigureResult]:
+    """The figure (left open) and what it drew."""
+    df = select(runs)
+    fig, missing = draw_panels(df, None, "efficiency", "Samples/(s·MJ)", "Fig. 4: parallelism sweep",
+                               "parallelism configuration")
+    return fig, FigureResult(NAME, len(df), list(df["cell_id"]) if len(df) else [], missing)
+
+
+def plot(runs: pd.DataFrame, out_png: Path, out_pdf: Path | None = None) -> FigureResult:
+    """Draw and save (PNG and PDF)."""
+    fig, res = draw(runs)
+    save(fig, out_png, out_pdf)
+    return res

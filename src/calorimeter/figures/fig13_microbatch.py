@@ -1,0 +1,35 @@
+"""Fig. 13, micro-batch sweep: per parallel configuration each micro-batch size, with GPU temperature, power and
+SM clock (average and peak) and the efficiency normalized per model on the second axis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from calorimeter.figures.common import FigureResult, order_configs, prefer, save
+from calorimeter.figures.panels import draw_panels
+
+NAME = "fig13_microbatch"
+
+
+def select(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every micro-batch of every configuration, at one optimization per configuration (the study's ``act``
+    where present, else ``base``, else the most common)."""
+    return order_configs(prefer(runs, "optimization_label", ["act", "base"]))
+
+
+def draw(runs: pd.DataFrame) -> tuple[plt.Figure, FigureResult]:
+    """The figure (left open) and what it drew."""
+    df = select(runs)
+    fig, missing = draw_panels(df, "micro_batch", "efficiency_norm", "Norm. efficiency",
+                               "Fig. 13: micro-batch sweep", "micro-batch size")
+    return fig, FigureResult(NAME, len(df), list(df["cell_id"]) if len(df) else [], missing)
+
+
+def plot(runs: pd.DataFrame, out_png: Path, out_pdf: Path | None = None) -> FigureResult:
+    """Draw and save (PNG and PDF)."""
+    fig, res = draw(runs)
+    save(fig, out_png, out_pdf)
+    return res

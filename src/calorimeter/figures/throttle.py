@@ -1,0 +1,109 @@
+"""Throttle attribution (beyond the study): share of the measured time each clock-event reason was active,
+(top) per configuration as the mean over its GPUs and (bottom) per GPU of the most throttled cell."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from calorimeter.figures.common import (
+    REASON_COLORS,
+    FigureResult,
+    config_label,
+    empty_axes_message,
+    hardware_label,
+    note,
+    order_configs,
+    save,
+    status_band,
+)
+from calorimeter.telemetry.reasons import REASON_NAMES
+
+NAME = "throttle"
+#: reasons that slow the clock (``gpu_idle`` and the settings reasons are shown but not counted as throttling)
+THROTTLING = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake")
+
+
+def _stack(ax: plt.Axes, x: np.ndarray, frame: pd.DataFrame, reasons: list[str], seen: set[str]) -> None:
+    """Side-by-side bars per reason would hide overlaps less, but reasons co-occur: each reason gets its own thin
+    bar inside the slot, so shares are read directly (they do not sum to 1)."""
+    w = 0.85 / max(len(reasons), 1)
+    for j, r in enumerate(reasons):
+        v = pd.to_numeric(frame[f"throttle_{r}"], errors="coerce").to_numpy(dtype=float)
+        ax.bar(x - 0.425 + (j + 0.5) * w, np.nan_to_num(v), w, color=REASON_COLORS[r],
+               label=r if r not in seen else None, gid=f"reason:{r}")
+        seen.add(r)
+
+
+def draw(runs: pd.DataFrame, gpus: pd.DataFrame) -> tuple[plt.Figure, FigureResult]:
+    """The figure (left open) and what it drew (``n_points`` = configurations in the top panel)."""
+    res = FigureResult(NAME)
+    cols = [f"throttle_{r}" for r in REASON_NAMES]
+    df = order_configs(runs)
+    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 0.3 * len(df) + 3), 7.0))
+    if df.empty:
+        for ax in axes:
+            empty_axes_message(ax, "no cells")
+        note(fig, ["no cells"])
+        return fig, FigureResult(NAME, 0, [], ["no cells"])
+    have = [c for c in cols if c in df.columns]
+    measured = df[have].notna().any(axis=1) if have else pd.Series(False, index=df.index)
+    reasons = [r for r in REASON_NAMES if f"throttle_{r}" in df.columns
+               and (pd.to_numeric(df[f"throttle_{r}"], errors="coerce").fillna(0) > 0).any()]
+    seen: set[str] = set()
+    ax = axes[0]
+    x = np.arange(len(df))
+    if reasons:
+        _stack(ax, x, df, reasons, seen)
+    else:
+        empty_axes_message(ax, "no clock-event reason measured in any cell")
+        res.missing.append("clock-event reasons (no telemetry)")
+    for i, (st, ok) in enumerate(zip(df["status"], measured, strict=True)):
+        if st != "ok":
+            status_band(ax, i, st)
+        elif not ok:
+            ax.text(i, 0.5, "no telemetry", rotation=90, ha="center", va="center", fontsize=6,
+                    transform=ax.get_xaxis_transform(), gid="notelemetry")
+    res.cells = list(df["cell_id"])
+    res.n_points = len(df)
+    ax.set_xticks(x, [f"{r['model']} {config_label(r, short=True)} {r['optimization_label']} mb{r['micro_batch']}"
+                      for _, r in df.iterrows()], rotation=90, fontsize=5)
+    ax.set_ylabel("time share (mean over GPUs)", fontsize=8)
+    ax.set_ylim(0, 1)
+    ax.set_xlim(-0.6, len(df) - 0.4)
+    # the most throttled cell, per GPU
+    ax = axes[1]
+    thr = [f"throttle_{r}" for r in THROTTLING if f"throttle_{r}" in df.columns]
+    score = df[thr].apply(pd.to_numeric, errors="coerce").sum(axis=1, min_count=1) if thr else pd.Series(dtype=float)
+    if score.notna().any() and not gpus.empty and "cell_id" in gpus:
+        cid = df.loc[score.fillna(-1).idxmax(), "cell_id"]
+        g = gpus[gpus["cell_id"] == cid].sort_values(["node", "gpu_index"])
+        gx = np.arange(len(g))
+        r_here = [r for r in REASON_NAMES if f"throttle_{r}" in g.columns
+                  and (pd.to_numeric(g[f"throttle_{r}"], errors="coerce").fillna(0) > 0).any()]
+        if r_here:
+            _stack(ax, gx, g, r_here, seen)
+        ax.set_xticks(gx, [f"n{n}:{i}" for n, i in zip(g["node"], g["gpu_index"], strict=True)], rotation=90,
+                      fontsize=5)
+        ax.set_title(f"per GPU: {cid}", fontsize=7)
+        ax.set_ylim(0, 1)
+    else:
+        empty_axes_message(ax, "no per-GPU reasons")
+    ax.set_ylabel("time share", fontsize=8)
+    ax.set_xlabel("GPU (node:index)", fontsize=8)
+    if seen:
+        axes[0].legend(fontsize=6, ncol=5, loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
+    fig.suptitle(f"Throttle attribution ({hardware_label(df)})", fontsize=10)
+    note(fig, res.missing)
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    return fig, res
+
+
+def plot(runs: pd.DataFrame, gpus: pd.DataFrame, out_png: Path, out_pdf: Path | None = None) -> FigureResult:
+    """Draw and save (PNG and PDF)."""
+    fig, res = draw(runs, gpus)
+    save(fig, out_png, out_pdf)
+    return res

@@ -1,0 +1,49 @@
+"""The artifact-evaluation target: `snakemake figures` rebuilds tables and figures from existing records only."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+from conftest import ROOT
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "analysis"))
+import builders  # noqa: E402
+
+from calorimeter.figures import FIGURES  # noqa: E402
+from calorimeter.plan.plan import plan_file  # noqa: E402
+
+
+def _snakemake(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_figures_target_never_trains_and_renders_every_figure(tmp_path: Path) -> None:
+    plan = plan_file(ROOT / "config" / "config.yaml")
+    cells = [pc.cell.to_dict() for pc in plan.runnable]
+    cdir = tmp_path / plan.sweep / "cells"
+    builders.write_cell(cdir, cells[0], "ok")                    # measured, with telemetry and kernels
+    builders.write_cell(cdir, cells[1], "oom")                   # out of memory
+    builders.write_cell(cdir, cells[2], "ok", telemetry=False)   # a CPU-like record
+    # cells[3:] have no record: `snakemake figures` must not train them
+    dry = _snakemake("figures", "-n", "--nolock", "--config", f"results_dir={tmp_path}")
+    assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
+    assert "train" not in {line.split()[0] for line in dry.stdout.splitlines() if line.strip()}
+    r = _snakemake("figures", "--config", f"results_dir={tmp_path}")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    runs = pd.read_parquet(tmp_path / plan.sweep / "tables" / "runs.parquet")
+    assert len(runs) == len(plan.cells)
+    assert list(runs["status"][:3]) == ["ok", "oom", "ok"] and set(runs["status"][3:]) == {"not_run"}
+    assert runs.loc[0, "energy_per_step_j"] > 0
+    for name in FIGURES:
+        assert (tmp_path / plan.sweep / "figures" / f"{name}.png").stat().st_size > 5000, name
+    assert not list(cdir.glob("*/attempts"))
+    report = tmp_path / "report.html"
+    r = _snakemake("figures", "--config", f"results_dir={tmp_path}", "--report", str(report))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert report.stat().st_size > 50_000
