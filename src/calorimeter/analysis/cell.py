@@ -409,6 +409,21 @@ def kernel_metrics(kernels: pd.DataFrame) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def _find(obj: Any, key: str) -> list[Any]:
+    """Every value under ``key`` anywhere in a JSON document (lists are flattened)."""
+    out: list[Any] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == key:
+                out.extend(v if isinstance(v, list) else [v])
+            else:
+                out.extend(_find(v, key))
+    elif isinstance(obj, list):
+        for v in obj:
+            out.extend(_find(v, key))
+    return out
+
+
 def _tag(df: pd.DataFrame, cell_id: str) -> pd.DataFrame:
     if df is None or df.empty:
         return pd.DataFrame({"cell_id": pd.Series(dtype="object")})
@@ -434,11 +449,12 @@ def cell_tables(cell_dir: str | Path, record: dict[str, Any] | None = None) -> C
     if meta_path.is_file():
         try:
             meta = json.loads(meta_path.read_text())
-            nodes = meta if isinstance(meta, list) else (meta.get("nodes") or [meta])
-            unavailable = sorted({str(u.get("metric")) for n in nodes if isinstance(n, dict)
-                                  for u in n.get("unavailable", []) or [] if isinstance(u, dict)})
-            row["unavailable_metrics"] = ",".join(unavailable)
-        except (ValueError, AttributeError):
+            row["unavailable_metrics"] = ",".join(sorted({str(u.get("metric")) for u in _find(meta, "unavailable")
+                                                          if isinstance(u, dict)}))
+            failed = [str(f) for f in _find(meta, "sampler_failed")]
+            if failed:
+                notes.append("sampler failed: " + "; ".join(failed))
+        except ValueError:
             notes.append("telemetry.json unreadable")
     begin, end, n_steps = measured_window(steps)
     row["measured_begin_s"], row["measured_end_s"] = begin, end
