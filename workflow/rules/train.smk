@@ -1,4 +1,9 @@
 # ---- train: one job per planned cell, launched through submitit (local processes or SLURM) ----
+#
+# A local rule in every mode: on a cluster it submits the cell's job through submitit and waits (submitit owns
+# requeue on preemption/time limit; see docs/slurm.md). Site settings (partition, account, QoS, constraint, time)
+# come from the profile's resources for this rule (profiles/slurm), never from here. Launcher settings are not
+# params, so moving a sweep to another executor, partition or site never re-measures finished cells.
 
 
 rule train:
@@ -8,13 +13,16 @@ rule train:
         # The whole cell: a changed value reruns exactly the cells it changes (rerun trigger `params`).
         cell=lambda wc: get_cell(wc).cell.to_dict(),
         estimates=lambda wc: get_cell(wc).estimates,
-        launcher=PLAN.launcher,
         cell_dir=lambda wc: f"{RESULTS}/{wc.sweep}/cells/{wc.cell}",
     log:
         f"{RESULTS}/{{sweep}}/logs/train/{{cell}}.log",
-    threads: lambda wc: get_cell(wc).cell.world_size if PLAN.launcher["executor"] == "local" else 1
+    # Local ranks use local cores; under SLURM the profile sets this rule's threads to 1 (set-threads).
+    threads: lambda wc: get_cell(wc).cell.world_size
     resources:
         runtime=PLAN.launcher["timeout_min"],
+        # one per cell waiting on its job: cap concurrent cells with --resources slurm_slots=N
+        slurm_slots=1,
+    localrule: True
     message:
         "train {wildcards.cell}"
     conda:

@@ -6,35 +6,63 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from calorimeter.launch.submit import launch_cell
+from calorimeter.launch.submit import CellConfigError, LaunchOutcome, launch_cell
 from calorimeter.plan.cell import Cell
+from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.record import TransientCellError, build_record, steps_frame, write_cell_record
 
 log = logging.getLogger(__name__)
 
+__all__ = ["CellConfigError", "TransientCellError", "run_cell"]
+
+
+def _evidence(outcome: LaunchOutcome) -> dict[str, Any]:
+    """What the launcher saw besides the ranks' own results: SLURM's state and exit code, requeues, log tails."""
+    ev: dict[str, Any] = {"launcher_error": outcome.launcher_error, "reattached": outcome.reattached,
+                          "requeues": outcome.requeues, "log_tail": outcome.log_tail,
+                          "rank_status": {str(r.get("rank")): r.get("status") for r in outcome.rank_results},
+                          "rank_restart": {str(r.get("rank")): r.get("restart") for r in outcome.rank_results}}
+    if outcome.slurm is not None:
+        ev["slurm"] = outcome.slurm
+    return ev
+
+
+def _record(cell: Cell, outcome: LaunchOutcome, estimates: dict[str, Any] | None) -> dict[str, Any]:
+    launch = {"executor": outcome.executor, "job_id": outcome.job_id, "attempt": outcome.attempt_dir.name,
+              "launcher_error": outcome.launcher_error, "wall_time_s": outcome.wall_time_s,
+              "submitit_folder": str(outcome.attempt_dir / "submitit"), "reattached": outcome.reattached,
+              "requeues": len([e for e in outcome.requeues if e.get("requeued")])}
+    return build_record(cell, outcome.rank_results, launch, estimates, _evidence(outcome))
+
 
 def run_cell(cell: Cell, launcher: dict[str, Any], cell_dir: Path, estimates: dict[str, Any] | None = None
              ) -> dict[str, Any]:
-    """Launch a cell, wait, and write ``run.json`` (status ok, oom or failed).
+    """Launch a cell (or re-attach to its running job), wait, and write ``run.json`` (status ok, oom or failed).
 
     Raises:
-        TransientCellError: no deterministic outcome (ranks killed, timed out, node lost): nothing is written
-            at the top of the cell folder, the attempt folder keeps the evidence, and a rerun resubmits the cell.
+        TransientCellError: no deterministic outcome (ranks killed, job cancelled or preempted too often, node
+            lost, communication timeout): nothing is written at the top of the cell folder, the attempt's
+            ``run.json`` keeps the class and the evidence, and a rerun (or ``--retries``) resubmits the cell.
+        CellConfigError: the cell cannot be submitted as configured; nothing was submitted.
     """
     cell_dir = Path(cell_dir)
     outcome = launch_cell(cell, launcher, cell_dir)
-    launch = {"executor": outcome.executor, "job_id": outcome.job_id, "attempt": outcome.attempt_dir.name,
-              "launcher_error": outcome.launcher_error, "wall_time_s": outcome.wall_time_s,
-              "submitit_folder": str(outcome.attempt_dir / "submitit")}
-    record = build_record(cell, outcome.rank_results, launch, estimates)
-    if record["status"] == "transient":
-        from calorimeter.records.atomic import write_json_atomic
-
+    record = _record(cell, outcome, estimates)
+    if record["status"] == "transient" and outcome.ended_unwatched:
+        # The job we re-attached to had already ended without a result while nobody watched: close that attempt
+        # and run the cell again now rather than failing the rule for an outcome nobody waited for.
         write_json_atomic(outcome.attempt_dir / "run.json", record)
-        raise TransientCellError(f"cell {cell.cell_id}: {record['reason']} (evidence in {outcome.attempt_dir})")
+        log.warning("cell %s: re-attached attempt %s ended %s (%s); submitting a new attempt", cell.cell_id,
+                    outcome.attempt_dir.name, record["status"], record["reason"])
+        outcome = launch_cell(cell, launcher, cell_dir)
+        record = _record(cell, outcome, estimates)
+    if record["status"] == "transient":
+        write_json_atomic(outcome.attempt_dir / "run.json", record)
+        raise TransientCellError(f"cell {cell.cell_id}: transient: {record['reason']} "
+                                 f"(evidence in {outcome.attempt_dir / 'run.json'})")
     write_cell_record(cell_dir, record, steps_frame(outcome.rank_results), outcome.attempt_dir)
     m = record.get("metrics", {})
     log.info("cell %s: %s %s", cell.cell_id, record["status"],
              f"{m.get('iteration_time_s', float('nan')):.3f} s/iter, {m.get('tokens_per_s_per_gpu', 0):.0f} "
-             "tokens/s/GPU" if m else record["reason"])
+             "tokens/s/GPU" if m else f"({record['failure_class']}) {record['reason']}")
     return record

@@ -1,10 +1,27 @@
-"""Submit one cell through submitit (local processes by default, SLURM through the same code path) and wait."""
+"""Submit one cell through submitit (local processes by default, SLURM through the same code path) and wait.
+
+Every attempt of a cell has its own folder ``<cell_dir>/attempts/<UTC time>/``:
+
+- ``job.json``: job id, executor, the cell it runs (a changed cell never re-attaches to an old job);
+- ``submitit/``: submitit's pickles and per-rank logs (``<job>_<rank>_log.out|err``);
+- ``staging/rank-<r>.json``: each rank's result; ``interrupted/restart-<k>/``: results of a run that was
+  requeued (preemption, time limit) and restarted, set aside;
+- ``requeues.jsonl``: one line per preemption/time-limit signal;
+- ``run.json`` (+ ``steps.parquet``): the attempt's record, written when the attempt is over (whatever its status).
+
+``<cell_dir>/latest`` links to the newest attempt. Attempts are never deleted. An attempt without ``run.json`` is
+still open: launching the same cell again re-attaches to its job (the Snakemake process died while the job ran)
+instead of submitting a duplicate.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,12 +29,20 @@ from typing import Any
 
 import submitit
 
+from calorimeter.launch import slurm as slurm_cli
+from calorimeter.launch.settings import launcher_settings
 from calorimeter.launch.task import CellTask
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES
 from calorimeter.records.atomic import write_json_atomic
 
 log = logging.getLogger(__name__)
+
+JOB_JSON = "job.json"
+
+
+class CellConfigError(ValueError):
+    """The cell cannot be submitted as configured (caught before anything is submitted)."""
 
 
 @dataclass
@@ -30,76 +55,253 @@ class LaunchOutcome:
     rank_results: list[dict[str, Any]] = field(default_factory=list)
     launcher_error: str | None = None
     wall_time_s: float = 0.0
+    reattached: bool = False
+    ended_unwatched: bool = False
+    slurm: dict[str, Any] | None = None
+    requeues: list[dict[str, Any]] = field(default_factory=list)
+    log_tail: dict[str, list[str]] = field(default_factory=dict)
 
 
 def resolve_executor(name: str) -> str:
-    """``auto`` -> ``slurm`` when ``srun`` is on PATH, else ``local``."""
+    """``auto`` -> ``slurm`` when ``sbatch`` is on PATH, else ``local``."""
     if name == "auto":
-        return "slurm" if shutil.which("srun") else "local"
+        return "slurm" if shutil.which("sbatch") else "local"
     return name
 
 
-def make_executor(cell: Cell, launcher: dict[str, Any], folder: Path) -> submitit.Executor:
-    """A submitit executor with one task per rank."""
-    kind = resolve_executor(launcher.get("executor", "local"))
-    accelerator = PROFILES[cell.hardware].accelerator if cell.hardware in PROFILES else "cuda"
+def cell_key(cell: Cell) -> str:
+    """Digest of everything that defines the cell's measurement (a changed value is a different measurement)."""
+    return hashlib.sha256(json.dumps(cell.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _accelerator(cell: Cell) -> str:
+    return PROFILES[cell.hardware].accelerator if cell.hardware in PROFILES else "cuda"
+
+
+def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(executor kind, submitit parameters) of a cell; raises CellConfigError before anything is submitted."""
+    launcher = launcher_settings(launcher)
+    kind = resolve_executor(launcher.get("executor") or "local")
+    accelerator = _accelerator(cell)
     gpus = cell.gpus_per_node if accelerator in ("cuda", "rocm") else 0
-    timeout_min = int(launcher.get("timeout_min", 60))
-    cpus = int(launcher.get("cpus_per_task", 1))
+    timeout_min = int(launcher["timeout_min"])
+    cpus = int(launcher["cpus_per_task"])
     env_setup = [f"export OMP_NUM_THREADS={cpus}"]
     if accelerator == "cpu":
         env_setup.append("export DS_ACCELERATOR=cpu")
     if kind == "local":
         if cell.nodes != 1:
-            raise ValueError(f"cell {cell.cell_id} needs {cell.nodes} nodes; the local executor runs one node "
-                             "(use launcher.executor: slurm)")
-        ex = submitit.LocalExecutor(folder=str(folder))
-        ex.update_parameters(tasks_per_node=cell.gpus_per_node, gpus_per_node=gpus, timeout_min=timeout_min,
-                             setup=env_setup)
-        return ex
-    if kind == "slurm":
-        ex = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
-        params: dict[str, Any] = dict(nodes=cell.nodes, tasks_per_node=cell.gpus_per_node, cpus_per_task=cpus,
-                                      timeout_min=timeout_min, name=cell.cell_id, slurm_setup=env_setup)
-        if gpus:
+            raise CellConfigError(f"cell {cell.cell_id} needs {cell.nodes} nodes; the local executor runs one node "
+                                  "(use launcher.executor: slurm, e.g. snakemake --profile profiles/slurm)")
+        return kind, dict(tasks_per_node=cell.gpus_per_node, gpus_per_node=gpus, timeout_min=timeout_min,
+                          setup=env_setup)
+    if kind != "slurm":
+        raise CellConfigError(f"launcher.executor: unknown executor {kind!r} (local, slurm, auto)")
+    if not slurm_cli.available():
+        raise CellConfigError("launcher.executor is slurm but sbatch/squeue are not on PATH (run Snakemake on a "
+                              "login node of the cluster, or use the local executor)")
+    s = launcher["slurm"]
+    constraint = s.get("constraint")
+    if constraint == "auto":
+        constraint = PROFILES[cell.hardware].slurm_constraint if cell.hardware in PROFILES else None
+    params: dict[str, Any] = dict(
+        job_name=cell.cell_id, nodes=cell.nodes, ntasks_per_node=cell.gpus_per_node, cpus_per_task=cpus,
+        time=timeout_min, signal_delay_s=int(launcher["signal_delay_s"]),
+        setup=[*(s.get("setup") or []), *env_setup],
+        additional_parameters={"open-mode": "append", **(s.get("extra") or {})},
+    )
+    if gpus:
+        if s.get("gpus_as_gres"):
+            params["gres"] = f"gpu:{gpus}"
+        else:
             params["gpus_per_node"] = gpus
-        slurm = launcher.get("slurm") or {}
-        for key in ("partition", "account", "qos", "constraint", "mem_gb"):
-            if slurm.get(key):
-                params[f"slurm_{key}" if key != "mem_gb" else "mem_gb"] = slurm[key]
-        ex.update_parameters(**params)
-        return ex
-    raise ValueError(f"launcher.executor: unknown executor {kind!r} (local, slurm, auto)")
+    for key in ("partition", "account", "qos"):
+        if s.get(key):
+            params[key] = str(s[key])
+    if constraint:
+        params["constraint"] = str(constraint)
+    if s.get("mem_gb"):
+        params["mem"] = f"{max(1, round(float(s['mem_gb']) * 1024))}M"
+    if s.get("exclusive"):
+        params["exclusive"] = True
+    return kind, params
 
 
-def launch_cell(cell: Cell, launcher: dict[str, Any], cell_dir: Path) -> LaunchOutcome:
-    """Run one attempt of a cell and collect every rank's result file.
+def make_executor(cell: Cell, launcher: dict[str, Any], folder: Path) -> submitit.Executor:
+    """A submitit executor with one task per rank (``tasks per node = GPUs per node``)."""
+    kind, params = executor_parameters(cell, launcher)
+    if kind == "local":
+        ex = submitit.LocalExecutor(folder=str(folder))
+    else:
+        max_requeues = int(launcher_settings(launcher)["max_requeues"])
+        ex = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=max_requeues, python=sys.executable)
+    ex.update_parameters(**params)
+    return ex
 
-    Each attempt has its own folder ``<cell_dir>/attempts/<UTC time>/`` holding submitit's logs and the ranks'
-    results; attempts are never deleted, so a failed or superseded attempt stays inspectable.
-    """
+
+def attempts(cell_dir: Path) -> list[Path]:
+    """Attempt folders of a cell, oldest first."""
+    root = Path(cell_dir) / "attempts"
+    return sorted((p for p in root.iterdir() if p.is_dir() and not p.is_symlink()), key=lambda p: p.name) \
+        if root.is_dir() else []
+
+
+def _new_attempt(cell_dir: Path) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     attempt = cell_dir / "attempts" / stamp
     n = 1
     while attempt.exists():
         attempt = cell_dir / "attempts" / f"{stamp}-{n}"
         n += 1
+    (attempt / "staging").mkdir(parents=True)
+    return attempt
+
+
+def _link_latest(cell_dir: Path, attempt: Path) -> None:
+    """``<cell_dir>/latest`` -> ``attempts/<name>`` (relative, replaced atomically)."""
+    tmp = cell_dir / f".latest.{os.getpid()}"
+    try:
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(Path("attempts") / attempt.name)
+        os.replace(tmp, cell_dir / "latest")
+    except OSError as e:  # a file system without symlinks: the record still names the folder
+        log.debug("no latest link: %s", e)
+
+
+def open_attempt(cell: Cell, cell_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest attempt of this very cell that is still open (job.json, no run.json), if any."""
+    for attempt in reversed(attempts(cell_dir)):
+        job_file = attempt / JOB_JSON
+        if (attempt / "run.json").exists():
+            return None  # the newest closed attempt ends the search: older open ones are abandoned
+        if job_file.exists():
+            try:
+                job = json.loads(job_file.read_text())
+            except (OSError, ValueError):
+                return None
+            return (attempt, job) if job.get("cell_key") == cell_key(cell) else None
+    return None
+
+
+def _job_handle(job: dict[str, Any], attempt: Path, world_size: int) -> submitit.Job | None:
+    """A submitit handle on an earlier attempt's job, for waiting on it again; None if it cannot be re-attached."""
+    if job.get("executor") == "slurm" and slurm_cli.available():
+        return submitit.SlurmJob(folder=attempt / "submitit", job_id=str(job["job_id"]),
+                                 tasks=tuple(range(world_size)))
+    return None  # a local attempt's processes died with the process that started them
+
+
+def _wait(job: submitit.Job, poll_s: float) -> None:
+    """Block until the job is done, forcing a state check (sacct) at least every ``poll_s`` seconds."""
+    last = time.time()
+    while True:
+        force = time.time() - last >= poll_s
+        if force:
+            last = time.time()
+        if job.done(force_check=force):
+            return
+        time.sleep(1.0)
+
+
+def _collect(attempt: Path) -> list[dict[str, Any]]:
+    """Rank results of the attempt's last run; results of runs interrupted by a requeue are moved aside."""
     staging = attempt / "staging"
-    staging.mkdir(parents=True)
-    executor = make_executor(cell, launcher, attempt / "submitit")
+    found = []
+    for f in staging.glob("rank-*.json"):
+        try:
+            found.append((f, json.loads(f.read_text())))
+        except (OSError, ValueError):
+            continue
+    if not found:
+        return []
+    last = max(int(r.get("restart", 0)) for _, r in found)
+    results = []
+    for f, r in found:
+        if int(r.get("restart", 0)) < last:
+            dest = attempt / "interrupted" / f"restart-{int(r.get('restart', 0))}"
+            dest.mkdir(parents=True, exist_ok=True)
+            f.replace(dest / f.name)
+        else:
+            results.append(r)
+    return sorted(results, key=lambda r: int(r.get("rank", 0)))
+
+
+def _log_tails(attempt: Path, job_id: str, lines: int = 15) -> dict[str, list[str]]:
+    """Last lines of each rank's submitit stderr (the evidence of a failure)."""
+    out = {}
+    for f in sorted((attempt / "submitit").glob(f"{job_id}_*_log.err")):
+        try:
+            text = f.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        out[f.name] = [t[-400:] for t in text[-lines:]]
+    return out
+
+
+def _requeue_events(attempt: Path) -> list[dict[str, Any]]:
+    f = attempt / "requeues.jsonl"
+    if not f.exists():
+        return []
+    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+
+
+def launch_cell(cell: Cell, launcher: dict[str, Any], cell_dir: Path) -> LaunchOutcome:
+    """Run one attempt of a cell (or re-attach to the open one) and collect every rank's result file.
+
+    Each attempt has its own folder ``<cell_dir>/attempts/<UTC time>/`` holding submitit's logs and the ranks'
+    results; attempts are never deleted, so a failed or superseded attempt stays inspectable.
+
+    Raises:
+        CellConfigError: the cell cannot be submitted as configured (nothing was submitted).
+    """
+    cell_dir = Path(cell_dir)
+    settings = launcher_settings(launcher)
+    kind, _ = executor_parameters(cell, settings)  # validates before anything is created or submitted
     t0 = time.time()
-    job = executor.submit(CellTask(cell.to_dict(), str(staging), launcher.get("master_port")))
-    kind = resolve_executor(launcher.get("executor", "local"))
-    write_json_atomic(attempt / "job.json", {"job_id": str(job.job_id), "executor": kind, "submitted_s": t0,
-                                             "cell_id": cell.cell_id})
-    log.info("cell %s: submitted job %s (%s, %d ranks)", cell.cell_id, job.job_id, kind, cell.world_size)
+    reattached = ended_unwatched = False
+    job = None
+    prev = open_attempt(cell, cell_dir)
+    if prev is not None:
+        attempt, info = prev
+        job = _job_handle(info, attempt, cell.world_size)
+        if job is not None:
+            reattached = True
+            kind = info["executor"]
+            state = slurm_cli.job_state(str(info["job_id"]))
+            ended_unwatched = state is None or slurm_cli.base_state(state) in slurm_cli.TERMINAL
+            log.info("cell %s: re-attaching to job %s of attempt %s (state %s)", cell.cell_id, info["job_id"],
+                     attempt.name, state)
+        else:
+            results = _collect(attempt)
+            if len(results) == cell.world_size and all(r.get("status") == "ok" for r in results):
+                log.info("cell %s: attempt %s finished after its launcher died; using it", cell.cell_id,
+                         attempt.name)
+                return LaunchOutcome(attempt, str(info["job_id"]), info["executor"], results, None, 0.0, True)
+            write_json_atomic(attempt / "run.json", {"cell_id": cell.cell_id, "status": "transient",
+                                                     "failure_class": "transient",
+                                                     "reason": "abandoned: its launcher died"})
+    if job is None:
+        attempt = _new_attempt(cell_dir)
+        executor = make_executor(cell, settings, attempt / "submitit")
+        task = CellTask(cell.to_dict(), str(attempt / "staging"), settings.get("master_port"),
+                        max_requeues=int(settings["max_requeues"]), timeout_min=int(settings["timeout_min"]),
+                        signal_delay_s=int(settings["signal_delay_s"]))
+        job = executor.submit(task)
+        write_json_atomic(attempt / JOB_JSON, {
+            "job_id": str(job.job_id), "executor": kind, "submitted_s": t0, "cell_id": cell.cell_id,
+            "cell_key": cell_key(cell), "world_size": cell.world_size,
+            "submitit_folder": str(attempt / "submitit"), "launcher": settings})
+        log.info("cell %s: submitted job %s (%s, %d nodes x %d ranks)", cell.cell_id, job.job_id, kind, cell.nodes,
+                 cell.gpus_per_node)
+    _link_latest(cell_dir, attempt)
     error = None
     try:
+        _wait(job, float(settings["poll_s"]))
         job.results()
     except Exception as e:  # noqa: BLE001 - the ranks' own files say what happened; this is the launcher's view
         error = f"{type(e).__name__}: {str(e).strip()[-2000:]}"
-    results = []
-    for f in sorted(staging.glob("rank-*.json"), key=lambda p: int(p.stem.split("-")[1])):
-        with f.open() as fh:
-            results.append(json.load(fh))
-    return LaunchOutcome(attempt, str(job.job_id), kind, results, error, time.time() - t0)
+    job_id = str(job.job_id)
+    evidence = slurm_cli.final_evidence(job_id) if kind == "slurm" else None
+    return LaunchOutcome(attempt, job_id, kind, _collect(attempt), error, time.time() - t0, reattached,
+                         ended_unwatched, evidence, _requeue_events(attempt), _log_tails(attempt, job_id))

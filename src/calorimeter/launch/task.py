@@ -10,11 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import submitit
+from submitit.core.utils import UncompletedJobError
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.provenance import device_info
+
+REQUEUE_LOG = "requeues.jsonl"
 
 
 class CellTask(submitit.helpers.Checkpointable):
@@ -22,23 +25,43 @@ class CellTask(submitit.helpers.Checkpointable):
 
     A rank that fails writes its error and exits the process at once, so that its peers' collectives fail fast
     instead of hanging until the communication timeout.
+
+    Preemption and time limits (SLURM sends USR2 ``signal_delay_s`` before the limit): submitit calls
+    :meth:`checkpoint` on rank 0, which logs the event in the attempt's ``requeues.jsonl`` and returns a copy of this
+    task with ``requeues + 1``; submitit then requeues the job (same job id). The requeued job restarts the cell
+    from scratch: a measurement is short, and a restarted measurement must not mix two runs. Every rank result
+    carries ``restart`` (SLURM_RESTART_COUNT), so the collector keeps only the last run's results and sets the
+    interrupted run's files aside. Past ``max_requeues``, :meth:`checkpoint` returns None: submitit stops
+    requeuing and rank 0 records ``timeout`` (or ``preempted``).
     """
 
-    def __init__(self, cell: dict[str, Any], staging_dir: str, master_port: int | None = None) -> None:
+    def __init__(self, cell: dict[str, Any], staging_dir: str, master_port: int | None = None, *,
+                 requeues: int = 0, max_requeues: int = 3, timeout_min: int = 60, signal_delay_s: int = 120) -> None:
         self.cell = cell
         self.staging_dir = staging_dir
         self.master_port = master_port
+        self.requeues = requeues
+        self.max_requeues = max_requeues
+        self.timeout_min = timeout_min
+        self.signal_delay_s = signal_delay_s
+
+    def restart_count(self) -> int:
+        """How often this job was restarted: SLURM's count (covers requeues by the scheduler), else our own."""
+        return int(os.environ.get("SLURM_RESTART_COUNT", self.requeues))
 
     def __call__(self) -> dict[str, Any]:
         """Entry point on each rank."""
         from calorimeter.launch.distributed import init_distributed
+        from calorimeter.launch.faults import inject
 
+        t0 = time.time()
         cell = Cell.from_dict(self.cell)
         hw = get_profile(cell.hardware) if cell.hardware in _known() else None
         accelerator = hw.accelerator if hw else ("cuda" if cell.hardware.startswith("cuda") else "cpu")
         staging = Path(self.staging_dir)
         staging.mkdir(parents=True, exist_ok=True)
-        out: dict[str, Any] = {"t_start_s": time.time(), "pid": os.getpid(),
+        restart = self.restart_count()
+        out: dict[str, Any] = {"t_start_s": t0, "pid": os.getpid(), "restart": restart, "requeues": self.requeues,
                                "job_id": os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")}
         rank = int(os.environ.get("SLURM_PROCID", os.environ.get("SUBMITIT_LOCAL_GLOBALID", "0")))
         try:
@@ -50,10 +73,18 @@ class CellTask(submitit.helpers.Checkpointable):
             from calorimeter.train.run import train_cell
 
             try:
+                inject(cell.cell_id, rank, restart)
                 result = train_cell(cell, staging)
                 out.update(status="ok", **result)
+                out["restart"] = restart  # train_cell's record must not hide which run this was
             except CellOOMError as e:
                 out.update(status="oom", peak_memory_bytes=e.peak_memory_bytes, error=str(e))
+        except UncompletedJobError as e:
+            # Raised by submitit's USR2 handler on rank 0 when the job is not requeued any more.
+            elapsed = time.time() - t0
+            near_limit = elapsed + self.signal_delay_s + 90 >= self.timeout_min * 60
+            out.update(status="timeout" if near_limit else "preempted", error=str(e).strip(),
+                       elapsed_s=elapsed)
         except Exception as e:  # noqa: BLE001 - every failure is recorded, then the rank exits
             out.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
         out["t_end_s"] = time.time()
@@ -64,7 +95,26 @@ class CellTask(submitit.helpers.Checkpointable):
             print(json.dumps({k: out.get(k) for k in ("rank", "status", "error")}), flush=True)
             os._exit(3)
         _teardown()
-        return {"rank": rank, "status": out["status"]}
+        return {"rank": rank, "status": out["status"], "restart": restart}
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission | None:
+        """Called by submitit on rank 0 on preemption or time limit: requeue a fresh copy, or None past the bound."""
+        attempt = Path(self.staging_dir).parent
+        requeue = self.requeues < self.max_requeues
+        event = {"time_s": time.time(), "job_id": os.environ.get("SLURM_JOB_ID"), "restart": self.restart_count(),
+                 "requeues": self.requeues, "max_requeues": self.max_requeues, "requeued": requeue,
+                 "host": os.uname().nodename}
+        try:
+            with (attempt / REQUEUE_LOG).open("a") as f:
+                f.write(json.dumps(event) + "\n")
+        except OSError:
+            pass
+        if not requeue:
+            return None
+        task = CellTask(self.cell, self.staging_dir, self.master_port, requeues=self.requeues + 1,
+                        max_requeues=self.max_requeues, timeout_min=self.timeout_min,
+                        signal_delay_s=self.signal_delay_s)
+        return submitit.helpers.DelayedSubmission(task, *args, **kwargs)
 
 
 def _known() -> set[str]:

@@ -25,21 +25,81 @@ class TransientCellError(RuntimeError):
     """The attempt ended without a deterministic result (killed, timed out, lost node): retry it."""
 
 
-def classify(rank_results: list[dict[str, Any]], world_size: int, launcher_error: str | None) -> tuple[str, str]:
-    """(status, reason) of an attempt: ``ok``, ``oom``, ``failed`` (deterministic) or ``transient``."""
+#: failure classes of an attempt (``failure_class`` in run.json): ok and the deterministic ones end the cell;
+#: transient ones fail the rule so that ``--retries`` or a rerun submits the cell again; config errors are caught
+#: before submission and never reach a record.
+FAILURE_CLASSES = ("ok", "oom", "failed", "timeout", "transient", "config")
+
+#: error text of a rank that says the cause lies outside the cell: a lost peer, a communication timeout, a kill.
+TRANSIENT_PATTERNS = (
+    "timed out", "timeout", "watchdog", "nccl", "connection reset", "connection refused", "connection closed",
+    "broken pipe", "socket", "distbackenderror", "gloo", "no route to host", "network is unreachable",
+    "killed", "sigterm", "sigkill", "signal 9", "signal 15", "node failure", "node_fail", "ecc error",
+    "cuda error: an illegal memory access", "unspecified launch failure", "uncorrectable", "xid",
+)
+#: SLURM states that classify an attempt whatever the ranks said
+SLURM_TRANSIENT = {"BOOT_FAIL", "CANCELLED", "DEADLINE", "NODE_FAIL", "PREEMPTED", "REVOKED"}
+
+
+def _is_transient_error(text: str | None) -> bool:
+    t = (text or "").lower()
+    return any(p in t for p in TRANSIENT_PATTERNS)
+
+
+def classify_attempt(rank_results: list[dict[str, Any]], world_size: int, launcher_error: str | None = None,
+                     slurm_state: str | None = None) -> tuple[str, str, str]:
+    """(status, failure_class, reason) of an attempt.
+
+    ``status`` is what run.json says: ``ok``, ``oom`` or ``failed`` end the cell (never resubmitted by a rerun);
+    ``transient`` fails the rule (a rerun or ``--retries`` submits the cell again). Order of evidence:
+
+    1. every rank ok -> ok;
+    2. a rank ran out of memory, or SLURM's OUT_OF_MEMORY (host memory) -> oom;
+    3. the time limit was hit after every allowed requeue (a rank says ``timeout``, or SLURM's TIMEOUT) ->
+       failed / timeout: the cell needs a longer ``timeout_min``, resubmitting it as is would only repeat this;
+    4. SLURM says NODE_FAIL, CANCELLED, PREEMPTED, BOOT_FAIL, ... -> transient, whatever the ranks wrote (peers of
+       a killed rank fail on broken connections);
+    5. the first rank to fail names a communication timeout, a lost peer or a kill -> transient; any other error
+       -> failed (deterministic: the same cell would fail again);
+    6. ranks left no result at all -> transient.
+    """
     statuses = [r.get("status") for r in rank_results]
     if len(rank_results) == world_size and all(s == "ok" for s in statuses):
-        return "ok", ""
+        return "ok", "ok", ""
     ooms = [r for r in rank_results if r.get("status") == "oom"]
     if ooms:
-        return "oom", f"rank {ooms[0].get('rank')}: {ooms[0].get('error', 'out of memory')}"
+        return "oom", "oom", f"rank {ooms[0].get('rank')}: {ooms[0].get('error', 'out of memory')}"
+    state = (slurm_state or "").split()[0].rstrip("+") if slurm_state else ""
+    if state == "OUT_OF_MEMORY":
+        return "oom", "oom", "SLURM OUT_OF_MEMORY: the job exceeded its host memory (--mem)"
+    timeouts = [r for r in rank_results if r.get("status") == "timeout"]
+    if timeouts or state == "TIMEOUT":
+        why = timeouts[0].get("error") if timeouts else "SLURM TIMEOUT"
+        return "failed", "timeout", f"time limit hit and not requeued any more ({why}); raise launcher.timeout_min"
+    if state in SLURM_TRANSIENT:
+        return "transient", "transient", (f"SLURM {state}" + (f"; launcher: {launcher_error}" if launcher_error
+                                                               else ""))
+    preempted = [r for r in rank_results if r.get("status") == "preempted"]
+    if preempted:
+        return "transient", "transient", f"preempted too often: {preempted[0].get('error')}"
     failed = sorted((r for r in rank_results if r.get("status") == "failed"), key=lambda r: r.get("t_end_s", 0))
     if failed:
         # The first rank to fail is the cause; its peers then fail on broken connections.
-        return "failed", f"rank {failed[0].get('rank')}: {failed[0].get('error')}"
+        first = failed[0]
+        reason = f"rank {first.get('rank')}: {first.get('error')}"
+        if _is_transient_error(first.get("error")):
+            return "transient", "transient", reason
+        return "failed", "failed", reason
     missing = world_size - len(rank_results)
-    return "transient", (f"{missing} of {world_size} ranks left no result"
-                         + (f"; launcher: {launcher_error}" if launcher_error else ""))
+    return "transient", "transient", (f"{missing} of {world_size} ranks left no result"
+                                      + (f" (SLURM {state})" if state else "")
+                                      + (f"; launcher: {launcher_error}" if launcher_error else ""))
+
+
+def classify(rank_results: list[dict[str, Any]], world_size: int, launcher_error: str | None) -> tuple[str, str]:
+    """(status, reason) of an attempt: ``ok``, ``oom``, ``failed`` (deterministic) or ``transient``."""
+    status, _, reason = classify_attempt(rank_results, world_size, launcher_error)
+    return status, reason
 
 
 def steps_frame(rank_results: list[dict[str, Any]]) -> pd.DataFrame:
@@ -51,14 +111,21 @@ def steps_frame(rank_results: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[str, Any],
-                 estimates: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The run.json content of one attempt."""
-    status, reason = classify(rank_results, cell.world_size, launch.get("launcher_error"))
+                 estimates: dict[str, Any] | None = None, evidence: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run.json content of one attempt.
+
+    ``evidence`` (SLURM's view from sacct, requeue events, log tails, exit codes) is stored under ``evidence``
+    together with the failure class.
+    """
+    slurm_state = ((evidence or {}).get("slurm") or {}).get("state")
+    status, failure_class, reason = classify_attempt(rank_results, cell.world_size, launch.get("launcher_error"),
+                                                     slurm_state)
     profile = PROFILES.get(cell.hardware)
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "cell_id": cell.cell_id,
         "status": status,
+        "failure_class": failure_class,
         "reason": reason,
         "cell": cell.to_dict(),
         "model": get_model(cell.model).to_dict(),
@@ -83,6 +150,8 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
                   for r in rank_results],
         "launcher": launch,
     }
+    if evidence is not None:
+        record["evidence"] = evidence
     return record
 
 

@@ -1,0 +1,92 @@
+"""The effective launcher settings of a cell: sweep config, then the profile's resources, then the hardware profile.
+
+Precedence (later wins):
+
+1. the schema defaults of ``launcher`` (``src/calorimeter/plan/config.schema.yaml``);
+2. the sweep's ``launcher:`` block (study settings, e.g. ``timeout_min``, ``launcher.slurm.exclusive``);
+3. the resources of rule ``train`` as set by a Snakemake profile (site settings, ``profiles/slurm``):
+
+   ============================  ====================================================
+   resource                      setting
+   ============================  ====================================================
+   ``launcher``                  ``launcher.executor`` (``local``, ``slurm``, ``auto``)
+   ``runtime``                   ``launcher.timeout_min`` (SLURM ``--time``, minutes)
+   ``cpus_per_task``             ``launcher.cpus_per_task``
+   ``slurm_partition``           ``--partition``
+   ``slurm_account``             ``--account``
+   ``slurm_qos``                 ``--qos``
+   ``slurm_constraint``          ``--constraint`` (``auto``: the hardware profile's tag)
+   ``slurm_mem_gb``              ``--mem`` in GB
+   ``slurm_exclusive``           ``--exclusive`` (0/1)
+   ``slurm_gpus_as_gres``        ``--gres=gpu:N`` instead of ``--gpus-per-node=N`` (0/1)
+   ``max_requeues``              ``launcher.max_requeues``
+   ``signal_delay_s``            ``launcher.signal_delay_s``
+   ``poll_s``                    ``launcher.poll_s``
+   ============================  ====================================================
+
+Resources never trigger reruns, so moving a sweep from one partition or site to another never re-measures finished
+cells. The cell itself (nodes, GPUs per node) is never taken from here.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+#: profile resource -> key of ``launcher.slurm``
+SLURM_RESOURCES = {
+    "slurm_partition": "partition",
+    "slurm_account": "account",
+    "slurm_qos": "qos",
+    "slurm_constraint": "constraint",
+    "slurm_mem_gb": "mem_gb",
+    "slurm_exclusive": "exclusive",
+    "slurm_gpus_as_gres": "gpus_as_gres",
+}
+#: profile resource -> top-level key of ``launcher``
+LAUNCHER_RESOURCES = {
+    "launcher": "executor",
+    "runtime": "timeout_min",
+    "cpus_per_task": "cpus_per_task",
+    "max_requeues": "max_requeues",
+    "signal_delay_s": "signal_delay_s",
+    "poll_s": "poll_s",
+}
+_BOOL = {"exclusive", "gpus_as_gres"}
+_INT = {"timeout_min", "cpus_per_task", "max_requeues", "signal_delay_s", "poll_s"}
+
+
+def launcher_defaults() -> dict[str, Any]:
+    """Every ``launcher`` key with its schema default (``slurm`` included)."""
+    from calorimeter.plan.config import load_schema
+
+    props = load_schema()["properties"]["launcher"]["properties"]
+    out = {k: copy.deepcopy(v.get("default")) for k, v in props.items() if k != "slurm"}
+    out["slurm"] = {k: copy.deepcopy(v.get("default")) for k, v in props["slurm"]["properties"].items()}
+    return out
+
+
+def launcher_settings(config_launcher: dict[str, Any] | None, resources: dict[str, Any] | None = None
+                      ) -> dict[str, Any]:
+    """Merge schema defaults, the sweep's ``launcher`` block and profile resources (see the module docstring)."""
+    out = launcher_defaults()
+    for k, v in (config_launcher or {}).items():
+        if k == "slurm":
+            out["slurm"].update({sk: sv for sk, sv in (v or {}).items()})
+        elif v is not None or k == "master_port":
+            out[k] = v
+    for res, key in LAUNCHER_RESOURCES.items():
+        v = (resources or {}).get(res)
+        if v is not None and str(v) != "":
+            out[key] = int(v) if key in _INT else str(v)
+    for res, key in SLURM_RESOURCES.items():
+        v = (resources or {}).get(res)
+        if v is None or str(v) == "":
+            continue
+        if key in _BOOL:
+            out["slurm"][key] = str(v).lower() in ("1", "true", "yes", "on")
+        elif key == "mem_gb":
+            out["slurm"][key] = float(v)
+        else:
+            out["slurm"][key] = None if str(v).lower() in ("none", "null") else str(v)
+    return out

@@ -1,0 +1,93 @@
+"""SLURM state and evidence for one job: squeue for live jobs, sacct for history (requeues included)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from typing import Any
+
+#: states after which the job will not run again (sacct / squeue spelling, without the "by <uid>" suffix)
+TERMINAL = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+            "REVOKED", "TIMEOUT", "SPECIAL_EXIT"}
+#: states in which the job may still run (or run again)
+LIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED", "CONFIGURING",
+        "COMPLETING", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
+#: states that say nothing about the cell itself: the attempt is retried
+TRANSIENT = {"BOOT_FAIL", "CANCELLED", "DEADLINE", "NODE_FAIL", "PREEMPTED", "REVOKED"}
+
+SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "DerivedExitCode", "Reason", "Elapsed", "Timelimit",
+                "NodeList", "Submit", "Start", "End", "AllocTRES")
+
+
+def available() -> bool:
+    """Whether the SLURM client commands are on PATH."""
+    return shutil.which("sbatch") is not None and shutil.which("squeue") is not None
+
+
+def _run(cmd: list[str], timeout: float = 30) -> str | None:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
+def squeue_state(job_id: str) -> str | None:
+    """The live state of a job from squeue (no accounting lag), or None when squeue no longer knows it."""
+    out = _run(["squeue", "-h", "-j", str(job_id), "-o", "%T"])
+    if not out:
+        return None
+    states = [s.strip() for s in out.splitlines() if s.strip()]
+    return states[0] if states else None
+
+
+def sacct_records(job_id: str, steps: bool = False) -> list[dict[str, str]]:
+    """sacct rows of a job, one per run (``-D``: a requeued job has one row per start), steps optional."""
+    cmd = ["sacct", "-j", str(job_id), "-D", "--noheader", "--parsable2", "--format=" + ",".join(SACCT_FIELDS)]
+    if not steps:
+        cmd.insert(1, "-X")
+    out = _run(cmd)
+    rows = []
+    for line in (out or "").splitlines():
+        parts = line.split("|")
+        if len(parts) == len(SACCT_FIELDS):
+            rows.append(dict(zip(SACCT_FIELDS, parts, strict=True)))
+    return rows
+
+
+def base_state(state: str | None) -> str | None:
+    """``CANCELLED by 0`` -> ``CANCELLED``."""
+    return state.split()[0].rstrip("+") if state else state
+
+
+def job_state(job_id: str) -> str | None:
+    """Current state: squeue while the job is known there, else the last sacct row."""
+    s = squeue_state(job_id)
+    if s:
+        return s
+    rows = sacct_records(job_id)
+    return base_state(rows[-1]["State"]) if rows else None
+
+
+def final_evidence(job_id: str, wait_s: float = 20.0) -> dict[str, Any]:
+    """sacct's view of a finished job: final state, exit code, reason and every run (requeues).
+
+    Accounting lags the job's end by a moment, so this waits up to ``wait_s`` for a terminal state.
+    """
+    deadline = time.time() + wait_s
+    rows: list[dict[str, str]] = []
+    while True:
+        rows = sacct_records(job_id)
+        if rows and base_state(rows[-1]["State"]) in TERMINAL:
+            break
+        if time.time() >= deadline:
+            break
+        time.sleep(1.0)
+    if not rows:
+        return {"job_id": str(job_id), "state": None, "note": "sacct returned nothing (accounting off or lagging)"}
+    last = rows[-1]
+    return {"job_id": str(job_id), "state": base_state(last["State"]), "state_raw": last["State"],
+            "exit_code": last["ExitCode"], "derived_exit_code": last["DerivedExitCode"], "reason": last["Reason"],
+            "elapsed": last["Elapsed"], "timelimit": last["Timelimit"], "nodelist": last["NodeList"],
+            "runs": len(rows), "history": rows, "steps": sacct_records(job_id, steps=True)}

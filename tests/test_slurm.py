@@ -1,0 +1,380 @@
+"""calorimeter on a real SLURM cluster: `snakemake --profile profiles/slurm` end to end.
+
+A session fixture starts a one-node SLURM 22.05 (munge, MariaDB + slurmdbd for sacct, slurmctld, slurmd, 4 fake
+GPUs; tests/slurm/up.sh, installing Debian's packages if missing) and stops it by PID afterwards (tests/slurm/down.sh).
+An already running cluster is used as is and left running. The scenarios share one sweep that grows phase by phase,
+so every rerun also proves that finished cells are left alone:
+
+1. a small sweep through the profile matches a local run's cell set;
+2. a job cancelled mid-run (scancel): the rerun submits only that cell;
+3. a job hitting its time limit is requeued (submitit checkpointing) and completes;
+4. an injected OOM ends `oom` and is never resubmitted;
+5. the Snakemake process killed mid-sweep: the rerun re-attaches to the running jobs, no duplicates (sacct);
+6. finished cells' files keep their checksums through all of the above; a changed value reruns only its cell.
+
+Skipped (with the reason) only where SLURM cannot be set up at all (not root, no apt-get); with CI=true it fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from calorimeter.plan.plan import plan_file
+
+pytestmark = [pytest.mark.slurm, pytest.mark.integration]
+
+SLURM_DIR = os.environ.get("CALORIMETER_SLURM_DIR", "/tmp/calorimeter-slurm")
+TIMINGS: dict[str, float] = {}
+
+# One block per cell, so that each cell can be picked (and changed) on its own.
+CELLS = {
+    "A": {"model": "tiny-gpt", "gpus_per_node": 1, "zero_stage": 0},
+    "B": {"model": "tiny-llama", "gpus_per_node": 1, "zero_stage": 0},
+    "C": {"model": "tiny-gpt", "gpus_per_node": 2, "zero_stage": 1},      # two ranks, one job with 2 tasks
+    "D": {"model": "tiny-llama", "gpus_per_node": 1, "zero_stage": 1},    # cancelled mid-run
+    "E": {"model": "tiny-gpt", "gpus_per_node": 1, "zero_stage": 1},      # injected OOM
+    "F": {"model": "tiny-gpt", "gpus_per_node": 1, "zero_stage": 0, "micro_batch": 2},   # hits its time limit
+    "G": {"model": "tiny-llama", "gpus_per_node": 1, "zero_stage": 0, "micro_batch": 2},  # Snakemake killed
+    "H": {"model": "tiny-gpt", "gpus_per_node": 1, "zero_stage": 0, "seq_len": 16},      # Snakemake killed
+}
+DEFAULTS = {"global_batch": 2, "micro_batch": 1, "warmup_steps": 1, "measured_steps": 2, "seq_len": 32, "lr": 0.003}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the cluster
+
+
+def _cannot_run_slurm() -> str | None:
+    """Why this machine cannot run the local SLURM cluster, or None."""
+    if sys.platform != "linux":
+        return f"SLURM tests need Linux (this is {sys.platform})"
+    installed = all(shutil.which(x) for x in ("slurmctld", "slurmd", "sbatch", "munged", "slurmdbd", "mariadbd"))
+    if os.geteuid() != 0:
+        return "SLURM tests need root (to start munge, MariaDB, slurmdbd, slurmctld and slurmd)"
+    if not installed and not shutil.which("apt-get"):
+        return "SLURM is not installed and there is no apt-get to install Debian's slurm-wlm"
+    return None
+
+
+def _cluster_up() -> bool:
+    ok = lambda *c: subprocess.run(c, capture_output=True, timeout=20).returncode == 0  # noqa: E731
+    try:
+        return bool(shutil.which("scontrol")) and ok("scontrol", "ping") and ok("sacct", "-n", "-X", "-S", "now")
+    except subprocess.TimeoutExpired:
+        return False
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A running one-node SLURM cluster with accounting; started (and stopped) here unless one is already up."""
+    reason = _cannot_run_slurm()
+    if reason:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI must run the SLURM tests, but: {reason}")
+        print(f"\nSKIP SLURM tests: {reason}", file=sys.stderr)
+        pytest.skip(reason)
+    started = False
+    if not _cluster_up():
+        t0 = time.time()
+        r = subprocess.run(["bash", str(ROOT / "tests" / "slurm" / "up.sh")], capture_output=True, text=True,
+                           timeout=900, env={**os.environ, "CALORIMETER_SLURM_DIR": SLURM_DIR})
+        assert r.returncode == 0, f"tests/slurm/up.sh failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+        started = True
+        TIMINGS["cluster up"] = time.time() - t0
+    yield
+    if started:
+        subprocess.run(["bash", str(ROOT / "tests" / "slurm" / "down.sh")], capture_output=True, timeout=120,
+                       env={**os.environ, "CALORIMETER_SLURM_DIR": SLURM_DIR})
+    print("\nSLURM scenario timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in TIMINGS.items()), file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# helpers
+
+
+class Sweep:
+    """One growing sweep in a temporary results folder, run through the SLURM profile."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.results = tmp / "results"
+        self.name = f"slurmtest{os.getpid()}"
+        self.t_start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 2))
+        self.ids: dict[str, str] = {}
+        self.checksums: dict[str, dict[str, str]] = {}
+
+    def write(self, letters: str, launcher: dict | None = None, changed: dict | None = None) -> Path:
+        """The sweep file with the cells named by ``letters``."""
+        cfg = {"sweep": self.name, "hardware": "cpu", "results_dir": str(self.results),
+               "launcher": {"executor": "local", "timeout_min": 5, "poll_s": 2, **(launcher or {})},
+               "defaults": DEFAULTS,
+               "grid": [{**CELLS[x], **((changed or {}).get(x, {}))} for x in letters]}
+        path = self.tmp / f"sweep-{letters}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        for x, pc in zip(letters, plan_file(path).cells, strict=True):
+            assert pc.status == "planned", pc.reasons
+            self.ids.setdefault(x, pc.cell.cell_id)
+        return path
+
+    def cell_dir(self, x: str) -> Path:
+        return self.results / self.name / "cells" / self.ids[x]
+
+    def record(self, x: str) -> dict:
+        return json.loads((self.cell_dir(x) / "run.json").read_text())
+
+    def latest_attempt_record(self, x: str) -> dict:
+        attempt = sorted((self.cell_dir(x) / "attempts").iterdir())[-1]
+        return json.loads((attempt / "run.json").read_text())
+
+    def jobs(self) -> Counter:
+        """How many SLURM jobs each cell has had since the sweep began (sacct; requeues are the same job)."""
+        names = {v: k for k, v in self.ids.items()}
+        for _ in range(20):
+            out = subprocess.run(["sacct", "-X", "-n", "-P", "-S", self.t_start, "--format=JobID,JobName%300"],
+                                 capture_output=True, text=True, check=True).stdout
+            seen = {tuple(line.split("|", 1)) for line in out.splitlines() if "|" in line}
+            count = Counter(names[n] for _, n in seen if n in names)
+            if sum(count.values()) >= sum(1 for x in self.ids if self.cell_dir(x).joinpath("attempts").is_dir()):
+                return count
+            time.sleep(0.5)  # accounting lags a moment behind sbatch
+        return count
+
+    def snapshot(self, letters: str) -> None:
+        """Remember the checksum of every file of these finished cells."""
+        for x in letters:
+            self.checksums[x] = _checksums(self.cell_dir(x))
+
+    def assert_unchanged(self) -> None:
+        for x, before in self.checksums.items():
+            assert _checksums(self.cell_dir(x)) == before, f"finished cell {x} ({self.ids[x]}) was modified"
+
+
+def _checksums(d: Path) -> dict[str, str]:
+    out = {}
+    for p in sorted(d.rglob("*")):
+        rel = str(p.relative_to(d))
+        if p.is_symlink():
+            out[rel] = "-> " + os.readlink(p)
+        elif p.is_file():
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _env(faults: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "CALORIMETER_TEST_FAULTS"}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    if faults:
+        env["CALORIMETER_TEST_FAULTS"] = faults
+    return env
+
+
+def snakemake(*args: str, faults: str | None = None, profile: bool = True, timeout: float = 300
+              ) -> subprocess.CompletedProcess:
+    prof = ["--profile", "profiles/slurm"] if profile else []
+    return subprocess.run([sys.executable, "-m", "snakemake", *prof, *args], cwd=ROOT, env=_env(faults),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def snakemake_bg(log: Path, *args: str, faults: str | None = None) -> subprocess.Popen:
+    """Snakemake in its own session (so that it and its job scripts can be killed together, like a lost login)."""
+    with log.open("w") as fh:
+        return subprocess.Popen([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *args], cwd=ROOT,
+                                env=_env(faults), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def planned_trains(r: subprocess.CompletedProcess) -> set[str]:
+    """Cell ids a dry run would train."""
+    return set(re.findall(r"^Job \d+: train (\S+)$", r.stdout + r.stderr, re.M))
+
+
+def wait_for_jobs(s: Sweep, letters: str, states: set[str], timeout: float = 120) -> dict[str, str]:
+    """Job ids of these cells once each one's job is in one of ``states`` (squeue)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ids = {}
+        for x in letters:
+            for job in sorted(s.cell_dir(x).glob("attempts/*/job.json")):
+                jid = json.loads(job.read_text())["job_id"]
+                st = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T"], capture_output=True, text=True).stdout
+                if st.strip() in states:
+                    ids[x] = jid
+        if len(ids) == len(letters):
+            return ids
+        time.sleep(0.5)
+    raise AssertionError(f"jobs of {letters} not in {states} after {timeout} s")
+
+
+def ok(r: subprocess.CompletedProcess) -> str:
+    return f"exit {r.returncode}\n--- stdout\n{r.stdout[-6000:]}\n--- stderr\n{r.stderr[-6000:]}"
+
+
+@pytest.fixture(scope="module")
+def sweep(slurm_cluster, tmp_path_factory) -> Sweep:
+    s = Sweep(tmp_path_factory.mktemp("slurm"))
+    yield s
+    # a killed Snakemake leaves its lock behind if a scenario failed half-way
+    snakemake("--configfile", str(s.write("ABCDEFGH")), "--unlock")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# scenarios (in order: each phase grows the same sweep)
+
+
+def test_1_sweep_through_the_profile_matches_a_local_run(sweep: Sweep) -> None:
+    t0 = time.time()
+    cfg = sweep.write("ABC")
+    r = snakemake("--configfile", str(cfg))
+    assert r.returncode == 0, ok(r)
+    TIMINGS["1 sweep (3 cells)"] = time.time() - t0
+    for x in "ABC":
+        rec = sweep.record(x)
+        assert rec["status"] == "ok" and rec["failure_class"] == "ok", rec["reason"]
+        launch = rec["provenance"]["launcher"]
+        assert launch["executor"] == "slurm" and launch["job_id"]
+        assert rec["evidence"]["slurm"]["state"] == "COMPLETED"
+        assert (sweep.cell_dir(x) / "latest" / "submitit").is_dir()  # submitit's logs, linked from the cell
+    # the job had the cell's shape: job name = cell id, one task per rank
+    c = sweep.record("C")["evidence"]["slurm"]
+    assert c["history"][0]["JobName"] == sweep.ids["C"]
+    assert sorted(s["JobID"] for s in c["steps"] if s["JobID"].endswith(".0")) == [f"{c['job_id']}.0"]
+    script = next((sweep.cell_dir("C") / "latest" / "submitit").glob("*_submission.sh")).read_text()
+    assert "--ntasks-per-node=2" in script and f"--job-name={sweep.ids['C']}" in script
+    assert sweep.jobs() == Counter({"A": 1, "B": 1, "C": 1})
+    # the same sweep with the local executor (no profile) gives the same cells
+    t0 = time.time()
+    local = sweep.tmp / "local"
+    r = snakemake("--configfile", str(cfg), "--config", f"results_dir={local}", profile=False)
+    assert r.returncode == 0, ok(r)
+    TIMINGS["1 local run"] = time.time() - t0
+    local_cells = {p.parent.name: json.loads(p.read_text())["status"]
+                   for p in (local / sweep.name / "cells").glob("*/run.json")}
+    slurm_cells = {p.parent.name: json.loads(p.read_text())["status"]
+                   for p in (sweep.results / sweep.name / "cells").glob("*/run.json")}
+    assert slurm_cells == local_cells == {sweep.ids[x]: "ok" for x in "ABC"}
+    assert json.loads((local / sweep.name / "cells" / sweep.ids["A"] / "run.json").read_text())[
+        "provenance"]["launcher"]["executor"] == "local"
+    sweep.snapshot("ABC")
+
+
+def test_2_cancelled_job_then_rerun_submits_only_that_cell(sweep: Sweep) -> None:
+    t0 = time.time()
+    cfg = sweep.write("ABCDE")
+    proc = snakemake_bg(sweep.tmp / "phase2.log", "--configfile", str(cfg), "--retries", "0",
+                        faults=f"{sweep.ids['D']}=sleep:600,{sweep.ids['E']}=oom")
+    try:
+        jid = wait_for_jobs(sweep, "D", {"RUNNING"})["D"]
+        time.sleep(3)  # mid-run: the ranks are up and sleeping
+        subprocess.run(["scancel", jid], check=True)
+        rc = proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = (sweep.tmp / "phase2.log").read_text()
+    assert rc != 0, log[-4000:]  # the cancelled cell fails its rule
+    assert not (sweep.cell_dir("D") / "run.json").exists()
+    rec = sweep.latest_attempt_record("D")
+    assert rec["status"] == "transient" and rec["failure_class"] == "transient", rec["reason"]
+    assert rec["evidence"]["slurm"]["state"] == "CANCELLED" and "CANCELLED" in rec["reason"]
+    sweep.assert_unchanged()
+    # the rerun would train D only (E ended oom, A-C are done)
+    r = snakemake("--configfile", str(cfg), "-n")
+    assert r.returncode == 0, ok(r)
+    assert planned_trains(r) == {sweep.ids["D"]}, ok(r)
+    r = snakemake("--configfile", str(cfg))
+    assert r.returncode == 0, ok(r)
+    assert sweep.record("D")["status"] == "ok"
+    assert len(list((sweep.cell_dir("D") / "attempts").iterdir())) == 2  # the cancelled attempt is kept
+    assert sweep.jobs() == Counter({"A": 1, "B": 1, "C": 1, "D": 2, "E": 1})
+    TIMINGS["2 cancel + rerun"] = time.time() - t0
+    sweep.assert_unchanged()
+    sweep.snapshot("D")
+
+
+def test_4_injected_oom_is_recorded_and_never_resubmitted(sweep: Sweep) -> None:
+    rec = sweep.record("E")
+    assert rec["status"] == "oom" and rec["failure_class"] == "oom", rec
+    assert "injected" in rec["reason"]
+    assert rec["evidence"]["slurm"]["state"] in ("FAILED", "COMPLETED")
+    r = snakemake("--configfile", str(sweep.write("ABCDE")), "-n")
+    assert r.returncode == 0 and planned_trains(r) == set(), ok(r)
+    assert sweep.jobs()["E"] == 1
+    sweep.snapshot("E")
+
+
+def test_3_time_limit_requeues_and_completes(sweep: Sweep) -> None:
+    t0 = time.time()
+    # A 1-minute limit with USR2 10 s before it; the cell sleeps through its first run only. slurmctld checks
+    # limits every 30 s and signals when now + delay + 30 s >= end, i.e. 20 to 50 s into each run: the requeued
+    # run (a few seconds) must end before that.
+    cfg = sweep.write("ABCDEF", launcher={"timeout_min": 1, "signal_delay_s": 10})
+    r = snakemake("--configfile", str(cfg), faults=f"{sweep.ids['F']}=sleep-first:300", timeout=400)
+    assert r.returncode == 0, ok(r)
+    TIMINGS["3 time limit + requeue"] = time.time() - t0
+    rec = sweep.record("F")
+    assert rec["status"] == "ok", rec["reason"]
+    slurm = rec["evidence"]["slurm"]
+    assert slurm["runs"] >= 2 and slurm["history"][0]["State"] == "REQUEUED", slurm["history"]
+    assert rec["provenance"]["launcher"]["requeues"] >= 1
+    assert any(e["requeued"] for e in rec["evidence"]["requeues"])
+    assert sweep.jobs()["F"] == 1  # requeued, not resubmitted: the same job id
+    assert rec["evidence"]["rank_restart"] == {"0": slurm["runs"] - 1}  # the results are the last run's
+    err = "".join(p.read_text() for p in (sweep.cell_dir("F") / "latest" / "submitit").glob("*_0_log.err"))
+    assert "SIGUSR2" in err and "DUE TO JOB REQUEUE" in err  # the first run's log is kept (open-mode append)
+    sweep.assert_unchanged()
+    sweep.snapshot("F")
+
+
+def test_5_killed_snakemake_reattaches_without_duplicates(sweep: Sweep) -> None:
+    t0 = time.time()
+    cfg = sweep.write("ABCDEFGH")
+    faults = f"{sweep.ids['G']}=sleep:20,{sweep.ids['H']}=sleep:20"
+    proc = snakemake_bg(sweep.tmp / "phase5.log", "--configfile", str(cfg), faults=faults)
+    try:
+        jobs = wait_for_jobs(sweep, "GH", {"RUNNING", "PENDING"})
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # Snakemake and its job scripts die; the SLURM jobs do not
+        proc.wait(timeout=30)
+    for jid in jobs.values():
+        st = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+        assert st in ("RUNNING", "PENDING", "COMPLETING"), st
+    r = snakemake("--configfile", str(cfg), "--unlock")
+    assert r.returncode == 0, ok(r)
+    r = snakemake("--configfile", str(cfg), faults=faults)
+    assert r.returncode == 0, ok(r)
+    TIMINGS["5 kill + re-attach"] = time.time() - t0
+    logs = r.stdout + r.stderr
+    for x in "GH":
+        assert f"re-attaching to job {jobs[x]}" in logs, logs[-4000:]
+        rec = sweep.record(x)
+        assert rec["status"] == "ok" and rec["provenance"]["launcher"]["reattached"], rec["reason"]
+        assert rec["provenance"]["launcher"]["job_id"] == jobs[x]
+        assert len(list((sweep.cell_dir(x) / "attempts").iterdir())) == 1
+    assert sweep.jobs() == Counter({"A": 1, "B": 1, "C": 1, "D": 2, "E": 1, "F": 1, "G": 1, "H": 1})
+    sweep.assert_unchanged()
+    sweep.snapshot("GH")
+
+
+def test_6_finished_cells_keep_their_files_and_a_changed_value_reruns_only_its_cell(sweep: Sweep) -> None:
+    cfg = sweep.write("ABCDEFGH")
+    r = snakemake("--configfile", str(cfg), "-n")
+    assert r.returncode == 0 and planned_trains(r) == set(), ok(r)
+    changed = sweep.write("ABCDEFGH", changed={"B": {"lr": 0.001}})
+    r = snakemake("--configfile", str(changed), "-n")
+    assert r.returncode == 0, ok(r)
+    assert planned_trains(r) == {sweep.ids["B"]}, ok(r)
+    sweep.assert_unchanged()
+    assert set(sweep.checksums) == set("ABCDEFGH")
