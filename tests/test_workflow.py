@@ -72,7 +72,11 @@ def test_default_sweep_end_to_end(tmp_path: Path) -> None:
         rec = json.loads((sweep / "cells" / cid / "run.json").read_text())
         assert rec["provenance"]["packages"]["deepspeed"] and rec["provenance"]["launcher"]["job_id"]
         steps = pd.read_parquet(sweep / "cells" / cid / "steps.parquet")
-        assert set(steps["phase"]) == {"warmup", "measured"}
+        assert set(steps["phase"]) == {"warmup", "measured", "profiled"}
+        # The node sampler ran around the cell (host metrics on CPU; GPUs recorded as unavailable, with why).
+        assert rec["telemetry_files"] == ["host_telemetry.parquet", "telemetry.json", "kernels.parquet"]
+        meta = json.loads((sweep / "cells" / cid / "telemetry.json").read_text())["node0"]["sampler"]
+        assert meta["status"] == "stopped" and meta["unavailable"]
     assert (sweep / "summary.csv").is_file()
     assert (sweep / "figures" / "throughput.png").stat().st_size > 10_000
     report = sweep / "report.html"

@@ -16,8 +16,9 @@ rule train:
         cell_dir=lambda wc: f"{RESULTS}/{wc.sweep}/cells/{wc.cell}",
     log:
         f"{RESULTS}/{{sweep}}/logs/train/{{cell}}.log",
-    # Local ranks use local cores; under SLURM the profile sets this rule's threads to 1 (set-threads).
-    threads: lambda wc: get_cell(wc).cell.world_size
+    # A local cell has the machine to itself: a measurement must not share GPUs, cores or the power budget with
+    # another cell. Under SLURM the profile sets this rule's threads to 1 (set-threads).
+    threads: workflow.cores
     resources:
         runtime=PLAN.launcher["timeout_min"],
         # one per cell waiting on its job: cap concurrent cells with --resources slurm_slots=N

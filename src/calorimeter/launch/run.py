@@ -60,9 +60,28 @@ def run_cell(cell: Cell, launcher: dict[str, Any], cell_dir: Path, estimates: di
         write_json_atomic(outcome.attempt_dir / "run.json", record)
         raise TransientCellError(f"cell {cell.cell_id}: transient: {record['reason']} "
                                  f"(evidence in {outcome.attempt_dir / 'run.json'})")
+    record["telemetry_files"] = _collect_telemetry(outcome, Path(cell_dir), record)
     write_cell_record(cell_dir, record, steps_frame(outcome.rank_results), outcome.attempt_dir)
     m = record.get("metrics", {})
     log.info("cell %s: %s %s", cell.cell_id, record["status"],
              f"{m.get('iteration_time_s', float('nan')):.3f} s/iter, {m.get('tokens_per_s_per_gpu', 0):.0f} "
              "tokens/s/GPU" if m else f"({record['failure_class']}) {record['reason']}")
     return record
+
+
+def _collect_telemetry(outcome: Any, cell_dir: Path, record: dict[str, Any]) -> list[str]:
+    """Turn the attempt's sampler streams and traces into the cell's telemetry tables (before run.json).
+
+    A failure here never loses the measurement: it is logged and noted in the record.
+    """
+    from calorimeter.records.telemetry import collect_telemetry
+
+    restart = max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)
+    try:
+        return collect_telemetry(outcome.attempt_dir / "staging" / f"restart{restart}", cell_dir,
+                                 outcome.rank_results)
+    except Exception as e:  # noqa: BLE001
+        log.exception("cell %s: telemetry could not be collected", record.get("cell_id"))
+        record["telemetry_error"] = f"{type(e).__name__}: {e}"
+        return []
+

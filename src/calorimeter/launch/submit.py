@@ -286,7 +286,8 @@ def launch_cell(cell: Cell, launcher: dict[str, Any], cell_dir: Path) -> LaunchO
         executor = make_executor(cell, settings, attempt / "submitit")
         task = CellTask(cell.to_dict(), str(attempt / "staging"), settings.get("master_port"),
                         max_requeues=int(settings["max_requeues"]), timeout_min=int(settings["timeout_min"]),
-                        signal_delay_s=int(settings["signal_delay_s"]))
+                        signal_delay_s=int(settings["signal_delay_s"]),
+                        telemetry=launcher.get("telemetry"))
         job = executor.submit(task)
         write_json_atomic(attempt / JOB_JSON, {
             "job_id": str(job.job_id), "executor": kind, "submitted_s": t0, "cell_id": cell.cell_id,

@@ -36,8 +36,10 @@ class CellTask(submitit.helpers.Checkpointable):
     """
 
     def __init__(self, cell: dict[str, Any], staging_dir: str, master_port: int | None = None, *,
-                 requeues: int = 0, max_requeues: int = 3, timeout_min: int = 60, signal_delay_s: int = 120) -> None:
+                 requeues: int = 0, max_requeues: int = 3, timeout_min: int = 60, signal_delay_s: int = 120,
+                 telemetry: dict[str, Any] | None = None) -> None:
         self.cell = cell
+        self.telemetry = telemetry or {}
         self.staging_dir = staging_dir
         self.master_port = master_port
         self.requeues = requeues
@@ -69,16 +71,24 @@ class CellTask(submitit.helpers.Checkpointable):
             rank = info.rank
             out.update(rank=info.rank, world_size=info.world_size, local_rank=info.local_rank, node=info.node,
                        hostname=info.hostname, backend=info.backend, device_info=device_info(info.device))
+            from calorimeter.telemetry.cell import start_cell_sampler, stop_cell_sampler
             from calorimeter.train.errors import CellOOMError
             from calorimeter.train.run import train_cell
 
+            # Local rank 0 samples every GPU of its node for the whole attempt (stopped below, or killed with us).
+            sampler = start_cell_sampler(staging / f"restart{restart}", info.node, info.local_rank, self.telemetry)
             try:
                 inject(cell.cell_id, rank, restart)
-                result = train_cell(cell, staging)
+                result = train_cell(cell, staging / f"restart{restart}",
+                                    profile_steps=int(self.telemetry.get("profile_steps", 0)),
+                                    profile_all_ranks=bool(self.telemetry.get("profile_all_ranks", False)))
                 out.update(status="ok", **result)
                 out["restart"] = restart  # train_cell's record must not hide which run this was
             except CellOOMError as e:
                 out.update(status="oom", peak_memory_bytes=e.peak_memory_bytes, error=str(e))
+            if out.get("status") == "ok":
+                _teardown(destroy=False)  # every rank done before the node's sampler stops
+            stop_cell_sampler(sampler)
         except UncompletedJobError as e:
             # Raised by submitit's USR2 handler on rank 0 when the job is not requeued any more.
             elapsed = time.time() - t0
@@ -123,9 +133,10 @@ def _known() -> set[str]:
     return set(PROFILES)
 
 
-def _teardown() -> None:
+def _teardown(destroy: bool = True) -> None:
     import torch.distributed as dist
 
     if dist.is_initialized():
         dist.barrier()
-        dist.destroy_process_group()
+        if destroy:
+            dist.destroy_process_group()

@@ -67,9 +67,10 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
     for key, sub in schema["properties"].items():
         if key not in out and "default" in sub:
             out[key] = copy.deepcopy(sub["default"])
-    launcher_props = schema["properties"]["launcher"]["properties"]
-    for key, sub in launcher_props.items():
-        out["launcher"].setdefault(key, sub.get("default"))
+    for block in ("launcher", "telemetry"):
+        for key, sub in schema["properties"][block]["properties"].items():
+            if "default" in sub:
+                out[block].setdefault(key, copy.deepcopy(sub["default"]))
     return out
 
 

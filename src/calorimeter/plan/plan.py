@@ -77,7 +77,8 @@ def make_plan(config: dict[str, Any]) -> Plan:
         cfg["_source"] = config["_source"]
     cells = [check_cell(c, cfg["memory_check"]) for c in expand(cfg)]
     sweep = cells[0].cell.sweep if cells else cfg["sweep"]
-    return Plan(sweep, cfg["results_dir"], cfg["launcher"], cells)
+    # Telemetry settings travel with the launcher settings to every rank (they do not change what a cell is).
+    return Plan(sweep, cfg["results_dir"], {**cfg["launcher"], "telemetry": cfg["telemetry"]}, cells)
 
 
 def plan_file(path: str | Path) -> Plan:

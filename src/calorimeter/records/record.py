@@ -18,7 +18,8 @@ from calorimeter.records.provenance import git_state, package_versions
 SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
 STEPS_PARQUET = "steps.parquet"
-RANK_KEYS = ("rank", "local_rank", "node", "hostname", "backend", "device", "device_info", "pid")
+RANK_KEYS = ("rank", "local_rank", "node", "hostname", "backend", "device", "device_info", "pid", "stage",
+             "num_stages", "dp_rank", "dp_size", "traced")
 
 
 class TransientCellError(RuntimeError):
