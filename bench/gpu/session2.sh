@@ -17,6 +17,4 @@ timeout 200 torchrun --nproc_per_node $NGPU bench/fsdp2_llama_baseline.py 8192 1
 lap "reports"
 for s in "" "--configfile config/sweeps/gpu-llama8b.yaml"; do python3 -m snakemake $s --config results_dir=/tmp/res --report /tmp/res/report-$(echo $s | tr -dc a-z0-9 | tail -c 12).html 2>&1 | tail -1; done
 tar czf $OUT/results.tar.gz --exclude='*.pdf' --exclude='*/staging/*' --exclude='*.arrows' -C /tmp/res .
-lap "telemetry overhead"
-timeout 300 python3 bench/telemetry_overhead.py --out /tmp/overhead --steps 15 --reps 2 2>&1 | tail -12 | tee $OUT/overhead.log
 lap "done"

@@ -17,7 +17,7 @@ rule train:
     log:
         f"{RESULTS}/{{sweep}}/logs/train/{{cell}}.log",
     # A local cell has the machine to itself: a measurement must not share GPUs, cores or the power budget with
-    # another cell. Under SLURM the profile sets this rule's threads to 1 (set-threads).
+    # another cell. Under SLURM the profile sets this rule's threads to 0 (set-threads): it only waits on its job.
     threads: workflow.cores
     resources:
         runtime=PLAN.launcher["timeout_min"],
