@@ -1,0 +1,38 @@
+"""Artifact evaluation: the shipped real GPU records rebuild their tables and figures without any training."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import ROOT
+
+REFERENCE = ROOT / "results" / "reference" / "h200x2-2026-11-21"
+
+
+@pytest.mark.integration
+def test_figures_rebuild_from_shipped_h200_records(tmp_path: Path) -> None:
+    data = tmp_path / "ref"
+    shutil.copytree(REFERENCE, data, ignore=shutil.ignore_patterns("tables"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, "-m", "snakemake", "figures", "--configfile",
+                        str(ROOT / "config" / "reference" / "h200x2-llama8b.yaml"), "--config", f"results_dir={data}"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "localrule train:" not in r.stdout + r.stderr
+    sweep = data / "gpu-llama8b"
+    assert not list(sweep.glob("cells/*/attempts"))  # nothing was launched
+    runs = pd.read_parquet(sweep / "tables" / "runs.parquet").set_index("cell_id")
+    shipped = pd.read_parquet(REFERENCE / "gpu-llama8b" / "tables" / "runs.parquet").set_index("cell_id")
+    for col in ("mfu", "tokens_per_s_per_gpu", "energy_per_token_j", "power_avg_w", "exposed_comm_frac"):
+        pd.testing.assert_series_equal(runs[col], shipped[col], check_names=False)
+    z3 = runs.loc["llama3-8b_h200-1x2_tp1-pp1-dp2_z3_rc-none_ov-on_mb1-gb8-s8192"]
+    assert z3["mfu"] == pytest.approx(0.539, abs=0.001)
+    assert runs.loc["llama3-8b_h200-1x2_tp1-pp1-dp2_z1_rc-none_ov-on_mb1-gb8-s8192", "status"] == "oom"
+    for fig in ("timeline", "fig17_temperature", "throttle", "throughput"):
+        assert (sweep / "figures" / f"{fig}.png").stat().st_size > 10_000
