@@ -9,8 +9,8 @@ from calorimeter.plan.models import ModelSpec
 
 # What the training engine implements today. Anything else is pruned with a reason rather than failing at run time.
 ENGINE_SUPPORTS = {
-    "tensor_parallel": False,
-    "expert_parallel": False,
+    "tensor_parallel": True,  # Megatron-core TP layers (+ sequence parallelism) inside DeepSpeed
+    "expert_parallel": True,  # DeepSpeed MoE (Mixtral), ep carved out of dp
     "context_parallel": False,
 }
 
@@ -27,6 +27,10 @@ def divisibility_reasons(cell: Cell, m: ModelSpec) -> list[str]:
         r.append(f"attention heads {m.num_attention_heads} not divisible by tp={cell.tp}")
     if m.num_query_groups % cell.tp:
         r.append(f"query groups (KV heads) {m.num_query_groups} not divisible by tp={cell.tp}")
+    if m.vocab_size % cell.tp:
+        r.append(f"vocabulary {m.vocab_size} not divisible by tp={cell.tp} (vocab-parallel embedding and head)")
+    if cell.sequence_parallel and cell.seq_len % cell.tp:
+        r.append(f"sequence length {cell.seq_len} not divisible by tp={cell.tp} (sequence parallelism)")
     if cell.pp_split:
         if len(cell.pp_split) != cell.pp:
             r.append(f"pp_split has {len(cell.pp_split)} stages but pp={cell.pp}")
@@ -53,13 +57,24 @@ def divisibility_reasons(cell: Cell, m: ModelSpec) -> list[str]:
 
 
 def engine_reasons(cell: Cell, m: ModelSpec) -> list[str]:
-    """Combinations the engine refuses by design, or does not implement yet."""
+    """Combinations the engine refuses by design, or does not implement yet (the engine raises the same reasons)."""
     r: list[str] = []
     if cell.pp > 1 and cell.zero_stage >= 2:
         r.append(f"DeepSpeed refuses pipeline parallelism with ZeRO-{cell.zero_stage} by design "
                  "(use zero_stage 0 or 1 with pp > 1)")
     if m.is_moe and cell.zero_stage == 3:
         r.append("DeepSpeed MoE does not support ZeRO-3 by design (use zero_stage 1 or 2)")
+    if m.is_moe and cell.pp > 1:
+        r.append("MoE with pipeline parallelism is not supported: DeepSpeed's PipelineModule passes only the hidden "
+                 "state between stages, so the load-balancing aux loss of earlier stages cannot reach the loss")
+    if m.is_moe and cell.tp > 1:
+        r.append("MoE with tensor parallelism is not supported: DeepSpeed 0.19.8's native MoE builds its "
+                 "expert-parallel groups from consecutive ranks, cutting across tensor-parallel groups, unless "
+                 "expert tensor parallelism is on (Mixtral's experts here are not tensor-parallel)")
+    if cell.tp > 1 and cell.zero_stage == 3:
+        r.append("tensor parallelism with ZeRO-3 is not supported: zero.Init partitions a module's parameters when "
+                 "its __init__ returns, before the tensor-parallel shards are copied in (Megatron-DeepSpeed's "
+                 "ZeRO-3+TP path needs Megatron's own model classes)")
     if cell.tp > 1 and not ENGINE_SUPPORTS["tensor_parallel"]:
         r.append(f"tensor parallelism (tp={cell.tp}) is not implemented in the engine yet")
     if (cell.ep > 1 or m.is_moe) and not ENGINE_SUPPORTS["expert_parallel"]:

@@ -21,14 +21,22 @@ import deepspeed  # noqa: E402
 from deepspeed.pipe import LayerSpec, PipelineModule  # noqa: E402
 
 from calorimeter.plan.cell import Cell  # noqa: E402
+from calorimeter.plan.checks import engine_reasons  # noqa: E402
 from calorimeter.plan.models import ModelSpec, get_model  # noqa: E402
-from calorimeter.train.layers import lm_loss  # noqa: E402
 from calorimeter.train.models import (  # noqa: E402
     CausalLM,
     LayerDef,
     layer_defs,
+    loss_function,
     stage_block_counts,
     stage_layer_counts,
+)
+from calorimeter.train.parallel import (  # noqa: E402
+    MegatronMPU,
+    TPConfig,
+    add_sequence_parallel_grad_hooks,
+    destroy_model_parallel,
+    init_model_parallel,
 )
 
 BUCKET_ELEMENTS = 500_000_000
@@ -49,6 +57,8 @@ class TrainEngine:
         device: the device this rank computes on.
         dp_rank: data-parallel index of this rank.
         dp_size: data-parallel degree.
+        dp_group: the data-parallel process group (losses are averaged over it).
+        tp_rank: tensor-parallel index of this rank.
         stage: pipeline stage of this rank (0 for pp=1).
         num_stages: pipeline stages.
         parameters_on_rank: parameter elements stored on this rank (its stage; its shard under ZeRO-3).
@@ -61,6 +71,8 @@ class TrainEngine:
     device: torch.device
     dp_rank: int
     dp_size: int
+    dp_group: Any
+    tp_rank: int
     stage: int
     num_stages: int
     parameters_on_rank: int
@@ -81,12 +93,14 @@ def ds_config(cell: Cell, device: torch.device) -> dict[str, Any]:
         device: this rank's device (decides bf16 vs fp32).
 
     Raises:
-        ValueError: for a batch that does not divide, or pipeline parallelism with ZeRO-2/3.
+        ValueError: for a batch that does not divide, or a combination the engine refuses
+            (:func:`refusal_reasons`).
     """
     if cell.grad_accum < 1 or cell.dp < 1:
         raise ValueError(f"{cell.cell_id}: global_batch/micro_batch/world_size do not divide (dp={cell.dp})")
-    if cell.pp > 1 and cell.zero_stage > 1:
-        raise ValueError(f"{cell.cell_id}: DeepSpeed refuses pipeline parallelism with ZeRO-{cell.zero_stage}")
+    reasons = refusal_reasons(cell, get_model(cell.model))
+    if reasons:
+        raise ValueError(f"{cell.cell_id}: " + "; ".join(reasons))
     zero: dict[str, Any] = {
         "stage": cell.zero_stage,
         "overlap_comm": cell.overlap,
@@ -99,7 +113,14 @@ def ds_config(cell: Cell, device: torch.device) -> dict[str, Any]:
     }
     if cell.zero_stage == 3:
         zero["stage3_prefetch_bucket_size"] = BUCKET_ELEMENTS if cell.overlap else 0
+    extra: dict[str, Any] = {}
+    if cell.pp > 1:
+        # DeepSpeed's default splits every activation sent between stages over the tp ranks and all-gathers it on
+        # the other side; that assumes activations replicated over tp, which sequence parallelism breaks. Send
+        # them whole (each tp rank to its peer of the next stage).
+        extra["pipeline"] = {"pipe_partitioned": False, "grad_partitioned": False}
     return {
+        **extra,
         "train_batch_size": cell.global_batch,
         "train_micro_batch_size_per_gpu": cell.micro_batch,
         "gradient_accumulation_steps": cell.grad_accum,
@@ -113,16 +134,31 @@ def ds_config(cell: Cell, device: torch.device) -> dict[str, Any]:
     }
 
 
+def refusal_reasons(cell: Cell, spec: ModelSpec) -> list[str]:
+    """Combinations the engine refuses, with the reason: the plan-time checks' ``engine_reasons``."""
+    return engine_reasons(cell, spec)
+
+
 def make_optimizer(model: torch.nn.Module, lr: float, device: torch.device) -> torch.optim.Optimizer:
-    """``torch.optim.AdamW`` (fused on CUDA; nothing to JIT-compile), no weight decay on biases and norms."""
+    """``torch.optim.AdamW`` (fused on CUDA; nothing to JIT-compile), no weight decay on biases and norms.
+
+    MoE expert parameters go to their own groups (DeepSpeed's
+    ``split_params_into_different_moe_groups_for_optimizer``) so that ZeRO reduces them over the expert-data-parallel
+    group rather than the whole data-parallel group.
+    """
     decay, no_decay = [], []
     for p in model.parameters():
         if not p.requires_grad:
             continue
         ndim = len(getattr(p, "ds_shape", p.shape))  # ZeRO-3 partitioned parameters keep their shape in ds_shape
         (decay if ndim >= 2 else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}]
+    groups: list[dict[str, Any]] = [{"params": decay, "weight_decay": WEIGHT_DECAY, "name": "decay"},
+                                    {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"}]
     groups = [g for g in groups if g["params"]]
+    if any(not getattr(p, "allreduce", True) for g in groups for p in g["params"]):
+        from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
+
+        groups = list(split_params_into_different_moe_groups_for_optimizer(groups))
     return torch.optim.AdamW(groups, lr=lr, betas=ADAM_BETAS, fused=device.type == "cuda")
 
 
@@ -188,18 +224,16 @@ def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device
     output]`` with blocks split by ``cell.pp_split`` or evenly.
 
     Args:
-        cell: the cell (tp, ep and cp must be 1: tensor/expert/context parallelism are not built yet).
+        cell: the cell (cp must be 1). tp > 1 builds Megatron-core tensor-parallel layers (and process groups, in
+            DeepSpeed's rank order); ep > 1 spreads a MoE model's experts over ep data-parallel ranks.
         spec: the model (default: the catalogue entry ``cell.model``).
         device: this rank's device (default: :func:`rank_device`).
 
     Raises:
-        NotImplementedError: for tp/ep/cp > 1 or MoE models.
-        ValueError: for an inconsistent cell.
+        ValueError: for an inconsistent cell or a refused combination (:func:`refusal_reasons`).
     """
     spec = spec or get_model(cell.model)
     device = device or rank_device()
-    if cell.tp != 1 or cell.ep != 1 or cell.cp != 1:
-        raise NotImplementedError(f"{cell.cell_id}: tensor/expert/context parallelism are not implemented yet")
     if cell.seq_len > spec.seq_length and spec.learned_positions:
         raise ValueError(f"{cell.cell_id}: seq_len {cell.seq_len} exceeds {spec.name}'s {spec.seq_length} positions")
     world = torch.distributed.get_world_size()
@@ -208,49 +242,87 @@ def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device
     config = ds_config(cell, device)
     # Wrap the launcher's process group in deepspeed.comm now: PipelineModule uses it before deepspeed.initialize.
     deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
+    par = TPConfig(cell.tp, cell.sequence_parallel and cell.tp > 1)
+    mpu = None
+    if par.enabled:
+        init_model_parallel(cell.tp, cell.pp, cell.seed, device)
+        if cell.pp == 1:
+            mpu = MegatronMPU()
+    if spec.is_moe:
+        _create_expert_groups(cell.ep)
     blocks = stage_block_counts(spec.num_layers, cell.pp, cell.pp_split)
-    defs = layer_defs(spec, cell.recompute, cell.recompute_layers, blocks, seed=cell.seed)
+    defs = layer_defs(spec, cell.recompute, cell.recompute_layers, blocks, seed=cell.seed, par=par, ep=cell.ep)
+    loss_fn = loss_function(par)
+    aux_coeff = spec.moe_aux_loss_coeff if spec.is_moe else 0.0
 
     if cell.pp > 1:
+        from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+
         specs = [_SeededLayerSpec(d) for d in defs]
         method = _EXPLICIT + ",".join(str(n) for n in stage_layer_counts(blocks))
+        # Axes (pipe, data, model): tp innermost, then dp, then pp -- Megatron's tp-cp-ep-dp-pp order.
+        topology = PipeModelDataParallelTopology(num_pp=cell.pp, num_mp=cell.tp, num_dp=cell.dp)
         with torch.device(device):
-            model = ExplicitPipelineModule(specs, num_stages=cell.pp, loss_fn=lm_loss, partition_method=method,
+            model = ExplicitPipelineModule(specs, topology=topology, loss_fn=loss_fn, partition_method=method,
                                            activation_checkpoint_interval=0)
     elif cell.zero_stage == 3:
         # No dtype argument: DeepSpeed 0.19.8 parses `dtype or fp16 if fp16_supported else ...` so that on CPU an
         # explicit dtype is ignored (bf16 wins). Without it, zero.Init takes bf16/fp32 from the config, correctly.
         with deepspeed.zero.Init(config_dict_or_path=config):
-            model = CausalLM([d.build() for d in defs])
+            model = CausalLM([d.build() for d in defs], loss_fn, aux_coeff)
     else:
         with torch.device(device):
-            model = CausalLM([d.build() for d in defs])
+            model = CausalLM([d.build() for d in defs], loss_fn, aux_coeff)
+    if par.sp:
+        add_sequence_parallel_grad_hooks(model)
 
     optimizer = make_optimizer(model, cell.lr, device)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config, mpu=mpu)
     if cell.pp > 1:
-        dp_rank, dp_size = engine.grid.get_data_parallel_rank(), engine.grid.get_data_parallel_world_size()
+        grid = engine.grid
+        dp_rank, dp_size, dp_group = (grid.get_data_parallel_rank(), grid.get_data_parallel_world_size(),
+                                      grid.get_data_parallel_group())
+        tp_rank = grid.get_slice_parallel_rank()
         stage, num_stages = engine.stage_id, engine.num_stages
-    else:
-        dp_rank, dp_size = torch.distributed.get_rank(), world
+    elif mpu is not None:
+        dp_rank, dp_size, dp_group = (mpu.get_data_parallel_rank(), mpu.get_data_parallel_world_size(),
+                                      mpu.get_data_parallel_group())
+        tp_rank = mpu.get_model_parallel_rank()
         stage, num_stages = 0, 1
+    else:
+        dp_rank, dp_size, dp_group = torch.distributed.get_rank(), world, torch.distributed.group.WORLD
+        tp_rank, stage, num_stages = 0, 0, 1
     return TrainEngine(engine=engine, pipeline=cell.pp > 1, device=device, dp_rank=dp_rank, dp_size=dp_size,
-                       stage=stage, num_stages=num_stages, parameters_on_rank=_local_parameter_count(model),
+                       dp_group=dp_group, tp_rank=tp_rank, stage=stage, num_stages=num_stages,
+                       parameters_on_rank=_local_parameter_count(model),
                        parameters_model=_full_parameter_count(model), config=config)
+
+
+def _create_expert_groups(ep: int) -> None:
+    """Create DeepSpeed's expert-parallel and expert-data-parallel groups for ``ep`` before the model is built.
+
+    The MoE layers need their expert-parallel rank at construction (to draw their local experts); DeepSpeed would
+    otherwise create the same groups (same name, same ranks: consecutive ranks form an expert-parallel group) only
+    in ``deepspeed.initialize``, and skips them there when they exist.
+    """
+    from deepspeed.utils import groups
+
+    if f"ep_size_{ep}" not in groups._get_expert_parallel_group_dict():
+        groups._create_expert_and_data_parallel(ep)
 
 
 def release_engine(te: TrainEngine) -> None:
     """Destroy the engine and undo the process-global state it leaves behind.
 
-    A pipeline engine stores its grid in ``deepspeed.utils.groups.mpu`` and never clears it; a later pp=1 engine in
-    the same process would then take that grid for its model-parallel groups. Resetting it lets one process train
-    several cells in turn (tests do).
+    A pipeline engine (or one given an mpu) stores its grid in ``deepspeed.utils.groups.mpu`` and never clears it; a
+    later engine in the same process would then take that grid for its model-parallel groups. Resetting it, and
+    Megatron-core's ``parallel_state``, lets one process train several cells in turn (tests do).
     """
     te.engine.destroy()
-    if te.pipeline:
-        from deepspeed.utils import groups
+    from deepspeed.utils import groups
 
-        groups.mpu = None
+    groups.mpu = None
+    destroy_model_parallel()
     gc.collect()
     if te.device.type == "cuda":
         torch.cuda.empty_cache()

@@ -1,10 +1,16 @@
-"""Building blocks of the dense GPT and Llama transformers (no tensor parallelism yet).
+"""Building blocks of the GPT, Llama and Mixtral transformers, plain or tensor-parallel (Megatron-core layers).
 
 Every parameter is created *and initialised* inside the ``__init__`` of the leaf module that owns it. That keeps the
 modules correct under ``deepspeed.zero.Init`` (which partitions a module's parameters as soon as its ``__init__``
 returns) and free on the ``meta`` device. Linear layers keep Megatron's weight layout ``(out_features, in_features)``
 and Megatron's fused QKV / fused gate-up layouts, so that :class:`Linear` can later be swapped for Megatron-core's
 ``ColumnParallelLinear`` (``qkv``, ``fc1``) and ``RowParallelLinear`` (``proj``, ``fc2``) without touching the blocks.
+
+With ``TPConfig(tp > 1)`` they are: :class:`ColumnLinear` / :class:`RowLinear` / :class:`VocabEmbedding` draw the
+*full* weight exactly as the plain layer would (same RNG stream) and keep this rank's shard, so a tensor-parallel
+model starts from the same weights as the single-rank one. With sequence parallelism the hidden state between
+layers is ``(seq / tp, batch, hidden)`` (sequence first, as Megatron's SP collectives split dimension 0); without it
+it stays ``(batch, seq, hidden)``.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from calorimeter.plan.models import ModelSpec
+from calorimeter.train.parallel import TPConfig, mark_sequence_parallel, megatron_config, tp_rank_size
+
+NO_TP = TPConfig()
 
 NORM_EPS = 1e-5
 
@@ -41,6 +50,108 @@ class Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the affine map to the last dimension."""
         return F.linear(x, self.weight, self.bias)
+
+
+def _noop_init(_: torch.Tensor) -> None:
+    """Megatron ``init_method`` that leaves the weight alone (we copy our own shard in)."""
+
+
+def _full_normal(rows: int, cols: int, init_std: float) -> torch.Tensor:
+    """The full weight as the plain layer draws it (same RNG consumption), on the default device."""
+    w = torch.empty(rows, cols)
+    nn.init.normal_(w, mean=0.0, std=init_std)
+    return w
+
+
+def _sp_config(device_cfg: object) -> object:
+    import dataclasses
+
+    return dataclasses.replace(device_cfg, sequence_parallel=True)
+
+
+class ColumnLinear(nn.Module):
+    """Megatron-core ``ColumnParallelLinear`` holding this rank's rows of the full ``(out, in)`` weight.
+
+    Args:
+        in_features, out_features, bias, init_std: as :class:`Linear` (full sizes).
+        par: tensor-parallel layout; with ``sp`` the input ``(seq/tp, b, h)`` is gathered along the sequence first
+            (Megatron's ``gather_from_sequence_parallel_region``, whose backward reduce-scatters), and the layer's
+            own input-gradient all-reduce is disabled.
+        gated: the weight is ``[gate; up]`` (SwiGLU's fused fc1): each rank takes its rows of both halves, so its
+            local output still splits as ``[gate_shard, up_shard]``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, init_std: float, par: TPConfig,
+                 gated: bool = False) -> None:
+        super().__init__()
+        from megatron.core.tensor_parallel import ColumnParallelLinear
+
+        rank, size = tp_rank_size()
+        full = _full_normal(out_features, in_features, init_std)
+        if gated:
+            gate, up = full.chunk(2, dim=0)
+            shard = torch.cat([gate.chunk(size, dim=0)[rank], up.chunk(size, dim=0)[rank]])
+        else:
+            shard = full.chunk(size, dim=0)[rank]
+        self.sp = par.sp
+        self.inner = ColumnParallelLinear(in_features, out_features, config=megatron_config(par.tp, full.device),
+                                          init_method=_noop_init, bias=bias, gather_output=False,
+                                          skip_bias_add=False, disable_grad_reduce=par.sp)
+        with torch.no_grad():
+            self.inner.weight.copy_(shard)
+            if bias:
+                self.inner.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(..., in) -> (..., out / tp)``; with SP ``(s/tp, b, in) -> (s, b, out / tp)``."""
+        if self.sp:
+            from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
+
+            x = gather_from_sequence_parallel_region(x, tensor_parallel_output_grad=True)
+        return self.inner(x)[0]
+
+
+class RowLinear(nn.Module):
+    """Megatron-core ``RowParallelLinear`` holding this rank's columns of the full ``(out, in)`` weight.
+
+    Its output is all-reduced over tp, or reduce-scattered along the sequence with SP (then the replicated bias is
+    added to a sequence shard and Megatron marks it ``sequence_parallel``).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, init_std: float, par: TPConfig) -> None:
+        super().__init__()
+        from megatron.core.tensor_parallel import RowParallelLinear
+
+        rank, size = tp_rank_size()
+        full = _full_normal(out_features, in_features, init_std)
+        cfg = megatron_config(par.tp, full.device)
+        if par.sp:
+            cfg = _sp_config(cfg)
+        self.inner = RowParallelLinear(in_features, out_features, config=cfg, init_method=_noop_init, bias=bias,
+                                       input_is_parallel=True, skip_bias_add=False)
+        with torch.no_grad():
+            self.inner.weight.copy_(full.chunk(size, dim=1)[rank])
+            if bias:
+                self.inner.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(..., in / tp) -> (..., out)``; with SP ``(s, b, in/tp) -> (s/tp, b, out)``."""
+        return self.inner(x)[0]
+
+
+def column_linear(in_features: int, out_features: int, bias: bool, init_std: float, par: TPConfig,
+                  gated: bool = False) -> nn.Module:
+    """:class:`Linear`, or :class:`ColumnLinear` when tensor-parallel."""
+    if par.enabled:
+        return ColumnLinear(in_features, out_features, bias, init_std, par, gated)
+    return Linear(in_features, out_features, bias, init_std)
+
+
+def row_linear(in_features: int, out_features: int, bias: bool, init_std: float, par: TPConfig) -> nn.Module:
+    """:class:`Linear`, or :class:`RowLinear` when tensor-parallel."""
+    if par.enabled:
+        return RowLinear(in_features, out_features, bias, init_std, par)
+    return Linear(in_features, out_features, bias, init_std)
 
 
 class Embedding(nn.Module):
@@ -81,9 +192,12 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, self.weight.shape, self.weight, NORM_EPS)
 
 
-def make_norm(spec: ModelSpec) -> nn.Module:
-    """LayerNorm for GPT (norms with bias), RMSNorm for Llama."""
-    return LayerNorm(spec.hidden_size) if spec.bias else RMSNorm(spec.hidden_size)
+def make_norm(spec: ModelSpec, par: TPConfig = NO_TP) -> nn.Module:
+    """LayerNorm for GPT (norms with bias), RMSNorm for Llama; marked ``sequence_parallel`` under SP."""
+    norm = LayerNorm(spec.hidden_size) if spec.bias else RMSNorm(spec.hidden_size)
+    if par.sp:
+        mark_sequence_parallel(norm)
+    return norm
 
 
 class Rotary:
@@ -136,29 +250,35 @@ class SelfAttention(nn.Module):
     """Causal self-attention: fused QKV projection, optional RoPE, SDPA core, output projection.
 
     The fused QKV output is laid out per query group as ``[q_0 .. q_{n/g-1}, k, v]`` (Megatron's layout), so a
-    column split over groups keeps every group whole.
+    column split over groups keeps every group whole: each tp rank holds ``groups / tp`` whole groups.
 
     Args:
         spec: the model.
         recompute_core: checkpoint only the attention core (``selective`` recomputation).
+        par: tensor-parallel layout.
     """
 
-    def __init__(self, spec: ModelSpec, recompute_core: bool) -> None:
+    def __init__(self, spec: ModelSpec, recompute_core: bool, par: TPConfig = NO_TP) -> None:
         super().__init__()
-        self.num_heads = spec.num_attention_heads
-        self.num_groups = spec.num_query_groups
+        self.num_heads = spec.num_attention_heads // par.tp
+        self.num_groups = spec.num_query_groups // par.tp
         self.head_dim = spec.head_dim
         self.recompute_core = recompute_core
-        qkv_out = (self.num_heads + 2 * self.num_groups) * self.head_dim
-        self.qkv = Linear(spec.hidden_size, qkv_out, spec.bias, spec.init_std)
-        self.proj = Linear(self.num_heads * self.head_dim, spec.hidden_size, spec.bias, spec.init_std)
+        self.seq_first = par.sp
+        qkv_out = (spec.num_attention_heads + 2 * spec.num_query_groups) * self.head_dim
+        self.qkv = column_linear(spec.hidden_size, qkv_out, spec.bias, spec.init_std, par)
+        self.proj = row_linear(spec.num_attention_heads * self.head_dim, spec.hidden_size, spec.bias,
+                               spec.init_std, par)
         self.rotary = None if spec.learned_positions else Rotary(self.head_dim, spec.rotary_base)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``(batch, seq, hidden) -> (batch, seq, hidden)``."""
-        b, s, _ = x.shape
+        """``(batch, seq, hidden) -> (batch, seq, hidden)``; with SP ``(seq/tp, batch, hidden)`` both ways."""
+        qkv = self.qkv(x)
+        if self.seq_first:
+            qkv = qkv.transpose(0, 1)
+        b, s = qkv.shape[:2]
         per_group = self.num_heads // self.num_groups
-        qkv = self.qkv(x).view(b, s, self.num_groups, per_group + 2, self.head_dim)
+        qkv = qkv.reshape(b, s, self.num_groups, per_group + 2, self.head_dim)
         q = qkv[:, :, :, :per_group].reshape(b, s, self.num_heads, self.head_dim).transpose(1, 2)
         k = qkv[:, :, :, per_group].transpose(1, 2)
         v = qkv[:, :, :, per_group + 1].transpose(1, 2)
@@ -169,18 +289,21 @@ class SelfAttention(nn.Module):
             out = checkpoint(attention_core, q, k, v, use_reentrant=False)
         else:
             out = attention_core(q, k, v)
-        return self.proj(out.transpose(1, 2).reshape(b, s, self.num_heads * self.head_dim))
+        out = out.transpose(1, 2).reshape(b, s, self.num_heads * self.head_dim)
+        if self.seq_first:
+            out = out.transpose(0, 1).contiguous()
+        return self.proj(out)
 
 
 class MLP(nn.Module):
     """GeLU MLP with biases (GPT) or SwiGLU with a fused gate/up projection and no biases (Llama)."""
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, par: TPConfig = NO_TP) -> None:
         super().__init__()
         self.gated = spec.gated_mlp
         fc1_out = 2 * spec.ffn_hidden_size if self.gated else spec.ffn_hidden_size
-        self.fc1 = Linear(spec.hidden_size, fc1_out, spec.bias, spec.init_std)
-        self.fc2 = Linear(spec.ffn_hidden_size, spec.hidden_size, spec.bias, spec.init_std)
+        self.fc1 = column_linear(spec.hidden_size, fc1_out, spec.bias, spec.init_std, par, gated=self.gated)
+        self.fc2 = row_linear(spec.ffn_hidden_size, spec.hidden_size, spec.bias, spec.init_std, par)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(..., hidden) -> (..., hidden)``."""
@@ -193,64 +316,168 @@ class MLP(nn.Module):
         return self.fc2(h)
 
 
+class MoEMLP(nn.Module):
+    """Mixtral's sparse MLP through DeepSpeed MoE: top-k gate, ``num_experts`` SwiGLU experts, ``ep`` ranks.
+
+    ``deepspeed.moe.layer.MoE`` with ``k = spec.moe_topk``, ``capacity_factor = spec.moe_capacity_factor`` (tokens
+    over capacity are dropped), deterministic routing (no random token selection, no Gumbel sampling of the second
+    expert: Mixtral routes by the top-2 logits) and top-2 weights renormalised as Mixtral does. DeepSpeed deep-copies
+    one expert into all local experts, so the experts are re-drawn here, expert ``g`` (global index) from the same
+    RNG stream whatever ``ep``: the model is the same for every expert-parallel layout. The gate is drawn from
+    ``normal(0, init_std)`` like every other linear. Experts are not tensor-parallel: with tp > 1 DeepSpeed
+    replicates them over tp and splits the dispatched tokens over the tp ranks.
+
+    Forward returns ``(output, aux_loss)``; ``aux_loss`` is DeepSpeed's GShard load-balancing loss of this layer
+    (not yet multiplied by ``spec.moe_aux_loss_coeff``).
+    """
+
+    def __init__(self, spec: ModelSpec, ep: int) -> None:
+        super().__init__()
+        from deepspeed.moe.layer import MoE
+
+        self.moe = MoE(spec.hidden_size, MLP(spec), num_experts=spec.num_experts, ep_size=ep, k=spec.moe_topk,
+                       capacity_factor=spec.moe_capacity_factor, eval_capacity_factor=spec.moe_capacity_factor,
+                       min_capacity=4, drop_tokens=True, use_rts=False, top2_2nd_expert_sampling=False)
+        with torch.no_grad():
+            gate = self.moe.deepspeed_moe.gate.wg.weight
+            gate.copy_(_full_normal(*gate.shape, spec.init_std))
+            local = self.moe.deepspeed_moe.experts.deepspeed_experts
+            first = self._ep_rank(ep) * len(local)
+            for g in range(spec.num_experts):
+                weights = [_full_normal(*p.shape, spec.init_std) for p in _expert_weights(local[0])]
+                if first <= g < first + len(local):
+                    for p, w in zip(_expert_weights(local[g - first]), weights, strict=True):
+                        p.copy_(w)
+
+    @staticmethod
+    def _ep_rank(ep: int) -> int:
+        if ep == 1:
+            return 0
+        import torch.distributed as dist
+        from deepspeed.utils import groups
+
+        name = f"ep_size_{ep}"
+        if name not in groups._EXPERT_PARALLEL_GROUP:
+            raise RuntimeError(f"expert-parallel group {name} must be created before building the model")
+        return dist.get_rank(groups._get_expert_parallel_group(name))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(..., hidden) -> ((..., hidden), aux_loss)``."""
+        out, aux, _ = self.moe(x)
+        return out, aux
+
+
+def _expert_weights(mlp: nn.Module) -> list[torch.Tensor]:
+    """An expert's weight matrices in draw order (fc1, fc2); Mixtral's experts have no biases."""
+    return [mlp.fc1.weight, mlp.fc2.weight]
+
+
 class TransformerBlock(nn.Module):
-    """Pre-norm transformer block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``.
+    """Pre-norm transformer block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))`` (a MoE MLP for Mixtral).
 
     Args:
         spec: the model.
         recompute: ``full`` (checkpoint this whole block), ``selective`` (checkpoint the attention core) or ``none``.
+        par: tensor-parallel layout.
+        ep: expert-parallel degree (MoE models).
+
+    For MoE models the layer's load-balancing loss of the last forward is left in :attr:`aux_loss`.
     """
 
-    def __init__(self, spec: ModelSpec, recompute: str = "none") -> None:
+    def __init__(self, spec: ModelSpec, recompute: str = "none", par: TPConfig = NO_TP, ep: int = 1) -> None:
         super().__init__()
         if recompute not in ("none", "selective", "full"):
             raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
         self.recompute_full = recompute == "full"
-        self.attn_norm = make_norm(spec)
-        self.attn = SelfAttention(spec, recompute_core=recompute == "selective")
-        self.mlp_norm = make_norm(spec)
-        self.mlp = MLP(spec)
+        self.is_moe = spec.is_moe
+        self.attn_norm = make_norm(spec, par)
+        self.attn = SelfAttention(spec, recompute_core=recompute == "selective", par=par)
+        self.mlp_norm = make_norm(spec, par)
+        self.mlp = MoEMLP(spec, ep) if spec.is_moe else MLP(spec, par)
+        self.aux_loss: torch.Tensor | None = None
 
-    def _block(self, x: torch.Tensor) -> torch.Tensor:
+    def _block(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         x = x + self.attn(self.attn_norm(x))
-        return x + self.mlp(self.mlp_norm(x))
+        if self.is_moe:
+            y, aux = self.mlp(self.mlp_norm(x))
+            return x + y, aux
+        return x + self.mlp(self.mlp_norm(x)), None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``(batch, seq, hidden) -> (batch, seq, hidden)``."""
+        """``(batch, seq, hidden) -> (batch, seq, hidden)`` (``(seq/tp, batch, hidden)`` under SP)."""
         if self.recompute_full and torch.is_grad_enabled():
-            return checkpoint(self._block, x, use_reentrant=False)
-        return self._block(x)
+            x, self.aux_loss = checkpoint(self._block, x, use_reentrant=False)
+        else:
+            x, self.aux_loss = self._block(x)
+        return x
+
+
+class VocabEmbedding(nn.Module):
+    """Megatron-core ``VocabParallelEmbedding`` holding this rank's rows of the full ``(vocab, dim)`` table."""
+
+    def __init__(self, num_embeddings: int, dim: int, init_std: float, par: TPConfig) -> None:
+        super().__init__()
+        from megatron.core.tensor_parallel import VocabParallelEmbedding
+
+        rank, size = tp_rank_size()
+        full = _full_normal(num_embeddings, dim, init_std)
+        self.inner = VocabParallelEmbedding(num_embeddings, dim, init_method=_noop_init,
+                                            config=megatron_config(par.tp, full.device))
+        with torch.no_grad():
+            self.inner.weight.copy_(full.chunk(size, dim=0)[rank])
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows for ``ids``, all-reduced over tp (every rank gets the full embedding)."""
+        return self.inner(ids)
 
 
 class EmbeddingLayer(nn.Module):
-    """Token embedding, plus learned absolute positions for GPT (Llama's positions come from RoPE)."""
+    """Token embedding, plus learned absolute positions for GPT (Llama's positions come from RoPE).
 
-    def __init__(self, spec: ModelSpec) -> None:
+    Tensor-parallel: vocab-parallel token table; with SP the sum is transposed to ``(seq, batch, hidden)`` and
+    scattered along the sequence (Megatron's ``scatter_to_sequence_parallel_region``).
+    """
+
+    def __init__(self, spec: ModelSpec, par: TPConfig = NO_TP) -> None:
         super().__init__()
-        self.tokens = Embedding(spec.vocab_size, spec.hidden_size, spec.init_std)
+        self.sp = par.sp
+        if par.enabled:
+            self.tokens: nn.Module = VocabEmbedding(spec.vocab_size, spec.hidden_size, spec.init_std, par)
+        else:
+            self.tokens = Embedding(spec.vocab_size, spec.hidden_size, spec.init_std)
         self.positions = (
             Embedding(spec.seq_length, spec.hidden_size, spec.init_std) if spec.learned_positions else None
         )
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """``(batch, seq)`` token ids -> ``(batch, seq, hidden)``."""
+        """``(batch, seq)`` token ids -> ``(batch, seq, hidden)`` (``(seq/tp, batch, hidden)`` under SP)."""
         h = self.tokens(input_ids)
         if self.positions is not None:
             # Through the module's forward (not .weight) so that ZeRO-3 gathers the table first.
             h = h + self.positions(torch.arange(input_ids.shape[1], device=input_ids.device))
+        if self.sp:
+            from megatron.core.tensor_parallel import scatter_to_sequence_parallel_region
+
+            h = scatter_to_sequence_parallel_region(h.transpose(0, 1).contiguous())
         return h
 
 
 class OutputLayer(nn.Module):
-    """Final norm and the untied output head, producing logits ``(batch, seq, vocab)``."""
+    """Final norm and the untied output head, producing logits ``(batch, seq, vocab)``.
 
-    def __init__(self, spec: ModelSpec) -> None:
+    Tensor-parallel: the head is column-parallel and the logits stay split over the vocabulary,
+    ``(batch, seq, vocab / tp)``, for :func:`vocab_parallel_lm_loss`; with SP they stay sequence-first,
+    ``(seq, batch, vocab / tp)`` (no transposed copy of the largest activation: the loss transposes the labels).
+    """
+
+    def __init__(self, spec: ModelSpec, par: TPConfig = NO_TP) -> None:
         super().__init__()
-        self.norm = make_norm(spec)
-        self.head = Linear(spec.hidden_size, spec.vocab_size, False, spec.init_std)
+        self.sp = par.sp
+        self.norm = make_norm(spec, par)
+        self.head = column_linear(spec.hidden_size, spec.vocab_size, False, spec.init_std, par)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``(batch, seq, hidden) -> (batch, seq, vocab)``."""
+        """``(batch, seq, hidden) -> (batch, seq, vocab)`` (``vocab / tp`` columns when tensor-parallel)."""
         return self.head(self.norm(x))
 
 
@@ -263,3 +490,18 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """
     return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.reshape(-1))
 
+
+def vocab_parallel_lm_loss(logits: torch.Tensor, labels: torch.Tensor, seq_first: bool = False) -> torch.Tensor:
+    """:func:`lm_loss` for logits split over the vocabulary across tp (Megatron's ``vocab_parallel_cross_entropy``).
+
+    Args:
+        logits: ``(batch, seq, vocab / tp)``, this rank's vocabulary shard (``(seq, batch, vocab / tp)`` when
+            ``seq_first``).
+        labels: ``(batch, seq)`` next-token ids (global ids).
+        seq_first: the logits are sequence-first (sequence parallelism).
+    """
+    from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+    if seq_first:
+        labels = labels.t().contiguous()
+    return vocab_parallel_cross_entropy(logits.float(), labels).mean()

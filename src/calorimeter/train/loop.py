@@ -125,10 +125,10 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         layout = BatchLayout(cell.global_batch, cell.micro_batch, te.dp_size, te.dp_rank)
         source = make_source(cell.dataset, spec.vocab_size, cell.seq_len, cell.seed)
         batches = micro_batches(source, layout, device=None if te.pipeline else device)
-        dp_group = None if te.pipeline else dist.group.WORLD
+        dp_group = None if te.pipeline else te.dp_group  # the pipeline engine already averages over dp
         engine.train()
         measured_end = cell.warmup_steps + cell.measured_steps
-        traced = profile_steps > 0 and (profile_all_ranks or te.dp_rank == 0)
+        traced = profile_steps > 0 and (profile_all_ranks or (te.dp_rank == 0 and te.tp_rank == 0))
         trace_path = Path(out_dir) / "traces" / f"rank-{dist.get_rank()}.json.gz"
         for step in range(measured_end + profile_steps):
             phase = "warmup" if step < cell.warmup_steps else ("measured" if step < measured_end else "profiled")
@@ -160,6 +160,7 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         "world_size": dist.get_world_size(),
         "dp_rank": te.dp_rank,
         "dp_size": te.dp_size,
+        "tp_rank": te.tp_rank,
         "stage": te.stage,
         "num_stages": te.num_stages,
         "device": device_name(device),

@@ -1,13 +1,16 @@
-"""Dense GPT / Llama models as a flat list of layers: one ``nn.Module`` for pp=1, pipeline stages for pp>1.
+"""GPT / Llama / Mixtral models as a flat list of layers: one ``nn.Module`` for pp=1, pipeline stages for pp>1.
 
 The layer list is ``[EmbeddingLayer, TransformerBlock x num_layers, OutputLayer]``; the loss
 (:func:`~calorimeter.train.layers.lm_loss`) is applied to the last layer's logits. Each layer is built under its own
-seed (``seed + layer_index``), so the initial weights are the same whatever the pipeline split.
+seed (``seed + layer_index``), so the initial weights are the same whatever the pipeline split; tensor-parallel
+layers draw the full weight under that seed and keep their shard, and MoE experts are drawn by global expert index,
+so the initial model is also the same whatever tp and ep.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +18,10 @@ import torch
 from torch import nn
 
 from calorimeter.plan.models import ModelSpec
-from calorimeter.train.layers import EmbeddingLayer, OutputLayer, TransformerBlock, lm_loss
+from calorimeter.train.layers import EmbeddingLayer, OutputLayer, TransformerBlock, lm_loss, vocab_parallel_lm_loss
+from calorimeter.train.parallel import TPConfig
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,8 @@ def layer_defs(
     recompute_layers: int | None = None,
     block_counts: Sequence[int] | None = None,
     seed: int = 1234,
+    par: TPConfig | None = None,
+    ep: int = 1,
 ) -> list[LayerDef]:
     """The model's layers, not yet built, in order ``[embedding, blocks..., output]``.
 
@@ -106,20 +114,25 @@ def layer_defs(
         recompute_layers: blocks per stage fully recomputed (``full`` only; None: all).
         block_counts: blocks per pipeline stage (default: one stage); decides which blocks ``full`` covers.
         seed: base init seed; layer ``i`` is initialised under ``seed + i``.
-
-    Raises:
-        NotImplementedError: for mixture-of-experts models.
+        par: tensor-parallel layout (default: none).
+        ep: expert-parallel degree (MoE models).
     """
-    if spec.is_moe:
-        raise NotImplementedError(f"{spec.name}: mixture-of-experts models are not built yet")
+    par = par or TPConfig()
     counts = list(block_counts) if block_counts is not None else [spec.num_layers]
     if sum(counts) != spec.num_layers:
         raise ValueError(f"block_counts {counts} do not sum to num_layers={spec.num_layers}")
     modes = block_recompute_modes(counts, recompute, recompute_layers)
-    defs = [LayerDef(EmbeddingLayer, (spec,), seed)]
-    defs += [LayerDef(TransformerBlock, (spec, mode), seed + 1 + i) for i, mode in enumerate(modes)]
-    defs.append(LayerDef(OutputLayer, (spec,), seed + 1 + spec.num_layers))
+    defs = [LayerDef(EmbeddingLayer, (spec, par), seed)]
+    defs += [LayerDef(TransformerBlock, (spec, mode, par, ep), seed + 1 + i) for i, mode in enumerate(modes)]
+    defs.append(LayerDef(OutputLayer, (spec, par), seed + 1 + spec.num_layers))
     return defs
+
+
+def loss_function(par: TPConfig | None) -> LossFn:
+    """:func:`lm_loss`, or the vocab-parallel cross-entropy when the logits are split over tp."""
+    if par is None or not par.enabled:
+        return lm_loss
+    return functools.partial(vocab_parallel_lm_loss, seq_first=par.sp)
 
 
 class CausalLM(nn.Module):
@@ -127,25 +140,40 @@ class CausalLM(nn.Module):
 
     Args:
         layers: built layers ``[embedding, blocks..., output]``.
+        loss_fn: ``(logits, labels) -> loss`` (see :func:`loss_function`).
+        aux_loss_coeff: weight of the MoE load-balancing losses, summed over layers and added to the loss (as
+            Megatron does: every layer's aux loss enters the gradient with the coefficient).
     """
 
-    def __init__(self, layers: Sequence[nn.Module]) -> None:
+    def __init__(self, layers: Sequence[nn.Module], loss_fn: LossFn = lm_loss, aux_loss_coeff: float = 0.0) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
+        self.loss_fn = loss_fn
+        self.aux_loss_coeff = aux_loss_coeff
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
-        """Mean token cross-entropy when ``labels`` is given, else logits ``(batch, seq, vocab)``."""
+        """Mean token cross-entropy (plus the weighted MoE aux loss) when ``labels`` is given, else logits."""
         x = input_ids
         for layer in self.layers:
             x = layer(x)
-        return x if labels is None else lm_loss(x, labels)
+        if labels is None:
+            return x
+        loss = self.loss_fn(x, labels)
+        aux = [m.aux_loss for m in self.layers if getattr(m, "aux_loss", None) is not None]
+        if aux and self.aux_loss_coeff:
+            loss = loss + self.aux_loss_coeff * torch.stack([a.float() for a in aux]).sum()
+        return loss
 
 
 def build_model(
     spec: ModelSpec, recompute: str = "none", recompute_layers: int | None = None, seed: int = 1234
 ) -> CausalLM:
-    """Build the full model on the current default device (use ``with torch.device("meta"):`` to count only)."""
-    return CausalLM([d.build() for d in layer_defs(spec, recompute, recompute_layers, seed=seed)])
+    """Build the full model on the current default device (use ``with torch.device("meta"):`` to count only).
+
+    MoE models are built with ep=1 (all experts local): DeepSpeed's MoE layer needs no process group for that.
+    """
+    return CausalLM([d.build() for d in layer_defs(spec, recompute, recompute_layers, seed=seed)],
+                    aux_loss_coeff=spec.moe_aux_loss_coeff if spec.is_moe else 0.0)
 
 
 def count_parameters(module: nn.Module) -> int:
