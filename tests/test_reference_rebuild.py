@@ -15,16 +15,22 @@ from conftest import ROOT
 REFERENCE = ROOT / "results" / "reference" / "h200x2-2026-11-21"
 
 
-@pytest.mark.integration
-def test_figures_rebuild_from_shipped_h200_records(tmp_path: Path) -> None:
+def rebuild(reference: Path, config: str, tmp_path: Path) -> Path:
+    """Copy shipped raw records (without their tables) and run the `figures` target on them."""
     data = tmp_path / "ref"
-    shutil.copytree(REFERENCE, data, ignore=shutil.ignore_patterns("tables"))
+    shutil.copytree(reference, data, ignore=shutil.ignore_patterns("tables"))
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     r = subprocess.run([sys.executable, "-m", "snakemake", "figures", "--configfile",
-                        str(ROOT / "config" / "reference" / "h200x2-llama8b.yaml"), "--config", f"results_dir={data}"],
+                        str(ROOT / "config" / "reference" / config), "--config", f"results_dir={data}"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "localrule train:" not in r.stdout + r.stderr
+    return data
+
+
+@pytest.mark.integration
+def test_figures_rebuild_from_shipped_h200_records(tmp_path: Path) -> None:
+    data = rebuild(REFERENCE, "h200x2-llama8b.yaml", tmp_path)
     sweep = data / "gpu-llama8b"
     assert not list(sweep.glob("cells/*/attempts"))  # nothing was launched
     runs = pd.read_parquet(sweep / "tables" / "runs.parquet").set_index("cell_id")
@@ -36,3 +42,15 @@ def test_figures_rebuild_from_shipped_h200_records(tmp_path: Path) -> None:
     assert runs.loc["llama3-8b_h200-1x2_tp1-pp1-dp2_z1_rc-none_ov-on_mb1-gb8-s8192", "status"] == "oom"
     for fig in ("timeline", "fig17_temperature", "throttle", "throughput"):
         assert (sweep / "figures" / f"{fig}.png").stat().st_size > 10_000
+
+
+@pytest.mark.integration
+def test_figures_rebuild_from_shipped_8_gpu_records(tmp_path: Path) -> None:
+    ref = ROOT / "results" / "reference" / "h200x8-2026-11-21"
+    data = rebuild(ref, "h200x8-parallelism.yaml", tmp_path)
+    runs = pd.read_parquet(data / "h200x8-parallelism" / "tables" / "runs.parquet")
+    shipped = pd.read_parquet(ref / "h200x8-parallelism" / "tables" / "runs.parquet")
+    assert set(runs["status"]) == {"ok"} and len(runs) == 7
+    pd.testing.assert_series_equal(runs.set_index("cell_id")["mfu"], shipped.set_index("cell_id")["mfu"])
+    assert runs["mfu"].max() == pytest.approx(0.524, abs=0.001)
+    assert (data / "h200x8-parallelism" / "figures" / "fig15_stages.png").stat().st_size > 10_000
