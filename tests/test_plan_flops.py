@@ -60,3 +60,12 @@ def test_throughput_metrics_by_hand() -> None:
                                                 ("mixtral-8x7b", 46.7), ("mixtral-8x22b", 140.6)])
 def test_paper_models_within_one_percent(name: str, billions: float) -> None:
     assert parameter_count(CATALOGUE[name]) / 1e9 == pytest.approx(billions, rel=0.01)
+
+
+def test_vocab_padding_for_tensor_parallelism() -> None:
+    from calorimeter.plan.models import padded_vocab_size
+
+    gpt3 = get_model("gpt3-175b")
+    assert [padded_vocab_size(gpt3, tp) for tp in (1, 2, 4, 8)] == [50257, 50432, 50688, 51200]
+    assert padded_vocab_size(get_model("llama3-70b"), 8) == 128256  # divisible: unchanged
+    assert padded_vocab_size(get_model("tiny-gpt"), 2) == 512

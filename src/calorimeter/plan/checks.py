@@ -27,8 +27,6 @@ def divisibility_reasons(cell: Cell, m: ModelSpec) -> list[str]:
         r.append(f"attention heads {m.num_attention_heads} not divisible by tp={cell.tp}")
     if m.num_query_groups % cell.tp:
         r.append(f"query groups (KV heads) {m.num_query_groups} not divisible by tp={cell.tp}")
-    if m.vocab_size % cell.tp:
-        r.append(f"vocabulary {m.vocab_size} not divisible by tp={cell.tp} (vocab-parallel embedding and head)")
     if cell.sequence_parallel and cell.seq_len % cell.tp:
         r.append(f"sequence length {cell.seq_len} not divisible by tp={cell.tp} (sequence parallelism)")
     if cell.pp_split:

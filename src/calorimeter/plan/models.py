@@ -114,6 +114,8 @@ CATALOGUE: dict[str, ModelSpec] = {
         _mixtral("mixtral-8x7b-4l", 4, 4096, 14336, 32, 32000, desc="Mixtral 8x7B blocks, 4 layers"),
         # Tiny models for CPU tests and the default CPU sweep.
         ModelSpec("tiny-gpt", "gpt", 4, 128, 512, 4, 4, 512, 128, description="tiny GPT for CPU"),
+        ModelSpec("tiny-gpt-v509", "gpt", 2, 64, 256, 4, 4, 509, 64,
+                  description="tiny GPT whose vocabulary tp does not divide (Megatron-style padding)"),
         ModelSpec("tiny-llama", "llama", 4, 128, 352, 4, 2, 512, 128, rotary_base=10000.0,
                   description="tiny Llama for CPU"),
         ModelSpec("tiny-mixtral", "mixtral", 4, 128, 256, 4, 2, 512, 128, num_experts=4, moe_topk=2,
@@ -128,6 +130,18 @@ def get_model(name: str) -> ModelSpec:
         return CATALOGUE[name]
     except KeyError:
         raise KeyError(f"unknown model {name!r}; known models: {', '.join(sorted(CATALOGUE))}") from None
+
+
+def padded_vocab_size(m: ModelSpec, tp: int) -> int:
+    """Vocabulary of the embedding and head under tensor parallelism.
+
+    A vocabulary that tp divides is kept as is. Otherwise it is padded as Megatron pads it, to a multiple of
+    128 x tp (GPT-3's 50257 becomes 50432 at tp=2 and 51200 at tp=8); the extra rows are never a target.
+    """
+    if m.vocab_size % tp == 0:
+        return m.vocab_size
+    unit = 128 * tp
+    return -(-m.vocab_size // unit) * unit
 
 
 def parameter_count(m: ModelSpec, padded_vocab: int | None = None) -> int:

@@ -14,7 +14,7 @@ from calorimeter.plan.flops import iteration_flops
 from calorimeter.plan.grid import expand
 from calorimeter.plan.hardware import get_profile
 from calorimeter.plan.memory import estimate_memory
-from calorimeter.plan.models import get_model, parameter_count
+from calorimeter.plan.models import get_model, padded_vocab_size, parameter_count
 
 
 @dataclass
@@ -65,7 +65,8 @@ def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
         estimates.update(est.to_dict())
         if memory_check:
             reasons += memory_reasons(est, hw)
-        fl = iteration_flops(m, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp)
+        fl = iteration_flops(m, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp,
+                             padded_vocab=padded_vocab_size(m, cell.tp))
         estimates["model_flops_per_iter"] = fl.model_flops
     return PlannedCell(cell, "pruned" if reasons else "planned", reasons, estimates)
 
@@ -86,8 +87,10 @@ def plan_file(path: str | Path) -> Plan:
     return make_plan(load_config(path))
 
 
-TABLE_COLUMNS = ("cell_id", "status", "model", "hardware", "world_size", "tp", "pp", "dp", "ep", "zero_stage",
-                 "recompute", "overlap", "micro_batch", "global_batch", "seq_len", "mem_total_gb", "reasons")
+TABLE_COLUMNS = (
+    "cell_id", "status", "model", "params_b", "hardware", "world_size", "tp", "pp", "dp",
+    "ep", "zero_stage", "recompute", "overlap", "micro_batch", "global_batch", "seq_len", "mem_total_gb", "reasons",
+)
 
 
 def format_table(plan: Plan) -> str:
@@ -107,6 +110,7 @@ def plan_row(c: PlannedCell) -> dict[str, str]:
     """One table row as strings."""
     d = c.to_dict()
     out = {k: str(d.get(k, "")) for k in TABLE_COLUMNS}
+    out["params_b"] = f"{d['params_total'] / 1e9:.2f}" if d.get("params_total") else ""
     if "mem_total_gb" in d:
         out["mem_total_gb"] = f"{d['mem_total_gb']:.1f}"
     out["reasons"] = "; ".join(c.reasons)

@@ -8,7 +8,7 @@ from typing import Any
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.flops import iteration_flops, mfu
-from calorimeter.plan.models import get_model
+from calorimeter.plan.models import get_model, padded_vocab_size
 
 
 def step_times_s(rank_steps: list[list[dict[str, Any]]], phase: str = "measured") -> list[float]:
@@ -31,8 +31,9 @@ def throughput_metrics(cell: Cell, iteration_times_s: list[float], peak_tflops: 
     if not iteration_times_s:
         return {"iteration_time_s": math.nan, "metrics_unavailable_reason": "no measured step"}
     t = statistics.fmean(iteration_times_s)
-    fl = iteration_flops(get_model(cell.model), cell.seq_len, cell.global_batch, cell.recompute,
-                         cell.recompute_layers, cell.pp)
+    model = get_model(cell.model)
+    fl = iteration_flops(model, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp,
+                         padded_vocab=padded_vocab_size(model, cell.tp))
     samples_s = cell.global_batch / t
     tokens_s = samples_s * cell.seq_len
     out: dict[str, Any] = {

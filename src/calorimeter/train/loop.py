@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import platform
 import random
@@ -17,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from calorimeter.plan.cell import Cell
-from calorimeter.plan.models import get_model
+from calorimeter.plan.models import get_model, padded_vocab_size
 from calorimeter.train.data import BatchLayout, make_source, micro_batches
 from calorimeter.train.errors import CellOOMError
 
@@ -118,9 +119,10 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         torch.cuda.reset_peak_memory_stats(device)
     seed_everything(cell.seed)
     spec = get_model(cell.model)
+    model_spec = dataclasses.replace(spec, vocab_size=padded_vocab_size(spec, cell.tp))
     steps: list[dict[str, Any]] = []
     try:
-        te = build_engine(cell, spec, device)
+        te = build_engine(cell, model_spec, device)
         engine = te.engine
         layout = BatchLayout(cell.global_batch, cell.micro_batch, te.dp_size, te.dp_rank)
         source = make_source(cell.dataset, spec.vocab_size, cell.seq_len, cell.seed)
