@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real one-node SLURM (Debian 12's slurm-wlm 22.05) for the tests: munge, MariaDB + slurmdbd (so that sacct works),
 # slurmctld + slurmd in configless mode, 4 fake GPUs. Run as root; no systemd needed. Every file lives under $T.
-# Recipe and pitfalls: /work/shared/notes/stack.md section 3 (docs/slurm.md "Testing").
+# Recipe and pitfalls: ../shared/notes/stack.md section 3 beside the checkout (docs/slurm.md "Testing").
 #
 #   bash tests/slurm/up.sh      # idempotent: installs packages if missing (apt), starts what is not running
 #   bash tests/slurm/down.sh    # stops every daemon by the PID in its pid file
