@@ -71,6 +71,19 @@ def time_weighted_mean(
     return integrate(t_s, y, b, e) / (e - b)
 
 
+def _window(tt: np.ndarray, begin_s: float | None, end_s: float | None) -> tuple[float, float] | None:
+    """(begin, end) of a window over sorted sample times (default: all of them); None when not covered."""
+    if tt.size < 2:
+        return None
+    b = tt[0] if begin_s is None else float(begin_s)
+    e = tt[-1] if end_s is None else float(end_s)
+    if e < b:
+        raise ValueError(f"window end {e} before begin {b}")
+    if b < tt[0] or e > tt[-1]:
+        return None
+    return float(b), float(e)
+
+
 def trapezoid_energy_j(
     t_s: npt.ArrayLike, power_w: npt.ArrayLike, begin_s: float | None = None, end_s: float | None = None
 ) -> float:
@@ -86,14 +99,10 @@ def trapezoid_energy_j(
         Energy in J, or NaN when the window is not inside the sampled range or has < 2 points.
     """
     tt, pp = _clean(t_s, power_w)
-    if tt.size < 2:
+    window = _window(tt, begin_s, end_s)
+    if window is None:
         return float("nan")
-    b = tt[0] if begin_s is None else float(begin_s)
-    e = tt[-1] if end_s is None else float(end_s)
-    if e < b:
-        raise ValueError(f"window end {e} before begin {b}")
-    if b < tt[0] or e > tt[-1]:
-        return float("nan")
+    b, e = window
     inside = (tt > b) & (tt < e)
     ts = np.concatenate(([b], tt[inside], [e]))
     ps = np.concatenate(([np.interp(b, tt, pp)], pp[inside], [np.interp(e, tt, pp)]))
@@ -115,14 +124,10 @@ def counter_delta(
         ``C(end) - C(begin)`` in the counter's unit, or NaN when the window is not covered.
     """
     tt, cc = _clean(t_s, counter)
-    if tt.size < 2:
+    window = _window(tt, begin_s, end_s)
+    if window is None:
         return float("nan")
-    b = tt[0] if begin_s is None else float(begin_s)
-    e = tt[-1] if end_s is None else float(end_s)
-    if e < b:
-        raise ValueError(f"window end {e} before begin {b}")
-    if b < tt[0] or e > tt[-1]:
-        return float("nan")
+    b, e = window
     return float(np.interp(e, tt, cc) - np.interp(b, tt, cc))
 
 
