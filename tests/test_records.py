@@ -72,7 +72,7 @@ def test_record_and_steps(tmp_path: Path) -> None:
 def test_summary_keeps_pruned_and_unrun_cells_and_figure_draws_bands(tmp_path: Path) -> None:
     plan = make_plan({"sweep": "t", "hardware": "cpu", "results_dir": str(tmp_path), "grid": [
         {"model": "tiny-gpt", "gpus_per_node": 2, "pp": [1, 2]},
-        {"model": "tiny-gpt", "gpus_per_node": 2, "tp": 2},  # pruned: tensor parallelism
+        {"model": "tiny-gpt", "gpus_per_node": 2, "pp": 2, "zero_stage": 3},  # pruned: pipeline + ZeRO-3
     ]})
     ok_cell, oom_cell, pruned = plan.cells
     rec = build_record(ok_cell.cell, [_rank(0), _rank(1)], {"job_id": "1"})
@@ -84,7 +84,7 @@ def test_summary_keeps_pruned_and_unrun_cells_and_figure_draws_bands(tmp_path: P
         files.append(f)
     df = summarize(plan, files)
     assert list(df["status"]) == ["ok", "oom", "pruned"]
-    assert "tensor parallelism" in df.loc[2, "reason"]
+    assert "refuses pipeline parallelism with ZeRO-3" in df.loc[2, "reason"]
     assert math.isnan(df.loc[1, "tokens_per_s_per_gpu"]) and df.loc[0, "tokens_per_s_per_gpu"] > 0
     write_summary(df, tmp_path / "s.parquet", tmp_path / "s.csv")
     assert len(pd.read_csv(tmp_path / "s.csv")) == 3
