@@ -117,9 +117,16 @@ class Sweep:
         self.ids: dict[str, str] = {}
         self.checksums: dict[str, dict[str, str]] = {}
 
-    def write(self, letters: str, launcher: dict | None = None, changed: dict | None = None) -> Path:
-        """The sweep file with the cells named by ``letters``."""
+    def write(self, letters: str, launcher: dict | None = None, changed: dict | None = None,
+              telemetry: dict | None = None) -> Path:
+        """The sweep file with the cells named by ``letters``.
+
+        These scenarios test scheduling: the node sampler runs, but no profiled step is added (its trace export
+        costs seconds on CPU ranks), and scenario 3 turns the sampler off so that the requeued run surely ends
+        before SLURM's next time-limit check.
+        """
         cfg = {"sweep": self.name, "hardware": "cpu", "results_dir": str(self.results),
+               "telemetry": {"profile_steps": 0, **(telemetry or {})},
                "launcher": {"executor": "local", "timeout_min": 5, "poll_s": 2, **(launcher or {})},
                "defaults": DEFAULTS,
                "grid": [{**CELLS[x], **((changed or {}).get(x, {}))} for x in letters]}
@@ -320,7 +327,7 @@ def test_3_time_limit_requeues_and_completes(sweep: Sweep) -> None:
     # A 1-minute limit with USR2 10 s before it; the cell sleeps through its first run only. slurmctld checks
     # limits every 30 s and signals when now + delay + 30 s >= end, i.e. 20 to 50 s into each run: the requeued
     # run (a few seconds) must end before that.
-    cfg = sweep.write("ABCDEF", launcher={"timeout_min": 1, "signal_delay_s": 10})
+    cfg = sweep.write("ABCDEF", launcher={"timeout_min": 1, "signal_delay_s": 10}, telemetry={"enabled": False})
     r = snakemake("--configfile", str(cfg), faults=f"{sweep.ids['F']}=sleep-first:300", timeout=400)
     assert r.returncode == 0, ok(r)
     TIMINGS["3 time limit + requeue"] = time.time() - t0
