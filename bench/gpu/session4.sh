@@ -23,13 +23,6 @@ lap "FSDP2 baseline"
 timeout 100 torchrun --nproc_per_node $NGPU bench/fsdp2_llama_baseline.py 8192 1 8 2>&1 | grep -E "RESULT|Error" | tee $OUT/fsdp2.log
 lap "collect"
 python3 -m calorimeter aggregate /tmp/quick.yaml >/dev/null 2>&1 || true
-python3 - <<'PY' 2>&1 | tee $OUT/table.log
-import json, glob
-for f in sorted(glob.glob("/tmp/res8/*/cells/*/run.json")):
-    r = json.load(open(f)); m = r.get("metrics") or {}
-    print(f"{r['cell_id'][:62]:<62} {r['status']:<7} {m.get('tokens_per_s_per_gpu', 0):>8.0f} tok/s/GPU "
-          f"{m.get('tflops_per_gpu', 0):>6.1f} TF/GPU MFU {100 * (m.get('mfu') or 0):>5.1f}% "
-          f"peak {(r.get('peak_memory_bytes') or 0) / 1e9:>6.1f} GB {r.get('reason', '')[:160]}")
-PY
+python3 bench/gpu/print_cells.py /tmp/res8 2>&1 | tee $OUT/table.log
 tar czf $OUT/results8.tar.gz --exclude='*.pdf' --exclude='*/staging/*' --exclude='*.arrows' -C /tmp/res8 .
 lap "done"

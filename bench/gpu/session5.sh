@@ -14,12 +14,5 @@ c["grid"].insert(0, {"model": "llama3-8b", "recompute": "full", "overlap": True,
 yaml.safe_dump(c, open("/tmp/quick_rc.yaml", "w"))
 PY
 timeout 270 python3 -m snakemake --configfile /tmp/quick_rc.yaml --config results_dir=/tmp/res8 2>&1 | grep -E "steps \(|rror" | tail -3
-python3 - <<'PY' 2>&1 | tee $OUT/table_rc.log
-import json, glob
-for f in sorted(glob.glob("/tmp/res8/*/cells/*/run.json")):
-    r = json.load(open(f)); m = r.get("metrics") or {}
-    print(f"{r['cell_id'][:64]:<64} {r['status']:<7} {m.get('tokens_per_s_per_gpu', 0):>8.0f} tok/s/GPU "
-          f"{m.get('tflops_per_gpu', 0):>6.1f} TF/GPU MFU {100 * (m.get('mfu') or 0):>5.1f}% "
-          f"peak {(r.get('peak_memory_bytes') or 0) / 1e9:>6.1f} GB {r.get('reason', '')[:160]}")
-PY
+python3 bench/gpu/print_cells.py /tmp/res8 2>&1 | tee $OUT/table_rc.log
 tar czf $OUT/results8_rc.tar.gz --exclude='*.pdf' --exclude='*/staging/*' --exclude='*.arrows' -C /tmp/res8 .

@@ -33,7 +33,7 @@ from calorimeter.launch import slurm as slurm_cli
 from calorimeter.launch.settings import launcher_settings
 from calorimeter.launch.task import CellTask
 from calorimeter.plan.cell import Cell
-from calorimeter.plan.hardware import PROFILES
+from calorimeter.plan.hardware import PROFILES, accelerator_of
 from calorimeter.records.atomic import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -74,15 +74,13 @@ def cell_key(cell: Cell) -> str:
     return hashlib.sha256(json.dumps(cell.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _accelerator(cell: Cell) -> str:
-    return PROFILES[cell.hardware].accelerator if cell.hardware in PROFILES else "cuda"
 
 
 def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(executor kind, submitit parameters) of a cell; raises CellConfigError before anything is submitted."""
     launcher = launcher_settings(launcher)
     kind = resolve_executor(launcher.get("executor") or "local")
-    accelerator = _accelerator(cell)
+    accelerator = accelerator_of(cell.hardware)
     gpus = cell.gpus_per_node if accelerator in ("cuda", "rocm") else 0
     timeout_min = int(launcher["timeout_min"])
     cpus = int(launcher["cpus_per_task"])

@@ -13,7 +13,7 @@ import submitit
 from submitit.core.utils import UncompletedJobError
 
 from calorimeter.plan.cell import Cell
-from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.hardware import accelerator_of
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.provenance import device_info
 
@@ -58,8 +58,7 @@ class CellTask(submitit.helpers.Checkpointable):
 
         t0 = time.time()
         cell = Cell.from_dict(self.cell)
-        hw = get_profile(cell.hardware) if cell.hardware in _known() else None
-        accelerator = hw.accelerator if hw else ("cuda" if cell.hardware.startswith("cuda") else "cpu")
+        accelerator = accelerator_of(cell.hardware)
         staging = Path(self.staging_dir)
         staging.mkdir(parents=True, exist_ok=True)
         restart = self.restart_count()
@@ -125,12 +124,6 @@ class CellTask(submitit.helpers.Checkpointable):
                         max_requeues=self.max_requeues, timeout_min=self.timeout_min,
                         signal_delay_s=self.signal_delay_s)
         return submitit.helpers.DelayedSubmission(task, *args, **kwargs)
-
-
-def _known() -> set[str]:
-    from calorimeter.plan.hardware import PROFILES
-
-    return set(PROFILES)
 
 
 def _teardown(destroy: bool = True) -> None:

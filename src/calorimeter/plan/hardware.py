@@ -57,6 +57,15 @@ def get_profile(name: str) -> HardwareProfile:
         raise KeyError(f"unknown hardware {name!r}; known: auto, {', '.join(sorted(PROFILES))}") from None
 
 
+def accelerator_of(hardware: str) -> str:
+    """``cuda``, ``rocm`` or ``cpu`` for a profile name; profiles detected on another machine (``cuda-<gpu>``) are
+    CUDA."""
+    profile = PROFILES.get(hardware)
+    if profile is not None:
+        return profile.accelerator
+    return "cuda" if hardware.startswith("cuda") else "cpu"
+
+
 def detect_local_gpus() -> list[tuple[str, float]]:
     """(name, memory GB) of each NVIDIA GPU on this machine (empty without a driver); uses nvidia-smi, not CUDA."""
     exe = shutil.which("nvidia-smi")
