@@ -29,7 +29,8 @@ def free_port() -> int:
 
 
 def run_cells(cells: list[Any], out_dir: Path, world_size: int | None = None,
-              timeout_s: float = 300.0, profile_steps: int = 0) -> list[list[dict[str, Any]]]:
+              timeout_s: float = 300.0, profile_steps: int = 0,
+              gradients: bool = False) -> list[list[dict[str, Any]]]:
     """Train ``cells`` one after another on ``world_size`` local ranks; return every rank's record per cell.
 
     Args:
@@ -38,6 +39,7 @@ def run_cells(cells: list[Any], out_dir: Path, world_size: int | None = None,
         world_size: ranks (default: the cells' world size).
         timeout_s: wall-clock limit for the whole group.
         profile_steps: passed to ``train_cell`` (extra torch.profiler-traced steps).
+        gradients: save each cell's first-step full gradients to ``<out>/cell<i>/grads.pt`` (rank 0).
 
     Raises:
         RuntimeError: with the tail of the failing rank's log, if a rank fails or the group times out.
@@ -48,7 +50,7 @@ def run_cells(cells: list[Any], out_dir: Path, world_size: int | None = None,
     out_dir.mkdir(parents=True, exist_ok=True)
     job = out_dir / "job.json"
     job.write_text(json.dumps({"cells": [c.to_dict() for c in cells], "out": str(out_dir),
-                               "profile_steps": profile_steps}))
+                               "profile_steps": profile_steps, "gradients": gradients}))
     base_env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
@@ -109,7 +111,8 @@ def _worker(job_path: Path) -> None:
         def mark(*args: Any, _marks: list[list[Any]] = marks) -> None:
             _marks.append(list(args))
 
-        train_cell(Cell.from_dict(d), out, step_callback=mark, profile_steps=job.get("profile_steps", 0))
+        train_cell(Cell.from_dict(d), out, step_callback=mark, profile_steps=job.get("profile_steps", 0),
+                   gradients_out=out / "grads.pt" if job.get("gradients") else None)
         (out / f"callbacks-rank{dist.get_rank()}.json").write_text(json.dumps(marks))
         dist.barrier()
     dist.destroy_process_group()

@@ -74,6 +74,9 @@ def test_block_parallel_overrides_defaults() -> None:
         ({"model": "tiny-gpt", "sequence_parallel": True}, "sequence parallelism needs tp > 1"),
         ({"model": "tiny-gpt", "pp": 2, "zero_stage": 2}, "DeepSpeed refuses pipeline parallelism with ZeRO-2"),
         ({"model": "tiny-mixtral", "zero_stage": 3}, "DeepSpeed MoE does not support ZeRO-3"),
+        # MoE + tp: 1 x 9 tokens routed top-2 at capacity factor 2 over 4 experts = ceil(9 / 4 * 2 * 2) = 9 slots.
+        ({"model": "tiny-mixtral", "tp": 2, "gpus_per_node": 2, "micro_batch": 1, "global_batch": 1, "seq_len": 9},
+         "expert capacity 9 tokens (micro_batch x seq_len x top-k x capacity factor / experts) not divisible by tp=2"),
     ],
 )
 def test_divisibility_and_engine_checks_prune_with_reason(grid: dict, reason: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import HardwareProfile
 from calorimeter.plan.memory import GB, MemoryEstimate
-from calorimeter.plan.models import ModelSpec
+from calorimeter.plan.models import ModelSpec, expert_capacity, parameter_count
 
 # What the training engine implements today. Anything else is pruned with a reason rather than failing at run time.
 ENGINE_SUPPORTS = {
@@ -44,6 +44,11 @@ def divisibility_reasons(cell: Cell, m: ModelSpec) -> list[str]:
         r.append(f"experts {m.num_experts} not divisible by ep={cell.ep}")
     if cell.dp % cell.ep:
         r.append(f"ep={cell.ep} does not divide dp={cell.dp}")
+    if m.is_moe and cell.tp > 1:
+        capacity = expert_capacity(m, cell.micro_batch * cell.seq_len)
+        if capacity % cell.tp:
+            r.append(f"expert capacity {capacity} tokens (micro_batch x seq_len x top-k x capacity factor / experts)"
+                     f" not divisible by tp={cell.tp}: DeepSpeed splits every expert's capacity slots over tp")
     if cell.global_batch % (cell.micro_batch * cell.dp):
         r.append(f"global batch {cell.global_batch} not divisible by micro batch x dp = "
                  f"{cell.micro_batch}x{cell.dp} = {cell.micro_batch * cell.dp}")
@@ -69,14 +74,6 @@ def engine_reasons(cell: Cell, m: ModelSpec) -> list[str]:
     if m.is_moe and cell.pp > 1:
         r.append("MoE with pipeline parallelism is not supported: DeepSpeed's PipelineModule passes only the hidden "
                  "state between stages, so the load-balancing aux loss of earlier stages cannot reach the loss")
-    if m.is_moe and cell.tp > 1:
-        r.append("MoE with tensor parallelism is not supported: DeepSpeed 0.19.8's native MoE builds its "
-                 "expert-parallel groups from consecutive ranks, cutting across tensor-parallel groups, unless "
-                 "expert tensor parallelism is on (Mixtral's experts here are not tensor-parallel)")
-    if cell.tp > 1 and cell.zero_stage == 3:
-        r.append("tensor parallelism with ZeRO-3 is not supported: zero.Init partitions a module's parameters when "
-                 "its __init__ returns, before the tensor-parallel shards are copied in (Megatron-DeepSpeed's "
-                 "ZeRO-3+TP path needs Megatron's own model classes)")
     if cell.tp > 1 and not ENGINE_SUPPORTS["tensor_parallel"]:
         r.append(f"tensor parallelism (tp={cell.tp}) is not implemented in the engine yet")
     if (cell.ep > 1 or m.is_moe) and not ENGINE_SUPPORTS["expert_parallel"]:
@@ -93,4 +90,20 @@ def memory_reasons(est: MemoryEstimate, hw: HardwareProfile) -> list[str]:
                 f"{hw.name} (weights {est.weights_b / GB:.1f}, grads {est.gradients_b / GB:.1f}, optimizer "
                 f"{est.optimizer_b / GB:.1f}, activations {est.activations_b / GB:.1f}, logits "
                 f"{est.logits_b / GB:.1f})"]
+    return []
+
+
+def build_memory_reasons(cell: Cell, m: ModelSpec, hw: HardwareProfile) -> list[str]:
+    """A reason when building the model does not fit, before ZeRO-3 partitions it.
+
+    With tp > 1 and ZeRO-3 every rank first builds its tensor-parallel shard whole, in fp32 (``deepspeed.zero.Init``
+    cannot wrap layers whose shards are copied in after construction), and ``deepspeed.initialize`` partitions it
+    over dp afterwards: the build needs ``4 B x parameters / tp`` at once.
+    """
+    if not (cell.tp > 1 and cell.zero_stage == 3):
+        return []
+    build_b = 4.0 * parameter_count(m) / cell.tp
+    if build_b > hw.memory_gb * GB:
+        return [f"building the tp={cell.tp} shard before ZeRO-3 partitions it needs {build_b / GB:.1f} GB in fp32, "
+                f"more than the {hw.memory_gb:g} GB of {hw.name}"]
     return []

@@ -132,6 +132,20 @@ def get_model(name: str) -> ModelSpec:
         raise KeyError(f"unknown model {name!r}; known models: {', '.join(sorted(CATALOGUE))}") from None
 
 
+MOE_MIN_CAPACITY = 4
+"""Smallest expert capacity (tokens) of a MoE layer, whatever the batch (DeepSpeed's ``min_capacity``)."""
+
+
+def expert_capacity(m: ModelSpec, tokens: int) -> int:
+    """Capacity (token slots per expert) of a MoE layer routing ``tokens`` tokens, as DeepSpeed computes it.
+
+    ``ceil(tokens / num_experts * capacity_factor * top_k)``, at least :data:`MOE_MIN_CAPACITY`.
+    """
+    import math
+
+    return max(math.ceil(tokens / m.num_experts * m.moe_capacity_factor * m.moe_topk), MOE_MIN_CAPACITY)
+
+
 def padded_vocab_size(m: ModelSpec, tp: int) -> int:
     """Vocabulary of the embedding and head under tensor parallelism.
 

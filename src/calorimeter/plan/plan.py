@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from calorimeter.plan.cell import Cell
-from calorimeter.plan.checks import divisibility_reasons, engine_reasons, memory_reasons
+from calorimeter.plan.checks import build_memory_reasons, divisibility_reasons, engine_reasons, memory_reasons
 from calorimeter.plan.config import load_config, validate_config
 from calorimeter.plan.flops import iteration_flops
 from calorimeter.plan.grid import expand
@@ -64,7 +64,7 @@ def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
         est = estimate_memory(m, cell, hw)
         estimates.update(est.to_dict())
         if memory_check:
-            reasons += memory_reasons(est, hw)
+            reasons += memory_reasons(est, hw) + build_memory_reasons(cell, m, hw)
         fl = iteration_flops(m, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp,
                              padded_vocab=padded_vocab_size(m, cell.tp))
         estimates["model_flops_per_iter"] = fl.model_flops

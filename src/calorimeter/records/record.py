@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -103,12 +104,18 @@ def classify(rank_results: list[dict[str, Any]], world_size: int, launcher_error
     return status, reason
 
 
+def _finite_or_none(x: float | None) -> float | None:
+    """``x`` when it is a finite number, else None (run.json stays strict JSON)."""
+    return x if x is not None and math.isfinite(x) else None
+
+
 def steps_frame(rank_results: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per (rank, step)."""
     rows = [{"rank": r["rank"], **s} for r in rank_results for s in r.get("steps", [])]
-    cols = ["rank", "step", "phase", "loss", "time_s", "t_begin_s", "t_end_s"]
+    cols = ["rank", "step", "phase", "loss", "grad_norm", "time_s", "t_begin_s", "t_end_s"]
     df = pd.DataFrame(rows, columns=cols) if rows else pd.DataFrame({c: [] for c in cols})
-    return df.astype({"rank": "int32", "step": "int32", "loss": "float64", "time_s": "float64"})
+    return df.astype({"rank": "int32", "step": "int32", "loss": "float64", "grad_norm": "float64",
+                      "time_s": "float64"})
 
 
 def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[str, Any],
@@ -140,7 +147,8 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
         record["metrics"] = throughput_metrics(cell, step_times_s(rank_steps),
                                                profile.peak_bf16_tflops if profile else None)
         r0 = min(rank_results, key=lambda r: r["rank"])
-        record["loss"] = [{"step": s["step"], "phase": s["phase"], "loss": s["loss"]} for s in r0["steps"]]
+        record["loss"] = [{"step": s["step"], "phase": s["phase"], "loss": s["loss"],
+                           "grad_norm": _finite_or_none(s.get("grad_norm"))} for s in r0["steps"]]
     else:
         record["metrics"] = {}
     record["provenance"] = {

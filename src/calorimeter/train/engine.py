@@ -249,7 +249,7 @@ def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device
         if cell.pp == 1:
             mpu = MegatronMPU()
     if spec.is_moe:
-        _create_expert_groups(cell.ep)
+        _create_expert_groups(cell.ep, mpu)
     blocks = stage_block_counts(spec.num_layers, cell.pp, cell.pp_split)
     defs = layer_defs(spec, cell.recompute, cell.recompute_layers, blocks, seed=cell.seed, par=par, ep=cell.ep)
     loss_fn = loss_function(par)
@@ -265,7 +265,7 @@ def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device
         with torch.device(device):
             model = ExplicitPipelineModule(specs, topology=topology, loss_fn=loss_fn, partition_method=method,
                                            activation_checkpoint_interval=0)
-    elif cell.zero_stage == 3:
+    elif cell.zero_stage == 3 and not par.enabled:
         # No dtype argument: DeepSpeed 0.19.8 parses `dtype or fp16 if fp16_supported else ...` so that on CPU an
         # explicit dtype is ignored (bf16 wins). Without it, zero.Init takes bf16/fp32 from the config, correctly.
         with deepspeed.zero.Init(config_dict_or_path=config):
@@ -298,17 +298,35 @@ def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device
                        parameters_model=_full_parameter_count(model), config=config)
 
 
-def _create_expert_groups(ep: int) -> None:
+def _create_expert_groups(ep: int, mpu: MegatronMPU | None = None) -> None:
     """Create DeepSpeed's expert-parallel and expert-data-parallel groups for ``ep`` before the model is built.
 
     The MoE layers need their expert-parallel rank at construction (to draw their local experts); DeepSpeed would
-    otherwise create the same groups (same name, same ranks: consecutive ranks form an expert-parallel group) only
-    in ``deepspeed.initialize``, and skips them there when they exist.
+    otherwise create the same groups (same name, same ranks) only in ``deepspeed.initialize``, and skips them there
+    when they exist. Without tp, consecutive ranks form an expert-parallel group. With tp (``mpu`` given), the
+    groups are DeepSpeed's expert-tensor-parallel ones: expert-parallel groups of ranks with the same tp index
+    (inside one data-parallel group), the expert tensor-parallel degree set to tp; ``groups.mpu`` is set first, as
+    those functions and the MoE forward read it.
     """
     from deepspeed.utils import groups
 
-    if f"ep_size_{ep}" not in groups._get_expert_parallel_group_dict():
+    if f"ep_size_{ep}" in groups._get_expert_parallel_group_dict():
+        return
+    if mpu is None:
         groups._create_expert_and_data_parallel(ep)
+    else:
+        groups.mpu = mpu
+        groups._create_expert_data_and_model_parallel(ep, mpu=mpu)
+
+
+def _reset_expert_groups() -> None:
+    """Forget DeepSpeed's expert groups (module globals) so that the next cell in the process builds its own."""
+    from deepspeed.utils import groups
+
+    for table in (groups._EXPERT_PARALLEL_GROUP, groups._EXPERT_PARALLEL_GROUP_RANKS,
+                  groups._EXPERT_DATA_PARALLEL_GROUP, groups._EXPERT_DATA_PARALLEL_GROUP_RANKS):
+        table.clear()
+    groups.expert_tensor_parallel_world_size = 1
 
 
 def release_engine(te: TrainEngine) -> None:
@@ -316,12 +334,14 @@ def release_engine(te: TrainEngine) -> None:
 
     A pipeline engine (or one given an mpu) stores its grid in ``deepspeed.utils.groups.mpu`` and never clears it; a
     later engine in the same process would then take that grid for its model-parallel groups. Resetting it, and
-    Megatron-core's ``parallel_state``, lets one process train several cells in turn (tests do).
+    Megatron-core's ``parallel_state`` and DeepSpeed's expert groups, lets one process train several cells in turn
+    (tests do).
     """
     te.engine.destroy()
     from deepspeed.utils import groups
 
     groups.mpu = None
+    _reset_expert_groups()
     destroy_model_parallel()
     gc.collect()
     if te.device.type == "cuda":

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from calorimeter.plan.models import ModelSpec
+from calorimeter.plan.models import MOE_MIN_CAPACITY, ModelSpec
 from calorimeter.train.parallel import TPConfig, mark_sequence_parallel, megatron_config, tp_rank_size
 
 NO_TP = TPConfig()
@@ -69,6 +69,42 @@ def _sp_config(device_cfg: object) -> object:
     return dataclasses.replace(device_cfg, sequence_parallel=True)
 
 
+def _apply_3d(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A Megatron-core parallel linear on ``x`` of any rank: its backward handles 2-D or 3-D inputs only (DeepSpeed
+    hands MoE experts ``(ep, local experts, capacity, hidden)``), so leading dimensions are flattened around it."""
+    if x.dim() <= 3:
+        return layer(x)[0]
+    out = layer(x.reshape(-1, 1, x.shape[-1]))[0]
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def mark_tensor_parallel(weight: torch.Tensor, partition_dim: int) -> None:
+    """Mark a weight as split over tp along ``partition_dim`` (Megatron-core's attributes).
+
+    Megatron-core sets them only when it initialises the weight itself (``perform_initialization``); ours are filled
+    from the full draw instead. DeepSpeed reads ``tensor_model_parallel`` to count a split weight's gradient norm on
+    every tp rank (a replicated one only on tp rank 0): without it, gradient clipping sees too small a norm.
+    """
+    from megatron.core.tensor_parallel import set_tensor_model_parallel_attributes
+
+    set_tensor_model_parallel_attributes(weight, is_parallel=True, dim=partition_dim, stride=1)
+
+
+def column_shard(full: torch.Tensor, gated: bool = False) -> torch.Tensor:
+    """This rank's rows of a full ``(out, in)`` column-parallel weight (rows of both halves of a fused gate/up)."""
+    rank, size = tp_rank_size()
+    if gated:
+        gate, up = full.chunk(2, dim=0)
+        return torch.cat([gate.chunk(size, dim=0)[rank], up.chunk(size, dim=0)[rank]])
+    return full.chunk(size, dim=0)[rank]
+
+
+def row_shard(full: torch.Tensor) -> torch.Tensor:
+    """This rank's columns of a full ``(out, in)`` row-parallel weight."""
+    rank, size = tp_rank_size()
+    return full.chunk(size, dim=1)[rank]
+
+
 class ColumnLinear(nn.Module):
     """Megatron-core ``ColumnParallelLinear`` holding this rank's rows of the full ``(out, in)`` weight.
 
@@ -86,17 +122,14 @@ class ColumnLinear(nn.Module):
         super().__init__()
         from megatron.core.tensor_parallel import ColumnParallelLinear
 
-        rank, size = tp_rank_size()
         full = _full_normal(out_features, in_features, init_std)
-        if gated:
-            gate, up = full.chunk(2, dim=0)
-            shard = torch.cat([gate.chunk(size, dim=0)[rank], up.chunk(size, dim=0)[rank]])
-        else:
-            shard = full.chunk(size, dim=0)[rank]
+        shard = column_shard(full, gated)
         self.sp = par.sp
         self.inner = ColumnParallelLinear(in_features, out_features, config=megatron_config(par.tp, full.device),
                                           init_method=_noop_init, bias=bias, gather_output=False,
                                           skip_bias_add=False, disable_grad_reduce=par.sp)
+        mark_tensor_parallel(self.inner.weight, partition_dim=0)
+        self.inner.weight.gated_shard = gated  # [gate_r; up_r] rows (train.gradients re-interleaves)
         with torch.no_grad():
             self.inner.weight.copy_(shard)
             if bias:
@@ -108,7 +141,7 @@ class ColumnLinear(nn.Module):
             from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
 
             x = gather_from_sequence_parallel_region(x, tensor_parallel_output_grad=True)
-        return self.inner(x)[0]
+        return _apply_3d(self.inner, x)
 
 
 class RowLinear(nn.Module):
@@ -122,21 +155,21 @@ class RowLinear(nn.Module):
         super().__init__()
         from megatron.core.tensor_parallel import RowParallelLinear
 
-        rank, size = tp_rank_size()
         full = _full_normal(out_features, in_features, init_std)
         cfg = megatron_config(par.tp, full.device)
         if par.sp:
             cfg = _sp_config(cfg)
         self.inner = RowParallelLinear(in_features, out_features, config=cfg, init_method=_noop_init, bias=bias,
                                        input_is_parallel=True, skip_bias_add=False)
+        mark_tensor_parallel(self.inner.weight, partition_dim=1)
         with torch.no_grad():
-            self.inner.weight.copy_(full.chunk(size, dim=1)[rank])
+            self.inner.weight.copy_(row_shard(full))
             if bias:
                 self.inner.bias.zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(..., in / tp) -> (..., out)``; with SP ``(s, b, in/tp) -> (s/tp, b, out)``."""
-        return self.inner(x)[0]
+        return _apply_3d(self.inner, x)
 
 
 def column_linear(in_features: int, out_features: int, bias: bool, init_std: float, par: TPConfig,
@@ -305,6 +338,23 @@ class MLP(nn.Module):
         self.fc1 = column_linear(spec.hidden_size, fc1_out, spec.bias, spec.init_std, par, gated=self.gated)
         self.fc2 = row_linear(spec.ffn_hidden_size, spec.hidden_size, spec.bias, spec.init_std, par)
 
+    def __deepcopy__(self, memo: dict[int, object]) -> MLP:
+        """A copy sharing the process groups of Megatron-core's layers (DeepSpeed deep-copies MoE experts).
+
+        ``torch.distributed`` process groups cannot be copied; every other attribute is copied as usual.
+        """
+        import copy
+
+        for module in self.modules():
+            for value in vars(module).values():
+                if isinstance(value, torch.distributed.ProcessGroup):
+                    memo[id(value)] = value
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        for key, value in vars(self).items():
+            new.__dict__[key] = copy.deepcopy(value, memo)
+        return new
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(..., hidden) -> (..., hidden)``."""
         h = self.fc1(x)
@@ -323,31 +373,49 @@ class MoEMLP(nn.Module):
     over capacity are dropped), deterministic routing (no random token selection, no Gumbel sampling of the second
     expert: Mixtral routes by the top-2 logits) and top-2 weights renormalised as Mixtral does. DeepSpeed deep-copies
     one expert into all local experts, so the experts are re-drawn here, expert ``g`` (global index) from the same
-    RNG stream whatever ``ep``: the model is the same for every expert-parallel layout. The gate is drawn from
-    ``normal(0, init_std)`` like every other linear. Experts are not tensor-parallel: with tp > 1 DeepSpeed
-    replicates them over tp and splits the dispatched tokens over the tp ranks.
+    RNG stream whatever ``ep`` and ``tp``: the model is the same for every layout. The gate is drawn from
+    ``normal(0, init_std)`` like every other linear.
+
+    With tp > 1 the experts are tensor-parallel over the same tp group as the dense layers (Megatron's expert tensor
+    parallelism with ``etp = tp``; DeepSpeed's ``enable_expert_tensor_parallelism``): ``fc1`` column-parallel,
+    ``fc2`` row-parallel (its output all-reduced over tp), expert-parallel groups made of ranks with the same tp
+    index. The gate runs replicated on every tp rank (same tokens, same routing); DeepSpeed splits the dispatched
+    capacity slots over tp before the expert all-to-all and gathers them after, so every tp rank's expert shard sees
+    every token routed to it. Under sequence parallelism the layer first gathers the sequence (backward: keep this
+    rank's slice, the gradient being replicated over tp) and returns this rank's sequence slice (backward: gather).
 
     Forward returns ``(output, aux_loss)``; ``aux_loss`` is DeepSpeed's GShard load-balancing loss of this layer
     (not yet multiplied by ``spec.moe_aux_loss_coeff``).
     """
 
-    def __init__(self, spec: ModelSpec, ep: int) -> None:
+    def __init__(self, spec: ModelSpec, ep: int, par: TPConfig = NO_TP) -> None:
         super().__init__()
         from deepspeed.moe.layer import MoE
 
-        self.moe = MoE(spec.hidden_size, MLP(spec), num_experts=spec.num_experts, ep_size=ep, k=spec.moe_topk,
-                       capacity_factor=spec.moe_capacity_factor, eval_capacity_factor=spec.moe_capacity_factor,
-                       min_capacity=4, drop_tokens=True, use_rts=False, top2_2nd_expert_sampling=False)
+        self.sp = par.sp
+        expert_par = TPConfig(par.tp, sp=False)
+        self.moe = MoE(spec.hidden_size, MLP(spec, expert_par), num_experts=spec.num_experts, ep_size=ep,
+                       k=spec.moe_topk, capacity_factor=spec.moe_capacity_factor,
+                       eval_capacity_factor=spec.moe_capacity_factor, min_capacity=MOE_MIN_CAPACITY, drop_tokens=True,
+                       use_rts=False, top2_2nd_expert_sampling=False,
+                       enable_expert_tensor_parallelism=par.enabled)
         with torch.no_grad():
             gate = self.moe.deepspeed_moe.gate.wg.weight
             gate.copy_(_full_normal(*gate.shape, spec.init_std))
             local = self.moe.deepspeed_moe.experts.deepspeed_experts
             first = self._ep_rank(ep) * len(local)
+            fc1_out = 2 * spec.ffn_hidden_size if spec.gated_mlp else spec.ffn_hidden_size
             for g in range(spec.num_experts):
-                weights = [_full_normal(*p.shape, spec.init_std) for p in _expert_weights(local[0])]
+                fc1 = _full_normal(fc1_out, spec.hidden_size, spec.init_std)
+                fc2 = _full_normal(spec.hidden_size, spec.ffn_hidden_size, spec.init_std)
                 if first <= g < first + len(local):
-                    for p, w in zip(_expert_weights(local[g - first]), weights, strict=True):
-                        p.copy_(w)
+                    w1, w2 = _expert_weights(local[g - first])
+                    w1.copy_(column_shard(fc1, spec.gated_mlp) if par.enabled else fc1)
+                    w2.copy_(row_shard(fc2) if par.enabled else fc2)
+                    if par.enabled:  # DeepSpeed's deep copy dropped the attributes
+                        mark_tensor_parallel(w1, partition_dim=0)
+                        w1.gated_shard = spec.gated_mlp
+                        mark_tensor_parallel(w2, partition_dim=1)
 
     @staticmethod
     def _ep_rank(ep: int) -> int:
@@ -362,14 +430,22 @@ class MoEMLP(nn.Module):
         return dist.get_rank(groups._get_expert_parallel_group(name))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(..., hidden) -> ((..., hidden), aux_loss)``."""
+        """``(..., hidden) -> ((..., hidden), aux_loss)``; under SP ``(s/tp, b, h) -> (s/tp, b, h)``."""
+        if self.sp:
+            from megatron.core.tensor_parallel import (
+                gather_from_sequence_parallel_region,
+                scatter_to_sequence_parallel_region,
+            )
+
+            out, aux, _ = self.moe(gather_from_sequence_parallel_region(x, tensor_parallel_output_grad=False))
+            return scatter_to_sequence_parallel_region(out), aux
         out, aux, _ = self.moe(x)
         return out, aux
 
 
 def _expert_weights(mlp: nn.Module) -> list[torch.Tensor]:
-    """An expert's weight matrices in draw order (fc1, fc2); Mixtral's experts have no biases."""
-    return [mlp.fc1.weight, mlp.fc2.weight]
+    """An expert's weight matrices ``[fc1, fc2]`` (Mixtral's experts have no biases), plain or tensor-parallel."""
+    return [getattr(lin, "inner", lin).weight for lin in (mlp.fc1, mlp.fc2)]
 
 
 class TransformerBlock(nn.Module):
@@ -393,7 +469,7 @@ class TransformerBlock(nn.Module):
         self.attn_norm = make_norm(spec, par)
         self.attn = SelfAttention(spec, recompute_core=recompute == "selective", par=par)
         self.mlp_norm = make_norm(spec, par)
-        self.mlp = MoEMLP(spec, ep) if spec.is_moe else MLP(spec, par)
+        self.mlp = MoEMLP(spec, ep, par) if spec.is_moe else MLP(spec, par)
         self.aux_loss: torch.Tensor | None = None
 
     def _block(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -423,6 +499,7 @@ class VocabEmbedding(nn.Module):
         full = _full_normal(num_embeddings, dim, init_std)
         self.inner = VocabParallelEmbedding(num_embeddings, dim, init_method=_noop_init,
                                             config=megatron_config(par.tp, full.device))
+        mark_tensor_parallel(self.inner.weight, partition_dim=0)
         with torch.no_grad():
             self.inner.weight.copy_(full.chunk(size, dim=0)[rank])
 

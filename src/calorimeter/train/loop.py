@@ -74,6 +74,12 @@ def _plain_step(engine: Any, batches: Iterator[tuple[torch.Tensor, torch.Tensor]
     return total / grad_accum
 
 
+def _grad_norm(engine: Any) -> float:
+    """The global gradient norm DeepSpeed clipped with at the last step (NaN when the engine reports none)."""
+    norm = engine.get_global_grad_norm()
+    return float(norm) if norm is not None else float("nan")
+
+
 def _profiler(trace_path: Path, device: torch.device) -> Any:
     """A torch.profiler context that writes a chrome trace of what it wraps to ``trace_path``."""
     from torch.profiler import ProfilerActivity, profile
@@ -84,7 +90,7 @@ def _profiler(trace_path: Path, device: torch.device) -> Any:
 
 
 def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = None, profile_steps: int = 0,
-               profile_all_ranks: bool = False) -> dict[str, Any]:
+               profile_all_ranks: bool = False, gradients_out: Path | None = None) -> dict[str, Any]:
     """Train ``cell`` on this rank and return its per-step record (the same losses on every rank).
 
     Must be called on every rank after ``torch.distributed.init_process_group`` (and, on CUDA,
@@ -103,9 +109,12 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
             ``profile_all_ranks``. Traces go to ``out_dir/traces/rank-<rank>.json.gz``. Profiled steps are never
             measured steps: the profiler's overhead stays out of the metrics.
         profile_all_ranks: trace every rank.
+        gradients_out: save the full gradients of the first optimizer step there (rank 0, ``torch.save``;
+            :mod:`calorimeter.train.gradients`), to compare parallel layouts tensor by tensor.
 
     Returns:
-        JSON-able dict with ``steps`` (list of ``{step, phase, loss, time_s, t_begin_s, t_end_s}``),
+        JSON-able dict with ``steps`` (list of ``{step, phase, loss, grad_norm, time_s, t_begin_s, t_end_s}``;
+        ``grad_norm`` is the global gradient norm before clipping, as DeepSpeed computed it),
         ``peak_memory_bytes``, ``parameters_on_rank``, ``parameters_model``, ``device``, ``rank``, ``world_size``,
         ``dp_rank``, ``dp_size``, ``stage``, ``num_stages``, ``precision`` and ``cell_id``.
 
@@ -124,6 +133,10 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
     try:
         te = build_engine(cell, model_spec, device)
         engine = te.engine
+        if gradients_out is not None:
+            from calorimeter.train.gradients import capture_first_step
+
+            capture_first_step(te, Path(gradients_out))
         layout = BatchLayout(cell.global_batch, cell.micro_batch, te.dp_size, te.dp_rank)
         source = make_source(cell.dataset, spec.vocab_size, cell.seq_len, cell.seed)
         batches = micro_batches(source, layout, device=None if te.pipeline else device)
@@ -148,7 +161,8 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
                 loss = loss.float().clone()
                 dist.all_reduce(loss, group=dp_group)  # gloo has no AVG: sum, then divide
                 loss /= te.dp_size
-            steps.append({"step": step, "phase": phase, "loss": float(loss.item()), "time_s": p_end - p_begin,
+            steps.append({"step": step, "phase": phase, "loss": float(loss.item()),
+                          "grad_norm": _grad_norm(engine), "time_s": p_end - p_begin,
                           "t_begin_s": t_begin_s, "t_end_s": t_end_s})
             if step_callback is not None:
                 step_callback(step, phase, t_begin_s, t_end_s)

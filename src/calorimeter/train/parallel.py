@@ -16,8 +16,9 @@ gradients all-reduced over tp by a hook, as Megatron's ``finalize_model_grads`` 
 
 megatron-core 0.16.1 allocates the outputs of ``_gather_along_first_dim`` / ``_reduce_scatter_along_first_dim`` with
 ``device=torch.cuda.current_device()``; on CPU ranks (tests, gloo) :func:`init_model_parallel` wraps those two
-functions so that a CPU input gets a CPU output (and gloo, which has no reduce-scatter, an all-reduce and a slice).
-CUDA inputs go to the original functions untouched.
+functions so that a CPU input gets a CPU output (and gloo, which has no reduce-scatter, an all-reduce and a slice),
+and DeepSpeed MoE's ``_gather_tokens`` (``all_gather_into_tensor`` into a flat buffer, which gloo rejects) with a
+plain all-gather. CUDA inputs go to the original functions untouched.
 """
 
 from __future__ import annotations
@@ -73,6 +74,22 @@ def _cpu_safe_collectives() -> None:
     mappings._gather_along_first_dim = gather
     mappings._reduce_scatter_along_first_dim = reduce_scatter
     mappings._calorimeter_cpu_safe = True
+
+    from deepspeed.moe import mappings as moe_mappings
+
+    orig_gather_tokens = moe_mappings._gather_tokens
+
+    def gather_tokens(input_: torch.Tensor, dim: int = 0) -> torch.Tensor:
+        from megatron.core import parallel_state
+
+        group = parallel_state.get_tensor_model_parallel_group()
+        if input_.is_cuda or group.size() == 1:
+            return orig_gather_tokens(input_, dim)
+        parts = [torch.empty_like(input_) for _ in range(group.size())]
+        dist.all_gather(parts, input_.contiguous(), group=group)
+        return torch.cat(parts, dim=dim)
+
+    moe_mappings._gather_tokens = gather_tokens
 
 
 def init_model_parallel(tp: int, pp: int, seed: int, device: torch.device) -> None:
