@@ -12,8 +12,8 @@ their shard; MoE experts are drawn by global index). Three checks per layout, ag
 * every parameter's full gradient of step 0 (shards concatenated, experts by global index:
   :mod:`calorimeter.train.gradients`), ``||g - g_ref|| / ||g_ref||`` at most ``GRAD_REL``.
 
-Three rank groups: 1 rank (references), 2 ranks (tp2, tp2+SP, pp2, dp2, ZeRO-3, MoE ep1/ep2/tp2/tp2+SP), 4 ranks
-(tp2 x pp2 with SP; MoE tp2 x ep2 with and without SP).
+Three rank groups: 1 rank (references), 2 ranks (tp2, tp2+SP, pp2, dp2, ZeRO-3, tp2+ZeRO-3, MoE ep1/ep2/tp2/tp2+SP),
+4 ranks (tp2 x pp2 with SP; tp2 x dp2 ZeRO-3 with SP; MoE tp2 x ep2 with and without SP).
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ TWO = {  # (tp, pp, dp) on 2 ranks
     "llama-pp2": Cell(model="tiny-llama", gpus_per_node=2, pp=2, **BASE),
     "llama-dp2": Cell(model="tiny-llama", gpus_per_node=2, **BASE),
     "llama-dp2-z3": Cell(model="tiny-llama", gpus_per_node=2, **{**BASE, "zero_stage": 3}),
+    # tp + ZeRO-3 (the study's TP8-FSDP): each rank builds its tp shard, deepspeed.initialize partitions it.
+    "llama-tp2-z3": Cell(model="tiny-llama", gpus_per_node=2, tp=2, **{**BASE, "zero_stage": 3}),
     # MoE: tiny-mixtral has 4 experts, top-2, capacity factor 2.0: capacity = 2 * 2.0 * tokens / 4 = tokens per
     # rank, so no token is ever dropped and ep only changes where the experts live. Both runs use dp=2 (the
     # load-balancing loss is computed from each rank's tokens, so the data split must match). ZeRO-1 with overlap
@@ -59,6 +61,8 @@ TWO = {  # (tp, pp, dp) on 2 ranks
 FOUR = {
     "llama-tp2-pp2-sp": Cell(model="tiny-llama", gpus_per_node=4, tp=2, pp=2, sequence_parallel=True,
                              **BASE),
+    "llama-tp2-dp2-z3-sp": Cell(model="tiny-llama", gpus_per_node=4, tp=2, sequence_parallel=True,
+                                **{**BASE, "zero_stage": 3}),
     # tp2 x dp2 with the experts over ep2 (expert-parallel groups of ranks with the same tp index).
     "moe-tp2-ep2": Cell(model="tiny-mixtral", gpus_per_node=4, tp=2, ep=2, overlap=True, **BASE),
     "moe-tp2-ep2-sp": Cell(model="tiny-mixtral", gpus_per_node=4, tp=2, ep=2, sequence_parallel=True, overlap=True,
@@ -66,8 +70,8 @@ FOUR = {
 }
 PAIRS = [
     ("llama-tp2", "llama"), ("llama-tp2-sp", "llama"), ("gpt-tp2-sp-full", "gpt"), ("llama-pp2", "llama"),
-    ("llama-dp2", "llama"), ("llama-dp2-z3", "llama"), ("llama-tp2-pp2-sp", "llama"),
-    ("moe-ep2", "moe-ep1"), ("moe-tp2", "moe"), ("moe-tp2-sp", "moe"), ("moe-tp2-ep2", "moe-ep1"),
+    ("llama-dp2", "llama"), ("llama-dp2-z3", "llama"), ("llama-tp2-pp2-sp", "llama"), ("llama-tp2-z3", "llama"),
+    ("llama-tp2-dp2-z3-sp", "llama"), ("moe-ep2", "moe-ep1"), ("moe-tp2", "moe"), ("moe-tp2-sp", "moe"), ("moe-tp2-ep2", "moe-ep1"),
     ("moe-tp2-ep2-sp", "moe-ep1"),
 ]
 
