@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Run one config/reference/*.yaml sweep on a lent GPU node and bring compact results back even if the call is cut:
+#   bash bench/gpu/run_reference.sh CONFIG NAME SECONDS [fsdp2]
+# Snakemake trains the cells (node sampler at 50 ms, one profiled step each) into /tmp/res-NAME; every 20 s (and at
+# the end) the cells' records (run.json, steps/telemetry/kernels parquet, no raw streams or traces) are tarred to
+# $OUT/NAME.tar.gz and the one-line-per-cell table to $OUT/NAME.log. With "fsdp2", plain FSDP2 on the same model,
+# sequence and batch runs afterwards (bench/fsdp2_llama_baseline.py) into $OUT/NAME-fsdp2.log.
+CONFIG=$1 NAME=$2 SECONDS_LEFT=$3 FSDP2=${4:-}
+source bench/gpu/setup_offline.sh
+export PYTHONUNBUFFERED=1
+RES=/tmp/res-$NAME
+snapshot() {
+  python3 bench/gpu/print_cells.py "$RES" > "$OUT/$NAME.log.tmp" 2>&1 && mv "$OUT/$NAME.log.tmp" "$OUT/$NAME.log"
+  tar czf "$OUT/$NAME.tar.tmp" --exclude='*.pdf' --exclude='*/staging/*' --exclude='*.arrows' --exclude='*.json.gz' \
+    -C "$RES" . 2>/dev/null && mv "$OUT/$NAME.tar.tmp" "$OUT/$NAME.tar.gz"
+}
+mkdir -p "$RES"
+( while sleep 20; do snapshot; done ) &
+LOOP=$!
+T0=$(date +%s)
+python3 -m calorimeter plan "$CONFIG" | cut -c1-100
+BUDGET=$SECONDS_LEFT
+[ -n "$FSDP2" ] && BUDGET=$((SECONDS_LEFT - 110))
+timeout "$BUDGET" python3 -m snakemake --configfile "$CONFIG" --config results_dir="$RES" 2>&1 \
+  | grep --line-buffered -E "steps \(|rror|Finished job|cells" | tail -40
+echo "=== sweep done at $(( $(date +%s) - T0 )) s"
+if [ -n "$FSDP2" ]; then
+  NGPU=$(nvidia-smi -L | wc -l)
+  timeout 100 torchrun --nproc_per_node "$NGPU" bench/fsdp2_llama_baseline.py 8192 1 8 2>&1 \
+    | grep -E "RESULT|Error" | tee "$OUT/$NAME-fsdp2.log"
+fi
+kill $LOOP 2>/dev/null
+snapshot
+cat "$OUT/$NAME.log"
+echo "=== done at $(( $(date +%s) - T0 )) s"
