@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Unpack a results tarball brought back by run_reference.sh into results/reference/DEST, keeping only the compact
+# real measurements: plan.json, the sweep tables and each cell's record (run.json, steps/telemetry/kernels parquet,
+# telemetry.json). Figures, logs, attempts and per-cell tables are rebuilt from these by `snakemake figures`.
+#   bash bench/gpu/keep_reference.sh /work/.device/N/NAME.tar.gz results/reference/DEST
+set -euo pipefail
+TAR=$1 DEST=$2
+TMP=$(mktemp -d)
+tar xzf "$TAR" -C "$TMP"
+mkdir -p "$DEST"
+for sweep in "$TMP"/*/; do
+  name=$(basename "$sweep")
+  mkdir -p "$DEST/$name"
+  cp "$sweep/plan.json" "$DEST/$name/"
+  [ -d "$sweep/tables" ] && cp -r "$sweep/tables" "$DEST/$name/"
+  for cell in "$sweep"/cells/*/; do
+    id=$(basename "$cell")
+    mkdir -p "$DEST/$name/cells/$id"
+    for f in run.json steps.parquet telemetry.parquet host_telemetry.parquet telemetry.json kernels.parquet; do
+      [ -f "$cell/$f" ] && cp "$cell/$f" "$DEST/$name/cells/$id/"
+    done
+  done
+done
+rm -rf "$TMP"
+du -sh "$DEST"
