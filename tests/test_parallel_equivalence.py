@@ -50,10 +50,12 @@ TWO = {  # (tp, pp, dp) on 2 ranks
     "llama-tp2-z3": Cell(model="tiny-llama", gpus_per_node=2, tp=2, **{**BASE, "zero_stage": 3}),
     # MoE: tiny-mixtral has 4 experts, top-2, capacity factor 2.0: capacity = 2 * 2.0 * tokens / 4 = tokens per
     # rank, so no token is ever dropped and ep only changes where the experts live. Both runs use dp=2 (the
-    # load-balancing loss is computed from each rank's tokens, so the data split must match). ZeRO-1 with overlap
-    # on: with overlap off DeepSpeed 0.19.8 gets ep>1 expert gradients wrong (refused at plan time).
+    # load-balancing loss is computed from each rank's tokens, so the data split must match). With overlap off,
+    # MoE cells reduce from backward hooks on the compute stream (train.engine.contiguous_gradients): DeepSpeed's
+    # after-the-backward ZeRO-1 path sums expert gradients across expert-parallel ranks.
     "moe-ep1": Cell(model="tiny-mixtral", gpus_per_node=2, overlap=True, **BASE),
     "moe-ep2": Cell(model="tiny-mixtral", gpus_per_node=2, ep=2, overlap=True, **BASE),
+    "moe-ep2-noov": Cell(model="tiny-mixtral", gpus_per_node=2, ep=2, overlap=False, **BASE),
     # MoE with tensor parallelism: experts split over tp (expert tensor parallelism), tp2 against the 1-rank run.
     "moe-tp2": Cell(model="tiny-mixtral", gpus_per_node=2, tp=2, overlap=True, **BASE),
     "moe-tp2-sp": Cell(model="tiny-mixtral", gpus_per_node=2, tp=2, sequence_parallel=True, overlap=True, **BASE),
@@ -71,8 +73,8 @@ FOUR = {
 PAIRS = [
     ("llama-tp2", "llama"), ("llama-tp2-sp", "llama"), ("gpt-tp2-sp-full", "gpt"), ("llama-pp2", "llama"),
     ("llama-dp2", "llama"), ("llama-dp2-z3", "llama"), ("llama-tp2-pp2-sp", "llama"), ("llama-tp2-z3", "llama"),
-    ("llama-tp2-dp2-z3-sp", "llama"), ("moe-ep2", "moe-ep1"), ("moe-tp2", "moe"), ("moe-tp2-sp", "moe"), ("moe-tp2-ep2", "moe-ep1"),
-    ("moe-tp2-ep2-sp", "moe-ep1"),
+    ("llama-tp2-dp2-z3-sp", "llama"), ("moe-ep2", "moe-ep1"), ("moe-ep2-noov", "moe-ep1"), ("moe-tp2", "moe"),
+    ("moe-tp2-sp", "moe"), ("moe-tp2-ep2", "moe-ep1"), ("moe-tp2-ep2-sp", "moe-ep1"),
 ]
 
 

@@ -67,10 +67,6 @@ def engine_reasons(cell: Cell, m: ModelSpec) -> list[str]:
                  "(use zero_stage 0 or 1 with pp > 1)")
     if m.is_moe and cell.zero_stage == 3:
         r.append("DeepSpeed MoE does not support ZeRO-3 by design (use zero_stage 1 or 2)")
-    if m.is_moe and cell.zero_stage == 1 and not cell.overlap:
-        r.append("DeepSpeed 0.19.8 MoE with ZeRO-1 and overlap off (non-contiguous gradients, reduced after the "
-                 "backward pass) gets expert gradients wrong for ep > 1 (losses diverge from ep=1 after one step); "
-                 "use overlap on or ZeRO-2")
     if m.is_moe and cell.pp > 1:
         r.append("MoE with pipeline parallelism is not supported: DeepSpeed's PipelineModule passes only the hidden "
                  "state between stages, so the load-balancing aux loss of earlier stages cannot reach the loss")

@@ -98,7 +98,8 @@ def ds_config(cell: Cell, device: torch.device) -> dict[str, Any]:
     """
     if cell.grad_accum < 1 or cell.dp < 1:
         raise ValueError(f"{cell.cell_id}: global_batch/micro_batch/world_size do not divide (dp={cell.dp})")
-    reasons = refusal_reasons(cell, get_model(cell.model))
+    spec = get_model(cell.model)
+    reasons = refusal_reasons(cell, spec)
     if reasons:
         raise ValueError(f"{cell.cell_id}: " + "; ".join(reasons))
     zero: dict[str, Any] = {
@@ -106,10 +107,7 @@ def ds_config(cell: Cell, device: torch.device) -> dict[str, Any]:
         "overlap_comm": cell.overlap,
         "reduce_bucket_size": BUCKET_ELEMENTS,
         "allgather_bucket_size": BUCKET_ELEMENTS,
-        # ZeRO-1 with contiguous gradients installs per-parameter backward hooks that reduce during the backward
-        # pass; with overlap off it must wait for the end of the backward pass instead, so it is tied to overlap.
-        # ZeRO-2/3 reduce from backward hooks in any case: contiguous buffers are only a memory-layout choice.
-        "contiguous_gradients": cell.overlap if cell.zero_stage <= 1 else True,
+        "contiguous_gradients": contiguous_gradients(cell, spec),
     }
     if cell.zero_stage == 3:
         zero["stage3_prefetch_bucket_size"] = BUCKET_ELEMENTS if cell.overlap else 0
@@ -132,6 +130,23 @@ def ds_config(cell: Cell, device: torch.device) -> dict[str, Any]:
         "wall_clock_breakdown": False,
         "dump_state": False,
     }
+
+
+def contiguous_gradients(cell: Cell, spec: ModelSpec) -> bool:
+    """DeepSpeed's ``contiguous_gradients`` for a cell: where and when gradients are reduced.
+
+    ZeRO-1 with contiguous gradients installs per-parameter backward hooks that reduce buckets during the backward
+    pass (on a side stream with ``overlap_comm``, on the compute stream without); without them ZeRO-1 reduces
+    everything after the backward pass, as Megatron's distributed optimizer does without ``overlap_grad_reduce``.
+    So for dense ZeRO-1 cells the knob follows ``overlap``. MoE cells always reduce from the hooks: DeepSpeed
+    0.19.8's after-the-backward path sums the expert gradients of different expert-parallel ranks (found by the
+    full-gradient equivalence test: ep=2 expert gradients off by 100%+), so MoE ZeRO-1 with overlap off reduces on
+    the compute stream during the backward pass instead: still never concurrent with compute. ZeRO-2/3 reduce
+    from the hooks in any case (contiguous buffers are only a memory-layout choice there).
+    """
+    if cell.zero_stage <= 1 and not spec.is_moe:
+        return cell.overlap
+    return True
 
 
 def refusal_reasons(cell: Cell, spec: ModelSpec) -> list[str]:
