@@ -12,8 +12,9 @@ their shard; MoE experts are drawn by global index). Three checks per layout, ag
 * every parameter's full gradient of step 0 (shards concatenated, experts by global index:
   :mod:`calorimeter.train.gradients`), ``||g - g_ref|| / ||g_ref||`` at most ``GRAD_REL``.
 
-Three rank groups: 1 rank (references), 2 ranks (tp2, tp2+SP, pp2, dp2, ZeRO-3, tp2+ZeRO-3, MoE ep1/ep2/tp2/tp2+SP),
-4 ranks (tp2 x pp2 with SP; tp2 x dp2 ZeRO-3 with SP; MoE tp2 x ep2 with and without SP).
+Three rank groups: 1 rank (references), 2 ranks (tp2, tp2+SP, pp2, dp2, ZeRO-3, tp2+ZeRO-3, MoE ep1/ep2 with overlap
+on and off/tp2/tp2+SP/pp2), 4 ranks (tp2 x pp2 with SP; tp2 x dp2 ZeRO-3 with SP; MoE tp2 x ep2 with and without SP,
+pp2 x ep2 with full recomputation, tp2 x pp2 with SP).
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ TWO = {  # (tp, pp, dp) on 2 ranks
     # MoE with tensor parallelism: experts split over tp (expert tensor parallelism), tp2 against the 1-rank run.
     "moe-tp2": Cell(model="tiny-mixtral", gpus_per_node=2, tp=2, overlap=True, **BASE),
     "moe-tp2-sp": Cell(model="tiny-mixtral", gpus_per_node=2, tp=2, sequence_parallel=True, overlap=True, **BASE),
+    # MoE in a pipeline: each block feeds its load-balancing loss's gradient itself (layers.AuxLossGrad).
+    "moe-pp2": Cell(model="tiny-mixtral", gpus_per_node=2, pp=2, overlap=True, **BASE),
 }
 FOUR = {
     "llama-tp2-pp2-sp": Cell(model="tiny-llama", gpus_per_node=4, tp=2, pp=2, sequence_parallel=True,
@@ -69,12 +72,17 @@ FOUR = {
     "moe-tp2-ep2": Cell(model="tiny-mixtral", gpus_per_node=4, tp=2, ep=2, overlap=True, **BASE),
     "moe-tp2-ep2-sp": Cell(model="tiny-mixtral", gpus_per_node=4, tp=2, ep=2, sequence_parallel=True, overlap=True,
                            **BASE),
+    "moe-pp2-ep2-full": Cell(model="tiny-mixtral", gpus_per_node=4, pp=2, ep=2, recompute="full", overlap=True,
+                             **BASE),
+    "moe-tp2-pp2-sp": Cell(model="tiny-mixtral", gpus_per_node=4, tp=2, pp=2, sequence_parallel=True, overlap=True,
+                           **BASE),
 }
 PAIRS = [
     ("llama-tp2", "llama"), ("llama-tp2-sp", "llama"), ("gpt-tp2-sp-full", "gpt"), ("llama-pp2", "llama"),
     ("llama-dp2", "llama"), ("llama-dp2-z3", "llama"), ("llama-tp2-pp2-sp", "llama"), ("llama-tp2-z3", "llama"),
     ("llama-tp2-dp2-z3-sp", "llama"), ("moe-ep2", "moe-ep1"), ("moe-ep2-noov", "moe-ep1"), ("moe-tp2", "moe"),
-    ("moe-tp2-sp", "moe"), ("moe-tp2-ep2", "moe-ep1"), ("moe-tp2-ep2-sp", "moe-ep1"),
+    ("moe-tp2-sp", "moe"), ("moe-tp2-ep2", "moe-ep1"), ("moe-tp2-ep2-sp", "moe-ep1"), ("moe-pp2", "moe"),
+    ("moe-pp2-ep2-full", "moe-ep1"), ("moe-tp2-pp2-sp", "moe"),
 ]
 
 

@@ -42,7 +42,34 @@ def test_moe_parameter_count_on_meta_matches_analytical(name: str) -> None:
     with torch.device("meta"):
         model = build_model(spec)
     assert count_parameters(model) == parameter_count(spec)
-    assert model.aux_loss_coeff == spec.moe_aux_loss_coeff
+
+
+def test_moe_aux_loss_enters_the_gradient_inside_its_block() -> None:
+    """AuxLossGrad: backpropagating the LM loss alone gives the gradient of ``lm + coeff * sum(aux)``."""
+    from calorimeter.train.layers import TransformerBlock
+
+    spec = CATALOGUE["tiny-mixtral"]
+    coeff = 0.37  # not the catalogue's 0.01: a wrong scale must show
+    ids = torch.randint(0, spec.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    grads = []
+    for explicit in (True, False):
+        model = build_model(spec, seed=3)
+        blocks = [m for m in model.layers if isinstance(m, TransformerBlock)]
+        for b in blocks:
+            b.aux_loss_scale = 0.0 if explicit else coeff
+        loss = model(ids, ids)
+        if explicit:
+            loss = loss + coeff * torch.stack([b.aux_loss for b in blocks]).sum()
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    gate = [n for n in grads[0] if "gate" in n]
+    assert gate and set(grads[0]) == set(grads[1])
+    for name, g in grads[0].items():
+        torch.testing.assert_close(grads[1][name], g, rtol=1e-5, atol=1e-7)
+    model = build_model(spec, seed=3)  # and the aux loss does change the gate's gradient
+    model(ids, ids).backward()
+    assert not torch.allclose(model.layers[1].mlp.moe.deepspeed_moe.gate.wg.weight.grad,
+                              grads[1]["layers.1.mlp.moe.deepspeed_moe.gate.wg.weight"])
 
 
 @pytest.mark.parametrize("name", ["tiny-gpt", "tiny-llama"])

@@ -67,9 +67,6 @@ def engine_reasons(cell: Cell, m: ModelSpec) -> list[str]:
                  "(use zero_stage 0 or 1 with pp > 1)")
     if m.is_moe and cell.zero_stage == 3:
         r.append("DeepSpeed MoE does not support ZeRO-3 by design (use zero_stage 1 or 2)")
-    if m.is_moe and cell.pp > 1:
-        r.append("MoE with pipeline parallelism is not supported: DeepSpeed's PipelineModule passes only the hidden "
-                 "state between stages, so the load-balancing aux loss of earlier stages cannot reach the loss")
     if cell.tp > 1 and not ENGINE_SUPPORTS["tensor_parallel"]:
         r.append(f"tensor parallelism (tp={cell.tp}) is not implemented in the engine yet")
     if (cell.ep > 1 or m.is_moe) and not ENGINE_SUPPORTS["expert_parallel"]:

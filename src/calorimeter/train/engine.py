@@ -264,11 +264,11 @@ def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device
         if cell.pp == 1:
             mpu = MegatronMPU()
     if spec.is_moe:
-        _create_expert_groups(cell.ep, mpu)
+        _create_expert_groups(cell.ep, MegatronMPU() if par.enabled else None, cell.pp)
     blocks = stage_block_counts(spec.num_layers, cell.pp, cell.pp_split)
-    defs = layer_defs(spec, cell.recompute, cell.recompute_layers, blocks, seed=cell.seed, par=par, ep=cell.ep)
+    defs = layer_defs(spec, cell.recompute, cell.recompute_layers, blocks, seed=cell.seed, par=par, ep=cell.ep,
+                      grad_accum=cell.grad_accum)
     loss_fn = loss_function(par)
-    aux_coeff = spec.moe_aux_loss_coeff if spec.is_moe else 0.0
 
     if cell.pp > 1:
         from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
@@ -284,10 +284,10 @@ def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device
         # No dtype argument: DeepSpeed 0.19.8 parses `dtype or fp16 if fp16_supported else ...` so that on CPU an
         # explicit dtype is ignored (bf16 wins). Without it, zero.Init takes bf16/fp32 from the config, correctly.
         with deepspeed.zero.Init(config_dict_or_path=config):
-            model = CausalLM([d.build() for d in defs], loss_fn, aux_coeff)
+            model = CausalLM([d.build() for d in defs], loss_fn)
     else:
         with torch.device(device):
-            model = CausalLM([d.build() for d in defs], loss_fn, aux_coeff)
+            model = CausalLM([d.build() for d in defs], loss_fn)
     if par.sp:
         add_sequence_parallel_grad_hooks(model)
 
@@ -313,22 +313,23 @@ def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device
                        parameters_model=_full_parameter_count(model), config=config)
 
 
-def _create_expert_groups(ep: int, mpu: MegatronMPU | None = None) -> None:
+def _create_expert_groups(ep: int, mpu: MegatronMPU | None = None, pp: int = 1) -> None:
     """Create DeepSpeed's expert-parallel and expert-data-parallel groups for ``ep`` before the model is built.
 
     The MoE layers need their expert-parallel rank at construction (to draw their local experts); DeepSpeed would
     otherwise create the same groups (same name, same ranks) only in ``deepspeed.initialize``, and skips them there
-    when they exist. Without tp, consecutive ranks form an expert-parallel group. With tp (``mpu`` given), the
-    groups are DeepSpeed's expert-tensor-parallel ones: expert-parallel groups of ranks with the same tp index
-    (inside one data-parallel group), the expert tensor-parallel degree set to tp; ``groups.mpu`` is set first, as
-    those functions and the MoE forward read it.
+    when they exist. Groups never cross pipeline stages (stages are the outermost rank axis). Without tp,
+    consecutive ranks of a stage form an expert-parallel group. With tp (``mpu`` given), the groups are DeepSpeed's
+    expert-tensor-parallel ones: expert-parallel groups of ranks with the same tp index (inside one data-parallel
+    group), the expert tensor-parallel degree set to tp; ``groups.mpu`` is set first, as those functions read it
+    (a pipeline engine replaces it by its grid, which answers the same tp groups).
     """
     from deepspeed.utils import groups
 
     if f"ep_size_{ep}" in groups._get_expert_parallel_group_dict():
         return
     if mpu is None:
-        groups._create_expert_and_data_parallel(ep)
+        groups._create_expert_and_data_parallel(ep, pp_size=pp)
     else:
         groups.mpu = mpu
         groups._create_expert_data_and_model_parallel(ep, mpu=mpu)

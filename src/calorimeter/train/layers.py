@@ -448,6 +448,29 @@ def _expert_weights(mlp: nn.Module) -> list[torch.Tensor]:
     return [getattr(lin, "inner", lin).weight for lin in (mlp.fc1, mlp.fc2)]
 
 
+class AuxLossGrad(torch.autograd.Function):
+    """Identity on the hidden state whose backward also feeds ``scale`` as the gradient of an auxiliary loss.
+
+    The load-balancing loss of a MoE layer thereby enters the gradient where it is computed (Megatron-core's
+    ``MoEAuxLossAutoScaler`` pattern) instead of being added to the final loss: nothing but the hidden state has to
+    reach the loss, which is what lets MoE layers sit in any pipeline stage (DeepSpeed's ``PipelineModule`` passes
+    one tensor between stages). ``scale`` is ``d(loss being backpropagated) / d(aux)``: the aux coefficient divided by
+    the gradient-accumulation steps (DeepSpeed divides the backpropagated loss by them).
+    """
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor, aux: torch.Tensor,
+                scale: float) -> torch.Tensor:
+        ctx.save_for_backward(aux)
+        ctx.scale = scale
+        return x
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
+        (aux,) = ctx.saved_tensors
+        return grad, torch.full_like(aux, ctx.scale), None
+
+
 class TransformerBlock(nn.Module):
     """Pre-norm transformer block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))`` (a MoE MLP for Mixtral).
 
@@ -456,36 +479,43 @@ class TransformerBlock(nn.Module):
         recompute: ``full`` (checkpoint this whole block), ``selective`` (checkpoint the attention core) or ``none``.
         par: tensor-parallel layout.
         ep: expert-parallel degree (MoE models).
+        aux_loss_scale: MoE models: gradient given to the layer's load-balancing loss in backward (see
+            :class:`AuxLossGrad`; ``moe_aux_loss_coeff / grad_accum`` in training, 0 to leave it out). The loss the
+            model returns is the language-model loss alone.
 
     For MoE models the layer's load-balancing loss of the last forward is left in :attr:`aux_loss`.
     """
 
-    def __init__(self, spec: ModelSpec, recompute: str = "none", par: TPConfig = NO_TP, ep: int = 1) -> None:
+    def __init__(self, spec: ModelSpec, recompute: str = "none", par: TPConfig = NO_TP, ep: int = 1,
+                 aux_loss_scale: float = 0.0) -> None:
         super().__init__()
         if recompute not in ("none", "selective", "full"):
             raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
         self.recompute_full = recompute == "full"
         self.is_moe = spec.is_moe
+        self.aux_loss_scale = aux_loss_scale
         self.attn_norm = make_norm(spec, par)
         self.attn = SelfAttention(spec, recompute_core=recompute == "selective", par=par)
         self.mlp_norm = make_norm(spec, par)
         self.mlp = MoEMLP(spec, ep, par) if spec.is_moe else MLP(spec, par)
         self.aux_loss: torch.Tensor | None = None
 
-    def _block(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _block(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x))
-        if self.is_moe:
-            y, aux = self.mlp(self.mlp_norm(x))
-            return x + y, aux
-        return x + self.mlp(self.mlp_norm(x)), None
+        if not self.is_moe:
+            return x + self.mlp(self.mlp_norm(x))
+        y, aux = self.mlp(self.mlp_norm(x))
+        self.aux_loss = aux
+        out = x + y
+        if self.aux_loss_scale and torch.is_grad_enabled():
+            out = AuxLossGrad.apply(out, aux, self.aux_loss_scale)
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(batch, seq, hidden) -> (batch, seq, hidden)`` (``(seq/tp, batch, hidden)`` under SP)."""
         if self.recompute_full and torch.is_grad_enabled():
-            x, self.aux_loss = checkpoint(self._block, x, use_reentrant=False)
-        else:
-            x, self.aux_loss = self._block(x)
-        return x
+            return checkpoint(self._block, x, use_reentrant=False)
+        return self._block(x)
 
 
 class VocabEmbedding(nn.Module):

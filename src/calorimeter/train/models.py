@@ -105,6 +105,7 @@ def layer_defs(
     seed: int = 1234,
     par: TPConfig | None = None,
     ep: int = 1,
+    grad_accum: int = 1,
 ) -> list[LayerDef]:
     """The model's layers, not yet built, in order ``[embedding, blocks..., output]``.
 
@@ -116,6 +117,8 @@ def layer_defs(
         seed: base init seed; layer ``i`` is initialised under ``seed + i``.
         par: tensor-parallel layout (default: none).
         ep: expert-parallel degree (MoE models).
+        grad_accum: gradient-accumulation steps (MoE models: the load-balancing loss gets the gradient
+            ``moe_aux_loss_coeff / grad_accum``, matching DeepSpeed's scaling of the backpropagated loss).
     """
     par = par or TPConfig()
     counts = list(block_counts) if block_counts is not None else [spec.num_layers]
@@ -123,7 +126,9 @@ def layer_defs(
         raise ValueError(f"block_counts {counts} do not sum to num_layers={spec.num_layers}")
     modes = block_recompute_modes(counts, recompute, recompute_layers)
     defs = [LayerDef(EmbeddingLayer, (spec, par), seed)]
-    defs += [LayerDef(TransformerBlock, (spec, mode, par, ep), seed + 1 + i) for i, mode in enumerate(modes)]
+    aux_scale = spec.moe_aux_loss_coeff / grad_accum if spec.is_moe else 0.0
+    defs += [LayerDef(TransformerBlock, (spec, mode, par, ep, aux_scale), seed + 1 + i)
+             for i, mode in enumerate(modes)]
     defs.append(LayerDef(OutputLayer, (spec, par), seed + 1 + spec.num_layers))
     return defs
 
@@ -141,28 +146,24 @@ class CausalLM(nn.Module):
     Args:
         layers: built layers ``[embedding, blocks..., output]``.
         loss_fn: ``(logits, labels) -> loss`` (see :func:`loss_function`).
-        aux_loss_coeff: weight of the MoE load-balancing losses, summed over layers and added to the loss (as
-            Megatron does: every layer's aux loss enters the gradient with the coefficient).
+
+    MoE load-balancing losses enter the gradient inside their blocks
+    (:class:`~calorimeter.train.layers.AuxLossGrad`), as for pipelines; the returned loss is the language-model loss.
     """
 
-    def __init__(self, layers: Sequence[nn.Module], loss_fn: LossFn = lm_loss, aux_loss_coeff: float = 0.0) -> None:
+    def __init__(self, layers: Sequence[nn.Module], loss_fn: LossFn = lm_loss) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.loss_fn = loss_fn
-        self.aux_loss_coeff = aux_loss_coeff
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
-        """Mean token cross-entropy (plus the weighted MoE aux loss) when ``labels`` is given, else logits."""
+        """Mean token cross-entropy when ``labels`` is given, else logits."""
         x = input_ids
         for layer in self.layers:
             x = layer(x)
         if labels is None:
             return x
-        loss = self.loss_fn(x, labels)
-        aux = [m.aux_loss for m in self.layers if getattr(m, "aux_loss", None) is not None]
-        if aux and self.aux_loss_coeff:
-            loss = loss + self.aux_loss_coeff * torch.stack([a.float() for a in aux]).sum()
-        return loss
+        return self.loss_fn(x, labels)
 
 
 def build_model(
@@ -172,8 +173,7 @@ def build_model(
 
     MoE models are built with ep=1 (all experts local): DeepSpeed's MoE layer needs no process group for that.
     """
-    return CausalLM([d.build() for d in layer_defs(spec, recompute, recompute_layers, seed=seed)],
-                    aux_loss_coeff=spec.moe_aux_loss_coeff if spec.is_moe else 0.0)
+    return CausalLM([d.build() for d in layer_defs(spec, recompute, recompute_layers, seed=seed)])
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -142,6 +142,9 @@ class MegatronMPU:
     get_tensor_model_parallel_world_size = get_model_parallel_world_size
     get_tensor_model_parallel_group = get_model_parallel_group
 
+    def get_pipeline_model_parallel_world_size(self) -> int:
+        return self.ps.get_pipeline_model_parallel_world_size()
+
     def get_data_parallel_rank(self) -> int:
         return self.ps.get_data_parallel_rank()
 
