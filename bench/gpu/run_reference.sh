@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Run one config/reference/*.yaml sweep on a lent GPU node and bring compact results back even if the call is cut:
-#   bash bench/gpu/run_reference.sh CONFIG NAME SECONDS [fsdp2]
+#   bash bench/gpu/run_reference.sh CONFIG NAME SECONDS [fsdp2|fsdp2-ckpt]
 # Snakemake trains the cells (node sampler at 50 ms, one profiled step each) into /tmp/res-NAME; every 20 s (and at
 # the end) the cells' records (run.json, steps/telemetry/kernels parquet, no raw streams or traces) are tarred to
-# $OUT/NAME.tar.gz and the one-line-per-cell table to $OUT/NAME.log. With "fsdp2", plain FSDP2 on the same model,
-# sequence and batch runs afterwards (bench/fsdp2_llama_baseline.py) into $OUT/NAME-fsdp2.log.
+# $OUT/NAME.tar.gz and the one-line-per-cell table to $OUT/NAME.log. With "fsdp2", plain FSDP2 on Llama-3 8B at
+# sequence 8192, micro-batch 1, 8 steps runs afterwards (bench/fsdp2_llama_baseline.py) into $OUT/NAME-fsdp2.log;
+# "fsdp2-ckpt" runs it with activation checkpointing (the counterpart of full recomputation).
 CONFIG=$1 NAME=$2 SECONDS_LEFT=$3 FSDP2=${4:-}
 source bench/gpu/setup_offline.sh
 export PYTHONUNBUFFERED=1
@@ -26,7 +27,8 @@ timeout "$BUDGET" python3 -m snakemake --configfile "$CONFIG" --config results_d
 echo "=== sweep done at $(( $(date +%s) - T0 )) s"
 if [ -n "$FSDP2" ]; then
   NGPU=$(nvidia-smi -L | wc -l)
-  timeout 100 torchrun --nproc_per_node "$NGPU" bench/fsdp2_llama_baseline.py 8192 1 8 2>&1 \
+  CKPT=""; [ "$FSDP2" = fsdp2-ckpt ] && CKPT=ckpt
+  timeout 100 torchrun --nproc_per_node "$NGPU" bench/fsdp2_llama_baseline.py 8192 1 8 $CKPT 2>&1 \
     | grep -E "RESULT|Error" | tee "$OUT/$NAME-fsdp2.log"
 fi
 kill $LOOP 2>/dev/null
