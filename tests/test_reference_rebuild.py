@@ -54,3 +54,21 @@ def test_figures_rebuild_from_shipped_8_gpu_records(tmp_path: Path) -> None:
     pd.testing.assert_series_equal(runs.set_index("cell_id")["mfu"], shipped.set_index("cell_id")["mfu"])
     assert runs["mfu"].max() == pytest.approx(0.524, abs=0.001)
     assert (data / "h200x8-parallelism" / "figures" / "fig15_stages.png").stat().st_size > 10_000
+
+
+@pytest.mark.integration
+def test_figures_rebuild_from_shipped_4_gpu_records(tmp_path: Path) -> None:
+    """Dense layouts with and without recomputation, TP x ZeRO-3 and Mixtral over EP/TP/PP splits (4x H200)."""
+    ref = ROOT / "results" / "reference" / "h200x4-2026-11-21"
+    data = rebuild(ref, "h200x4.yaml", tmp_path)
+    runs = pd.read_parquet(data / "h200x4-parallelism" / "tables" / "runs.parquet").set_index("cell_id")
+    shipped = pd.read_parquet(ref / "h200x4-parallelism" / "tables" / "runs.parquet").set_index("cell_id")
+    assert set(runs["status"]) == {"ok"} and len(runs) == 14
+    pd.testing.assert_series_equal(runs["mfu"], shipped["mfu"])
+    z3 = "llama3-8b_h200-1x4_tp1-pp1-dp4_z3_rc-{}_ov-on_mb1-gb8-s8192"
+    assert runs["mfu"].max() == pytest.approx(0.532, abs=0.001) == runs.loc[z3.format("none"), "mfu"]
+    full = runs.loc[z3.format("full")]
+    assert full["hfu"] > full["mfu"] and full["peak_memory_gb"] < runs.loc[z3.format("none"), "peak_memory_gb"]
+    moe = runs[runs["model"] == "mixtral-8x7b-4l"]
+    assert sorted(zip(moe["tp"], moe["pp"], moe["ep"], strict=True)) == [(1, 1, 4), (1, 2, 2), (2, 1, 2), (4, 1, 1)]
+    assert (data / "h200x4-parallelism" / "figures" / "fig08_optimization.png").stat().st_size > 10_000
