@@ -109,13 +109,15 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
         model_starts = {a for a, _ in mb}
         for ax in axes:
             group_separators(ax, [a for a, _ in cb[1:] if a not in model_starts], style="--", lw=0.5)
-        for a, b in cb:
-            axes[2].text((a + b - 1) / 2, -0.32, config_label(df.iloc[a], short=True),
+        for i, (a, b) in enumerate(cb):
+            # One-point groups alternate between two rows so that neighbouring labels do not collide.
+            y = -0.32 - (0.1 if b - a == 1 and i % 2 else 0.0)
+            axes[2].text((a + b - 1) / 2, y, config_label(df.iloc[a], short=True),
                          transform=axes[2].get_xaxis_transform(), ha="center", va="top", fontsize=6)
         ticks = [str(v) for v in df[variant]]
     axes[2].set_xticks(x, ticks, rotation=90, fontsize=6)
     axes[2].set_xlim(-0.6, n - 0.4)
-    axes[2].set_xlabel(xlabel, fontsize=8, labelpad=26 if variant else 4)
+    axes[2].set_xlabel(xlabel, fontsize=8, labelpad=34 if variant else 4)
     fig.suptitle(f"{title} ({hardware_label(df)})", fontsize=10, y=0.995)
     note(fig, missing)
     fig.tight_layout(rect=(0, 0.02, 1, 0.97))
