@@ -2,7 +2,7 @@
 # Unpack a results tarball brought back by run_reference.sh into results/reference/DEST, keeping only the compact
 # real measurements: plan.json, the sweep tables and each cell's record (run.json, steps/telemetry/kernels parquet,
 # telemetry.json). Figures, logs, attempts and per-cell tables are rebuilt from these by `snakemake figures`.
-#   bash bench/gpu/keep_reference.sh /work/.device/N/NAME.tar.gz results/reference/DEST
+#   bash bench/gpu/keep_reference.sh <files_at of the device reply>/NAME.tar.gz results/reference/DEST
 set -euo pipefail
 TAR=$1 DEST=$2
 TMP=$(mktemp -d)
