@@ -140,9 +140,9 @@ def contiguous_gradients(cell: Cell, spec: ModelSpec) -> bool:
     everything after the backward pass, as Megatron's distributed optimizer does without ``overlap_grad_reduce``.
     So for dense ZeRO-1 cells the knob follows ``overlap``. MoE cells always reduce from the hooks: DeepSpeed
     0.19.8's after-the-backward path sums the expert gradients of different expert-parallel ranks (found by the
-    full-gradient equivalence test: ep=2 expert gradients off by 100%+), so MoE ZeRO-1 with overlap off reduces on
-    the compute stream during the backward pass instead: still never concurrent with compute. ZeRO-2/3 reduce
-    from the hooks in any case (contiguous buffers are only a memory-layout choice there).
+    full-gradient equivalence test: relative errors of 0.5 to 6.7 on ep=2 expert gradients), so MoE ZeRO-1 with
+    overlap off reduces on the compute stream during the backward pass instead: still never concurrent with
+    compute. ZeRO-2/3 reduce from the hooks in any case (contiguous buffers are only a memory-layout choice there).
     """
     if cell.zero_stage <= 1 and not spec.is_moe:
         return cell.overlap
@@ -258,13 +258,13 @@ def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device
     # Wrap the launcher's process group in deepspeed.comm now: PipelineModule uses it before deepspeed.initialize.
     deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
     par = TPConfig(cell.tp, cell.sequence_parallel and cell.tp > 1)
-    mpu = None
+    tp_mpu = None
     if par.enabled:
         init_model_parallel(cell.tp, cell.pp, cell.seed, device)
-        if cell.pp == 1:
-            mpu = MegatronMPU()
+        tp_mpu = MegatronMPU()
+    mpu = tp_mpu if cell.pp == 1 else None  # a pipeline engine brings its own grid
     if spec.is_moe:
-        _create_expert_groups(cell.ep, MegatronMPU() if par.enabled else None, cell.pp)
+        _create_expert_groups(cell.ep, tp_mpu, cell.pp)
     blocks = stage_block_counts(spec.num_layers, cell.pp, cell.pp_split)
     defs = layer_defs(spec, cell.recompute, cell.recompute_layers, blocks, seed=cell.seed, par=par, ep=cell.ep,
                       grad_accum=cell.grad_accum)
