@@ -341,7 +341,8 @@ class MLP(nn.Module):
     def __deepcopy__(self, memo: dict[int, object]) -> MLP:
         """A copy sharing the process groups of Megatron-core's layers (DeepSpeed deep-copies MoE experts).
 
-        ``torch.distributed`` process groups cannot be copied; every other attribute is copied as usual.
+        ``torch.distributed`` process groups cannot be copied; every other attribute is copied as usual, and the
+        parameters keep their attributes (Megatron's tensor-parallel marks: ``Parameter``'s own deep copy drops them).
         """
         import copy
 
@@ -353,6 +354,8 @@ class MLP(nn.Module):
         memo[id(self)] = new
         for key, value in vars(self).items():
             new.__dict__[key] = copy.deepcopy(value, memo)
+        for old_p, new_p in zip(self.parameters(), new.parameters(), strict=True):
+            new_p.__dict__.update(copy.deepcopy(old_p.__dict__, memo))
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -412,10 +415,6 @@ class MoEMLP(nn.Module):
                     w1, w2 = _expert_weights(local[g - first])
                     w1.copy_(column_shard(fc1, spec.gated_mlp) if par.enabled else fc1)
                     w2.copy_(row_shard(fc2) if par.enabled else fc2)
-                    if par.enabled:  # DeepSpeed's deep copy dropped the attributes
-                        mark_tensor_parallel(w1, partition_dim=0)
-                        w1.gated_shard = spec.gated_mlp
-                        mark_tensor_parallel(w2, partition_dim=1)
 
     @staticmethod
     def _ep_rank(ep: int) -> int:
@@ -525,13 +524,12 @@ class VocabEmbedding(nn.Module):
         super().__init__()
         from megatron.core.tensor_parallel import VocabParallelEmbedding
 
-        rank, size = tp_rank_size()
         full = _full_normal(num_embeddings, dim, init_std)
         self.inner = VocabParallelEmbedding(num_embeddings, dim, init_method=_noop_init,
                                             config=megatron_config(par.tp, full.device))
         mark_tensor_parallel(self.inner.weight, partition_dim=0)
         with torch.no_grad():
-            self.inner.weight.copy_(full.chunk(size, dim=0)[rank])
+            self.inner.weight.copy_(column_shard(full))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows for ``ids``, all-reduced over tp (every rank gets the full embedding)."""
