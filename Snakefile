@@ -25,6 +25,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/findings.smk"
 
 
 rule all:

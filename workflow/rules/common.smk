@@ -84,11 +84,21 @@ def get_cell_table_files(table):
     return files
 
 
-def other_sweep_runs():
-    """runs tables of the other sweeps under the same results folder (scale-up vs. scale-out comparison)."""
-    from pathlib import Path
+def compare_runs():
+    """runs tables of the sweeps named under `compare:` that exist (scale comparison, cross-hardware findings);
+    nothing else under the results folder is read."""
+    import os
 
-    return sorted(str(p) for p in Path(RESULTS).glob("*/tables/runs.parquet") if p.parent.parent.name != SWEEP)
+    paths = [f"{RESULTS}/{s}/tables/runs.parquet" for s in config.get("compare", []) if s != SWEEP]
+    return [p for p in paths if os.path.isfile(p)]
+
+
+def compare_missing():
+    """Sweeps named under `compare:` that have no runs table yet."""
+    import os
+
+    return [s for s in config.get("compare", []) if s != SWEEP
+            and not os.path.isfile(f"{RESULTS}/{s}/tables/runs.parquet")]
 
 
 def figure_params_cells(name):
@@ -107,4 +117,5 @@ def get_final_outputs():
         [f"{base}/tables/{t}.parquet" for t in AGG_TABLES]
         + [f"{base}/summary.parquet", f"{base}/summary.csv"]
         + [f"{base}/figures/{name}.{ext}" for name in FIGURES for ext in ("png", "pdf")]
+        + [f"{base}/findings.csv", f"{base}/findings.html"]
     )

@@ -12,7 +12,7 @@ for _fig, _spec in FIGURES.items():
             f"figure_{_fig}"
         input:
             **{t: f"{RESULTS}/{{sweep}}/tables/{t}.parquet" for t in _spec.tables},
-            compare=other_sweep_runs() if _fig == "scale_compare" else [],
+            compare=compare_runs() if _fig == "scale_compare" else [],
         output:
             png=report(
                 f"{RESULTS}/{{sweep}}/figures/{_fig}.png",

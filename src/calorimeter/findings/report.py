@@ -1,0 +1,76 @@
+"""Write the findings table: ``findings.csv`` (every column) and ``findings.html`` (the HTML report's view:
+statement, numbers, verdict, what is missing)."""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from calorimeter.findings.stats import AGREES, CANNOT_SAY, DISAGREES
+from calorimeter.records.atomic import write_atomic
+
+VERDICT_COLORS = {AGREES: "#d9f2d9", DISAGREES: "#f8d7da", CANNOT_SAY: "#eeeeee"}
+
+
+def fmt_number(v: object) -> str:
+    """3 significant digits; empty for NaN."""
+    try:
+        x = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return ""
+    return "" if not math.isfinite(x) else f"{x:.3g}"
+
+
+def fmt_estimate(row: pd.Series) -> str:
+    """``value [low, high] unit`` (``value unit (no interval)`` without bounds, empty without a value)."""
+    v = fmt_number(row["value"])
+    if not v:
+        return ""
+    lo, hi = fmt_number(row["ci95_low"]), fmt_number(row["ci95_high"])
+    ci = f" [{lo}, {hi}]" if lo and hi else " (no interval)"
+    return f"{v}{ci} {row['unit']}".strip()
+
+
+def to_html(df: pd.DataFrame, title: str) -> str:
+    """A self-contained HTML page: one row per finding, coloured by verdict."""
+    counts = df["verdict"].value_counts()
+    head = ", ".join(f"{counts.get(v, 0)} {v}" for v in (AGREES, DISAGREES, CANNOT_SAY))
+    rows = []
+    for _, r in df.iterrows():
+        e = html.escape
+        rows.append(
+            f'<tr style="background:{VERDICT_COLORS.get(r["verdict"], "#fff")}">'
+            f"<td><b>{e(r['finding'])}</b><br>{e(r['figure'])}</td>"
+            f"<td>{e(r['claim'])}<br><i>{e(r['study_value'])}</i> {e(r['provenance'])}</td>"
+            f"<td>{e(r['metric'])}</td>"
+            f"<td>{e(fmt_estimate(r))}<br><small>{e(str(r['interval']))}; "
+            f"repeats &ge; {int(r['n_repeats'])}</small></td>"
+            f"<td><b>{e(r['verdict'])}</b><br><small>{e(str(r['why']))}</small></td>"
+            f"<td><small>{e(str(r['needs']))}</small></td>"
+            f"<td><small>{e(str(r['scope']))}<br>{e(str(r['detail']))}</small></td></tr>")
+    setting = html.escape(str(df["setting"].iloc[0])) if len(df) else ""
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(title) + "</title>"
+        "<style>body{font-family:sans-serif;font-size:13px}table{border-collapse:collapse}"
+        "td,th{border:1px solid #bbb;padding:4px;vertical-align:top}th{background:#ddd}</style></head><body>"
+        f"<h2>{html.escape(title)}</h2><p>{head}. {setting}.</p>"
+        "<p>Verdict: <b>agrees</b> when this sweep's whole 95% interval lies on the study's side, <b>disagrees</b> "
+        "when it lies on the other side or within the stated tolerance of no effect, <b>cannot say</b> otherwise "
+        "(the last column says what is missing). Intervals: Student t over pairs, cells or points; a single "
+        "measurement has none.</p>"
+        "<table><tr><th>finding</th><th>study (statement, number, source)</th><th>this sweep measures</th>"
+        "<th>this sweep (95% interval)</th><th>verdict</th><th>what is missing</th><th>evidence</th></tr>"
+        + "".join(rows) + "</table></body></html>\n"
+    )
+
+
+def write_findings(df: pd.DataFrame, csv_path: str | Path, html_path: str | Path | None = None,
+                   title: str = "Findings") -> None:
+    """Write the CSV (and HTML) atomically."""
+    write_atomic(Path(csv_path), lambda p: df.to_csv(p, index=False))
+    if html_path is not None:
+        text = to_html(df, title)
+        write_atomic(Path(html_path), lambda p: Path(p).write_text(text))
