@@ -6,13 +6,12 @@ import pytest
 import torch
 
 import calorimeter.train.layers as layers
-from calorimeter.plan.models import CATALOGUE, parameter_count
+from calorimeter.plan.models import CATALOGUE, parameter_count, stage_block_counts
 from calorimeter.train.models import (
     block_recompute_modes,
     build_model,
     count_parameters,
     layer_defs,
-    stage_block_counts,
     stage_layer_counts,
 )
 

@@ -21,6 +21,12 @@ class HardwareProfile:
             number exists (CPU), in which case MFU is not reported.
         interconnect: intra-node link, for records and captions.
         slurm_constraint: value for ``--constraint`` on clusters that tag nodes by GPU model.
+        link_gbyte_s: intra-node link bandwidth per device and direction in GB/s (vendor spec), the projection's
+            fallback where no collective was measured on such a node.
+        nic_gbit_s_per_gpu: inter-node network bandwidth per device and direction in Gbit/s (the NIC line rate
+            divided by the devices sharing it), used by projections of multi-node cells until a multi-node
+            measurement exists.
+        nic_latency_us: one inter-node message's latency in microseconds (same use).
     """
 
     name: str
@@ -30,6 +36,9 @@ class HardwareProfile:
     peak_bf16_tflops: float | None
     interconnect: str
     slurm_constraint: str | None = None
+    link_gbyte_s: float | None = None
+    nic_gbit_s_per_gpu: float | None = None
+    nic_latency_us: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for records."""
@@ -39,8 +48,10 @@ class HardwareProfile:
 PROFILES: dict[str, HardwareProfile] = {
     p.name: p
     for p in [
-        HardwareProfile("h200", "cuda", 8, 141.0, 989.0, "NVLink 4 / NVSwitch (NV18)", "H200"),
-        HardwareProfile("h100", "cuda", 8, 80.0, 989.0, "NVLink 4 / NVSwitch (NV18)", "H100"),
+        # NVLink 4: 900 GB/s per GPU both directions; one 400 Gbit/s NDR NIC per GPU (HGX reference design; the
+        # study's clusters had 100 Gbit/s InfiniBand: set it per projection, see docs/projection.md).
+        HardwareProfile("h200", "cuda", 8, 141.0, 989.0, "NVLink 4 / NVSwitch (NV18)", "H200", 450.0, 400.0, 5.0),
+        HardwareProfile("h100", "cuda", 8, 80.0, 989.0, "NVLink 4 / NVSwitch (NV18)", "H100", 450.0, 400.0, 5.0),
         # MI250: 4 packages x 2 GCDs per node; each GCD is one device with 64 GB and half the package's
         # 362.1 TFLOP/s dense bf16.
         HardwareProfile("mi250", "rocm", 8, 64.0, 181.0, "Infinity Fabric", "MI250"),

@@ -22,13 +22,12 @@ from deepspeed.pipe import LayerSpec, PipelineModule  # noqa: E402
 
 from calorimeter.plan.cell import Cell  # noqa: E402
 from calorimeter.plan.checks import engine_reasons  # noqa: E402
-from calorimeter.plan.models import ModelSpec, get_model  # noqa: E402
+from calorimeter.plan.models import ModelSpec, get_model, stage_block_counts  # noqa: E402
 from calorimeter.train.models import (  # noqa: E402
     CausalLM,
     LayerDef,
     layer_defs,
     loss_function,
-    stage_block_counts,
     stage_layer_counts,
 )
 from calorimeter.train.parallel import (  # noqa: E402

@@ -46,29 +46,6 @@ class LayerDef:
             return self.cls(*self.args)
 
 
-def stage_block_counts(num_layers: int, pp: int, pp_split: Sequence[int] | None = None) -> list[int]:
-    """Transformer blocks per pipeline stage.
-
-    Args:
-        num_layers: blocks in the model.
-        pp: pipeline stages.
-        pp_split: explicit blocks per stage; None splits evenly, the first ``num_layers % pp`` stages taking one
-            extra block.
-
-    Raises:
-        ValueError: if the split has the wrong length, a stage is empty, or it does not sum to ``num_layers``.
-    """
-    if pp < 1 or pp > num_layers:
-        raise ValueError(f"pp={pp} must be between 1 and num_layers={num_layers}")
-    if pp_split is None:
-        base, extra = divmod(num_layers, pp)
-        return [base + (1 if i < extra else 0) for i in range(pp)]
-    counts = [int(n) for n in pp_split]
-    if len(counts) != pp or min(counts) < 1 or sum(counts) != num_layers:
-        raise ValueError(f"pp_split={list(counts)} must be {pp} positive block counts summing to {num_layers}")
-    return counts
-
-
 def stage_layer_counts(block_counts: Sequence[int]) -> list[int]:
     """Entries of the layer list per stage: the blocks, plus the embedding on the first and the output on the last."""
     counts = list(block_counts)

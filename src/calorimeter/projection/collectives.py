@@ -1,0 +1,180 @@
+"""Time of one collective call from measured curves, with the hardware profile where nothing was measured.
+
+A curve is a set of measured points ``(kind, role, group, size_bytes) -> seconds per call`` inside one node:
+
+* ``collectives``: the calibration cell kind (``kind: collectives``) sweeps message and group sizes on a node;
+* ``trace``: the collectives seen in the profiled training steps (``kernels.parquet``), one point per kind, role and
+  group size, their message sizes known from the workload (:mod:`calorimeter.projection.workload`). ZeRO-3's
+  gathers run next to the GEMMs and are kept apart (role ``zero3``) from the synchronous ones (role ``sync``).
+
+Between measured sizes the time is interpolated log-log; above the largest the largest point's bus bandwidth holds,
+below the smallest its latency. An unmeasured group size takes the nearest measured one (never extrapolated).
+Collectives that cross nodes use the hardware profile: bus bandwidth = NIC bandwidth per GPU x the group's ranks
+per node (rail-optimised NICs, each used by one group at a time), latency x log2(nodes) (tree), at line rate; they
+are marked ``assumed`` until a multi-node measurement exists.
+
+Bus bandwidth follows nccl-tests: ``busbw = size / time x factor`` with factor ``2(n-1)/n`` for all-reduce,
+``(n-1)/n`` for all-gather, reduce-scatter and all-to-all, 1 for send/recv.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from calorimeter.plan.hardware import HardwareProfile
+from calorimeter.projection.workload import CommOp
+
+CURVE_COLUMNS = ("kind", "role", "group", "size_bytes", "time_s", "source")
+
+
+def bus_factor(kind: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth factor of a collective over ``n`` ranks."""
+    if n <= 1:
+        return 0.0
+    if kind == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass(frozen=True)
+class Network:
+    """Inter-node network of a projection (from the hardware profile unless the projection config overrides it).
+
+    Attributes:
+        nic_gbit_s_per_gpu: NIC bandwidth per GPU and direction, Gbit/s.
+        latency_us: one message's latency.
+        source: where the numbers come from (``hardware profile h200``, ``config``).
+    """
+
+    nic_gbit_s_per_gpu: float
+    latency_us: float
+    source: str
+
+    @classmethod
+    def from_profile(cls, hw: HardwareProfile, override: dict | None = None) -> Network:
+        """The profile's network, with the keys of ``override`` (same names) replacing its values."""
+        o = override or {}
+        bw = o.get("nic_gbit_s_per_gpu", hw.nic_gbit_s_per_gpu)
+        lat = o.get("latency_us", hw.nic_latency_us)
+        src = "config" if o else f"hardware profile {hw.name}"
+        return cls(float(bw) if bw else float("nan"), float(lat) if lat is not None else float("nan"), src)
+
+
+class CollectiveCurves:
+    """Measured collective points and the lookup of one call's time."""
+
+    def __init__(self, points: pd.DataFrame, hw: HardwareProfile, network: Network) -> None:
+        self.points = points.reindex(columns=list(CURVE_COLUMNS)) if not points.empty else pd.DataFrame(
+            columns=list(CURVE_COLUMNS))
+        self.hw = hw
+        self.network = network
+        self._index: dict[tuple[str, str], dict[int, tuple[np.ndarray, np.ndarray, str]]] = {}
+        for (kind, role, group), g in self.points.groupby(["kind", "role", "group"]):
+            if (g["source"] == "collectives").any():  # a dedicated sweep beats the one size seen in a trace
+                g = g[g["source"] == "collectives"]
+            g = g.groupby("size_bytes", as_index=False).agg(time_s=("time_s", "median"), source=("source", "first"))
+            g = g.sort_values("size_bytes")
+            srcs = sorted(set(g["source"]))
+            self._index.setdefault((kind, role), {})[int(group)] = (
+                g["size_bytes"].to_numpy(float), g["time_s"].to_numpy(float), "+".join(srcs))
+
+    def _intra(self, kind: str, role: str, n: int, size: float) -> tuple[float, str]:
+        table = self._index.get((kind, role)) or self._index.get((kind, "sync"))
+        if table is None and kind == "all_to_all":
+            table = self._index.get(("all_gather", role)) or self._index.get(("all_gather", "sync"))
+        if table is None:
+            table = next((v for (k, _), v in self._index.items() if k == kind), None)
+        if table is None:
+            return self._spec_intra(kind, n, size)
+        group = n if n in table else min(table, key=lambda g: (abs(math.log2(g) - math.log2(n)), -g))
+        sizes, times, src = table[group]
+        f_here, f_meas = bus_factor(kind, n), bus_factor(kind, group)
+        # the measured group's bus bandwidth carried over to n ranks (bus bandwidth, not time, is what transfers)
+        scale = f_here / f_meas if f_meas > 0 else 1.0
+        label = src if group == n else f"{src} (group {group} for {n})"
+        if size >= sizes[-1]:
+            return float(times[-1] * size / sizes[-1] * scale), label
+        if size <= sizes[0]:
+            return float(times[0]), label
+        t = np.exp(np.interp(np.log(size), np.log(sizes), np.log(times)))
+        return float(t * scale), label
+
+    def _spec_intra(self, kind: str, n: int, size: float) -> tuple[float, str]:
+        bw = (self.hw.link_gbyte_s or float("nan")) * 1e9
+        return size * bus_factor(kind, n) / bw, f"assumed: {self.hw.name} link spec"
+
+    def _inter(self, op: CommOp) -> tuple[float, str]:
+        n, nodes = op.group, op.nodes
+        per_gpu = self.network.nic_gbit_s_per_gpu * 1e9 / 8.0
+        per_node = max(1, n // nodes)  # this group's ranks on one node
+        lat = self.network.latency_us * 1e-6 * math.log2(max(nodes, 2))
+        if op.kind == "all_to_all":
+            off_node = op.size_bytes * (n - per_node) / n
+            t = lat + off_node / per_gpu
+        elif op.kind == "send_recv":
+            t = lat + op.size_bytes / per_gpu
+        else:
+            t = lat + op.size_bytes * bus_factor(op.kind, n) / (per_gpu * per_node)
+        # never faster than the same collective inside one node
+        t_intra, _ = self._intra(op.kind, op.role, per_node if per_node > 1 else 2, op.size_bytes)
+        return max(t, t_intra if per_node > 1 else 0.0), f"assumed: inter-node {self.network.source}"
+
+    def call_time(self, op: CommOp) -> tuple[float, str]:
+        """(seconds per call, source) of one call of ``op``."""
+        if op.group <= 1:
+            return 0.0, "none"
+        if op.nodes > 1:
+            return self._inter(op)
+        return self._intra(op.kind, op.role if op.role == "zero3" else "sync", op.group, op.size_bytes)
+
+    def op_time(self, op: CommOp) -> tuple[float, str]:
+        """(seconds per iteration, source) of ``op``: calls x time per call."""
+        t, src = self.call_time(op)
+        return op.calls * t, src
+
+
+def trace_points(rows: list[tuple[str, list[CommOp], dict[str, float], dict[str, float]]]) -> pd.DataFrame:
+    """Curve points from profiled steps.
+
+    Args:
+        rows: per traced rank (cell id, the rank's ops, measured ``{category: summed seconds}``, measured
+            ``{category: kernel count}``).
+
+    A category is used only when every op of that kind on the rank has one role and one message size (a mix,
+    e.g. pipeline sends next to MoE all-to-alls in SendRecv, cannot be split) and no pipeline wait hides in it
+    (pipeline cells' all-reduces and sends include waits for other stages). NCCL runs all-to-all as grouped
+    send/recv, so it is read from the ``send_recv`` category.
+    """
+    out = []
+    for cid, ops, sums, _counts in rows:
+        pipeline = any(o.role == "pp" for o in ops)
+        by_cat: dict[str, list[CommOp]] = {}
+        for o in ops:
+            if o.group <= 1 or o.nodes > 1:
+                continue
+            cat = "send_recv" if o.kind == "all_to_all" else o.kind
+            by_cat.setdefault(cat, []).append(o)
+        for cat, cat_ops in by_cat.items():
+            roles = {("zero3" if o.role == "zero3" else "sync") for o in cat_ops}
+            big = [o for o in cat_ops if o.role != "sync"]
+            if pipeline and cat in ("send_recv", "all_reduce"):
+                continue
+            if len(roles) != 1 or len({(o.kind, o.size_bytes, o.group) for o in big}) > 1:
+                continue
+            measured = sums.get(cat, 0.0)
+            calls = sum(o.calls for o in cat_ops)
+            if measured <= 0 or calls <= 0:
+                continue
+            ref = big[0] if big else cat_ops[0]
+            if big:  # subtract the small sync calls at the big calls' per-call time share (they are tiny)
+                calls = sum(o.calls for o in big)
+                measured *= sum(o.calls * o.size_bytes for o in big) / sum(o.calls * o.size_bytes for o in cat_ops)
+            out.append({"kind": ref.kind, "role": roles.pop(), "group": ref.group, "size_bytes": ref.size_bytes,
+                        "time_s": measured / calls, "source": "trace", "cell_id": cid})
+    return pd.DataFrame(out, columns=[*CURVE_COLUMNS, "cell_id"])

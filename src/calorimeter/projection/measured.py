@@ -1,0 +1,130 @@
+"""The measured cells a projection is calibrated on or validated against, read from sweeps' aggregated tables.
+
+A source is a sweep folder holding ``tables/runs.parquet`` (and ``kernels.parquet``, ``gpus.parquet``), as written
+by ``snakemake figures``/``snakemake`` (``results/<sweep>/``) or shipped under ``results/reference/``. Only cells
+that ran (status ``ok``) with a measured iteration time are used; each kept or dropped cell says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from calorimeter.plan.cell import Cell
+from calorimeter.plan.models import CATALOGUE
+
+#: a cell whose GPUs are busy for less than this share of the iteration is host-bound: its kernel times say little
+#: about the GPU, so it calibrates nothing (it is still predicted and validated)
+HOST_BOUND_BUSY_FRAC = 0.80
+
+
+@dataclass
+class MeasuredSet:
+    """Measured cells of one or more sweeps.
+
+    Attributes:
+        runs: one row per usable cell (the runs table's columns plus ``source``).
+        kernels: one row per (cell, traced rank): ``<category>_sum_s`` for every kernel category, ``stage``, ``busy_s``.
+        gpus: one row per (cell, GPU): ``stage``, ``power_avg_w``, ``sm_clock_avg_mhz``.
+        dropped: cell id -> why it is not used at all.
+    """
+
+    runs: pd.DataFrame
+    kernels: pd.DataFrame
+    gpus: pd.DataFrame
+    dropped: dict[str, str] = field(default_factory=dict)
+
+    def cell(self, cell_id: str) -> Cell:
+        """The measured cell's parameters."""
+        row = self.runs.loc[self.runs["cell_id"] == cell_id].iloc[0].to_dict()
+        return cell_from_row(row)
+
+    def subset(self, cell_ids: list[str]) -> MeasuredSet:
+        """Only these cells."""
+        keep = set(cell_ids)
+        return MeasuredSet(self.runs[self.runs.cell_id.isin(keep)].reset_index(drop=True),
+                           self.kernels[self.kernels.cell_id.isin(keep)].reset_index(drop=True),
+                           self.gpus[self.gpus.cell_id.isin(keep)].reset_index(drop=True), dict(self.dropped))
+
+    def calibration_cells(self) -> list[str]:
+        """Cells whose kernels calibrate compute and communication: traced and not host-bound."""
+        out = []
+        for _, r in self.runs.iterrows():
+            if r["cell_id"] in set(self.kernels.cell_id) and r.get("busy_frac", 0.0) >= HOST_BOUND_BUSY_FRAC:
+                out.append(r["cell_id"])
+        return out
+
+
+def cell_from_row(row: dict) -> Cell:
+    """A Cell from a runs-table row (NaN and missing optional values become the defaults)."""
+    clean = {}
+    for k, v in row.items():
+        if isinstance(v, float) and v != v:  # NaN
+            continue
+        clean[k] = v
+    split = clean.get("pp_split")
+    clean["pp_split"] = [int(n) for n in split] if split is not None and len(split) else None
+    for k in ("nodes", "gpus_per_node", "tp", "pp", "ep", "cp", "zero_stage", "micro_batch", "global_batch",
+              "seq_len", "recompute_layers"):
+        if k in clean and clean[k] is not None:
+            clean[k] = int(clean[k])
+    for k in ("sequence_parallel", "overlap"):
+        if k in clean:
+            clean[k] = bool(clean[k])
+    return Cell.from_dict(clean)
+
+
+def _wide_kernels(long: pd.DataFrame) -> pd.DataFrame:
+    """Long kernel table (one row per rank and category) -> one row per (cell, rank) with ``<cat>_sum_s``."""
+    if long.empty:
+        return pd.DataFrame(columns=["cell_id", "rank", "stage", "busy_s", "span_s"])
+    sums = long.pivot_table(index=["cell_id", "rank"], columns="category", values="sum_s", aggfunc="sum",
+                            fill_value=0.0)
+    sums.columns = [f"{c}_sum_s" for c in sums.columns]
+    counts = long.pivot_table(index=["cell_id", "rank"], columns="category", values="count", aggfunc="sum",
+                              fill_value=0)
+    counts.columns = [f"{c}_count" for c in counts.columns]
+    totals = long.groupby(["cell_id", "rank"])[["stage", "busy_s", "span_s", "comm_exposed_s"]].first()
+    return pd.concat([totals, sums, counts], axis=1).reset_index()
+
+
+def load_measured(sources: list[str | Path]) -> MeasuredSet:
+    """Read the tables of every source sweep folder; keep the usable cells.
+
+    Raises:
+        FileNotFoundError: a source has no ``tables/runs.parquet``.
+    """
+    runs, kernels, gpus, dropped = [], [], [], {}
+    for src in sources:
+        tables = Path(src) / "tables"
+        if not (tables / "runs.parquet").is_file():
+            raise FileNotFoundError(f"{src}: no tables/runs.parquet (build it with `snakemake figures`)")
+        r = pd.read_parquet(tables / "runs.parquet")
+        r["source"] = str(src)
+        runs.append(r)
+        if (tables / "kernels.parquet").is_file():
+            kernels.append(_wide_kernels(pd.read_parquet(tables / "kernels.parquet")))
+        if (tables / "gpus.parquet").is_file():
+            g = pd.read_parquet(tables / "gpus.parquet")
+            gpus.append(g[[c for c in ("cell_id", "rank", "stage", "power_avg_w", "sm_clock_avg_mhz")
+                           if c in g.columns]])
+    run = pd.concat(runs, ignore_index=True) if runs else pd.DataFrame()
+    keep = []
+    for i, r in run.iterrows():
+        cid = r["cell_id"]
+        if r.get("status") != "ok" or not (r.get("iteration_time_s", 0) > 0):
+            dropped[cid] = f"status {r.get('status')}: nothing measured"
+        elif r.get("model") not in CATALOGUE:
+            dropped[cid] = f"model {r.get('model')!r} not in the catalogue"
+        else:
+            keep.append(i)
+    run = run.loc[keep].drop_duplicates("cell_id", keep="last").reset_index(drop=True)
+    kern = pd.concat(kernels, ignore_index=True) if kernels else _wide_kernels(pd.DataFrame())
+    kern = kern[kern.cell_id.isin(set(run.cell_id))].reset_index(drop=True)
+    busy = kern.groupby("cell_id")["busy_s"].mean()
+    run["busy_frac"] = run["cell_id"].map(busy) / run["iteration_time_s"]
+    gpu = pd.concat(gpus, ignore_index=True) if gpus else pd.DataFrame(columns=["cell_id"])
+    gpu = gpu[gpu.cell_id.isin(set(run.cell_id))].reset_index(drop=True)
+    return MeasuredSet(run, kern, gpu, dropped)
