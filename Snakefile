@@ -26,6 +26,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/findings.smk"
+include: "workflow/rules/projection.smk"
 
 
 rule all:

@@ -146,3 +146,47 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
         curves = pd.concat([collectives[list(CURVE_COLUMNS)], curves], ignore_index=True)
     power = fit_power(power_rows, _power_limit_w(ms, usable)) if power_rows else None
     return Calibration(hardware, fit_compute(comp_rows, host_rows), curves, power, sorted(usable), excluded)
+
+
+def calibrate_all(sources: list[str], collectives: list[str] | None = None,
+                  error_band: dict[str, float] | None = None) -> dict[str, Calibration]:
+    """A calibration for every hardware profile that has usable measured cells in ``sources``.
+
+    Args:
+        sources: sweep folders with aggregated tables.
+        collectives: sweep folders holding ``collectives`` calibration cells.
+        error_band: the validation's error band, stored with every calibration.
+
+    Raises:
+        ValueError: no hardware has a usable cell.
+    """
+    from calorimeter.projection.measured import load_measured
+
+    ms = load_measured(list(sources))
+    points = collective_points(collectives or [])
+    out = {}
+    for hw in sorted(set(ms.runs["hardware"])):
+        try:
+            cal = calibrate(ms, hw, points[points.hardware == hw] if not points.empty else None)
+        except ValueError:
+            continue
+        cal.error_band = dict(error_band or {})
+        out[hw] = cal
+    if not out:
+        raise ValueError(f"no usable measured cell in {list(sources)}")
+    return out
+
+
+def collective_points(sources: list[str]) -> pd.DataFrame:
+    """Curve points of every ``collectives`` cell under the given sweep folders (with a ``hardware`` column)."""
+    from calorimeter.collectives.table import read_collective_points
+
+    frames = [read_collective_points(s) for s in sources]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*CURVE_COLUMNS, "hardware"])
+
+
+def load_calibrations(path: str | Path) -> dict[str, Calibration]:
+    """The calibrations written by the workflow (one per hardware profile)."""
+    d = json.loads(Path(path).read_text())
+    return {hw: Calibration.from_dict(c) for hw, c in d.items()}

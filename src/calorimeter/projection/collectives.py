@@ -8,7 +8,10 @@ A curve is a set of measured points ``(kind, role, group, size_bytes) -> seconds
   gathers run next to the GEMMs and are kept apart (role ``zero3``) from the synchronous ones (role ``sync``).
 
 Between measured sizes the time is interpolated log-log; above the largest the largest point's bus bandwidth holds,
-below the smallest its latency. An unmeasured group size takes the nearest measured one (never extrapolated).
+below the smallest it falls linearly to the group's measured small-message latency. An unmeasured group size takes
+the nearest measured one's bus bandwidth (never extrapolated). Without an all-reduce curve reaching bandwidth-sized
+messages, an all-reduce is priced as a reduce-scatter plus an all-gather (NCCL's ring); without any curve of a kind,
+the all-gather's bus bandwidth stands in; without any, the hardware profile's link spec (``assumed``).
 Collectives that cross nodes use the hardware profile: bus bandwidth = NIC bandwidth per GPU x the group's ranks
 per node (rail-optimised NICs, each used by one group at a time), latency x log2(nodes) (tree), at line rate; they
 are marked ``assumed`` until a multi-node measurement exists.
@@ -29,6 +32,8 @@ from calorimeter.plan.hardware import HardwareProfile
 from calorimeter.projection.workload import CommOp
 
 CURVE_COLUMNS = ("kind", "role", "group", "size_bytes", "time_s", "source")
+#: a curve whose largest message is at least this big measures bandwidth (smaller ones only latency)
+BANDWIDTH_BYTES = 2**20
 
 
 def bus_factor(kind: str, n: int) -> float:
@@ -75,33 +80,76 @@ class CollectiveCurves:
         self.hw = hw
         self.network = network
         self._index: dict[tuple[str, str], dict[int, tuple[np.ndarray, np.ndarray, str]]] = {}
-        for (kind, role, group), g in self.points.groupby(["kind", "role", "group"]):
-            if (g["source"] == "collectives").any():  # a dedicated sweep beats the one size seen in a trace
-                g = g[g["source"] == "collectives"]
-            g = g.groupby("size_bytes", as_index=False).agg(time_s=("time_s", "median"), source=("source", "first"))
-            g = g.sort_values("size_bytes")
-            srcs = sorted(set(g["source"]))
-            self._index.setdefault((kind, role), {})[int(group)] = (
-                g["size_bytes"].to_numpy(float), g["time_s"].to_numpy(float), "+".join(srcs))
+        grouped: dict[tuple[str, str, int], list[tuple[float, float, str]]] = {}
+        for kind, role, group, size, t, src in self.points[list(CURVE_COLUMNS)].itertuples(index=False):
+            grouped.setdefault((kind, role, int(group)), []).append((float(size), float(t), str(src)))
+        for (kind, role, group), pts in grouped.items():
+            if any(src == "collectives" for _, _, src in pts):  # a dedicated sweep beats one size seen in a trace
+                pts = [p for p in pts if p[2] == "collectives"]
+            by_size: dict[float, list[float]] = {}
+            for size, t, _ in pts:
+                by_size.setdefault(size, []).append(t)
+            sizes = np.array(sorted(by_size))
+            times = np.array([float(np.median(by_size[x])) for x in sizes])
+            label = "+".join(sorted({src for _, _, src in pts}))
+            self._index.setdefault((kind, role), {})[group] = (sizes, times, label)
+        # latency of a group: its fastest small-message (< 1 MiB) call of any kind
+        self._latency: dict[int, float] = {}
+        for table in self._index.values():
+            for group, (sizes, times, _) in table.items():
+                small = times[sizes < BANDWIDTH_BYTES]
+                if len(small):
+                    self._latency[group] = min(self._latency.get(group, math.inf), float(small.min()))
+
+    def _table(self, kind: str, role: str, size: float) -> dict[int, tuple[np.ndarray, np.ndarray, str]] | None:
+        """Measured points of a kind for a message size: its role's, else the synchronous ones, else any role's. A
+        curve of small messages only (largest under :data:`BANDWIDTH_BYTES`) serves sizes up to 4x its largest:
+        it says nothing about bandwidth."""
+        for key in ((kind, role), (kind, "sync"), *((k, r) for (k, r) in self._index if k == kind)):
+            table = self._index.get(key)
+            if table and any(sz[-1] >= min(BANDWIDTH_BYTES, size / 4) for sz, _, _ in table.values()):
+                return table
+        return None
 
     def _intra(self, kind: str, role: str, n: int, size: float) -> tuple[float, str]:
-        table = self._index.get((kind, role)) or self._index.get((kind, "sync"))
-        if table is None and kind == "all_to_all":
-            table = self._index.get(("all_gather", role)) or self._index.get(("all_gather", "sync"))
-        if table is None:
-            table = next((v for (k, _), v in self._index.items() if k == kind), None)
+        table = self._table(kind, role, size)
+        if table is None and kind == "all_reduce":
+            # a ring all-reduce is a reduce-scatter followed by an all-gather of the same buffer
+            rs, ag = self._table("reduce_scatter", role, size), self._table("all_gather", role, size)
+            if rs is not None and ag is not None:
+                t_rs, src_rs = self._lookup(rs, "reduce_scatter", n, size)
+                t_ag, src_ag = self._lookup(ag, "all_gather", n, size)
+                return t_rs + t_ag, f"reduce-scatter + all-gather ({src_rs}; {src_ag})"
+        if table is None and kind in ("all_to_all", "send_recv", "reduce_scatter", "all_gather"):
+            for other in ("all_gather", "reduce_scatter"):
+                alt = self._table(other, role, size)
+                if alt is not None:
+                    t, src = self._lookup(alt, other, n, size, as_kind=kind)
+                    return t, f"{other} bus bandwidth ({src})"
         if table is None:
             return self._spec_intra(kind, n, size)
+        return self._lookup(table, kind, n, size)
+
+    def _lookup(self, table: dict[int, tuple[np.ndarray, np.ndarray, str]], kind: str, n: int, size: float,
+                as_kind: str | None = None) -> tuple[float, str]:
+        """Time of ``size`` bytes over ``n`` ranks from a measured table (of ``kind``), read as ``as_kind``.
+
+        Inside the measured sizes: log-log interpolation. Above: the largest point's bandwidth. Below a curve that
+        starts at bandwidth-sized messages: linear from the group's measured small-message latency.
+        """
         group = n if n in table else min(table, key=lambda g: (abs(math.log2(g) - math.log2(n)), -g))
         sizes, times, src = table[group]
-        f_here, f_meas = bus_factor(kind, n), bus_factor(kind, group)
+        f_here, f_meas = bus_factor(as_kind or kind, n), bus_factor(kind, group)
         # the measured group's bus bandwidth carried over to n ranks (bus bandwidth, not time, is what transfers)
         scale = f_here / f_meas if f_meas > 0 else 1.0
         label = src if group == n else f"{src} (group {group} for {n})"
         if size >= sizes[-1]:
             return float(times[-1] * size / sizes[-1] * scale), label
         if size <= sizes[0]:
-            return float(times[0]), label
+            if sizes[0] < BANDWIDTH_BYTES:
+                return float(times[0]), label
+            lat = min(self._latency.get(group, 0.0), float(times[0]))
+            return float(lat + (times[0] - lat) * scale * size / sizes[0]), label
         t = np.exp(np.interp(np.log(size), np.log(sizes), np.log(times)))
         return float(t * scale), label
 
@@ -156,11 +204,15 @@ def trace_points(rows: list[tuple[str, list[CommOp], dict[str, float], dict[str,
         pipeline = any(o.role == "pp" for o in ops)
         by_cat: dict[str, list[CommOp]] = {}
         for o in ops:
-            if o.group <= 1 or o.nodes > 1:
+            if o.group <= 1:
                 continue
             cat = "send_recv" if o.kind == "all_to_all" else o.kind
             by_cat.setdefault(cat, []).append(o)
         for cat, cat_ops in by_cat.items():
+            # inter-node calls are no intra-node measurement; the gradient synchronisation after the last
+            # micro-batch waits for the slowest rank: a category holding either cannot be read as link time
+            if any(o.nodes > 1 or o.role == "dp" for o in cat_ops):
+                continue
             roles = {("zero3" if o.role == "zero3" else "sync") for o in cat_ops}
             big = [o for o in cat_ops if o.role != "sync"]
             if pipeline and cat in ("send_recv", "all_reduce"):

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import nnls
 
 from calorimeter.projection.workload import FEATURES, StageWork
 
@@ -73,6 +72,8 @@ class ComputeRates:
 
 def _nnls_rel(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Non-negative least squares of ``x b = y`` with row weights ``w``, columns scaled for conditioning."""
+    from scipy.optimize import nnls  # fitting only: projecting never imports scipy
+
     xs, ys = x * w[:, None], y * w
     scale = np.where(np.abs(xs).max(axis=0) > 0, np.abs(xs).max(axis=0), 1.0)
     beta, _ = nnls(xs / scale, ys)

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
 
 POWER_FEATURES: tuple[str, ...] = ("const", "u_gemm", "u_other", "u_comm")
 #: a GPU averaging at least this share of its power limit is taken as capped
@@ -78,6 +77,8 @@ def fit_power(rows: list[tuple[str, dict[str, float], float]], cap_w: float) -> 
     # ones the model already puts at or above the cap, and refit (censored regression, a few rounds)
     capped = y >= CAPPED_SHARE * cap_w if cap_w == cap_w else np.zeros(len(y), bool)
     use = np.ones(len(y), bool)
+    from scipy.optimize import nnls  # fitting only: projecting never imports scipy
+
     for _ in range(5):
         beta, _ = nnls(x[use] * w[use, None], y[use] * w[use])
         above = capped & (x @ beta >= cap_w)

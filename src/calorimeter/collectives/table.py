@@ -1,0 +1,59 @@
+"""The collectives table of a ``collectives`` cell: one row per (collective, group size, message size).
+
+Columns: ``kind`` (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv), ``group`` (ranks per group; every
+disjoint group of that size runs at once, as tensor-parallel groups do in training), ``size_bytes`` (nccl-tests'
+convention: the full buffer, i.e. the gathered output of all-gather, the input of reduce-scatter, each rank's send
+buffer of all-to-all), ``time_s`` (median over the timed calls of the slowest rank's time per call),
+``algbw_gbyte_s`` (size / time), ``busbw_gbyte_s`` (times nccl-tests' factor), ``iterations``, ``backend``,
+``dtype``, ``nodes``, ``error`` (why a point is missing: e.g. not supported by the backend).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+COLLECTIVES_PARQUET = "collectives.parquet"
+TABLE_COLUMNS: tuple[str, ...] = ("kind", "group", "size_bytes", "time_s", "algbw_gbyte_s", "busbw_gbyte_s",
+                                  "iterations", "backend", "dtype", "nodes", "error")
+
+
+def write_table(rows: list[dict], cell_dir: str | Path) -> Path:
+    """Write the rows as ``collectives.parquet`` in the cell folder (temp file + rename)."""
+    out = Path(cell_dir) / COLLECTIVES_PARQUET
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".parquet.tmp")
+    pd.DataFrame(rows, columns=list(TABLE_COLUMNS)).to_parquet(tmp, index=False)
+    tmp.replace(out)
+    return out
+
+
+def read_collective_points(sweep_dir: str | Path) -> pd.DataFrame:
+    """Curve points for the projection from every ``collectives`` cell of a sweep folder.
+
+    Only cells whose record says ``ok`` count; points with an error or no time are dropped. Returns the columns of
+    :data:`calorimeter.projection.collectives.CURVE_COLUMNS` plus ``hardware`` and ``cell_id``.
+    """
+    import json
+
+    from calorimeter.projection.collectives import CURVE_COLUMNS
+
+    frames = []
+    for table in sorted(Path(sweep_dir).glob(f"cells/*/{COLLECTIVES_PARQUET}")):
+        run = table.parent / "run.json"
+        if not run.is_file():
+            continue
+        record = json.loads(run.read_text())
+        if record.get("status") != "ok":
+            continue
+        t = pd.read_parquet(table)
+        t = t[t["time_s"].notna() & (t["time_s"] > 0) & t["error"].isna()]
+        if t.empty:
+            continue
+        frames.append(pd.DataFrame({
+            "kind": t["kind"], "role": "sync", "group": t["group"].astype(int), "size_bytes": t["size_bytes"],
+            "time_s": t["time_s"], "source": "collectives", "hardware": record["cell"]["hardware"],
+            "cell_id": record["cell"].get("cell_id", table.parent.name)}))
+    cols = [*CURVE_COLUMNS, "hardware", "cell_id"]
+    return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)

@@ -1,0 +1,20 @@
+"""Snakemake script of rule projection_validate: predict every held-out measured cell of each fold."""
+
+import json
+import sys
+
+from calorimeter.projection.validation import Fold, summarize, validate, write_validation
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+sys.stderr = open(sm.log[0], "w", buffering=1)  # noqa: SIM115
+folds = [Fold.from_dict(f) for f in sm.params.folds]
+table = validate(folds) if folds else None
+if table is None or table.empty:
+    import pandas as pd
+
+    table = pd.DataFrame(columns=["fold", "cell_id", "notes"])
+write_validation(table, sm.output.table)
+summary = summarize(table) if len(table) else {}
+with open(sm.output.summary, "w") as f:
+    json.dump(summary, f, indent=1, default=float)
+print(json.dumps(summary, indent=1, default=float), file=sys.stderr)
