@@ -47,9 +47,16 @@ def plot_validation(table: pd.DataFrame, out_png: Path, out_pdf: Path | None = N
                             label=f"±{band:.0%}")
         for i, (fold, g) in enumerate(d.groupby("fold", sort=False)):
             err = g[f"{metric}_rel_error"].abs()
-            ax.scatter(g[meas], g[pred], marker=FOLD_MARKERS[i % len(FOLD_MARKERS)], s=36,
-                       label=f"{fold}: median |err| {err.median():.1%}, max {err.max():.1%}", zorder=3)
-            for r in g[err > 0.25].itertuples():
+            host = g["notes"].fillna("").str.startswith("host-bound")
+            marker = FOLD_MARKERS[i % len(FOLD_MARKERS)]
+            eg = err[~host]
+            sc = ax.scatter(g.loc[~host, meas], g.loc[~host, pred], marker=marker, s=36, zorder=3,
+                            label=f"{fold}: median |err| {eg.median():.1%}, max {eg.max():.1%} (GPU-bound)")
+            if host.any():
+                ax.scatter(g.loc[host, meas], g.loc[host, pred], marker=marker, s=36, zorder=3,
+                           facecolors="none", edgecolors=sc.get_facecolor(),
+                           label=f"{fold}: host-bound, not modelled ({int(host.sum())})")
+            for r in g[(err > 0.25) & ~host].itertuples():
                 ax.annotate(f"{r.model} {r.parallel_label}", (getattr(r, meas), getattr(r, pred)), fontsize=6,
                             xytext=(4, -8), textcoords="offset points")
         ax.set_xscale("log")

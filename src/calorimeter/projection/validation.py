@@ -20,12 +20,17 @@ from calorimeter.plan.cell import Cell
 from calorimeter.projection.calibration import calibrate
 from calorimeter.projection.measured import HOST_BOUND_BUSY_FRAC, MeasuredSet, load_measured
 from calorimeter.projection.model import Projector
+from calorimeter.projection.workload import workload
 
 #: metrics compared, measured column = predicted column
 METRICS: tuple[str, ...] = ("iteration_time_s", "energy_per_token_j", "power_avg_w", "tokens_per_s_per_gpu", "mfu")
 #: the issue's targets: median absolute error of these two, and the largest error allowed without explanation
 TARGET_MEDIAN = {"iteration_time_s": 0.10, "energy_per_token_j": 0.10}
 TARGET_MAX = 0.25
+#: work counts whose calibration range is checked (per micro-batch; the optimizer per iteration): a held-out cell
+#: beyond RANGE_FACTOR x the largest training value gets a note (its time there extrapolates the fitted rate)
+RANGE_FEATURES: tuple[str, ...] = ("dense_flops", "act_elems", "head_elems", "z3_elems", "optim_elems", "moe_elems")
+RANGE_FACTOR = 1.5
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,22 @@ def coverage_notes(cell: Cell, train: list[Cell]) -> list[str]:
         notes.append(f"recompute={cell.recompute} never measured")
     if cell.zero_stage == 3 and cell.tp > 1 and not any(c.zero_stage == 3 and c.tp > 1 for c in train):
         notes.append("tp x ZeRO-3 never measured")
+    top: dict[str, float] = {}
+    for c in train:
+        for st in workload(c).stages:
+            for f in RANGE_FEATURES:
+                top[f] = max(top.get(f, 0.0), _range_value(st, f))
+    mine = {f: max(_range_value(st, f) for st in workload(cell).stages) for f in RANGE_FEATURES}
+    for f in RANGE_FEATURES:
+        if mine[f] > RANGE_FACTOR * top.get(f, 0.0) and mine[f] > 0:
+            unit = "per rank" if f == "optim_elems" else "per rank and micro-batch"
+            notes.append(f"{f} {mine[f]:.3g} {unit} beyond the calibration range (max {top.get(f, 0.0):.3g})")
     return notes
+
+
+def _range_value(st, feature: str) -> float:
+    """A work count as its range is checked: per micro-batch (the shape of the work), the optimizer per iteration."""
+    return st.features.get(feature, 0.0) if feature == "optim_elems" else st.per_micro_batch(feature)
 
 
 def validate_fold(fold: Fold, hardware: str | None = None, measured: dict[str, MeasuredSet] | None = None

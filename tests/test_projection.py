@@ -1,0 +1,290 @@
+"""The projection model's parts on the committed H200 measurements (results/reference/) and on synthetic inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import ROOT
+
+from calorimeter.plan.cell import Cell
+from calorimeter.plan.flops import iteration_flops
+from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.models import get_model, padded_vocab_size
+from calorimeter.projection.calibration import Calibration, calibrate
+from calorimeter.projection.collectives import CURVE_COLUMNS, CollectiveCurves, Network, bus_factor, trace_points
+from calorimeter.projection.compute import COMPUTE_CATEGORIES, fit_compute
+from calorimeter.projection.measured import load_measured
+from calorimeter.projection.model import Projector
+from calorimeter.projection.power import fit_power
+from calorimeter.projection.schedule import pipeline_time, stage_time
+from calorimeter.projection.sweep import DEFAULT_CALIBRATION, DEFAULT_FOLDS
+from calorimeter.projection.validation import Fold, error_band, summarize, validate_fold
+from calorimeter.projection.workload import CommOp, group_nodes, workload
+
+REF = [str(ROOT / p) for p in DEFAULT_CALIBRATION]
+TP4 = "llama3-8b_h200-1x4_tp4-pp1-dp1-sp_z1_rc-none_ov-off_mb1-gb8-s8192"
+PP4 = "llama3-8b_h200-1x4_tp1-pp4-dp1_z1_rc-none_ov-off_mb1-gb8-s8192"
+Z3 = "llama3-8b_h200-1x8_tp1-pp1-dp8_z3_rc-none_ov-on_mb1-gb8-s8192"
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return load_measured(REF)
+
+
+@pytest.fixture(scope="module")
+def calibration(measured) -> Calibration:
+    return calibrate(measured, "h200")
+
+
+def llama(**kw) -> Cell:
+    base = dict(sweep="t", model="llama3-8b", hardware="h200", nodes=1, gpus_per_node=8, seq_len=8192,
+                global_batch=8, micro_batch=1, precision="bf16")
+    return Cell(**{**base, **kw})
+
+
+# ---- workload -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw", [dict(tp=1, pp=1, zero_stage=3), dict(tp=4, pp=2, sequence_parallel=True),
+                                dict(tp=2, pp=4, sequence_parallel=True, recompute="full"), dict(tp=1, pp=8)])
+def test_workload_flops_add_up_to_the_plan_formula(kw) -> None:
+    """Every rank's executed FLOPs, over all ranks, are the plan's hardware FLOPs (attention core counted in full)."""
+    cell = llama(**kw)
+    w = workload(cell)
+    total = sum(st.features["dense_flops"] + 2 * st.features["attention_flops"] for st in w.stages)
+    total *= cell.tp * cell.dp
+    m = get_model(cell.model)
+    fl = iteration_flops(m, cell.seq_len, cell.global_batch, cell.recompute, None, cell.pp,
+                         padded_vocab=padded_vocab_size(m, cell.tp))
+    assert total == pytest.approx(fl.hardware_flops, rel=1e-9)
+
+
+def test_workload_collective_counts_match_the_recorded_trace(measured) -> None:
+    """Sequence-parallel all-gathers/reduce-scatters per iteration as counted in the profiled step (the embedding
+    and head add a few)."""
+    w = workload(measured.cell(TP4))
+    ops = {(o.kind, o.role): o for o in w.stages[0].comm}
+    k = measured.kernels.set_index("cell_id").loc[TP4]
+    assert ops[("all_gather", "tp")].calls == pytest.approx(k["all_gather_count"], rel=0.03)
+    assert ops[("reduce_scatter", "tp")].calls == pytest.approx(k["reduce_scatter_count"], rel=0.03)
+    assert ops[("all_gather", "tp")].size_bytes == 8192 * 4096 * 2
+
+
+def test_group_nodes_places_tp_inside_and_dp_across_nodes() -> None:
+    assert group_nodes(8, 1, 8) == 1  # tp8 in one node
+    assert group_nodes(4, 8, 8) == 4  # dp4 with stride tp=8: one rank per node
+    assert group_nodes(4, 2, 8) == 1  # dp4 with stride 2 fits in a node
+    assert group_nodes(8, 2, 8) == 2
+    cell = llama(nodes=4, tp=8, zero_stage=3, global_batch=32)
+    z3 = [o for o in workload(cell).stages[0].comm if o.role == "zero3"]
+    assert z3 and all(o.nodes == 4 for o in z3)
+
+
+# ---- compute ------------------------------------------------------------------------------------------------------
+
+
+def test_compute_rates_fit_the_recorded_kernel_times(calibration) -> None:
+    """Per-category kernel seconds of every traced rank are reproduced within a few percent (GEMM/attention)."""
+    assert calibration.compute.fit_rel_error["gemm_attention"] < 0.05
+    assert calibration.compute.fit_rel_error["memory_elementwise"] < 0.10
+    # seconds per dense FLOP: an effective rate between 400 and 900 TFLOP/s under the 700 W cap
+    rate = 1 / calibration.compute.coef["gemm_attention"]["dense_flops"] / 1e12
+    assert 400 < rate < 900
+
+
+def test_compute_fit_recovers_known_rates() -> None:
+    cells = [llama(tp=t, pp=p, sequence_parallel=t > 1) for t, p in ((1, 1), (2, 2), (4, 1), (1, 4), (8, 1))]
+    rows = []
+    for c in cells:
+        for st in workload(c).stages:
+            meas = {"gemm_attention": 1.5e-15 * st.features["dense_flops"] + 2e-15 * st.features["attention_flops"],
+                    "memory_elementwise": 4e-11 * st.features["act_elems"], "normalization": 0.0, "other": 0.0}
+            rows.append((c.cell_id, st, meas))
+    rates = fit_compute(rows)
+    assert rates.coef["gemm_attention"]["dense_flops"] == pytest.approx(1.5e-15, rel=1e-6)
+    assert rates.coef["gemm_attention"]["attention_flops"] == pytest.approx(2e-15, rel=1e-6)
+    assert rates.coef["memory_elementwise"]["act_elems"] == pytest.approx(4e-11, rel=1e-6)
+    assert set(rates.seconds(workload(cells[0]).stages[0])) == set(COMPUTE_CATEGORIES)
+
+
+# ---- collectives --------------------------------------------------------------------------------------------------
+
+
+def test_bus_factors_follow_nccl_tests() -> None:
+    assert bus_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert bus_factor("all_gather", 4) == pytest.approx(0.75)
+    assert bus_factor("send_recv", 2) == 1.0
+    assert bus_factor("all_reduce", 1) == 0.0
+
+
+def curves(points: list[tuple]) -> CollectiveCurves:
+    df = pd.DataFrame(points, columns=list(CURVE_COLUMNS))
+    hw = get_profile("h200")
+    return CollectiveCurves(df, hw, Network.from_profile(hw))
+
+
+def test_curve_lookup_interpolates_extrapolates_and_composes() -> None:
+    c = curves([("all_gather", "sync", 4, 2**20, 1e-4, "collectives"), ("all_gather", "sync", 4, 2**26, 2e-3,
+                                                                          "collectives"),
+                ("reduce_scatter", "sync", 4, 2**26, 3e-3, "collectives"),
+                ("all_reduce", "sync", 4, 2**14, 2e-5, "trace")])
+    ag = lambda size, n=4: c.call_time(CommOp("all_gather", "tp", size, n, 1, 1))[0]  # noqa: E731
+    assert ag(2**20) == pytest.approx(1e-4)
+    assert 1e-4 < ag(2**23) < 2e-3  # between the points
+    assert ag(2**27) == pytest.approx(4e-3)  # bandwidth of the largest point
+    # group 8 unmeasured: group 4's bus bandwidth carried over ((8-1)/8 vs (4-1)/4)
+    assert ag(2**26, 8) == pytest.approx(2e-3 * (7 / 8) / (3 / 4))
+    # a big all-reduce with only small all-reduce points: reduce-scatter + all-gather
+    t, src = c.call_time(CommOp("all_reduce", "tp", 2**26, 4, 1, 1))
+    assert t == pytest.approx(5e-3) and "reduce-scatter + all-gather" in src
+    # a small one: the measured small all-reduce
+    assert c.call_time(CommOp("all_reduce", "sync", 2**14, 4, 1, 1))[0] == pytest.approx(2e-5)
+
+
+def test_inter_node_collectives_are_assumed_and_slower() -> None:
+    c = curves([("all_gather", "sync", 8, 2**26, 2e-4, "trace")])
+    intra, _ = c.call_time(CommOp("all_gather", "dp", 2**26, 8, 1, 1))
+    inter, src = c.call_time(CommOp("all_gather", "dp", 2**26, 8, 8, 1))
+    assert src.startswith("assumed") and inter > intra
+    # 400 Gbit/s per GPU, one rank per node: busbw 50 GB/s
+    assert inter == pytest.approx(5e-6 * 3 + 2**26 * 7 / 8 / 50e9, rel=1e-6)
+
+
+def test_trace_points_read_tensor_parallel_bandwidth(measured) -> None:
+    w = workload(measured.cell(TP4))
+    k = measured.kernels.set_index("cell_id").loc[TP4]
+    sums = {c: float(k.get(f"{c}_sum_s", 0.0)) for c in ("all_gather", "reduce_scatter", "all_reduce", "send_recv")}
+    pts = trace_points([(TP4, w.stages[0].comm, sums, {})]).set_index("kind")
+    busbw = 8192 * 4096 * 2 * 0.75 / pts.loc["all_gather", "time_s"] / 1e9
+    assert 150 < busbw < 450  # NVLink 4 with NVLS off: a few hundred GB/s
+    # pipeline cells' sends include the waits for other stages: never read as link time
+    pp = measured.cell(PP4)
+    kp = measured.kernels[measured.kernels.cell_id == PP4].iloc[0]
+    assert trace_points([(PP4, workload(pp).stages[0].comm, {"send_recv": float(kp["send_recv_sum_s"])}, {})]).empty
+
+
+# ---- schedule -----------------------------------------------------------------------------------------------------
+
+
+def test_1f1b_is_sum_plus_slowest_times_m_minus_one() -> None:
+    stages = [stage_time(s, 8, {"gemm_attention": t * 8}, 0.0, [], False) for s, t in enumerate((1.0, 1.0, 2.0))]
+    it = pipeline_time(stages)
+    assert it.iteration_s == pytest.approx(1 + 1 + 2 + 7 * 2)
+    assert it.critical_stage == 2
+    assert it.bubble_s == pytest.approx(it.iteration_s - 16)
+    single = pipeline_time([stage_time(0, 4, {"gemm_attention": 4.0}, 0.5, [], False)])
+    assert single.iteration_s == pytest.approx(4.0) and single.bubble_s == 0.0
+
+
+def test_zero3_prefetch_hides_gathers_under_compute() -> None:
+    op = CommOp("all_gather", "zero3", 1e8, 8, 1, 34.0, "overlapped")
+    hidden = stage_time(0, 1, {"gemm_attention": 1.0}, 0.0, [(op, 0.34)], True)
+    assert hidden.comm_exposed_s["all_gather"] == pytest.approx(0.34 / 34)  # the first module of each pass waits
+    slow = stage_time(0, 1, {"gemm_attention": 0.2}, 0.0, [(op, 0.34)], True)
+    assert slow.comm_exposed_s["all_gather"] == pytest.approx(0.34 - 0.2 + 0.01)
+    off = stage_time(0, 1, {"gemm_attention": 1.0}, 0.0, [(CommOp("all_gather", "zero3", 1e8, 8, 1, 34.0), 0.34)],
+                     False)
+    assert off.comm_exposed_s["all_gather"] == pytest.approx(0.34)
+
+
+def test_pipeline_model_reproduces_the_recorded_pipeline(measured) -> None:
+    """Fed with the measured per-stage kernel times, 1F1B gives the measured iteration time of TP1-PP4 / PP8."""
+    for cid in (PP4, "llama3-8b_h200-1x8_tp1-pp8-dp1_z1_rc-none_ov-off_mb1-gb8-s8192"):
+        k = measured.kernels[measured.kernels.cell_id == cid].sort_values("stage")
+        stages = [stage_time(int(r.stage), 8, {c: float(getattr(r, f"{c}_sum_s")) for c in COMPUTE_CATEGORIES},
+                             0.0, [], False) for r in k.itertuples()]
+        t = float(measured.runs.set_index("cell_id").loc[cid, "iteration_time_s"])
+        assert pipeline_time(stages).iteration_s == pytest.approx(t, rel=0.03)
+
+
+# ---- power --------------------------------------------------------------------------------------------------------
+
+
+def test_power_fit_recovers_coefficients_and_respects_the_cap() -> None:
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(40):
+        u = {"u_gemm": rng.uniform(0.2, 0.9), "u_other": rng.uniform(0, 0.2), "u_comm": rng.uniform(0, 0.3)}
+        p = 120 + 700 * u["u_gemm"] + 300 * u["u_other"] + 150 * u["u_comm"]
+        rows.append((f"c{i}", u, min(p, 700.0)))
+    model = fit_power(rows, 700.0)
+    assert model.coef["const"] == pytest.approx(120, rel=0.05)
+    assert model.coef["u_gemm"] == pytest.approx(700, rel=0.05)
+    assert model.power_w(1.0, 0.2, 0.3) == 700.0
+
+
+def test_power_model_on_recorded_gpus(calibration) -> None:
+    assert calibration.power is not None and calibration.power.cap_w == pytest.approx(700.0)
+    assert calibration.power.fit_rel_error < 0.06
+
+
+# ---- projection and validation ------------------------------------------------------------------------------------
+
+
+def test_projected_row_is_marked_and_says_what_is_assumed(calibration) -> None:
+    proj = Projector(calibration)
+    row = proj.project(llama(tp=8, sequence_parallel=True))
+    assert row["source"] == "projected" and row["status"] == "projected"
+    assert "compute: kernel times of" in row["calibrated"] and row["assumed"] == ""
+    split = sum(row[f"t_{c}_s"] for c in COMPUTE_CATEGORIES) + row["t_host_gap_s"] + row["t_bubble_s"] + sum(
+        row[f"t_exposed_{k}_s"] for k in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"))
+    assert split == pytest.approx(row["iteration_time_s"], rel=1e-6)
+    big = proj.project(llama(nodes=128, tp=8, pp=2, sequence_parallel=True, global_batch=512))
+    assert "inter-node" in big["assumed"] and big["world_size"] == 1024
+    h100 = proj.project(llama(hardware="h100", tp=8, sequence_parallel=True))
+    assert "h200 calibration used for h100" in h100["assumed"]
+    assert math.isfinite(big["energy_per_token_j"]) and big["mfu"] > 0
+
+
+def test_projection_reproduces_its_own_calibration_cells(measured, calibration) -> None:
+    proj = Projector(calibration)
+    errs = []
+    for cid in calibration.cells:
+        r = measured.runs.set_index("cell_id").loc[cid]
+        errs.append(proj.project(measured.cell(cid))["iteration_time_s"] / r["iteration_time_s"] - 1)
+    assert np.median(np.abs(errs)) < 0.05
+
+
+def test_validation_holds_out_the_test_cells() -> None:
+    fold = Fold.from_dict(DEFAULT_FOLDS[0])
+    fold = Fold(fold.name, tuple(str(ROOT / p) for p in fold.train), tuple(str(ROOT / p) for p in fold.test))
+    table = validate_fold(fold)
+    assert len(table) == 7 and set(table["fold"]) == {fold.name}
+    test_ids = set(table["cell_id"])
+    train_ids = set(load_measured(list(fold.train)).runs["cell_id"])
+    assert not test_ids & train_ids
+    assert (table["calibration_cells"] > 10).all()
+    summary = summarize(table)[fold.name]
+    assert summary["cells"] == 7 and np.isfinite(summary["iteration_time_s"]["median_abs"])
+    band = error_band(table)
+    assert 0 < band["iteration_time_s"] < 1
+
+
+@pytest.mark.integration
+def test_snakemake_projection_target(tmp_path) -> None:
+    """`snakemake projection` projects every planned cell apart from the measured tables, and validates."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, "-m", "snakemake", "projection", "-c1", "--configfile",
+                        str(ROOT / "config" / "reference" / "h200x8-parallelism.yaml"), "--config",
+                        f"results_dir={tmp_path}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "localrule train:" not in r.stdout + r.stderr
+    out = tmp_path / "h200x8-parallelism"
+    proj = pd.read_parquet(out / "projection" / "projected.parquet")
+    assert len(proj) == 7 and set(proj["source"]) == {"projected"}
+    assert not (out / "tables").exists()  # projected rows never enter the measured tables
+    summary = json.loads((out / "projection" / "validation.json").read_text())
+    assert set(summary) == {f["name"] for f in DEFAULT_FOLDS}
+    cal = json.loads((out / "projection" / "calibration.json").read_text())["h200"]
+    assert cal["error_band"]["iteration_time_s"] > 0
+    for fig in ("projection", "projection_validation"):
+        assert (out / "figures" / f"{fig}.png").stat().st_size > 10_000
