@@ -16,20 +16,15 @@ PROJ_CALIBRATION = list(PROJECTION.get("calibration") or DEFAULT_CALIBRATION)
 PROJ_COLLECTIVES = list(PROJECTION.get("collectives") or [])
 PROJ_FOLDS = list(PROJECTION.get("validation") or DEFAULT_FOLDS)
 PROJ_SOURCE_TABLES = ("runs", "kernels", "gpus")
-
-
-def projection_tables(sources):
-    """The aggregated tables a projection step reads from each source sweep folder."""
-    return [f"{s}/tables/{t}.parquet" for s in sources for t in PROJ_SOURCE_TABLES]
-
-
-def projection_fold_sources():
-    return sorted({s for f in PROJ_FOLDS for s in (*f["train"], *f["test"])})
+PROJ_FOLD_SOURCES = sorted({s for f in PROJ_FOLDS for s in (*f["train"], *f["test"])})
+# the aggregated tables each projection step reads from its source sweep folders
+PROJ_CALIBRATION_TABLES = [f"{s}/tables/{t}.parquet" for s in PROJ_CALIBRATION for t in PROJ_SOURCE_TABLES]
+PROJ_FOLD_TABLES = [f"{s}/tables/{t}.parquet" for s in PROJ_FOLD_SOURCES for t in PROJ_SOURCE_TABLES]
 
 
 rule projection_validate:
     input:
-        projection_tables(projection_fold_sources()),
+        PROJ_FOLD_TABLES,
     output:
         table=f"{RESULTS}/{{sweep}}/projection/validation.parquet",
         csv=report(f"{RESULTS}/{{sweep}}/projection/validation.csv", caption="../report/projection.rst",
@@ -48,7 +43,7 @@ rule projection_validate:
 
 rule projection_calibrate:
     input:
-        tables=projection_tables(PROJ_CALIBRATION),
+        tables=PROJ_CALIBRATION_TABLES,
         validation=f"{RESULTS}/{{sweep}}/projection/validation.parquet",
     output:
         f"{RESULTS}/{{sweep}}/projection/calibration.json",
