@@ -113,6 +113,8 @@ CATALOGUE: dict[str, ModelSpec] = {
         _gpt("gpt3-13b", 40, 5120, 40, desc="GPT-3 13B"),
         _llama("llama3-8b", 32, 4096, 14336, 32, 8, desc="Llama-3 8B"),
         _mixtral("mixtral-8x7b-4l", 4, 4096, 14336, 32, 32000, desc="Mixtral 8x7B blocks, 4 layers"),
+        _llama("llama3-8b-8l", 8, 4096, 14336, 32, 8,
+               desc="Llama-3 8B blocks, 8 of its 32 layers (findings sweeps: many short cells on one node)"),
         # Tiny models for CPU tests and the default CPU sweep.
         ModelSpec("tiny-gpt", "gpt", 4, 128, 512, 4, 4, 512, 128, description="tiny GPT for CPU"),
         ModelSpec("tiny-gpt-v509", "gpt", 2, 64, 256, 4, 4, 509, 64,
