@@ -18,7 +18,9 @@ from pathlib import Path
 import pandas as pd
 
 from calorimeter.launch.run import run_cell
+from calorimeter.launch.settings import launcher_settings
 from calorimeter.plan import make_plan
+from calorimeter.records.paths import CellPaths
 
 VARIANTS = {"off": {"enabled": False}, "50ms": {"enabled": True, "period_ms": 50},
             "10ms": {"enabled": True, "period_ms": 10}}
@@ -40,14 +42,16 @@ def main() -> None:
            "grid": [{"model": args.model, "seq_len": args.seq, "zero_stage": args.zero}]}
     plan = make_plan(cfg)
     pc = plan.runnable[0]
+    settings = launcher_settings(plan.config)
     rows = []
     for rep in range(args.reps):
         for name, tel in VARIANTS.items():
-            launcher = {**plan.launcher, "telemetry": {**plan.launcher["telemetry"], **tel, "profile_steps": 0}}
-            rec = run_cell(pc.cell, launcher, args.out / f"{name}-rep{rep}", pc.estimates)
+            cell = CellPaths(args.out / f"{name}-rep{rep}")
+            rec = run_cell(pc.cell, {**settings, "telemetry": {**settings["telemetry"], **tel, "profile_steps": 0}},
+                           cell, pc.estimates)
             times = []
             if rec["status"] == "ok":
-                steps = pd.read_parquet(args.out / f"{name}-rep{rep}" / "steps.parquet")
+                steps = pd.read_parquet(cell.steps)
                 meas = steps[steps["phase"] == "measured"].groupby("step")["time_s"].max()
                 times = list(meas)
             rows.append({"variant": name, "rep": rep, "status": rec["status"], "steps": len(times),

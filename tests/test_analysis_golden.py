@@ -16,6 +16,7 @@ import builders  # noqa: E402
 from calorimeter.analysis.cell import cell_tables, write_cell_tables  # noqa: E402
 from calorimeter.analysis.tables import concat_cell_tables, runs_table  # noqa: E402
 from calorimeter.analysis.window import reason_time_fractions, time_average  # noqa: E402
+from calorimeter.records.paths import CellPaths  # noqa: E402
 
 
 @pytest.fixture
@@ -105,7 +106,9 @@ def test_sweep_runs_table_keeps_oom_pruned_and_not_run_and_normalizes(tmp_path: 
         if c is ok2:  # a cell twice as slow: half the efficiency
             rec = builders.record(c, "ok", iteration_time_s=2.0)
             (d / "run.json").write_text(__import__("json").dumps(rec))
-        paths.append(write_cell_tables(cell_tables(d), d / "cell_tables")["runs"])
+        cell = CellPaths(d)
+        write_cell_tables(cell_tables(d), cell)
+        paths.append(cell.table("runs"))
     plan = [{**ok1, "status": "planned"}, {**ok2, "status": "planned"}, {**oom, "status": "planned"},
             {**builders.cell_dict(cell_id="golden-pruned"), "status": "pruned", "reasons": ["too big"]},
             {**builders.cell_dict(cell_id="golden-later"), "status": "planned"}]

@@ -9,11 +9,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from calorimeter.analysis.summary import summarize, write_summary
+from calorimeter.analysis.summary import summarize
+from calorimeter.analysis.tables import write_table
 from calorimeter.figures.throughput import plot_throughput
 from calorimeter.plan import make_plan
 from calorimeter.records.atomic import write_atomic, write_json_atomic
-from calorimeter.records.record import build_record, classify, steps_frame, write_cell_record
+from calorimeter.records.paths import CellPaths
+from calorimeter.records.record import build_record, classify_attempt, steps_frame, write_cell_record
 
 
 def test_atomic_write_leaves_nothing_on_crash(tmp_path: Path) -> None:
@@ -38,14 +40,14 @@ def _rank(rank: int, status: str = "ok", t: float = 0.0, **kw: object) -> dict:
 
 
 def test_classify() -> None:
-    assert classify([_rank(0), _rank(1)], 2, None) == ("ok", "")
-    st, why = classify([_rank(0, "oom", error="CUDA out of memory"), _rank(1)], 2, None)
+    assert classify_attempt([_rank(0), _rank(1)], 2, None) == ("ok", "ok", "")
+    st, _, why = classify_attempt([_rank(0, "oom", error="CUDA out of memory"), _rank(1)], 2, None)
     assert st == "oom" and "rank 0" in why and "out of memory" in why
     # The first rank to fail is the cause; the peer's broken connection is a consequence.
     ranks = [_rank(0, "failed", t=2.0, error="peer closed"), _rank(1, "failed", t=1.0, error="ValueError: x")]
-    st, why = classify(ranks, 2, None)
+    st, _, why = classify_attempt(ranks, 2, None)
     assert st == "failed" and why == "rank 1: ValueError: x"
-    st, why = classify([_rank(0)], 2, "FailedJobError: killed by signal 9")
+    st, _, why = classify_attempt([_rank(0)], 2, "FailedJobError: killed by signal 9")
     assert st == "transient" and "1 of 2 ranks left no result" in why and "killed" in why
 
 
@@ -61,12 +63,12 @@ def test_record_and_steps(tmp_path: Path) -> None:
     assert [x["step"] for x in rec["loss"]] == [0, 1, 2]
     steps = steps_frame(ranks)
     assert len(steps) == 6 and set(steps["phase"]) == {"warmup", "measured"}
-    attempt = tmp_path / "cell" / "attempts" / "a1"
-    attempt.mkdir(parents=True)
-    write_cell_record(tmp_path / "cell", rec, steps, attempt)
-    for d in (tmp_path / "cell", attempt):
-        assert json.loads((d / "run.json").read_text())["cell_id"] == cell.cell_id
-        assert len(pd.read_parquet(d / "steps.parquet")) == 6
+    paths = CellPaths(tmp_path / "cell")
+    attempt = paths.attempt("a1")
+    write_cell_record(paths, attempt, rec, steps)
+    for d in (paths, attempt):
+        assert json.loads(d.run_json.read_text())["cell_id"] == cell.cell_id
+        assert len(pd.read_parquet(d.steps)) == 6
 
 
 def test_summary_keeps_pruned_and_unrun_cells_and_figure_draws_bands(tmp_path: Path) -> None:
@@ -86,7 +88,7 @@ def test_summary_keeps_pruned_and_unrun_cells_and_figure_draws_bands(tmp_path: P
     assert list(df["status"]) == ["ok", "oom", "pruned"]
     assert "refuses pipeline parallelism with ZeRO-3" in df.loc[2, "reason"]
     assert math.isnan(df.loc[1, "tokens_per_s_per_gpu"]) and df.loc[0, "tokens_per_s_per_gpu"] > 0
-    write_summary(df, tmp_path / "s.parquet", tmp_path / "s.csv")
+    write_table(df, tmp_path / "s.parquet", tmp_path / "s.csv")
     assert len(pd.read_csv(tmp_path / "s.csv")) == 3
     import matplotlib.pyplot as plt
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from calorimeter.records.paths import CellPaths, RunPaths
 from calorimeter.records.telemetry import collect_telemetry
 from calorimeter.telemetry.markers import read_step_markers
 from calorimeter.telemetry.windows import phase_windows, window_summary
@@ -21,41 +22,41 @@ FIXTURE = Path(__file__).parent / "fixtures" / "telemetry" / "h200x2-matmul-50ms
 
 
 @pytest.fixture
-def staging(tmp_path: Path) -> Path:
-    node = tmp_path / "telemetry" / "node0"
-    node.mkdir(parents=True)
+def staging(tmp_path: Path) -> RunPaths:
+    run = RunPaths(tmp_path)
+    run.node(0).mkdir(parents=True)
     for name in ("gpu-check.arrows", "host-check.arrows", "sampler-check.json"):
-        shutil.copy(FIXTURE / name, node / name)
-    shutil.copytree(FIXTURE / "traces", tmp_path / "traces")
-    return tmp_path
+        shutil.copy(FIXTURE / name, run.node(0) / name)
+    shutil.copytree(FIXTURE / "traces", run.traces)
+    return run
 
 
-def test_collect_real_h200_sample(staging: Path, tmp_path: Path) -> None:
-    dest = tmp_path / "cell"
+def test_collect_real_h200_sample(staging: RunPaths, tmp_path: Path) -> None:
+    dest = CellPaths(tmp_path / "cell")
     ranks = [{"rank": 0, "local_rank": 0, "node": 0, "hostname": "gpu-host-a", "stage": 0}]
     written = collect_telemetry(staging, dest, ranks)
     assert written == ["telemetry.parquet", "host_telemetry.parquet", "telemetry.json", "kernels.parquet"]
-    tel = pd.read_parquet(dest / "telemetry.parquet")
+    tel = pd.read_parquet(dest.telemetry)
     assert set(tel["gpu_index"]) == {0, 1} and set(tel["node"]) == {0} and set(tel["hostname"]) == {"gpu-host-a"}
     # Real readings, units in the names; no NVML error value (-1) anywhere.
     assert tel["power_instant_w"].between(50, 1000).all()
     assert tel["gpu_temp_c"].between(20, 95).all()
     assert (tel.select_dtypes("number") != -1).all().all()
     # The H200 reports no instantaneous memory power: recorded as unavailable, with the reason, never invented.
-    meta = json.loads((dest / "telemetry.json").read_text())["node0"]["sampler"]
+    meta = json.loads(dest.telemetry_json.read_text())["node0"]["sampler"]
     unavailable = json.dumps(meta)
     assert "memory_power_instant_w" in unavailable and "Not Supported" in unavailable
     assert tel["memory_power_instant_w"].isna().all()
-    kern = pd.read_parquet(dest / "kernels.parquet")
+    kern = pd.read_parquet(dest.kernels)
     # One traced process that drove both GPUs: one row per device, all GEMM, no communication.
     assert set(kern["rank"]) == {0} and set(kern["stage"]) == {0} and len(kern) == 2
     assert (kern["compute_s"] > 0).all() and (kern["comm_exposed_s"] == 0).all()
 
 
-def test_energy_counter_and_integral_agree_on_real_data(staging: Path, tmp_path: Path) -> None:
-    dest = tmp_path / "cell"
+def test_energy_counter_and_integral_agree_on_real_data(staging: RunPaths, tmp_path: Path) -> None:
+    dest = CellPaths(tmp_path / "cell")
     collect_telemetry(staging, dest, [{"rank": 0, "local_rank": 0, "node": 0, "hostname": "h", "stage": 0}])
-    tel = pd.read_parquet(dest / "telemetry.parquet")
+    tel = pd.read_parquet(dest.telemetry)
     windows = phase_windows(read_step_markers(FIXTURE / "markers"))
     summary = window_summary(tel, windows)
     measured = summary[summary["window"] == "measured"]

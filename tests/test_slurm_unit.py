@@ -11,7 +11,9 @@ from calorimeter.launch import faults, submit
 from calorimeter.launch.settings import launcher_settings
 from calorimeter.launch.submit import CellConfigError, executor_parameters
 from calorimeter.plan.cell import Cell
-from calorimeter.records.record import classify, classify_attempt
+from calorimeter.plan.config import validate_config
+from calorimeter.records.paths import AttemptPaths, CellPaths
+from calorimeter.records.record import classify_attempt
 
 
 def _cell(**kw) -> Cell:
@@ -19,8 +21,13 @@ def _cell(**kw) -> Cell:
     return Cell(**{**base, **kw})
 
 
+def _settings(launcher: dict, resources: dict | None = None) -> dict:
+    """Launcher settings of a sweep with this launcher block (schema defaults filled in), under a profile."""
+    return launcher_settings(validate_config({"launcher": launcher}), resources)
+
+
 def test_profile_resources_win_over_the_sweep_and_defaults_fill_the_rest() -> None:
-    s = launcher_settings({"executor": "local", "timeout_min": 30, "slurm": {"partition": "a", "exclusive": True}},
+    s = _settings({"executor": "local", "timeout_min": 30, "slurm": {"partition": "a", "exclusive": True}},
                           {"launcher": "slurm", "slurm_partition": "gpu", "slurm_account": "proj", "runtime": 90,
                            "slurm_constraint": "none", "_cores": 0, "slurm_slots": 1})
     assert s["executor"] == "slurm" and s["timeout_min"] == 90
@@ -30,7 +37,7 @@ def test_profile_resources_win_over_the_sweep_and_defaults_fill_the_rest() -> No
 
 def test_sbatch_parameters_come_from_the_cell_and_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(submit.slurm_cli, "available", lambda: True)
-    kind, p = executor_parameters(_cell(), launcher_settings({"executor": "slurm", "cpus_per_task": 8},
+    kind, p = executor_parameters(_cell(), _settings({"executor": "slurm", "cpus_per_task": 8},
                                                               {"slurm_partition": "gpu", "slurm_qos": "high",
                                                                "slurm_mem_gb": 512}))
     assert kind == "slurm"
@@ -38,19 +45,19 @@ def test_sbatch_parameters_come_from_the_cell_and_the_profile(monkeypatch: pytes
     assert p["job_name"] == _cell().cell_id and p["constraint"] == "H200"  # constraint auto: the hardware's tag
     assert p["partition"] == "gpu" and p["qos"] == "high" and p["mem"] == "524288M" and "account" not in p
     assert p["additional_parameters"]["open-mode"] == "append"
-    _, p = executor_parameters(_cell(), launcher_settings({"executor": "slurm", "slurm": {"gpus_as_gres": True,
+    _, p = executor_parameters(_cell(), _settings({"executor": "slurm", "slurm": {"gpus_as_gres": True,
                                                                                          "constraint": None}}))
     assert p["gres"] == "gpu:8" and "gpus_per_node" not in p and "constraint" not in p
-    _, p = executor_parameters(_cell(hardware="cpu", nodes=1, gpus_per_node=2), {"executor": "slurm"})
+    _, p = executor_parameters(_cell(hardware="cpu", nodes=1, gpus_per_node=2), _settings({"executor": "slurm"}))
     assert "gpus_per_node" not in p and "constraint" not in p and "export DS_ACCELERATOR=cpu" in p["setup"]
 
 
 def test_config_errors_are_caught_before_submission(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(submit.slurm_cli, "available", lambda: False)
     with pytest.raises(CellConfigError, match="sbatch"):
-        submit.launch_cell(_cell(), {"executor": "slurm"}, tmp_path / "c")
+        submit.launch_cell(_cell(), _settings({"executor": "slurm"}), CellPaths(tmp_path / "c"))
     with pytest.raises(CellConfigError, match="needs 2 nodes"):
-        submit.launch_cell(_cell(), {"executor": "local"}, tmp_path / "c")
+        submit.launch_cell(_cell(), _settings({"executor": "local"}), CellPaths(tmp_path / "c"))
     assert not (tmp_path / "c").exists()  # nothing submitted, no attempt folder
 
 
@@ -75,11 +82,6 @@ def test_failure_classes(ranks: list, state: str, want: tuple) -> None:
     assert (status, failure_class) == want, reason
 
 
-def test_classify_keeps_its_old_signature() -> None:
-    assert classify([{"rank": 0, "status": "ok"}], 1, None) == ("ok", "")
-    assert classify([], 2, "killed")[0] == "transient"
-
-
 def test_fault_injection_is_matched_by_cell_glob(monkeypatch: pytest.MonkeyPatch) -> None:
     assert faults.faults_for("tiny-gpt_cpu-1x1", "tiny-gpt*=oom,*=sleep-first:3,x=fail") == ["oom", "sleep-first:3"]
     monkeypatch.setenv(faults.ENV, "tiny-gpt*=oom")
@@ -95,7 +97,7 @@ def test_collect_sets_interrupted_runs_aside(tmp_path: Path) -> None:
     staging.mkdir()
     (staging / "rank-0.json").write_text(json.dumps({"rank": 0, "status": "ok", "restart": 1}))
     (staging / "rank-1.json").write_text(json.dumps({"rank": 1, "status": "failed", "restart": 0}))
-    got = submit._collect(tmp_path)
+    got = submit._collect(AttemptPaths(tmp_path))
     assert [r["rank"] for r in got] == [0]
     assert (tmp_path / "interrupted" / "restart-0" / "rank-1.json").is_file()
 
@@ -105,7 +107,7 @@ def test_open_attempt_only_for_the_same_cell(tmp_path: Path) -> None:
     a = tmp_path / "attempts" / "20260101T000000Z"
     a.mkdir(parents=True)
     (a / "job.json").write_text(json.dumps({"job_id": "7", "executor": "slurm", "cell_key": submit.cell_key(cell)}))
-    assert submit.open_attempt(cell, tmp_path)[1]["job_id"] == "7"
-    assert submit.open_attempt(_cell(lr=0.5), tmp_path) is None  # a changed value never re-attaches
+    assert submit.open_attempt(cell, CellPaths(tmp_path))[1]["job_id"] == "7"
+    assert submit.open_attempt(_cell(lr=0.5), CellPaths(tmp_path)) is None  # a changed value never re-attaches
     (a / "run.json").write_text("{}")
-    assert submit.open_attempt(cell, tmp_path) is None  # closed attempts are history
+    assert submit.open_attempt(cell, CellPaths(tmp_path)) is None  # closed attempts are history

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
 from calorimeter.plan.config import ConfigError
 
@@ -37,27 +36,31 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _run_cell(args: argparse.Namespace) -> int:
-    from calorimeter.analysis.summary import cell_dir
     from calorimeter.launch.run import run_cell
+    from calorimeter.launch.settings import launcher_settings
     from calorimeter.plan.plan import plan_file
+    from calorimeter.records.paths import CellPaths
 
     plan = plan_file(args.sweep)
     pc = plan.get(args.cell)
     if pc.status != "planned":
         raise ConfigError(f"cell {args.cell} is pruned: {'; '.join(pc.reasons)}")
-    rec = run_cell(pc.cell, plan.launcher, cell_dir(plan.results_dir, pc.cell.sweep, pc.cell.cell_id), pc.estimates)
+    rec = run_cell(pc.cell, launcher_settings(plan.config), CellPaths.of(plan.results_dir, pc.cell.sweep,
+                                                                          pc.cell.cell_id), pc.estimates)
     print(f"{rec['cell_id']}: {rec['status']} {rec.get('reason', '')}")
     return 0
 
 
 def _aggregate(args: argparse.Namespace) -> int:
-    from calorimeter.analysis.summary import summarize, write_summary
+    from calorimeter.analysis.summary import summarize
+    from calorimeter.analysis.tables import write_table
     from calorimeter.plan.plan import plan_file
+    from calorimeter.records.paths import SweepPaths
 
     plan = plan_file(args.sweep)
     df = summarize(plan)
-    out = Path(plan.results_dir) / plan.sweep
-    write_summary(df, out / "summary.parquet", out / "summary.csv")
+    out = SweepPaths.of(plan.results_dir, plan.sweep)
+    write_table(df, out.summary_parquet, out.summary_csv)
     print(df["status"].value_counts().to_string())
     return 0
 
@@ -67,12 +70,13 @@ def _figure(args: argparse.Namespace) -> int:
 
     from calorimeter.figures.throughput import plot_throughput
     from calorimeter.plan.plan import plan_file
+    from calorimeter.records.paths import SweepPaths
 
     plan = plan_file(args.sweep)
-    out = Path(plan.results_dir) / plan.sweep
-    n = plot_throughput(pd.read_parquet(out / "summary.parquet"), out / "figures" / "throughput.png",
-                        out / "figures" / "throughput.pdf")
-    print(f"{n} cells drawn -> {out / 'figures'}")
+    out = SweepPaths.of(plan.results_dir, plan.sweep)
+    n = plot_throughput(pd.read_parquet(out.summary_parquet), out.figure("throughput", "png"),
+                        out.figure("throughput", "pdf"))
+    print(f"{n} cells drawn -> {out.figure('throughput', 'png').parent}")
     return 0
 
 

@@ -5,17 +5,17 @@
 #   results/<sweep>/summary.parquet|.csv                                                     = the runs table
 #
 # A cell's tables depend on its run.json only (written last, after steps/telemetry/kernels; under `snakemake
-# figures` on its steps.parquet, see get_cell_record): a new or rerun cell
-# recomputes its own tables, and the sweep tables are re-concatenated.
+# figures` on its steps.parquet, see get_cell_record): a new or rerun cell recomputes its own tables, and the sweep
+# tables are re-concatenated.
 
 
 rule plan:
     output:
-        f"{RESULTS}/{{sweep}}/plan.json",
+        str(SWEEP_FILES.plan_json),
     params:
         plan=lambda wc: [pc.to_dict() for pc in PLAN.cells],
     log:
-        f"{RESULTS}/{{sweep}}/logs/plan.log",
+        str(SWEEP_FILES.log("plan")),
     localrule: True
     conda:
         "../../envs/analysis.yaml"
@@ -27,9 +27,9 @@ rule cell_tables:
     input:
         get_cell_record,
     output:
-        **{t: f"{RESULTS}/{{sweep}}/cells/{{cell}}/cell_tables/{t}.parquet" for t in AGG_TABLES},
+        **{t: str(CELL_FILES.table(t)) for t in TABLE_NAMES},
     log:
-        f"{RESULTS}/{{sweep}}/logs/cell_tables/{{cell}}.log",
+        str(SWEEP_FILES.log("cell_tables/{cell}")),
     localrule: True
     conda:
         "../../envs/analysis.yaml"
@@ -37,88 +37,35 @@ rule cell_tables:
         "../scripts/cell_tables.py"
 
 
-rule table_runs:
-    input:
-        cells=get_cell_table_files("runs"),
-        plan=f"{RESULTS}/{{sweep}}/plan.json",
-    output:
-        table=f"{RESULTS}/{{sweep}}/tables/runs.parquet",
-        parquet=f"{RESULTS}/{{sweep}}/summary.parquet",
-        csv=report(
-            f"{RESULTS}/{{sweep}}/summary.csv",
-            caption="../report/summary.rst",
-            category="Tables",
-        ),
-    params:
-        table="runs",
-    log:
-        f"{RESULTS}/{{sweep}}/logs/table_runs.log",
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    script:
-        "../scripts/table.py"
+# One rule per table; the runs table also lists the plan's pruned and not-run cells and is the sweep's summary.
+for _table in TABLE_NAMES:
 
-
-rule table_gpus:
-    input:
-        cells=get_cell_table_files("gpus"),
-    output:
-        table=f"{RESULTS}/{{sweep}}/tables/gpus.parquet",
-    params:
-        table="gpus",
-    log:
-        f"{RESULTS}/{{sweep}}/logs/table_gpus.log",
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    script:
-        "../scripts/table.py"
-
-
-rule table_steps:
-    input:
-        cells=get_cell_table_files("steps"),
-    output:
-        table=f"{RESULTS}/{{sweep}}/tables/steps.parquet",
-    params:
-        table="steps",
-    log:
-        f"{RESULTS}/{{sweep}}/logs/table_steps.log",
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    script:
-        "../scripts/table.py"
-
-
-rule table_kernels:
-    input:
-        cells=get_cell_table_files("kernels"),
-    output:
-        table=f"{RESULTS}/{{sweep}}/tables/kernels.parquet",
-    params:
-        table="kernels",
-    log:
-        f"{RESULTS}/{{sweep}}/logs/table_kernels.log",
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    script:
-        "../scripts/table.py"
-
-
-rule table_timeseries:
-    input:
-        cells=get_cell_table_files("timeseries"),
-    output:
-        table=f"{RESULTS}/{{sweep}}/tables/timeseries.parquet",
-    params:
-        table="timeseries",
-    log:
-        f"{RESULTS}/{{sweep}}/logs/table_timeseries.log",
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    script:
-        "../scripts/table.py"
+    rule:
+        name:
+            f"table_{_table}"
+        input:
+            cells=get_cell_table_files(_table),
+            plan=str(SWEEP_FILES.plan_json) if _table == "runs" else [],
+        output:
+            table=str(SWEEP_FILES.table(_table)),
+            **(
+                {
+                    "parquet": str(SWEEP_FILES.summary_parquet),
+                    "csv": report(
+                        str(SWEEP_FILES.summary_csv),
+                        caption="../report/summary.rst",
+                        category="Tables",
+                    ),
+                }
+                if _table == "runs"
+                else {}
+            ),
+        params:
+            table=_table,
+        log:
+            str(SWEEP_FILES.log(f"table_{_table}")),
+        localrule: True
+        conda:
+            "../../envs/analysis.yaml"
+        script:
+            "../scripts/table.py"

@@ -1,13 +1,10 @@
-# Validation and the plan. All logic lives in the calorimeter package; this file only wires it in.
-import json
-
+# The plan. All logic lives in the calorimeter package; this file only wires it in.
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
-from snakemake.utils import validate
 
-from calorimeter.plan.config import ConfigError
+from calorimeter.plan.config import ConfigError, load_sweep_config
 from calorimeter.plan.plan import make_plan
-from calorimeter.plan.config import load_sweep_config
+from calorimeter.records.paths import TABLE_NAMES, CellPaths, SweepPaths
 
 
 # A sweep given with --configfile replaces the embedded default sweep instead of being deep-merged into it
@@ -16,13 +13,15 @@ if workflow.overwrite_configfiles:
     config.clear()
     config.update(load_sweep_config(workflow.overwrite_configfiles, workflow.config_settings.config))
 
-validate(config, schema="../schemas/config.schema.yaml")
-
+# The one validation of the sweep (workflow/schemas/config.schema.yaml through Snakemake's `validate`, which fills
+# in every default; errors name the key and the value): the rules and scripts read the validated config.
 try:
     PLAN = make_plan({**config, "_source": str(workflow.overwrite_configfiles[-1])}
                      if workflow.overwrite_configfiles else config)
 except ConfigError as e:
     raise WorkflowError(f"calorimeter: {e}") from None
+config.clear()
+config.update(PLAN.config)
 
 RESULTS = PLAN.results_dir
 logger.info(
@@ -38,17 +37,19 @@ wildcard_constraints:
     cell="|".join(CELLS) if CELLS else "no-runnable-cell",
 
 
+#: every file of the sweep, as wildcard patterns of the rules (calorimeter.records.paths spells each name once)
+SWEEP_FILES = SweepPaths.of(RESULTS, "{sweep}")
+CELL_FILES = CellPaths.of(RESULTS, "{sweep}", "{cell}")
+
+
+def sweep_paths():
+    """The files of this sweep."""
+    return SweepPaths.of(RESULTS, SWEEP)
+
+
 def get_cell(wildcards):
     """The planned cell of a train job."""
     return CELLS[wildcards.cell]
-
-
-def get_run_files(wildcards=None):
-    """run.json of every runnable cell."""
-    return [f"{RESULTS}/{SWEEP}/cells/{cid}/run.json" for cid in CELLS]
-
-
-AGG_TABLES = ("runs", "gpus", "steps", "kernels", "timeseries")
 
 
 def figures_only():
@@ -60,26 +61,24 @@ def figures_only():
 def table_cell_ids():
     """Cells whose tables feed the sweep tables: every runnable cell, or under `snakemake figures` only those with
     a record (run.json and steps.parquet)."""
-    import os
-
     if figures_only():
-        return [cid for cid in CELLS if all(os.path.isfile(f"{RESULTS}/{SWEEP}/cells/{cid}/{f}")
-                                            for f in ("run.json", "steps.parquet"))]
+        cells = {cid: sweep_paths().cell(cid) for cid in CELLS}
+        return [cid for cid, c in cells.items() if c.run_json.is_file() and c.steps.is_file()]
     return list(CELLS)
 
 
 def get_cell_record(wildcards):
     """Input of a cell's tables: its run.json (made by train), or under `snakemake figures` its steps.parquet,
     which is written with run.json but is no rule's output, so that no train job can enter the DAG."""
-    name = "steps.parquet" if figures_only() else "run.json"
-    return f"{RESULTS}/{wildcards.sweep}/cells/{wildcards.cell}/{name}"
+    cell = CellPaths.of(RESULTS, wildcards.sweep, wildcards.cell)
+    return str(cell.steps if figures_only() else cell.run_json)
 
 
 def get_cell_table_files(table):
     """Input function: one table's per-cell Parquet files."""
 
     def files(wildcards):
-        return [f"{RESULTS}/{wildcards.sweep}/cells/{cid}/cell_tables/{table}.parquet" for cid in table_cell_ids()]
+        return [str(sweep_paths().cell(cid).table(table)) for cid in table_cell_ids()]
 
     return files
 
@@ -87,18 +86,14 @@ def get_cell_table_files(table):
 def compare_runs():
     """runs tables of the sweeps named under `compare:` that exist (scale comparison, cross-hardware findings);
     nothing else under the results folder is read."""
-    import os
-
-    paths = [f"{RESULTS}/{s}/tables/runs.parquet" for s in config.get("compare", []) if s != SWEEP]
-    return [p for p in paths if os.path.isfile(p)]
+    paths = [SweepPaths.of(RESULTS, s).table("runs") for s in config.get("compare", []) if s != SWEEP]
+    return [str(p) for p in paths if p.is_file()]
 
 
 def compare_missing():
     """Sweeps named under `compare:` that have no runs table yet."""
-    import os
-
-    return [s for s in config.get("compare", []) if s != SWEEP
-            and not os.path.isfile(f"{RESULTS}/{s}/tables/runs.parquet")]
+    return [s for s in config.get("compare", [])
+            if s != SWEEP and not SweepPaths.of(RESULTS, s).table("runs").is_file()]
 
 
 def figure_params_cells(name):
@@ -112,10 +107,10 @@ def get_final_outputs():
     """Targets of the default target: the tables, every figure (calorimeter.figures.FIGURES)."""
     from calorimeter.figures import FIGURES
 
-    base = f"{RESULTS}/{SWEEP}"
+    sweep = sweep_paths()
     return (
-        [f"{base}/tables/{t}.parquet" for t in AGG_TABLES]
-        + [f"{base}/summary.parquet", f"{base}/summary.csv"]
-        + [f"{base}/figures/{name}.{ext}" for name in FIGURES for ext in ("png", "pdf")]
-        + [f"{base}/findings.csv", f"{base}/findings.html"]
+        [str(sweep.table(t)) for t in TABLE_NAMES]
+        + [str(sweep.summary_parquet), str(sweep.summary_csv)]
+        + [str(sweep.figure(name, ext)) for name in FIGURES for ext in ("png", "pdf")]
+        + [str(sweep.findings_csv), str(sweep.findings_html)]
     )

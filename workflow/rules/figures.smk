@@ -11,21 +11,21 @@ for _fig, _spec in FIGURES.items():
         name:
             f"figure_{_fig}"
         input:
-            **{t: f"{RESULTS}/{{sweep}}/tables/{t}.parquet" for t in _spec.tables},
+            **{t: str(SWEEP_FILES.table(t)) for t in _spec.tables},
             compare=compare_runs() if _fig == "scale_compare" else [],
         output:
             png=report(
-                f"{RESULTS}/{{sweep}}/figures/{_fig}.png",
+                str(SWEEP_FILES.figure(_fig, "png")),
                 caption=f"../report/{_fig}.rst",
                 category="Figures",
             ),
-            pdf=f"{RESULTS}/{{sweep}}/figures/{_fig}.pdf",
-            json=f"{RESULTS}/{{sweep}}/figures/{_fig}.json",
+            pdf=str(SWEEP_FILES.figure(_fig, "pdf")),
+            json=str(SWEEP_FILES.figure(_fig, "json")),
         params:
             figure=_fig,
             cells=figure_params_cells(_fig),  # for the caption: the cells it draws
         log:
-            f"{RESULTS}/{{sweep}}/logs/figure_{_fig}.log",
+            str(SWEEP_FILES.log(f"figure_{_fig}")),
         localrule: True
         conda:
             "../../envs/analysis.yaml"

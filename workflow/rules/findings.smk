@@ -8,17 +8,15 @@
 
 rule findings:
     input:
-        runs=f"{RESULTS}/{{sweep}}/tables/runs.parquet",
-        gpus=f"{RESULTS}/{{sweep}}/tables/gpus.parquet",
-        kernels=f"{RESULTS}/{{sweep}}/tables/kernels.parquet",
+        **{t: str(SWEEP_FILES.table(t)) for t in ("runs", "gpus", "kernels")},
         compare=compare_runs(),
     output:
-        csv=report(f"{RESULTS}/{{sweep}}/findings.csv", caption="../report/findings.rst", category="Findings"),
-        html=report(f"{RESULTS}/{{sweep}}/findings.html", caption="../report/findings.rst", category="Findings"),
+        csv=report(str(SWEEP_FILES.findings_csv), caption="../report/findings.rst", category="Findings"),
+        html=report(str(SWEEP_FILES.findings_html), caption="../report/findings.rst", category="Findings"),
     params:
         compare_missing=compare_missing(),
     log:
-        f"{RESULTS}/{{sweep}}/logs/findings.log",
+        str(SWEEP_FILES.log("findings")),
     localrule: True
     conda:
         "../../envs/analysis.yaml"

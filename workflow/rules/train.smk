@@ -8,19 +8,19 @@
 
 rule train:
     output:
-        run=f"{RESULTS}/{{sweep}}/cells/{{cell}}/run.json",
+        run=str(CELL_FILES.run_json),
     params:
         # The whole cell: a changed value reruns exactly the cells it changes (rerun trigger `params`).
         cell=lambda wc: get_cell(wc).cell.to_dict(),
         estimates=lambda wc: get_cell(wc).estimates,
-        cell_dir=lambda wc: f"{RESULTS}/{wc.sweep}/cells/{wc.cell}",
+        cell_dir=lambda wc: str(CellPaths.of(RESULTS, wc.sweep, wc.cell).root),
     log:
-        f"{RESULTS}/{{sweep}}/logs/train/{{cell}}.log",
+        str(SWEEP_FILES.log("train/{cell}")),
     # A local cell has the machine to itself: a measurement must not share GPUs, cores or the power budget with
     # another cell. Under SLURM the profile sets this rule's threads to 0 (set-threads): it only waits on its job.
     threads: workflow.cores
     resources:
-        runtime=PLAN.launcher["timeout_min"],
+        runtime=config["launcher"]["timeout_min"],
         # one per cell waiting on its job: cap concurrent cells with --resources slurm_slots=N
         slurm_slots=1,
     localrule: True

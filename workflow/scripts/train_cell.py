@@ -7,18 +7,17 @@ from pathlib import Path
 from calorimeter.launch.run import run_cell
 from calorimeter.launch.settings import launcher_settings
 from calorimeter.plan.cell import Cell
-from calorimeter.plan.config import validate_config
+from calorimeter.records.paths import CellPaths
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 Path(sm.log[0]).parent.mkdir(parents=True, exist_ok=True)
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                     handlers=[logging.FileHandler(sm.log[0]), logging.StreamHandler(sys.stderr)])
-# The sweep's launcher block, overridden by the profile's resources of this rule (see calorimeter.launch.settings).
-launcher = launcher_settings(sm.config.get("launcher"), dict(sm.resources.items()))
-# Measurement settings (node sampler, profiled steps), with the schema's defaults.
-launcher["telemetry"] = validate_config(dict(sm.config))["telemetry"]
+# The validated sweep's launcher and telemetry settings, overridden by the profile's resources of this rule (see
+# calorimeter.launch.settings): built once for this launch.
+settings = launcher_settings(sm.config, dict(sm.resources.items()))
 try:
-    run_cell(Cell.from_dict(sm.params.cell), launcher, Path(sm.params.cell_dir), sm.params.estimates)
+    run_cell(Cell.from_dict(sm.params.cell), settings, CellPaths(Path(sm.params.cell_dir)), sm.params.estimates)
 except Exception:
     logging.exception("train %s failed", sm.wildcards.cell)
     raise

@@ -28,17 +28,10 @@ from calorimeter.analysis.window import (
     time_average,
     valid_series,
 )
-from calorimeter.records.record import RUN_JSON, STEPS_PARQUET
+from calorimeter.records.atomic import write_parquet_atomic
+from calorimeter.records.paths import TABLE_NAMES, CellPaths
 from calorimeter.telemetry.energy import trapezoid_energy_j
 from calorimeter.telemetry.kernels import CATEGORIES, COMM_CATEGORIES
-
-TELEMETRY_PARQUET = "telemetry.parquet"
-TELEMETRY_JSON = "telemetry.json"
-KERNELS_PARQUET = "kernels.parquet"
-#: the per-cell tables, in the order of the sweep's tables
-TABLE_NAMES: tuple[str, ...] = ("runs", "gpus", "steps", "kernels", "timeseries")
-#: the cell's tables live here, one Parquet file per table
-CELL_TABLES_DIR = "cell_tables"
 
 METRIC_KEYS = ("iteration_time_s", "iteration_time_std_s", "samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
                "tflops_per_gpu", "model_tflops_per_gpu", "mfu", "hfu", "measured_steps")
@@ -80,7 +73,7 @@ class CellTables:
 
 def load_record(cell_dir: Path) -> dict[str, Any]:
     """run.json of a cell."""
-    return json.loads((Path(cell_dir) / RUN_JSON).read_text())
+    return json.loads(CellPaths(Path(cell_dir)).run_json.read_text())
 
 
 def _read_parquet(path: Path) -> pd.DataFrame | None:
@@ -436,16 +429,16 @@ def _tag(df: pd.DataFrame, cell_id: str) -> pd.DataFrame:
 
 def cell_tables(cell_dir: str | Path, record: dict[str, Any] | None = None) -> CellTables:
     """Every table of one cell folder (see the module docstring)."""
-    cell_dir = Path(cell_dir)
-    record = record if record is not None else load_record(cell_dir)
+    paths = CellPaths(Path(cell_dir))
+    record = record if record is not None else load_record(paths.root)
     cid = record["cell"].get("cell_id") or record["cell_id"]
     row = record_row(record)
     ranks = rank_table(record)
-    steps = _read_parquet(cell_dir / STEPS_PARQUET)
-    tele = _read_parquet(cell_dir / TELEMETRY_PARQUET)
-    kern_raw = _read_parquet(cell_dir / KERNELS_PARQUET)
+    steps = _read_parquet(paths.steps)
+    tele = _read_parquet(paths.telemetry)
+    kern_raw = _read_parquet(paths.kernels)
     notes = []
-    meta_path = cell_dir / TELEMETRY_JSON
+    meta_path = paths.telemetry_json
     if meta_path.is_file():
         try:
             meta = json.loads(meta_path.read_text())
@@ -490,14 +483,7 @@ def cell_tables(cell_dir: str | Path, record: dict[str, Any] | None = None) -> C
     )
 
 
-def write_cell_tables(tables: CellTables, out_dir: str | Path) -> dict[str, Path]:
-    """Write each table as ``<out_dir>/<name>.parquet`` (atomically); returns the paths."""
-    from calorimeter.records.atomic import write_atomic
-
-    out_dir = Path(out_dir)
-    paths = {}
+def write_cell_tables(tables: CellTables, cell: CellPaths) -> None:
+    """Write each table as the cell's ``cell_tables/<name>.parquet`` (atomically)."""
     for name, df in tables.items():
-        p = out_dir / f"{name}.parquet"
-        write_atomic(p, lambda tmp, df=df: df.to_parquet(tmp, index=False))
-        paths[name] = p
-    return paths
+        write_parquet_atomic(cell.table(name), df)

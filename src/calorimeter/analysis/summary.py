@@ -11,17 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from calorimeter.analysis.cell import METRIC_KEYS, PARAM_KEYS, cell_tables, record_row
+from calorimeter.analysis.cell import cell_tables
 from calorimeter.analysis.tables import runs_table
 from calorimeter.plan.plan import Plan
-from calorimeter.records.record import RUN_JSON
-
-__all__ = ["METRIC_KEYS", "PARAM_KEYS", "cell_dir", "record_row", "summarize", "write_summary"]
-
-
-def cell_dir(results_dir: str | Path, sweep: str, cell_id: str) -> Path:
-    """Folder of one cell's outputs."""
-    return Path(results_dir) / sweep / "cells" / cell_id
+from calorimeter.records.paths import CellPaths
 
 
 def summarize(plan: Plan, run_files: list[Path] | None = None) -> pd.DataFrame:
@@ -32,7 +25,7 @@ def summarize(plan: Plan, run_files: list[Path] | None = None) -> pd.DataFrame:
         run_files: run.json files to read (default: look in each planned cell's folder).
     """
     files = run_files if run_files is not None else [
-        cell_dir(plan.results_dir, c.cell.sweep, c.cell.cell_id) / RUN_JSON for c in plan.runnable]
+        CellPaths.of(plan.results_dir, c.cell.sweep, c.cell.cell_id).run_json for c in plan.runnable]
     rows = []
     for f in files:
         f = Path(f)
@@ -41,10 +34,3 @@ def summarize(plan: Plan, run_files: list[Path] | None = None) -> pd.DataFrame:
             rows.append(cell_tables(f.parent, rec).runs)
     cell_runs = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
     return runs_table([pc.to_dict() for pc in plan.cells], cell_runs)
-
-
-def write_summary(df: pd.DataFrame, parquet_path: Path, csv_path: Path) -> None:
-    """Write the table as Parquet and CSV (atomically)."""
-    from calorimeter.analysis.tables import write_table
-
-    write_table(df, parquet_path, csv_path)

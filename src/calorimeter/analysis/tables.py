@@ -17,15 +17,9 @@ from typing import Any
 
 import pandas as pd
 
-from calorimeter.analysis.cell import CELL_TABLES_DIR, METRIC_KEYS, PARAM_KEYS, TABLE_NAMES, TELEMETRY_KEYS
-
-#: where the sweep's tables go: results/<sweep>/tables/<name>.parquet
-TABLES_DIR = "tables"
-
-
-def cell_table_path(cell_dir: str | Path, name: str) -> Path:
-    """``<cell_dir>/cell_tables/<name>.parquet``."""
-    return Path(cell_dir) / CELL_TABLES_DIR / f"{name}.parquet"
+from calorimeter.analysis.cell import METRIC_KEYS, PARAM_KEYS, TELEMETRY_KEYS
+from calorimeter.records.atomic import write_atomic, write_parquet_atomic
+from calorimeter.records.paths import TABLE_NAMES
 
 
 def concat_cell_tables(paths: Iterable[str | Path]) -> pd.DataFrame:
@@ -95,8 +89,6 @@ def read_tables(tables_dir: str | Path, names: Iterable[str] = TABLE_NAMES) -> d
 
 def write_table(df: pd.DataFrame, path: str | Path, csv: str | Path | None = None) -> None:
     """Write a table as Parquet (and CSV) atomically."""
-    from calorimeter.records.atomic import write_atomic
-
-    write_atomic(Path(path), lambda p: df.to_parquet(p, index=False))
+    write_parquet_atomic(Path(path), df)
     if csv is not None:
         write_atomic(Path(csv), lambda p: df.to_csv(p, index=False))

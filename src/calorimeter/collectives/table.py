@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pandas as pd
 
+from calorimeter.records.atomic import write_parquet_atomic
+from calorimeter.records.paths import CellPaths
+
 COLLECTIVES_PARQUET = "collectives.parquet"
 TABLE_COLUMNS: tuple[str, ...] = ("kind", "group", "size_bytes", "time_s", "algbw_gbyte_s", "busbw_gbyte_s",
                                   "iterations", "backend", "dtype", "nodes", "error")
 
 
 def write_table(rows: list[dict], cell_dir: str | Path) -> Path:
-    """Write the rows as ``collectives.parquet`` in the cell folder (temp file + rename)."""
+    """Write the rows as ``collectives.parquet`` in the cell folder (atomically)."""
     out = Path(cell_dir) / COLLECTIVES_PARQUET
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".parquet.tmp")
-    pd.DataFrame(rows, columns=list(TABLE_COLUMNS)).to_parquet(tmp, index=False)
-    tmp.replace(out)
+    write_parquet_atomic(out, pd.DataFrame(rows, columns=list(TABLE_COLUMNS)))
     return out
 
 
@@ -41,7 +41,7 @@ def read_collective_points(sweep_dir: str | Path) -> pd.DataFrame:
 
     frames = []
     for table in sorted(Path(sweep_dir).glob(f"cells/*/{COLLECTIVES_PARQUET}")):
-        run = table.parent / "run.json"
+        run = CellPaths(table.parent).run_json
         if not run.is_file():
             continue
         record = json.loads(run.read_text())

@@ -111,11 +111,6 @@ def smallest(df: pd.DataFrame, col: str) -> pd.DataFrame:
     return df[df[col] == mins]
 
 
-def is_ok(df: pd.DataFrame) -> pd.Series:
-    """Cells with a measurement."""
-    return df["status"] == "ok"
-
-
 def status_band(ax: plt.Axes, x: float, status: str, width: float = 0.9, text: bool = True) -> None:
     """Shaded band over one x position, labelled with the cell's status (OOM, FAILED, PRUNED, NOT RUN)."""
     ax.axvspan(x - width / 2, x + width / 2, color=STATUS_COLORS.get(status, "#d3d3d3"), alpha=0.45, lw=0,

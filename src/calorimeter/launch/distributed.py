@@ -1,10 +1,12 @@
-"""Per-rank torch.distributed setup from the submitit job environment (or plain env:// variables)."""
+"""The per-rank setup of every cell: torch.distributed from submitit's job environment (local or SLURM)."""
 
 from __future__ import annotations
 
+import datetime
 import os
-import socket
 from dataclasses import dataclass
+
+import submitit
 
 
 @dataclass(frozen=True)
@@ -21,56 +23,36 @@ class RankInfo:
     device: str
 
 
-def _in_submitit_job() -> bool:
-    return any(k in os.environ for k in ("SUBMITIT_LOCAL_JOB_ID", "SUBMITIT_EXECUTOR")) or (
-        "SLURM_JOB_ID" in os.environ and "SLURM_PROCID" in os.environ)
+def init_distributed(accelerator: str, master_port: int | None = None, timeout_s: float = 600.0) -> RankInfo:
+    """Join the job's process group: NCCL on CUDA (one device per local rank), gloo on CPU.
 
+    Rank, node and local rank come from submitit's :class:`submitit.JobEnvironment` (the local executor's or
+    SLURM's variables); submitit's ``TorchDistributedEnvironment`` exports them for torch's ``env://``
+    rendezvous, with ``master_port`` when the sweep sets one (else a port derived from the job id).
 
-def export_env(master_port: int | None = None) -> None:
-    """Set MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK from submitit, unless they are set already."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return
-    if not _in_submitit_job():
-        # A single process outside any launcher.
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port or _free_port()))
-        return
-    import submitit
-
+    Raises:
+        RuntimeError: outside a submitit job, or when the hardware profile needs GPUs that torch does not see.
+    """
+    job = submitit.JobEnvironment()
     if master_port is not None:
         os.environ["MASTER_PORT"] = str(master_port)
-    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def init_distributed(accelerator: str, master_port: int | None = None, timeout_s: float = 600.0) -> RankInfo:
-    """Initialise the default process group: NCCL on CUDA (one device per local rank), gloo on CPU."""
-    import datetime
-
-    export_env(master_port)
+    env = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     if accelerator == "cpu":
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import torch
     import torch.distributed as dist
 
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if accelerator in ("cuda", "rocm"):
         if not torch.cuda.is_available():
             raise RuntimeError(f"hardware profile needs GPUs ({accelerator}) but torch sees none "
                                f"(torch {torch.__version__}, "
                                f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})")
-        torch.cuda.set_device(local_rank)
-        backend, device = "nccl", f"cuda:{local_rank}"
+        torch.cuda.set_device(job.local_rank)
+        backend, device = "nccl", f"cuda:{job.local_rank}"
     else:
         backend, device = "gloo", "cpu"
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
-    return RankInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
-                    local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-                    node=int(os.environ.get("SLURM_NODEID", os.environ.get("SUBMITIT_LOCAL_NODEID", "0"))),
-                    hostname=socket.gethostname(), backend=backend, device=device)
+    return RankInfo(rank=job.global_rank, world_size=job.num_tasks, local_rank=job.local_rank,
+                    local_world_size=env.local_world_size, node=job.node, hostname=job.hostname, backend=backend,
+                    device=device)

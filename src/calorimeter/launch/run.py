@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 from calorimeter.launch.submit import CellConfigError, LaunchOutcome, launch_cell
 from calorimeter.plan.cell import Cell
 from calorimeter.records.atomic import write_json_atomic
+from calorimeter.records.paths import CellPaths
 from calorimeter.records.record import TransientCellError, build_record, steps_frame, write_cell_record
 
 log = logging.getLogger(__name__)
@@ -28,16 +28,22 @@ def _evidence(outcome: LaunchOutcome) -> dict[str, Any]:
 
 
 def _record(cell: Cell, outcome: LaunchOutcome, estimates: dict[str, Any] | None) -> dict[str, Any]:
-    launch = {"executor": outcome.executor, "job_id": outcome.job_id, "attempt": outcome.attempt_dir.name,
+    launch = {"executor": outcome.executor, "job_id": outcome.job_id, "attempt": outcome.attempt.name,
               "launcher_error": outcome.launcher_error, "wall_time_s": outcome.wall_time_s,
-              "submitit_folder": str(outcome.attempt_dir / "submitit"), "reattached": outcome.reattached,
+              "submitit_folder": str(outcome.attempt.submitit), "reattached": outcome.reattached,
               "requeues": len([e for e in outcome.requeues if e.get("requeued")])}
     return build_record(cell, outcome.rank_results, launch, estimates, _evidence(outcome))
 
 
-def run_cell(cell: Cell, launcher: dict[str, Any], cell_dir: Path, estimates: dict[str, Any] | None = None
+def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: dict[str, Any] | None = None
              ) -> dict[str, Any]:
     """Launch a cell (or re-attach to its running job), wait, and write ``run.json`` (status ok, oom or failed).
+
+    Args:
+        cell: the cell.
+        settings: the launcher settings (:func:`calorimeter.launch.settings.launcher_settings`).
+        paths: the cell's folder.
+        estimates: the plan's estimates of the cell, kept in the record.
 
     Raises:
         TransientCellError: no deterministic outcome (ranks killed, job cancelled or preempted too often, node
@@ -45,23 +51,22 @@ def run_cell(cell: Cell, launcher: dict[str, Any], cell_dir: Path, estimates: di
             ``run.json`` keeps the class and the evidence, and a rerun (or ``--retries``) resubmits the cell.
         CellConfigError: the cell cannot be submitted as configured; nothing was submitted.
     """
-    cell_dir = Path(cell_dir)
-    outcome = launch_cell(cell, launcher, cell_dir)
+    outcome = launch_cell(cell, settings, paths)
     record = _record(cell, outcome, estimates)
     if record["status"] == "transient" and outcome.ended_unwatched:
         # The job we re-attached to had already ended without a result while nobody watched: close that attempt
         # and run the cell again now rather than failing the rule for an outcome nobody waited for.
-        write_json_atomic(outcome.attempt_dir / "run.json", record)
+        write_json_atomic(outcome.attempt.run_json, record)
         log.warning("cell %s: re-attached attempt %s ended %s (%s); submitting a new attempt", cell.cell_id,
-                    outcome.attempt_dir.name, record["status"], record["reason"])
-        outcome = launch_cell(cell, launcher, cell_dir)
+                    outcome.attempt.name, record["status"], record["reason"])
+        outcome = launch_cell(cell, settings, paths)
         record = _record(cell, outcome, estimates)
     if record["status"] == "transient":
-        write_json_atomic(outcome.attempt_dir / "run.json", record)
+        write_json_atomic(outcome.attempt.run_json, record)
         raise TransientCellError(f"cell {cell.cell_id}: transient: {record['reason']} "
-                                 f"(evidence in {outcome.attempt_dir / 'run.json'})")
-    record["telemetry_files"] = _collect_telemetry(outcome, Path(cell_dir), record)
-    write_cell_record(cell_dir, record, steps_frame(outcome.rank_results), outcome.attempt_dir)
+                                 f"(evidence in {outcome.attempt.run_json})")
+    record["telemetry_files"] = _collect_telemetry(outcome, paths, record)
+    write_cell_record(paths, outcome.attempt, record, steps_frame(outcome.rank_results))
     m = record.get("metrics", {})
     log.info("cell %s: %s %s", cell.cell_id, record["status"],
              f"{m.get('iteration_time_s', float('nan')):.3f} s/iter, {m.get('tokens_per_s_per_gpu', 0):.0f} "
@@ -69,7 +74,7 @@ def run_cell(cell: Cell, launcher: dict[str, Any], cell_dir: Path, estimates: di
     return record
 
 
-def _collect_telemetry(outcome: Any, cell_dir: Path, record: dict[str, Any]) -> list[str]:
+def _collect_telemetry(outcome: LaunchOutcome, paths: CellPaths, record: dict[str, Any]) -> list[str]:
     """Turn the attempt's sampler streams and traces into the cell's telemetry tables (before run.json).
 
     A failure here never loses the measurement: it is logged and noted in the record.
@@ -78,8 +83,7 @@ def _collect_telemetry(outcome: Any, cell_dir: Path, record: dict[str, Any]) -> 
 
     restart = max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)
     try:
-        return collect_telemetry(outcome.attempt_dir / "staging" / f"restart{restart}", cell_dir,
-                                 outcome.rank_results)
+        return collect_telemetry(outcome.attempt.run(restart), paths, outcome.rank_results)
     except Exception as e:  # noqa: BLE001
         log.exception("cell %s: telemetry could not be collected", record.get("cell_id"))
         record["telemetry_error"] = f"{type(e).__name__}: {e}"

@@ -1,6 +1,7 @@
 """The effective launcher settings of a cell: sweep config, then the profile's resources, then the hardware profile.
 
-Precedence (later wins):
+Built once per launch, from the validated sweep config (schema defaults already filled in by
+:func:`calorimeter.plan.config.validate_config`). Precedence (later wins):
 
 1. the schema defaults of ``launcher`` (``src/calorimeter/plan/config.schema.yaml``);
 2. the sweep's ``launcher:`` block (study settings, e.g. ``timeout_min``, ``launcher.slurm.exclusive``);
@@ -25,7 +26,9 @@ Precedence (later wins):
    ============================  ====================================================
 
 Resources never trigger reruns, so moving a sweep from one partition or site to another never re-measures finished
-cells. The cell itself (nodes, GPUs per node) is never taken from here.
+cells. The cell itself (nodes, GPUs per node) is never taken from here. The sweep's ``telemetry`` block (node
+sampler, profiled steps) travels with the settings as ``telemetry``: it reaches every rank, but never changes what a
+cell is.
 """
 
 from __future__ import annotations
@@ -56,25 +59,18 @@ _BOOL = {"exclusive", "gpus_as_gres"}
 _INT = {"timeout_min", "cpus_per_task", "max_requeues", "signal_delay_s", "poll_s"}
 
 
-def launcher_defaults() -> dict[str, Any]:
-    """Every ``launcher`` key with its schema default (``slurm`` included)."""
-    from calorimeter.plan.config import load_schema
+def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The launcher settings of a validated sweep config, overridden by profile resources (module docstring).
 
-    props = load_schema()["properties"]["launcher"]["properties"]
-    out = {k: copy.deepcopy(v.get("default")) for k, v in props.items() if k != "slurm"}
-    out["slurm"] = {k: copy.deepcopy(v.get("default")) for k, v in props["slurm"]["properties"].items()}
-    return out
+    Args:
+        config: the sweep config as :func:`calorimeter.plan.config.validate_config` returns it (every default
+            filled in).
+        resources: the train rule's resources (Snakemake profile), if any.
 
-
-def launcher_settings(config_launcher: dict[str, Any] | None, resources: dict[str, Any] | None = None
-                      ) -> dict[str, Any]:
-    """Merge schema defaults, the sweep's ``launcher`` block and profile resources (see the module docstring)."""
-    out = launcher_defaults()
-    for k, v in (config_launcher or {}).items():
-        if k == "slurm":
-            out["slurm"].update({sk: sv for sk, sv in (v or {}).items()})
-        elif v is not None or k == "master_port":
-            out[k] = v
+    Returns:
+        ``config["launcher"]`` with the resources applied, plus the sweep's ``telemetry`` block.
+    """
+    out = copy.deepcopy(config["launcher"])
     for res, key in LAUNCHER_RESOURCES.items():
         v = (resources or {}).get(res)
         if v is not None and str(v) != "":
@@ -89,4 +85,5 @@ def launcher_settings(config_launcher: dict[str, Any] | None, resources: dict[st
             out["slurm"][key] = float(v)
         else:
             out["slurm"][key] = None if str(v).lower() in ("none", "null") else str(v)
+    out["telemetry"] = copy.deepcopy(config["telemetry"])
     return out

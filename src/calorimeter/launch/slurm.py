@@ -10,12 +10,6 @@ from typing import Any
 #: states after which the job will not run again (sacct / squeue spelling, without the "by <uid>" suffix)
 TERMINAL = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
             "REVOKED", "TIMEOUT", "SPECIAL_EXIT"}
-#: states in which the job may still run (or run again)
-LIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED", "CONFIGURING",
-        "COMPLETING", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
-#: states that say nothing about the cell itself: the attempt is retried
-TRANSIENT = {"BOOT_FAIL", "CANCELLED", "DEADLINE", "NODE_FAIL", "PREEMPTED", "REVOKED"}
-
 SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "DerivedExitCode", "Reason", "Elapsed", "Timelimit",
                 "NodeList", "Submit", "Start", "End", "AllocTRES")
 

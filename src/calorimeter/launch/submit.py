@@ -1,15 +1,12 @@
 """Submit one cell through submitit (local processes by default, SLURM through the same code path) and wait.
 
-Every attempt of a cell has its own folder ``<cell_dir>/attempts/<UTC time>/``:
+Every attempt of a cell has its own folder ``<cell>/attempts/<UTC time>/`` (:class:`calorimeter.records.paths.
+AttemptPaths`): ``job.json`` (job id, executor, the cell it runs: a changed cell never re-attaches to an old job),
+submitit's folder (pickles, per-rank logs ``<job>_<rank>_log.out|err``), each rank's result, results of runs that
+were requeued (preemption, time limit) and restarted set aside, one line per preemption/time-limit signal, and the
+attempt's record (``run.json`` + ``steps.parquet``) written when the attempt is over, whatever its status.
 
-- ``job.json``: job id, executor, the cell it runs (a changed cell never re-attaches to an old job);
-- ``submitit/``: submitit's pickles and per-rank logs (``<job>_<rank>_log.out|err``);
-- ``staging/rank-<r>.json``: each rank's result; ``interrupted/restart-<k>/``: results of a run that was
-  requeued (preemption, time limit) and restarted, set aside;
-- ``requeues.jsonl``: one line per preemption/time-limit signal;
-- ``run.json`` (+ ``steps.parquet``): the attempt's record, written when the attempt is over (whatever its status).
-
-``<cell_dir>/latest`` links to the newest attempt. Attempts are never deleted. An attempt without ``run.json`` is
+``<cell>/latest`` links to the newest attempt. Attempts are never deleted. An attempt without ``run.json`` is
 still open: launching the same cell again re-attaches to its job (the Snakemake process died while the job ran)
 instead of submitting a duplicate.
 """
@@ -30,15 +27,13 @@ from typing import Any
 import submitit
 
 from calorimeter.launch import slurm as slurm_cli
-from calorimeter.launch.settings import launcher_settings
 from calorimeter.launch.task import CellTask
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES, accelerator_of
 from calorimeter.records.atomic import write_json_atomic
+from calorimeter.records.paths import AttemptPaths, CellPaths
 
 log = logging.getLogger(__name__)
-
-JOB_JSON = "job.json"
 
 
 class CellConfigError(ValueError):
@@ -49,7 +44,7 @@ class CellConfigError(ValueError):
 class LaunchOutcome:
     """What came back from one attempt of a cell."""
 
-    attempt_dir: Path
+    attempt: AttemptPaths
     job_id: str
     executor: str
     rank_results: list[dict[str, Any]] = field(default_factory=list)
@@ -74,11 +69,9 @@ def cell_key(cell: Cell) -> str:
     return hashlib.sha256(json.dumps(cell.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-
-
 def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(executor kind, submitit parameters) of a cell; raises CellConfigError before anything is submitted."""
-    launcher = launcher_settings(launcher)
+    """(executor kind, submitit parameters) of a cell under the launcher settings
+    (:func:`calorimeter.launch.settings.launcher_settings`); raises CellConfigError before anything is submitted."""
     kind = resolve_executor(launcher.get("executor") or "local")
     accelerator = accelerator_of(cell.hardware)
     gpus = cell.gpus_per_node if accelerator in ("cuda", "rocm") else 0
@@ -125,68 +118,64 @@ def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict
     return kind, params
 
 
-def make_executor(cell: Cell, launcher: dict[str, Any], folder: Path) -> submitit.Executor:
-    """A submitit executor with one task per rank (``tasks per node = GPUs per node``)."""
-    kind, params = executor_parameters(cell, launcher)
+def make_executor(kind: str, params: dict[str, Any], folder: Path, max_requeues: int) -> submitit.Executor:
+    """A submitit executor for :func:`executor_parameters`' (kind, parameters): one task per rank."""
     if kind == "local":
         ex = submitit.LocalExecutor(folder=str(folder))
     else:
-        max_requeues = int(launcher_settings(launcher)["max_requeues"])
         ex = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=max_requeues, python=sys.executable)
     ex.update_parameters(**params)
     return ex
 
 
-def attempts(cell_dir: Path) -> list[Path]:
-    """Attempt folders of a cell, oldest first."""
-    root = Path(cell_dir) / "attempts"
-    return sorted((p for p in root.iterdir() if p.is_dir() and not p.is_symlink()), key=lambda p: p.name) \
-        if root.is_dir() else []
+def attempts(cell: CellPaths) -> list[AttemptPaths]:
+    """Attempts of a cell, oldest first."""
+    root = cell.attempts
+    return [AttemptPaths(p) for p in sorted((p for p in root.iterdir() if p.is_dir() and not p.is_symlink()),
+                                            key=lambda p: p.name)] if root.is_dir() else []
 
 
-def _new_attempt(cell_dir: Path) -> Path:
+def _new_attempt(cell: CellPaths) -> AttemptPaths:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    attempt = cell_dir / "attempts" / stamp
+    attempt = cell.attempt(stamp)
     n = 1
-    while attempt.exists():
-        attempt = cell_dir / "attempts" / f"{stamp}-{n}"
+    while attempt.root.exists():
+        attempt = cell.attempt(f"{stamp}-{n}")
         n += 1
-    (attempt / "staging").mkdir(parents=True)
+    attempt.staging.mkdir(parents=True)
     return attempt
 
 
-def _link_latest(cell_dir: Path, attempt: Path) -> None:
-    """``<cell_dir>/latest`` -> ``attempts/<name>`` (relative, replaced atomically)."""
-    tmp = cell_dir / f".latest.{os.getpid()}"
+def _link_latest(cell: CellPaths, attempt: AttemptPaths) -> None:
+    """``<cell>/latest`` -> ``attempts/<name>`` (relative, replaced atomically)."""
+    tmp = cell.root / f".latest.{os.getpid()}"
     try:
         if tmp.is_symlink():
             tmp.unlink()
-        tmp.symlink_to(Path("attempts") / attempt.name)
-        os.replace(tmp, cell_dir / "latest")
+        tmp.symlink_to(attempt.root.relative_to(cell.root))
+        os.replace(tmp, cell.latest)
     except OSError as e:  # a file system without symlinks: the record still names the folder
         log.debug("no latest link: %s", e)
 
 
-def open_attempt(cell: Cell, cell_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+def open_attempt(cell: Cell, paths: CellPaths) -> tuple[AttemptPaths, dict[str, Any]] | None:
     """The newest attempt of this very cell that is still open (job.json, no run.json), if any."""
-    for attempt in reversed(attempts(cell_dir)):
-        job_file = attempt / JOB_JSON
-        if (attempt / "run.json").exists():
+    for attempt in reversed(attempts(paths)):
+        if attempt.run_json.exists():
             return None  # the newest closed attempt ends the search: older open ones are abandoned
-        if job_file.exists():
+        if attempt.job_json.exists():
             try:
-                job = json.loads(job_file.read_text())
+                job = json.loads(attempt.job_json.read_text())
             except (OSError, ValueError):
                 return None
             return (attempt, job) if job.get("cell_key") == cell_key(cell) else None
     return None
 
 
-def _job_handle(job: dict[str, Any], attempt: Path, world_size: int) -> submitit.Job | None:
+def _job_handle(job: dict[str, Any], attempt: AttemptPaths, world_size: int) -> submitit.Job | None:
     """A submitit handle on an earlier attempt's job, for waiting on it again; None if it cannot be re-attached."""
     if job.get("executor") == "slurm" and slurm_cli.available():
-        return submitit.SlurmJob(folder=attempt / "submitit", job_id=str(job["job_id"]),
-                                 tasks=tuple(range(world_size)))
+        return submitit.SlurmJob(folder=attempt.submitit, job_id=str(job["job_id"]), tasks=tuple(range(world_size)))
     return None  # a local attempt's processes died with the process that started them
 
 
@@ -202,11 +191,10 @@ def _wait(job: submitit.Job, poll_s: float) -> None:
         time.sleep(1.0)
 
 
-def _collect(attempt: Path) -> list[dict[str, Any]]:
+def _collect(attempt: AttemptPaths) -> list[dict[str, Any]]:
     """Rank results of the attempt's last run; results of runs interrupted by a requeue are moved aside."""
-    staging = attempt / "staging"
     found = []
-    for f in staging.glob("rank-*.json"):
+    for f in attempt.rank_jsons():
         try:
             found.append((f, json.loads(f.read_text())))
         except (OSError, ValueError):
@@ -217,7 +205,7 @@ def _collect(attempt: Path) -> list[dict[str, Any]]:
     results = []
     for f, r in found:
         if int(r.get("restart", 0)) < last:
-            dest = attempt / "interrupted" / f"restart-{int(r.get('restart', 0))}"
+            dest = attempt.interrupted(int(r.get("restart", 0)))
             dest.mkdir(parents=True, exist_ok=True)
             f.replace(dest / f.name)
         else:
@@ -225,10 +213,10 @@ def _collect(attempt: Path) -> list[dict[str, Any]]:
     return sorted(results, key=lambda r: int(r.get("rank", 0)))
 
 
-def _log_tails(attempt: Path, job_id: str, lines: int = 15) -> dict[str, list[str]]:
+def _log_tails(attempt: AttemptPaths, job_id: str, lines: int = 15) -> dict[str, list[str]]:
     """Last lines of each rank's submitit stderr (the evidence of a failure)."""
     out = {}
-    for f in sorted((attempt / "submitit").glob(f"{job_id}_*_log.err")):
+    for f in sorted(attempt.submitit.glob(f"{job_id}_*_log.err")):
         try:
             text = f.read_text(errors="replace").splitlines()
         except OSError:
@@ -237,29 +225,32 @@ def _log_tails(attempt: Path, job_id: str, lines: int = 15) -> dict[str, list[st
     return out
 
 
-def _requeue_events(attempt: Path) -> list[dict[str, Any]]:
-    f = attempt / "requeues.jsonl"
+def _requeue_events(attempt: AttemptPaths) -> list[dict[str, Any]]:
+    f = attempt.requeues
     if not f.exists():
         return []
     return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
 
 
-def launch_cell(cell: Cell, launcher: dict[str, Any], cell_dir: Path) -> LaunchOutcome:
+def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> LaunchOutcome:
     """Run one attempt of a cell (or re-attach to the open one) and collect every rank's result file.
 
-    Each attempt has its own folder ``<cell_dir>/attempts/<UTC time>/`` holding submitit's logs and the ranks'
+    Each attempt has its own folder ``<cell>/attempts/<UTC time>/`` holding submitit's logs and the ranks'
     results; attempts are never deleted, so a failed or superseded attempt stays inspectable.
+
+    Args:
+        cell: the cell.
+        settings: the launcher settings (:func:`calorimeter.launch.settings.launcher_settings`).
+        paths: the cell's folder.
 
     Raises:
         CellConfigError: the cell cannot be submitted as configured (nothing was submitted).
     """
-    cell_dir = Path(cell_dir)
-    settings = launcher_settings(launcher)
-    kind, _ = executor_parameters(cell, settings)  # validates before anything is created or submitted
+    kind, params = executor_parameters(cell, settings)  # validates before anything is created or submitted
     t0 = time.time()
     reattached = ended_unwatched = False
     job = None
-    prev = open_attempt(cell, cell_dir)
+    prev = open_attempt(cell, paths)
     if prev is not None:
         attempt, info = prev
         job = _job_handle(info, attempt, cell.world_size)
@@ -276,24 +267,20 @@ def launch_cell(cell: Cell, launcher: dict[str, Any], cell_dir: Path) -> LaunchO
                 log.info("cell %s: attempt %s finished after its launcher died; using it", cell.cell_id,
                          attempt.name)
                 return LaunchOutcome(attempt, str(info["job_id"]), info["executor"], results, None, 0.0, True)
-            write_json_atomic(attempt / "run.json", {"cell_id": cell.cell_id, "status": "transient",
-                                                     "failure_class": "transient",
-                                                     "reason": "abandoned: its launcher died"})
+            write_json_atomic(attempt.run_json, {"cell_id": cell.cell_id, "status": "transient",
+                                                 "failure_class": "transient",
+                                                 "reason": "abandoned: its launcher died"})
     if job is None:
-        attempt = _new_attempt(cell_dir)
-        executor = make_executor(cell, settings, attempt / "submitit")
-        task = CellTask(cell.to_dict(), str(attempt / "staging"), settings.get("master_port"),
-                        max_requeues=int(settings["max_requeues"]), timeout_min=int(settings["timeout_min"]),
-                        signal_delay_s=int(settings["signal_delay_s"]),
-                        telemetry=launcher.get("telemetry"))
-        job = executor.submit(task)
-        write_json_atomic(attempt / JOB_JSON, {
+        attempt = _new_attempt(paths)
+        executor = make_executor(kind, params, attempt.submitit, int(settings["max_requeues"]))
+        job = executor.submit(CellTask(cell.to_dict(), str(attempt.root), settings))
+        write_json_atomic(attempt.job_json, {
             "job_id": str(job.job_id), "executor": kind, "submitted_s": t0, "cell_id": cell.cell_id,
             "cell_key": cell_key(cell), "world_size": cell.world_size,
-            "submitit_folder": str(attempt / "submitit"), "launcher": settings})
+            "submitit_folder": str(attempt.submitit), "launcher": settings})
         log.info("cell %s: submitted job %s (%s, %d nodes x %d ranks)", cell.cell_id, job.job_id, kind, cell.nodes,
                  cell.gpus_per_node)
-    _link_latest(cell_dir, attempt)
+    _link_latest(paths, attempt)
     error = None
     try:
         _wait(job, float(settings["poll_s"]))

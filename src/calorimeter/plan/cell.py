@@ -5,9 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-RECOMPUTE = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp32")
-
 
 @dataclass(frozen=True)
 class Cell:

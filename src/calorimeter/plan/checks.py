@@ -7,13 +7,6 @@ from calorimeter.plan.hardware import HardwareProfile
 from calorimeter.plan.memory import GB, MemoryEstimate
 from calorimeter.plan.models import ModelSpec, expert_capacity, parameter_count
 
-# What the training engine implements today. Anything else is pruned with a reason rather than failing at run time.
-ENGINE_SUPPORTS = {
-    "tensor_parallel": True,  # Megatron-core TP layers (+ sequence parallelism) inside DeepSpeed
-    "expert_parallel": True,  # DeepSpeed MoE (Mixtral), ep carved out of dp
-    "context_parallel": False,
-}
-
 
 def divisibility_reasons(cell: Cell, m: ModelSpec) -> list[str]:
     """Structural reasons why a cell cannot run (empty when it can)."""
@@ -67,11 +60,7 @@ def engine_reasons(cell: Cell, m: ModelSpec) -> list[str]:
                  "(use zero_stage 0 or 1 with pp > 1)")
     if m.is_moe and cell.zero_stage == 3:
         r.append("DeepSpeed MoE does not support ZeRO-3 by design (use zero_stage 1 or 2)")
-    if cell.tp > 1 and not ENGINE_SUPPORTS["tensor_parallel"]:
-        r.append(f"tensor parallelism (tp={cell.tp}) is not implemented in the engine yet")
-    if (cell.ep > 1 or m.is_moe) and not ENGINE_SUPPORTS["expert_parallel"]:
-        r.append("mixture-of-experts models are not implemented in the engine yet")
-    if cell.cp > 1 and not ENGINE_SUPPORTS["context_parallel"]:
+    if cell.cp > 1:  # the engine has tensor, pipeline, data (ZeRO) and expert parallelism, not context parallelism
         r.append(f"context parallelism (cp={cell.cp}) is not implemented")
     return r
 

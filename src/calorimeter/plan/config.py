@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,10 @@ class ConfigError(ValueError):
     """Bad user input (config file, sweep value, data path): printed without a traceback."""
 
 
+@functools.cache
 def load_schema() -> dict[str, Any]:
-    """The sweep schema (JSON Schema 2020-12), shared with the Snakemake workflow."""
+    """The sweep schema (JSON Schema 2020-12), shared with the Snakemake workflow; read once per process (do not
+    modify the returned dict)."""
     with SCHEMA_PATH.open() as f:
         return yaml.safe_load(f)
 
@@ -43,34 +46,34 @@ def _describe(err: jsonschema.ValidationError) -> str:
 
 
 def validate_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
-    """Validate a sweep config and fill in schema defaults.
+    """Validate a sweep config and fill in the schema's defaults, at every level.
+
+    The defaults are filled by Snakemake's ``validate`` (the workflow's own validation, run here once for the
+    workflow, the CLI and the tests alike); when it fails, the errors are explained key by key.
 
     Args:
         config: parsed YAML.
         source: file name for messages.
 
     Returns:
-        A copy of ``config`` with top-level defaults filled in.
+        A copy of ``config`` with every default filled in.
 
     Raises:
         ConfigError: naming the key path and the offending value.
     """
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
     if not isinstance(config, dict):
         raise ConfigError(f"{source}: expected a mapping of keys at the top level, got {type(config).__name__}")
-    schema = load_schema()
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
-    if errors:
-        lines = [f"{source}: {_path(e)}: {_describe(e)}" for e in errors[:5]]
-        raise ConfigError("invalid configuration\n  " + "\n  ".join(lines))
     out = copy.deepcopy(config)
-    for key, sub in schema["properties"].items():
-        if key not in out and "default" in sub:
-            out[key] = copy.deepcopy(sub["default"])
-    for block in ("launcher", "telemetry"):
-        for key, sub in schema["properties"][block]["properties"].items():
-            if "default" in sub:
-                out[block].setdefault(key, copy.deepcopy(sub["default"]))
+    try:
+        validate(out, str(SCHEMA_PATH), set_default=True)
+    except WorkflowError:
+        validator = jsonschema.Draft202012Validator(load_schema())
+        errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
+        lines = [f"{source}: {_path(e)}: {_describe(e)}" for e in errors[:5]] or [f"{source}: rejected by the schema"]
+        raise ConfigError("invalid configuration\n  " + "\n  ".join(lines)) from None
     return out
 
 

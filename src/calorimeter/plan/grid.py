@@ -12,7 +12,6 @@ from calorimeter.plan.config import ConfigError, load_config
 from calorimeter.plan.hardware import HardwareProfile, detect_profile, get_profile
 from calorimeter.plan.models import get_model
 
-PARALLEL_KEYS = ("tp", "pp", "ep", "cp", "sequence_parallel", "zero_stage", "pp_split", "recompute_layers")
 # Order of the product: the first key varies slowest.
 AXES = ("model", "hardware", "nodes", "gpus_per_node", "parallel", "tp", "pp", "ep", "cp", "sequence_parallel",
         "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch", "seq_len",

@@ -179,14 +179,6 @@ def parameter_count(m: ModelSpec, padded_vocab: int | None = None) -> int:
     return m.num_layers * layer + embed + norm + v * h
 
 
-def active_parameter_count(m: ModelSpec) -> int:
-    """Parameters used per token (top-k experts for MoE)."""
-    if not m.is_moe:
-        return parameter_count(m)
-    dense = parameter_count(m) - m.num_layers * m.num_experts * 3 * m.hidden_size * m.ffn_hidden_size
-    return dense + m.num_layers * m.moe_topk * 3 * m.hidden_size * m.ffn_hidden_size
-
-
 def stage_block_counts(num_layers: int, pp: int, pp_split: Sequence[int] | None = None) -> list[int]:
     """Transformer blocks per pipeline stage.
 

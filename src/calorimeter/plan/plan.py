@@ -33,11 +33,11 @@ class PlannedCell:
 
 @dataclass
 class Plan:
-    """All cells of one sweep config."""
+    """All cells of one sweep config (``config``: the validated config, every schema default filled in)."""
 
     sweep: str
     results_dir: str
-    launcher: dict[str, Any]
+    config: dict[str, Any]
     cells: list[PlannedCell]
 
     @property
@@ -72,19 +72,26 @@ def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
 
 
 def make_plan(config: dict[str, Any]) -> Plan:
-    """Plan a validated config (e.g. Snakemake's ``config``)."""
+    """Validate a sweep config (``_source``: the file it came from, for messages and ``subset_of``) and plan it.
+
+    The plan keeps the validated config: the workflow reads its settings from there, so the config is validated
+    once per run.
+    """
     cfg = validate_config({k: v for k, v in config.items() if k != "_source"}, config.get("_source", "config"))
     if "_source" in config:
         cfg["_source"] = config["_source"]
+    return _plan(cfg)
+
+
+def _plan(cfg: dict[str, Any]) -> Plan:
     cells = [check_cell(c, cfg["memory_check"]) for c in expand(cfg)]
     sweep = cells[0].cell.sweep if cells else cfg["sweep"]
-    # Telemetry settings travel with the launcher settings to every rank (they do not change what a cell is).
-    return Plan(sweep, cfg["results_dir"], {**cfg["launcher"], "telemetry": cfg["telemetry"]}, cells)
+    return Plan(sweep, cfg["results_dir"], cfg, cells)
 
 
 def plan_file(path: str | Path) -> Plan:
     """Plan a sweep file."""
-    return make_plan(load_config(path))
+    return _plan(load_config(path))
 
 
 TABLE_COLUMNS = (

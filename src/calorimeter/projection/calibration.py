@@ -19,6 +19,7 @@ from calorimeter.projection.compute import COMPUTE_CATEGORIES, ComputeRates, fit
 from calorimeter.projection.measured import MeasuredSet
 from calorimeter.projection.power import PowerModel, fit_power
 from calorimeter.projection.workload import COLLECTIVES, workload
+from calorimeter.records.paths import SweepPaths
 from calorimeter.telemetry.kernels import COMM_CATEGORIES
 
 #: the power limit assumed when no telemetry of a calibration cell records it
@@ -77,7 +78,7 @@ def _power_limit_w(ms: MeasuredSet, cells: list[str]) -> float:
     limits = []
     for cid in cells:
         src = ms.runs.loc[ms.runs.cell_id == cid, "source"].iloc[0]
-        path = Path(src) / "cells" / cid / "telemetry.parquet"
+        path = SweepPaths(Path(src)).cell(cid).telemetry
         if path.is_file():
             try:
                 t = pd.read_parquet(path, columns=[POWER_LIMIT_COLUMN])

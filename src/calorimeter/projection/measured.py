@@ -14,6 +14,7 @@ import pandas as pd
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.models import CATALOGUE
+from calorimeter.records.paths import SweepPaths
 
 #: a cell whose GPUs are busy for less than this share of the iteration is host-bound: its kernel times say little
 #: about the GPU, so it calibrates nothing (it is still predicted and validated)
@@ -98,16 +99,16 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
     """
     runs, kernels, gpus, dropped = [], [], [], {}
     for src in sources:
-        tables = Path(src) / "tables"
-        if not (tables / "runs.parquet").is_file():
+        sweep = SweepPaths(Path(src))
+        if not sweep.table("runs").is_file():
             raise FileNotFoundError(f"{src}: no tables/runs.parquet (build it with `snakemake figures`)")
-        r = pd.read_parquet(tables / "runs.parquet")
+        r = pd.read_parquet(sweep.table("runs"))
         r["source"] = str(src)
         runs.append(r)
-        if (tables / "kernels.parquet").is_file():
-            kernels.append(_wide_kernels(pd.read_parquet(tables / "kernels.parquet")))
-        if (tables / "gpus.parquet").is_file():
-            g = pd.read_parquet(tables / "gpus.parquet")
+        if sweep.table("kernels").is_file():
+            kernels.append(_wide_kernels(pd.read_parquet(sweep.table("kernels"))))
+        if sweep.table("gpus").is_file():
+            g = pd.read_parquet(sweep.table("gpus"))
             gpus.append(g[[c for c in ("cell_id", "rank", "stage", "power_avg_w", "sm_clock_avg_mhz")
                            if c in g.columns]])
     run = pd.concat(runs, ignore_index=True) if runs else pd.DataFrame()

@@ -1,4 +1,4 @@
-"""Atomic file writes: a crash never leaves a complete-looking file."""
+"""The one atomic file writer: a crash never leaves a complete-looking file (records, tables, sampler metadata)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,11 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         tmp.write_text(json.dumps(_clean(obj), indent=1, sort_keys=False, default=str) + "\n")
 
     write_atomic(path, _write)
+
+
+def write_parquet_atomic(path: Path, df: Any) -> None:
+    """Atomically write a pandas frame as Parquet (without its index)."""
+    write_atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
 
 
 def _clean(obj: Any) -> Any:

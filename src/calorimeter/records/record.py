@@ -12,13 +12,12 @@ import pandas as pd
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES
 from calorimeter.plan.models import get_model
-from calorimeter.records.atomic import write_atomic, write_json_atomic
+from calorimeter.records.atomic import write_atomic, write_json_atomic, write_parquet_atomic
 from calorimeter.records.metrics import step_times_s, throughput_metrics
+from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.provenance import git_state, package_versions
 
 SCHEMA_VERSION = 1
-RUN_JSON = "run.json"
-STEPS_PARQUET = "steps.parquet"
 RANK_KEYS = ("rank", "local_rank", "node", "hostname", "backend", "device", "device_info", "pid", "stage",
              "num_stages", "dp_rank", "dp_size", "traced")
 
@@ -26,11 +25,6 @@ RANK_KEYS = ("rank", "local_rank", "node", "hostname", "backend", "device", "dev
 class TransientCellError(RuntimeError):
     """The attempt ended without a deterministic result (killed, timed out, lost node): retry it."""
 
-
-#: failure classes of an attempt (``failure_class`` in run.json): ok and the deterministic ones end the cell;
-#: transient ones fail the rule so that ``--retries`` or a rerun submits the cell again; config errors are caught
-#: before submission and never reach a record.
-FAILURE_CLASSES = ("ok", "oom", "failed", "timeout", "transient", "config")
 
 #: error text of a rank that says the cause lies outside the cell: a lost peer, a communication timeout, a kill.
 TRANSIENT_PATTERNS = (
@@ -98,12 +92,6 @@ def classify_attempt(rank_results: list[dict[str, Any]], world_size: int, launch
                                       + (f"; launcher: {launcher_error}" if launcher_error else ""))
 
 
-def classify(rank_results: list[dict[str, Any]], world_size: int, launcher_error: str | None) -> tuple[str, str]:
-    """(status, reason) of an attempt: ``ok``, ``oom``, ``failed`` (deterministic) or ``transient``."""
-    status, _, reason = classify_attempt(rank_results, world_size, launcher_error)
-    return status, reason
-
-
 def _finite_or_none(x: float | None) -> float | None:
     """``x`` when it is a finite number, else None (run.json stays strict JSON)."""
     return x if x is not None and math.isfinite(x) else None
@@ -164,14 +152,14 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
     return record
 
 
-def write_cell_record(cell_dir: Path, record: dict[str, Any], steps: pd.DataFrame, attempt_dir: Path) -> Path:
+def write_cell_record(cell: CellPaths, attempt: AttemptPaths, record: dict[str, Any], steps: pd.DataFrame) -> Path:
     """Write steps.parquet, then run.json last (the cell's completion marker), each atomically.
 
     Both files are also kept in the attempt folder, so a later rerun that replaces the top-level files never
     loses this measurement.
     """
-    write_atomic(attempt_dir / STEPS_PARQUET, lambda p: steps.to_parquet(p, index=False))
-    write_json_atomic(attempt_dir / RUN_JSON, record)
-    write_atomic(cell_dir / STEPS_PARQUET, lambda p: shutil.copyfile(attempt_dir / STEPS_PARQUET, p))
-    write_json_atomic(cell_dir / RUN_JSON, record)
-    return cell_dir / RUN_JSON
+    write_parquet_atomic(attempt.steps, steps)
+    write_json_atomic(attempt.run_json, record)
+    write_atomic(cell.steps, lambda p: shutil.copyfile(attempt.steps, p))
+    write_json_atomic(cell.run_json, record)
+    return cell.run_json

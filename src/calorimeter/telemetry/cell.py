@@ -3,39 +3,33 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
+
+from calorimeter.records.paths import RunPaths
 
 log = logging.getLogger(__name__)
 
-TELEMETRY_DIR = "telemetry"
 
-
-def node_dir(staging: Path, node: int) -> Path:
-    """Where a node's sampler streams go inside an attempt's staging folder."""
-    return Path(staging) / TELEMETRY_DIR / f"node{node}"
-
-
-def start_cell_sampler(staging: Path, node: int, local_rank: int, settings: dict[str, Any]) -> Any | None:
+def start_cell_sampler(run: RunPaths, node: int, local_rank: int, settings: dict[str, Any]) -> Any | None:
     """Start the node sampler on local rank 0 (None on other ranks or with telemetry disabled).
 
     Args:
-        staging: the attempt's staging folder.
+        run: the run's folder in the attempt's staging folder.
         node: node index of this rank.
         local_rank: local rank on the node.
-        settings: the sweep's ``telemetry`` block (``enabled``, ``period_ms``).
+        settings: the sweep's validated ``telemetry`` block (``enabled``, ``period_ms``).
     """
-    if local_rank != 0 or not settings.get("enabled", True):
+    if local_rank != 0 or not settings["enabled"]:
         return None
     from calorimeter.telemetry.process import start_node_sampler
 
     try:
-        return start_node_sampler(node_dir(staging, node), period_s=float(settings.get("period_ms", 50)) / 1000.0,
+        return start_node_sampler(run.node(node), period_s=float(settings["period_ms"]) / 1000.0,
                                   session=f"node{node}")
     except Exception as e:  # noqa: BLE001 - a failed sampler must not fail the measurement; the record says why
         log.warning("telemetry sampler did not start on node %d: %s", node, e)
-        (node_dir(staging, node)).mkdir(parents=True, exist_ok=True)
-        (node_dir(staging, node) / "sampler-failed.txt").write_text(f"{type(e).__name__}: {e}\n")
+        run.node(node).mkdir(parents=True, exist_ok=True)
+        run.sampler_failed(node).write_text(f"{type(e).__name__}: {e}\n")
         return None
 
 

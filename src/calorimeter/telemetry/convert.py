@@ -7,15 +7,15 @@ counters unwrapped. ``host_telemetry.parquet``: host samples in long format.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from calorimeter.records.atomic import write_parquet_atomic
+from calorimeter.records.paths import HOST_TELEMETRY_PARQUET, TELEMETRY_PARQUET
 from calorimeter.telemetry.counters import infer_counter_width, unwrap_counter
 from calorimeter.telemetry.reasons import CLOCK_EVENT_REASON_BITS
 from calorimeter.telemetry.schema import GPU_METRICS, GPU_SCHEMA, HOST_SCHEMA
@@ -161,12 +161,6 @@ def tidy_host_samples(raw: pd.DataFrame, rapl_ranges_uj: dict[str, float] | None
     return df
 
 
-def _write_parquet_atomic(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp)
-    os.replace(tmp, path)
-
-
 def convert_node(node_dir: str | Path, out_dir: str | Path | None = None, node: str | None = None) -> dict[str, object]:
     """Convert a node's streams into ``telemetry.parquet`` and ``host_telemetry.parquet``.
 
@@ -194,9 +188,9 @@ def convert_node(node_dir: str | Path, out_dir: str | Path | None = None, node: 
     host = tidy_host_samples(host_raw.sort_values(["metric", "source", "time_s"], kind="stable"), ranges)
     if node is not None:
         host.insert(0, "node", node)
-    gpu_path, host_path = out / "telemetry.parquet", out / "host_telemetry.parquet"
-    _write_parquet_atomic(gpu, gpu_path)
-    _write_parquet_atomic(host, host_path)
+    gpu_path, host_path = out / TELEMETRY_PARQUET, out / HOST_TELEMETRY_PARQUET
+    write_parquet_atomic(gpu_path, gpu)
+    write_parquet_atomic(host_path, host)
     return {
         "telemetry": str(gpu_path),
         "host_telemetry": str(host_path),

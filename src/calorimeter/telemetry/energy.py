@@ -24,23 +24,6 @@ def _clean(t: npt.ArrayLike, y: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     return tt[order], yy[order]
 
 
-def interpolate_at(t: npt.ArrayLike, y: npt.ArrayLike, at_s: float) -> float:
-    """Linear interpolation of ``y(t)`` at ``at_s``; NaN outside the sampled range.
-
-    Args:
-        t: Sample times in seconds.
-        y: Sample values (NaN samples are dropped).
-        at_s: Query time in seconds.
-
-    Returns:
-        Interpolated value or NaN.
-    """
-    tt, yy = _clean(t, y)
-    if tt.size == 0 or at_s < tt[0] or at_s > tt[-1]:
-        return float("nan")
-    return float(np.interp(at_s, tt, yy))
-
-
 def integrate(t_s: npt.ArrayLike, y: npt.ArrayLike, begin_s: float | None = None, end_s: float | None = None) -> float:
     """Trapezoid integral of ``y(t)`` over ``[begin_s, end_s]`` with linear interpolation at the edges.
 

@@ -119,7 +119,7 @@ class NodeSampler:
 
 def start_node_sampler(
     out_dir: str | Path,
-    period_s: float = 0.05,
+    period_s: float,
     flush_interval_s: float = 0.5,
     *,
     session: str | None = None,
@@ -139,7 +139,7 @@ def start_node_sampler(
 
     Args:
         out_dir: Directory for the node's files (created).
-        period_s: Sampling period in seconds (default 0.05; 0.01 works).
+        period_s: Sampling period in seconds (the sweep's ``telemetry.period_ms``; 0.01 works).
         flush_interval_s: Longest time samples stay in memory (<= 1 s).
         session: File-name part; default ``<UTC time>_<host>_<pid>``.
         gpus: Sample GPUs (False: host only).

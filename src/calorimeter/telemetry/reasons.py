@@ -1,25 +1,27 @@
 """Decoding of the NVML clock-event (throttle) reason bitmask.
 
 NVML reports why the SM clock is below its maximum as a 64-bit mask
-(``nvmlDeviceGetCurrentClocksEventReasons``, formerly ``...ThrottleReasons``).
-The bit values below are those of ``nvml.h`` (``nvmlClocksEventReason*``).
+(``nvmlDeviceGetCurrentClocksEventReasons``, formerly ``...ThrottleReasons``); the bit values are pynvml's
+``nvmlClocksThrottleReason*`` constants (the same bits as ``nvmlClocksEventReason*``, present in every nvidia-ml-py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-#: Bit value -> reason name, in bit order.
+import pynvml
+
+#: Bit value -> reason name, in bit order (the names are the ``throttle_<name>`` columns of the tables).
 CLOCK_EVENT_REASON_BITS: dict[int, str] = {
-    0x001: "gpu_idle",
-    0x002: "applications_clocks_setting",
-    0x004: "sw_power_cap",
-    0x008: "hw_slowdown",
-    0x010: "sync_boost",
-    0x020: "sw_thermal_slowdown",
-    0x040: "hw_thermal_slowdown",
-    0x080: "hw_power_brake",
-    0x100: "display_clock_setting",
+    pynvml.nvmlClocksThrottleReasonGpuIdle: "gpu_idle",
+    pynvml.nvmlClocksThrottleReasonApplicationsClocksSetting: "applications_clocks_setting",
+    pynvml.nvmlClocksThrottleReasonSwPowerCap: "sw_power_cap",
+    pynvml.nvmlClocksThrottleReasonHwSlowdown: "hw_slowdown",
+    pynvml.nvmlClocksThrottleReasonSyncBoost: "sync_boost",
+    pynvml.nvmlClocksThrottleReasonSwThermalSlowdown: "sw_thermal_slowdown",
+    pynvml.nvmlClocksThrottleReasonHwThermalSlowdown: "hw_thermal_slowdown",
+    pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown: "hw_power_brake",
+    pynvml.nvmlClocksThrottleReasonDisplayClockSetting: "display_clock_setting",
 }
 
 #: Every named reason, in bit order.

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calorimeter.records.atomic import write_json_atomic
 from calorimeter.telemetry.gpu_common import GpuReader
 from calorimeter.telemetry.host import HostReader
-from calorimeter.telemetry.metadata import UnavailableRegistry, write_json_atomic
+from calorimeter.telemetry.metadata import UnavailableRegistry
 from calorimeter.telemetry.schema import GPU_METRICS, GPU_SCHEMA, HOST_SCHEMA
 from calorimeter.telemetry.streamio import ChunkedStreamWriter
 
@@ -76,8 +77,8 @@ class SamplerConfig:
 
     Attributes:
         out_dir: Directory of the node's telemetry files (created).
+        period_s: Sampling period (the sweep's ``telemetry.period_ms``; 10 ms works).
         session: Session name (file name part); default :func:`default_session`.
-        period_s: Sampling period (default 50 ms; 10 ms works).
         flush_interval_s: Longest time samples stay in memory (must be <= 1 s).
         parent_pid: Stop when this process is no longer our parent (None: do not watch).
         duration_s: Stop after this long (None: until signalled).
@@ -90,8 +91,8 @@ class SamplerConfig:
     """
 
     out_dir: Path
+    period_s: float
     session: str = field(default_factory=default_session)
-    period_s: float = 0.05
     flush_interval_s: float = 0.5
     parent_pid: int | None = None
     duration_s: float | None = None
@@ -327,7 +328,7 @@ def _parse_args(argv: list[str] | None) -> SamplerConfig:
     p = argparse.ArgumentParser(prog="python -m calorimeter.telemetry.sampler", description=__doc__)
     p.add_argument("--out-dir", required=True, type=Path)
     p.add_argument("--session", default=None)
-    p.add_argument("--period-s", type=float, default=0.05)
+    p.add_argument("--period-s", type=float, required=True)
     p.add_argument("--flush-interval-s", type=float, default=0.5)
     p.add_argument("--parent-pid", type=int, default=None, help="stop when this process is gone")
     p.add_argument("--duration-s", type=float, default=None)

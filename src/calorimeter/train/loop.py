@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.models import get_model, padded_vocab_size
+from calorimeter.records.paths import RunPaths
 from calorimeter.train.data import BatchLayout, make_source, micro_batches
 from calorimeter.train.errors import CellOOMError
 
@@ -144,7 +145,7 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         engine.train()
         measured_end = cell.warmup_steps + cell.measured_steps
         traced = profile_steps > 0 and (profile_all_ranks or (te.dp_rank == 0 and te.tp_rank == 0))
-        trace_path = Path(out_dir) / "traces" / f"rank-{dist.get_rank()}.json.gz"
+        trace_path = RunPaths(Path(out_dir)).trace(dist.get_rank())
         for step in range(measured_end + profile_steps):
             phase = "warmup" if step < cell.warmup_steps else ("measured" if step < measured_end else "profiled")
             ctx = _profiler(trace_path, device) if (phase == "profiled" and traced) else contextlib.nullcontext()

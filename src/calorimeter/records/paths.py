@@ -1,0 +1,245 @@
+"""Every file name of a sweep's result folder, spelled once.
+
+Layout (``results/<sweep>/``)::
+
+    plan.json                               every cell of the sweep, planned or pruned with reasons
+    tables/<table>.parquet                  the aggregated store (runs, gpus, steps, kernels, timeseries)
+    summary.parquet|.csv                    the runs table
+    findings.csv|.html                      the study's findings checked on the sweep
+    figures/<name>.png|.pdf|.json           the figures, and what each drew
+    logs/                                   one log per rule and job
+    cells/<cell_id>/run.json                the cell's record, written last (its completion marker)
+    cells/<cell_id>/steps.parquet           per rank and step: phase, loss, time_s, wall timestamps
+    cells/<cell_id>/telemetry.parquet       GPU samples of every node (where the sampler ran)
+    cells/<cell_id>/host_telemetry.parquet  host samples of every node
+    cells/<cell_id>/telemetry.json          per node: sampler metadata, conversion report
+    cells/<cell_id>/kernels.parquet         kernel breakdown of the traced ranks
+    cells/<cell_id>/cell_tables/<table>.parquet   that cell's rows of each sweep table
+    cells/<cell_id>/latest -> attempts/<UTC>      the newest attempt
+    cells/<cell_id>/attempts/<UTC>/               one attempt (see :class:`AttemptPaths`), never deleted
+
+The paths accept Snakemake wildcards as parts (``CellPaths.of(results, "{sweep}", "{cell}").run_json``), so the
+workflow's rules spell their files through the same object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+RUN_JSON = "run.json"
+STEPS_PARQUET = "steps.parquet"
+TELEMETRY_PARQUET = "telemetry.parquet"
+HOST_TELEMETRY_PARQUET = "host_telemetry.parquet"
+TELEMETRY_JSON = "telemetry.json"
+KERNELS_PARQUET = "kernels.parquet"
+#: the files of a cell's record (what is kept of a measurement; the rest is rebuilt or evidence)
+RECORD_FILES = (RUN_JSON, STEPS_PARQUET, TELEMETRY_PARQUET, HOST_TELEMETRY_PARQUET, TELEMETRY_JSON, KERNELS_PARQUET)
+#: the tables of a sweep (and of each cell), in their order
+TABLE_NAMES: tuple[str, ...] = ("runs", "gpus", "steps", "kernels", "timeseries")
+
+
+@dataclass(frozen=True)
+class SweepPaths:
+    """The folder of one sweep, ``<results_dir>/<sweep>``."""
+
+    root: Path
+
+    @classmethod
+    def of(cls, results_dir: str | Path, sweep: str) -> SweepPaths:
+        """``<results_dir>/<sweep>``."""
+        return cls(Path(results_dir) / sweep)
+
+    @property
+    def plan_json(self) -> Path:
+        """Every cell of the sweep with its plan status."""
+        return self.root / "plan.json"
+
+    def table(self, name: str) -> Path:
+        """``tables/<name>.parquet``: one aggregated table."""
+        return self.root / "tables" / f"{name}.parquet"
+
+    @property
+    def summary_parquet(self) -> Path:
+        """The runs table under its summary name."""
+        return self.root / "summary.parquet"
+
+    @property
+    def summary_csv(self) -> Path:
+        """The runs table as CSV."""
+        return self.root / "summary.csv"
+
+    @property
+    def findings_csv(self) -> Path:
+        """The study's findings checked on this sweep."""
+        return self.root / "findings.csv"
+
+    @property
+    def findings_html(self) -> Path:
+        """The findings as the report's section."""
+        return self.root / "findings.html"
+
+    def figure(self, name: str, ext: str) -> Path:
+        """``figures/<name>.<ext>``."""
+        return self.root / "figures" / f"{name}.{ext}"
+
+    def log(self, name: str) -> Path:
+        """``logs/<name>.log``."""
+        return self.root / "logs" / f"{name}.log"
+
+    def cell(self, cell_id: str) -> CellPaths:
+        """The folder of one cell."""
+        return CellPaths(self.root / "cells" / cell_id)
+
+
+@dataclass(frozen=True)
+class CellPaths:
+    """The folder of one cell, ``<results_dir>/<sweep>/cells/<cell_id>``."""
+
+    root: Path
+
+    @classmethod
+    def of(cls, results_dir: str | Path, sweep: str, cell_id: str) -> CellPaths:
+        """``<results_dir>/<sweep>/cells/<cell_id>``."""
+        return SweepPaths.of(results_dir, sweep).cell(cell_id)
+
+    @property
+    def run_json(self) -> Path:
+        """The record, written last."""
+        return self.root / RUN_JSON
+
+    @property
+    def steps(self) -> Path:
+        """Per rank and step timings."""
+        return self.root / STEPS_PARQUET
+
+    @property
+    def telemetry(self) -> Path:
+        """GPU samples of every node."""
+        return self.root / TELEMETRY_PARQUET
+
+    @property
+    def host_telemetry(self) -> Path:
+        """Host samples of every node."""
+        return self.root / HOST_TELEMETRY_PARQUET
+
+    @property
+    def telemetry_json(self) -> Path:
+        """Sampler metadata per node."""
+        return self.root / TELEMETRY_JSON
+
+    @property
+    def kernels(self) -> Path:
+        """Kernel breakdown of the traced ranks."""
+        return self.root / KERNELS_PARQUET
+
+    def table(self, name: str) -> Path:
+        """``cell_tables/<name>.parquet``: this cell's rows of one sweep table."""
+        return self.root / "cell_tables" / f"{name}.parquet"
+
+    @property
+    def attempts(self) -> Path:
+        """Every attempt, one folder each."""
+        return self.root / "attempts"
+
+    @property
+    def latest(self) -> Path:
+        """Link to the newest attempt."""
+        return self.root / "latest"
+
+    def attempt(self, name: str) -> AttemptPaths:
+        """One attempt by its folder name."""
+        return AttemptPaths(self.attempts / name)
+
+
+@dataclass(frozen=True)
+class AttemptPaths:
+    """One attempt of a cell, ``<cell>/attempts/<UTC time>``.
+
+    ``job.json`` (job id, executor, the cell it runs), ``submitit/`` (submitit's pickles and per-rank logs),
+    ``staging/`` (``rank-<r>.json`` of every rank; ``restart<k>/`` the telemetry and traces of run ``k``),
+    ``interrupted/restart-<k>/`` (rank results of runs that were requeued and restarted), ``requeues.jsonl``
+    (one line per preemption or time-limit signal), ``run.json`` + ``steps.parquet`` (the attempt's record).
+    """
+
+    root: Path
+
+    @property
+    def name(self) -> str:
+        """The folder name (UTC time of the attempt)."""
+        return self.root.name
+
+    @property
+    def job_json(self) -> Path:
+        """The submitted job."""
+        return self.root / "job.json"
+
+    @property
+    def submitit(self) -> Path:
+        """submitit's folder (pickles, per-rank logs)."""
+        return self.root / "submitit"
+
+    @property
+    def staging(self) -> Path:
+        """Where the ranks write."""
+        return self.root / "staging"
+
+    def rank_json(self, rank: int) -> Path:
+        """One rank's result."""
+        return self.staging / f"rank-{rank}.json"
+
+    def rank_jsons(self) -> list[Path]:
+        """Every rank result present."""
+        return sorted(self.staging.glob("rank-*.json"))
+
+    def run(self, restart: int) -> RunPaths:
+        """Telemetry and traces of one run of the job (``restart`` = how often it was requeued before)."""
+        return RunPaths(self.staging / f"restart{restart}")
+
+    def interrupted(self, restart: int) -> Path:
+        """Rank results of a run that was requeued, set aside."""
+        return self.root / "interrupted" / f"restart-{restart}"
+
+    @property
+    def requeues(self) -> Path:
+        """One JSON line per preemption or time-limit signal."""
+        return self.root / "requeues.jsonl"
+
+    @property
+    def run_json(self) -> Path:
+        """The attempt's record."""
+        return self.root / RUN_JSON
+
+    @property
+    def steps(self) -> Path:
+        """The attempt's step timings."""
+        return self.root / STEPS_PARQUET
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """One run of an attempt's job, ``staging/restart<k>``: the node samplers' streams and the traced ranks'
+    profiles, turned into the cell's telemetry files when the attempt ends."""
+
+    root: Path
+
+    def node(self, node: int) -> Path:
+        """The sampler streams of one node."""
+        return self.root / "telemetry" / f"node{node}"
+
+    def sampler_failed(self, node: int) -> Path:
+        """Why a node's sampler did not start (written instead of its streams)."""
+        return self.node(node) / "sampler-failed.txt"
+
+    def nodes(self) -> list[Path]:
+        """Every node folder present."""
+        return sorted((self.root / "telemetry").glob("node*"))
+
+    @property
+    def traces(self) -> Path:
+        """torch.profiler traces of the traced ranks."""
+        return self.root / "traces"
+
+    def trace(self, rank: int) -> Path:
+        """One traced rank's profile."""
+        return self.traces / f"rank-{rank}.json.gz"

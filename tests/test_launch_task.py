@@ -1,0 +1,52 @@
+"""The per-rank task: a requeued task is the same task (every setting kept), bounded by max_requeues."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import submitit
+
+from calorimeter.launch.settings import launcher_settings
+from calorimeter.launch.task import CellTask
+from calorimeter.plan.cell import Cell
+from calorimeter.plan.config import validate_config
+from calorimeter.records.paths import AttemptPaths
+
+
+@pytest.fixture
+def task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CellTask:
+    # checkpoint() runs inside the job: submitit's job environment of a local job
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "local")
+    monkeypatch.setenv("SUBMITIT_LOCAL_JOB_ID", "4242")
+    # every setting away from its default, so that a requeue falling back to a default shows
+    config = validate_config({
+        "launcher": {"timeout_min": 7, "max_requeues": 2, "signal_delay_s": 45, "master_port": 29517,
+                     "cpus_per_task": 3, "slurm": {"partition": "p", "setup": ["module load x"]}},
+        "telemetry": {"enabled": False, "period_ms": 10, "profile_steps": 3, "profile_all_ranks": True},
+    })
+    cell = Cell(sweep="s", model="tiny-gpt", hardware="cpu", nodes=1, gpus_per_node=2, lr=0.5)
+    attempt = AttemptPaths(tmp_path / "attempt")
+    attempt.staging.mkdir(parents=True)
+    return CellTask(cell.to_dict(), str(attempt.root), launcher_settings(config, {"slurm_account": "acct"}))
+
+
+def test_requeued_task_keeps_every_setting(task: CellTask) -> None:
+    first = task.checkpoint()
+    assert isinstance(first, submitit.helpers.DelayedSubmission)
+    requeued = first.function
+    assert isinstance(requeued, CellTask) and requeued is not task
+    # Every attribute, present and future, equal to the original's: only the requeue count moves on.
+    assert vars(requeued) == {**vars(task), "requeues": 1}
+    assert requeued.settings["telemetry"] == {"enabled": False, "period_ms": 10, "profile_steps": 3,
+                                              "profile_all_ranks": True}
+    assert vars(requeued.checkpoint().function) == {**vars(task), "requeues": 2}
+
+
+def test_requeues_stop_at_the_bound_and_are_logged(task: CellTask) -> None:
+    second = task.checkpoint().function.checkpoint().function
+    assert second.requeues == 2 and second.checkpoint() is None  # max_requeues: 2
+    events = [json.loads(line) for line in AttemptPaths(Path(task.attempt_dir)).requeues.read_text().splitlines()]
+    assert [(e["requeues"], e["requeued"], e["job_id"]) for e in events] == [(0, True, "4242"), (1, True, "4242"),
+                                                                            (2, False, "4242")]
