@@ -19,11 +19,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))  # the synthetic tables are a test fixture, not part of the package
 
 import pandas as pd  # noqa: E402
+from synthetic import synthetic_tables  # noqa: E402
 
-from calorimeter.analysis.synthetic import synthetic_tables  # noqa: E402
-from calorimeter.figures import FIGURES  # noqa: E402
+from calorimeter.figures import FIGURES, render  # noqa: E402
 from calorimeter.plan.plan import plan_file  # noqa: E402
 
 SWEEPS = ("h200-optimization", "h200-microbatch", "h200-parallelism", "h100-optimization")
@@ -48,7 +49,7 @@ def _init(tables: dict[str, pd.DataFrame]) -> None:
 def _render(args: tuple[str, str]) -> tuple[str, float, int, list[str]]:
     name, out = args
     t = time.perf_counter()
-    res = FIGURES[name].render(_TABLES, Path(out) / f"{name}.png", Path(out) / f"{name}.pdf")
+    res = render(name, _TABLES, Path(out) / f"{name}.png", Path(out) / f"{name}.pdf")
     return name, time.perf_counter() - t, res.n_points, res.missing
 
 

@@ -14,9 +14,9 @@ from conftest import SWEEPS
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "analysis"))
 import builders  # noqa: E402
+from synthetic import synthetic_tables  # noqa: E402
 
 from calorimeter.analysis.cell import cell_tables  # noqa: E402
-from calorimeter.analysis.synthetic import synthetic_tables  # noqa: E402
 from calorimeter.analysis.tables import runs_table  # noqa: E402
 from calorimeter.figures import (  # noqa: E402
     FIGURES,
@@ -26,7 +26,9 @@ from calorimeter.figures import (  # noqa: E402
     fig10_kernels,
     fig13_microbatch,
     fig15_stages,
-    fig17_thermal,
+    fig17_sm_clock,
+    fig17_temperature,
+    render,
     scale_compare,
     throttle,
     timeline,
@@ -57,7 +59,7 @@ def _bands(fig: plt.Figure, status: str | None = None) -> int:
 
 
 def test_fig4_one_point_per_configuration_with_labels_and_bands(opt) -> None:
-    fig, res = fig04_parallelism.draw(opt["runs"])
+    fig, res = fig04_parallelism.draw(opt)
     runs = opt["runs"].set_index("cell_id").loc[res.cells]
     assert res.n_points == 15 == len(fig.axes[2].get_xticklabels())  # 13 model-parallel + 2 FSDP configurations
     assert set(runs["optimization_label"]) == {"act"}
@@ -72,42 +74,42 @@ def test_fig4_one_point_per_configuration_with_labels_and_bands(opt) -> None:
 
 
 def test_fig8_and_fig13_variants(opt, mbs) -> None:
-    fig, res = fig08_optimization.draw(opt["runs"])
+    fig, res = fig08_optimization.draw(opt)
     assert res.n_points == 60
     assert [t.get_text() for t in fig.axes[2].get_xticklabels()][:4] == ["base", "cc", "act", "cc+act"]
     twin = [a for a in fig.axes if a.get_ylabel() == "Norm. efficiency"]
     ys = np.concatenate([line.get_ydata() for line in twin[0].get_lines()]).astype(float)
     assert np.nanmax(ys) == pytest.approx(1.0)
     plt.close(fig)
-    fig, res = fig13_microbatch.draw(mbs["runs"])
+    fig, res = fig13_microbatch.draw(mbs)
     assert res.n_points == 60
     assert [t.get_text() for t in fig.axes[2].get_xticklabels()][:4] == ["1", "2", "4", "8"]
     plt.close(fig)
 
 
 def test_fig10_pairs_and_fig15_stage_order(opt, mbs) -> None:
-    fig, res = fig10_kernels.draw(opt["runs"], opt["kernels"])
+    fig, res = fig10_kernels.draw(opt)
     ax = fig.axes[0]
     assert len(ax.get_xticklabels()) == 30  # 15 configurations x (base, act)
     assert [t.get_text() for t in ax.get_xticklabels()][:2] == ["base", "act"]
     assert res.n_points == int((opt["runs"].set_index("cell_id").loc[res.cells, "status"] == "ok").sum())
     assert any(c.get_gid() == "busy" for c in ax.collections)
     plt.close(fig)
-    fig, res = fig15_stages.draw(mbs["runs"], mbs["kernels"], model="gpt3-175b")
+    fig, res = fig15_stages.draw(mbs, model="gpt3-175b")
     top, bottom = fig.axes[:2]
     ticks = [t.get_text() for t in top.get_xticklabels()]
     assert ticks[:1] == ["0"] and ticks[1:5] == ["0", "1", "2", "3"]  # FSDP (1 stage), then TP8-PP4 stages 0..3
     assert "31" in ticks and ticks.index("10") > ticks.index("9")  # numeric, never lexicographic
     plt.close(fig)
     only1 = mbs["runs"][mbs["runs"]["micro_batch"] == 1]
-    fig, res = fig15_stages.draw(only1, mbs["kernels"])
+    fig, res = fig15_stages.draw({**mbs, "runs": only1})
     assert "micro-batch 4 cells" in res.missing
     plt.close(fig)
 
 
 def test_heatmaps_have_rows_columns_and_node_lines(opt) -> None:
-    for draw in (fig05_links.draw, fig17_thermal.draw_temperature, fig17_thermal.draw_clock):
-        fig, res = draw(opt["runs"], opt["gpus"])
+    for module in (fig05_links, fig17_temperature, fig17_sm_clock):
+        fig, res = module.draw(opt)
         ax = fig.axes[0]
         im = ax.get_images()[0]
         rows = res.n_points + (1 if "fig17" in res.name else 0)
@@ -121,18 +123,18 @@ def test_scale_timeline_throttle(opt) -> None:
     h100 = synthetic_tables([pc.to_dict() for pc in plan_file(SWEEPS / "h100-optimization.yaml").cells],
                             run_pruned=True)
     both = pd.concat([opt["runs"], h100["runs"]], ignore_index=True)
-    fig, res = scale_compare.draw(both)
+    fig, res = scale_compare.draw({"runs": both})
     assert res.n_points == 8 and [t.get_text() for t in fig.axes[1].get_xticklabels()] == [
         "gpt3-175b", "llama3-70b", "mixtral-8x7b", "mixtral-8x22b"]
     plt.close(fig)
-    fig, res = scale_compare.draw(opt["runs"])
+    fig, res = scale_compare.draw(opt)
     assert any("only h200" in m for m in res.missing)
     plt.close(fig)
-    fig, res = timeline.draw(opt["runs"], opt["timeseries"], opt["steps"])
+    fig, res = timeline.draw(opt)
     assert res.n_points == 32 and len(res.cells) == 1
     assert sum(1 for line in fig.axes[0].get_lines() if (line.get_gid() or "").startswith("gpu:")) == 32
     plt.close(fig)
-    fig, res = throttle.draw(opt["runs"], opt["gpus"])
+    fig, res = throttle.draw(opt)
     assert res.n_points == 60 and any(p.get_gid() == "reason:sw_power_cap" for p in fig.axes[0].patches)
     plt.close(fig)
 
@@ -149,14 +151,14 @@ def test_figures_from_a_cell_with_oom_and_no_telemetry(tmp_path: Path) -> None:
             t[n].append(df)
     tables = {n: pd.concat(v, ignore_index=True) for n, v in t.items()}
     tables["runs"] = runs_table([{**x, "status": "planned"} for x in (a, b, c)], tables["runs"])
-    fig, res = fig13_microbatch.draw(tables["runs"])
+    fig, res = fig13_microbatch.draw(tables)
     assert _bands(fig, "oom") == 3 and res.n_points == 3  # mb1, mb4 (OOM) of one configuration, act of the other
     plt.close(fig)
-    fig, res = fig10_kernels.draw(tables["runs"], tables["kernels"])
+    fig, res = fig10_kernels.draw(tables)
     assert res.n_points == 1 and any("kernel trace" in m for m in res.missing)  # act cell has no trace
     plt.close(fig)
-    for name, spec in FIGURES.items():
-        r = spec.render(tables, tmp_path / f"{name}.png", tmp_path / f"{name}.pdf")
+    for name in FIGURES:
+        r = render(name, tables, tmp_path / f"{name}.png", tmp_path / f"{name}.pdf")
         assert (tmp_path / f"{name}.png").stat().st_size > 5000, name
         assert r.name == name
     assert plt.get_fignums() == []
@@ -164,6 +166,6 @@ def test_figures_from_a_cell_with_oom_and_no_telemetry(tmp_path: Path) -> None:
 
 def test_rendering_is_deterministic(tmp_path: Path, opt) -> None:
     for k in (1, 2):
-        FIGURES["fig04_parallelism"].render(opt, tmp_path / f"a{k}.png", tmp_path / f"a{k}.pdf")
+        render("fig04_parallelism", opt, tmp_path / f"a{k}.png", tmp_path / f"a{k}.pdf")
     assert (tmp_path / "a1.png").read_bytes() == (tmp_path / "a2.png").read_bytes()
     assert (tmp_path / "a1.pdf").read_bytes() == (tmp_path / "a2.pdf").read_bytes()

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from conftest import ROOT, SWEEPS
 from scipy import stats
+from synthetic import synthetic_tables
 
-from calorimeter.analysis.synthetic import synthetic_tables
 from calorimeter.analysis.tables import read_tables
 from calorimeter.findings import COLUMNS, evaluate
 from calorimeter.findings.report import to_html, write_findings

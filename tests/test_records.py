@@ -11,7 +11,7 @@ import pytest
 
 from calorimeter.analysis.summary import summarize
 from calorimeter.analysis.tables import write_table
-from calorimeter.figures.throughput import plot_throughput
+from calorimeter.figures import render
 from calorimeter.plan import make_plan
 from calorimeter.records.atomic import write_atomic, write_json_atomic
 from calorimeter.records.paths import CellPaths
@@ -92,6 +92,6 @@ def test_summary_keeps_pruned_and_unrun_cells_and_figure_draws_bands(tmp_path: P
     assert len(pd.read_csv(tmp_path / "s.csv")) == 3
     import matplotlib.pyplot as plt
 
-    n = plot_throughput(df, tmp_path / "f.png", tmp_path / "f.pdf")
+    n = render("throughput", {"runs": df}, tmp_path / "f.png", tmp_path / "f.pdf").n_points
     assert n == 3 and (tmp_path / "f.png").stat().st_size > 5000 and (tmp_path / "f.pdf").is_file()
     assert plt.get_fignums() == []  # figure closed

@@ -68,15 +68,15 @@ def _aggregate(args: argparse.Namespace) -> int:
 def _figure(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from calorimeter.figures.throughput import plot_throughput
+    from calorimeter.figures import render
     from calorimeter.plan.plan import plan_file
     from calorimeter.records.paths import SweepPaths
 
     plan = plan_file(args.sweep)
     out = SweepPaths.of(plan.results_dir, plan.sweep)
-    n = plot_throughput(pd.read_parquet(out.summary_parquet), out.figure("throughput", "png"),
-                        out.figure("throughput", "pdf"))
-    print(f"{n} cells drawn -> {out.figure('throughput', 'png').parent}")
+    res = render("throughput", {"runs": pd.read_parquet(out.summary_parquet)}, out.figure("throughput", "png"),
+                 out.figure("throughput", "pdf"))
+    print(f"{res.n_points} cells drawn -> {out.figure('throughput', 'png').parent}")
     return 0
 
 

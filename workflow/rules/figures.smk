@@ -5,13 +5,13 @@
 
 from calorimeter.figures import FIGURES
 
-for _fig, _spec in FIGURES.items():
+for _fig, _module in FIGURES.items():
 
     rule:
         name:
             f"figure_{_fig}"
         input:
-            **{t: str(SWEEP_FILES.table(t)) for t in _spec.tables},
+            **{t: str(SWEEP_FILES.table(t)) for t in _module.TABLES},
             compare=compare_runs() if _fig == "scale_compare" else [],
         output:
             png=report(

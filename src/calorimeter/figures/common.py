@@ -15,6 +15,8 @@ import pandas as pd  # noqa: E402
 from calorimeter.telemetry.kernels import CATEGORIES  # noqa: E402
 from calorimeter.telemetry.reasons import REASON_NAMES  # noqa: E402
 
+#: the sweep's tables by name (runs, gpus, steps, kernels, timeseries), as every figure's ``draw`` takes them
+Tables = dict[str, pd.DataFrame]
 STATUS_COLORS = {"oom": "#e15759", "failed": "#9c755f", "pruned": "#bab0ac", "not_run": "#d3d3d3"}
 OPT_ORDER = ("base", "cc", "act", "cc+act")
 #: kernel category colours (the artifact's for its categories; new ones for all-to-all and other communication)

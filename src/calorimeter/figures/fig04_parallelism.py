@@ -3,15 +3,14 @@ grouped by model, with the efficiency (samples/s per MJ of one iteration) on the
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from calorimeter.figures.common import FigureResult, order_configs, prefer, save, smallest
+from calorimeter.figures.common import FigureResult, Tables, order_configs, prefer, smallest
 from calorimeter.figures.panels import draw_panels
 
 NAME = "fig04_parallelism"
+TABLES = ("runs",)
 
 
 def select(runs: pd.DataFrame) -> pd.DataFrame:
@@ -21,16 +20,9 @@ def select(runs: pd.DataFrame) -> pd.DataFrame:
     return order_configs(smallest(df, "micro_batch"))
 
 
-def draw(runs: pd.DataFrame) -> tuple[plt.Figure, FigureResult]:
+def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
-    df = select(runs)
+    df = select(tables["runs"])
     fig, missing = draw_panels(df, None, "efficiency", "Samples/(s·MJ)", "Fig. 4: parallelism sweep",
                                "parallelism configuration")
     return fig, FigureResult(NAME, len(df), list(df["cell_id"]) if len(df) else [], missing)
-
-
-def plot(runs: pd.DataFrame, out_png: Path, out_pdf: Path | None = None) -> FigureResult:
-    """Draw and save (PNG and PDF)."""
-    fig, res = draw(runs)
-    save(fig, out_png, out_pdf)
-    return res

@@ -5,8 +5,6 @@ marks the wall time the kernels occupy (interval union), so the overlap the sums
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -15,6 +13,7 @@ from calorimeter.figures.common import (
     CATEGORY_COLORS,
     CATEGORY_LABELS,
     FigureResult,
+    Tables,
     config_key,
     config_label,
     empty_axes_message,
@@ -23,13 +22,13 @@ from calorimeter.figures.common import (
     hardware_label,
     note,
     order_configs,
-    save,
     smallest,
     status_band,
 )
 from calorimeter.telemetry.kernels import CATEGORIES
 
 NAME = "fig10_kernels"
+TABLES = ("runs", "kernels")
 VARIANTS = ("base", "act")
 
 
@@ -50,9 +49,10 @@ def per_stage_breakdown(kernels: pd.DataFrame, cell_id: str) -> tuple[dict[str, 
     return {c: float(sums.get(c, 0.0)) for c in CATEGORIES}, busy, n
 
 
-def draw(runs: pd.DataFrame, kernels: pd.DataFrame) -> tuple[plt.Figure, FigureResult]:
+def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
-    df = select(runs)
+    kernels = tables["kernels"]
+    df = select(tables["runs"])
     configs = list(dict.fromkeys(config_key(r) for _, r in df.iterrows()))
     n = 2 * len(configs)
     fig, ax = plt.subplots(figsize=(max(7.0, 0.38 * n + 3), 4.8))
@@ -120,10 +120,3 @@ def draw(runs: pd.DataFrame, kernels: pd.DataFrame) -> tuple[plt.Figure, FigureR
     note(fig, missing)
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     return fig, res
-
-
-def plot(runs: pd.DataFrame, kernels: pd.DataFrame, out_png: Path, out_pdf: Path | None = None) -> FigureResult:
-    """Draw and save (PNG and PDF)."""
-    fig, res = draw(runs, kernels)
-    save(fig, out_png, out_pdf)
-    return res

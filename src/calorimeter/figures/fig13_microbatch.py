@@ -3,15 +3,14 @@ SM clock (average and peak) and the efficiency normalized per model on the secon
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from calorimeter.figures.common import FigureResult, order_configs, prefer, save
+from calorimeter.figures.common import FigureResult, Tables, order_configs, prefer
 from calorimeter.figures.panels import draw_panels
 
 NAME = "fig13_microbatch"
+TABLES = ("runs",)
 
 
 def select(runs: pd.DataFrame) -> pd.DataFrame:
@@ -20,16 +19,9 @@ def select(runs: pd.DataFrame) -> pd.DataFrame:
     return order_configs(prefer(runs, "optimization_label", ["act", "base"]))
 
 
-def draw(runs: pd.DataFrame) -> tuple[plt.Figure, FigureResult]:
+def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
-    df = select(runs)
+    df = select(tables["runs"])
     fig, missing = draw_panels(df, "micro_batch", "efficiency_norm", "Norm. efficiency",
                                "Fig. 13: micro-batch sweep", "micro-batch size")
     return fig, FigureResult(NAME, len(df), list(df["cell_id"]) if len(df) else [], missing)
-
-
-def plot(runs: pd.DataFrame, out_png: Path, out_pdf: Path | None = None) -> FigureResult:
-    """Draw and save (PNG and PDF)."""
-    fig, res = draw(runs)
-    save(fig, out_png, out_pdf)
-    return res

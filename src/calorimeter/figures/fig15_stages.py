@@ -3,8 +3,6 @@ pipeline stage), in stage order, micro-batch 1 (top) vs. 4 (bottom)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -12,18 +10,19 @@ from calorimeter.figures.common import (
     CATEGORY_COLORS,
     CATEGORY_LABELS,
     FigureResult,
+    Tables,
     config_label,
     empty_axes_message,
     hardware_label,
     note,
     order_configs,
     prefer,
-    save,
     status_band,
 )
 from calorimeter.telemetry.kernels import CATEGORIES
 
 NAME = "fig15_stages"
+TABLES = ("runs", "kernels")
 
 
 def select(runs: pd.DataFrame, micro_batches: tuple[int, ...] = (1, 4)) -> pd.DataFrame:
@@ -32,9 +31,10 @@ def select(runs: pd.DataFrame, micro_batches: tuple[int, ...] = (1, 4)) -> pd.Da
     return order_configs(df[df["micro_batch"].isin(micro_batches)])
 
 
-def draw(runs: pd.DataFrame, kernels: pd.DataFrame, micro_batches: tuple[int, ...] = (1, 4),
+def draw(tables: Tables, micro_batches: tuple[int, ...] = (1, 4),
          model: str | None = None) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew; ``model`` restricts to one model (the study: GPT-3 175B)."""
+    runs, kernels = tables["runs"], tables["kernels"]
     src = runs if model is None else runs[runs["model"] == model]
     df = select(src, micro_batches)
     res = FigureResult(NAME)
@@ -105,11 +105,3 @@ def draw(runs: pd.DataFrame, kernels: pd.DataFrame, micro_batches: tuple[int, ..
     note(fig, res.missing)
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     return fig, res
-
-
-def plot(runs: pd.DataFrame, kernels: pd.DataFrame, out_png: Path, out_pdf: Path | None = None,
-         micro_batches: tuple[int, ...] = (1, 4), model: str | None = None) -> FigureResult:
-    """Draw and save (PNG and PDF)."""
-    fig, res = draw(runs, kernels, micro_batches, model)
-    save(fig, out_png, out_pdf)
-    return res

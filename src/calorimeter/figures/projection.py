@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from calorimeter.figures.common import FigureResult, config_label  # noqa: E402
+from calorimeter.figures.common import FigureResult, config_label, save  # noqa: E402
 
 FOLD_MARKERS = ("o", "s", "^", "D", "v")
 PROJECTED_HATCH = "///"
@@ -71,7 +71,7 @@ def plot_validation(table: pd.DataFrame, out_png: Path, out_pdf: Path | None = N
         res.cells = sorted(set(table["cell_id"]))
     fig.suptitle("Projection validation: held-out measured cells predicted from the others", fontsize=10)
     fig.tight_layout()
-    _save(fig, out_png, out_pdf)
+    save(fig, out_png, out_pdf, dpi=120)
     return res
 
 
@@ -84,7 +84,7 @@ def plot_projected(projected: pd.DataFrame, measured: pd.DataFrame, out_png: Pat
     if projected.empty:
         axes[0].text(0.5, 0.5, "no planned cell", ha="center", va="center", transform=axes[0].transAxes)
         res.missing.append("no projected cell")
-        _save(fig, out_png, out_pdf)
+        save(fig, out_png, out_pdf, dpi=120)
         return res
     d = projected.sort_values(["model", "world_size", "pp", "tp"], kind="stable").reset_index(drop=True)
     meas = measured.set_index("cell_id") if not measured.empty and "cell_id" in measured else pd.DataFrame()
@@ -116,15 +116,7 @@ def plot_projected(projected: pd.DataFrame, measured: pd.DataFrame, out_png: Pat
     axes[1].set_xticklabels(labels, rotation=90, fontsize=6 if len(d) < 80 else 4)
     fig.suptitle("Projected cells (hatched, with error band) and measured ones (solid)", fontsize=10)
     fig.tight_layout()
-    _save(fig, out_png, out_pdf)
+    save(fig, out_png, out_pdf, dpi=120)
     res.n_points = len(d)
     res.cells = list(d["cell_id"])
     return res
-
-
-def _save(fig, png: Path, pdf: Path | None) -> None:
-    Path(png).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=120)
-    if pdf is not None:
-        fig.savefig(pdf)
-    plt.close(fig)

@@ -4,15 +4,14 @@ every measured configuration."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from calorimeter.figures.common import FigureResult, config_label, empty_axes_message, finite, note, save
+from calorimeter.figures.common import FigureResult, Tables, config_label, empty_axes_message, finite, note
 
 NAME = "scale_compare"
+TABLES = ("runs",)
 COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2"]
 
 
@@ -22,8 +21,9 @@ def system_label(g: pd.DataFrame) -> str:
     return f"{g['hardware'].iloc[0]} {lay.iloc[0] if len(lay) else ''}".strip()
 
 
-def draw(runs: pd.DataFrame) -> tuple[plt.Figure, FigureResult]:
-    """``runs``: the runs tables of the compared sweeps, concatenated."""
+def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
+    """``tables["runs"]``: the runs tables of the compared sweeps, concatenated."""
+    runs = tables["runs"]
     res = FigureResult(NAME)
     fig, axes = plt.subplots(2, 1, figsize=(8.5, 6.0), sharex=True)
     if runs.empty:
@@ -79,10 +79,3 @@ def draw(runs: pd.DataFrame) -> tuple[plt.Figure, FigureResult]:
     note(fig, res.missing)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig, res
-
-
-def plot(runs: pd.DataFrame, out_png: Path, out_pdf: Path | None = None) -> FigureResult:
-    """Draw and save (PNG and PDF)."""
-    fig, res = draw(runs)
-    save(fig, out_png, out_pdf)
-    return res

@@ -5,26 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from calorimeter.figures import (
-    fig04_parallelism,
-    fig08_optimization,
-    fig10_kernels,
-    fig13_microbatch,
-    fig15_stages,
-    heatmaps,
-)
+from calorimeter.figures import FIGURES
 from calorimeter.figures.common import order_configs
-
-SELECTORS = {
-    "fig04_parallelism": fig04_parallelism.select,
-    "fig05_links": heatmaps.select,
-    "fig08_optimization": fig08_optimization.select,
-    "fig10_kernels": fig10_kernels.select,
-    "fig13_microbatch": fig13_microbatch.select,
-    "fig15_stages": fig15_stages.select,
-    "fig17_temperature": heatmaps.select,
-    "fig17_sm_clock": heatmaps.select,
-}
 
 
 def figure_cells(name: str, cells: list[dict]) -> list[str]:
@@ -36,6 +18,6 @@ def figure_cells(name: str, cells: list[dict]) -> list[str]:
     if not cells:
         return []
     df = pd.DataFrame(cells)
-    sel = SELECTORS.get(name)
+    sel = getattr(FIGURES[name], "select", None)
     out = sel(df) if sel is not None else order_configs(df)
     return list(out["cell_id"]) if len(out) else []

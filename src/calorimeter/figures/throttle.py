@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -12,17 +10,18 @@ import pandas as pd
 from calorimeter.figures.common import (
     REASON_COLORS,
     FigureResult,
+    Tables,
     config_label,
     empty_axes_message,
     hardware_label,
     note,
     order_configs,
-    save,
     status_band,
 )
 from calorimeter.telemetry.reasons import REASON_NAMES
 
 NAME = "throttle"
+TABLES = ("runs", "gpus")
 #: reasons that slow the clock (``gpu_idle`` and the settings reasons are shown but not counted as throttling)
 THROTTLING = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake")
 
@@ -38,8 +37,9 @@ def _stack(ax: plt.Axes, x: np.ndarray, frame: pd.DataFrame, reasons: list[str],
         seen.add(r)
 
 
-def draw(runs: pd.DataFrame, gpus: pd.DataFrame) -> tuple[plt.Figure, FigureResult]:
+def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew (``n_points`` = configurations in the top panel)."""
+    runs, gpus = tables["runs"], tables["gpus"]
     res = FigureResult(NAME)
     cols = [f"throttle_{r}" for r in REASON_NAMES]
     df = order_configs(runs)
@@ -100,10 +100,3 @@ def draw(runs: pd.DataFrame, gpus: pd.DataFrame) -> tuple[plt.Figure, FigureResu
     note(fig, res.missing)
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     return fig, res
-
-
-def plot(runs: pd.DataFrame, gpus: pd.DataFrame, out_png: Path, out_pdf: Path | None = None) -> FigureResult:
-    """Draw and save (PNG and PDF)."""
-    fig, res = draw(runs, gpus)
-    save(fig, out_png, out_pdf)
-    return res

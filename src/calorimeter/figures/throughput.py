@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-import matplotlib
+from calorimeter.figures.common import STATUS_COLORS, FigureResult, Tables
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-STATUS_COLORS = {"oom": "#e15759", "failed": "#9c755f", "pruned": "#bab0ac", "not_run": "#d3d3d3"}
+NAME = "throughput"
+TABLES = ("runs",)
 
 
 def cell_label(row: pd.Series) -> str:
@@ -24,13 +22,15 @@ def cell_label(row: pd.Series) -> str:
     return " ".join(parts)
 
 
-def plot_throughput(summary: pd.DataFrame, out_png: Path, out_pdf: Path | None = None, title: str = "") -> int:
-    """Bar chart of tokens/s per GPU (top) and MFU or TFLOP/s per GPU (bottom), one bar per cell.
+def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
+    """Bar chart of tokens/s per GPU (top) and MFU or TFLOP/s per GPU (bottom), one bar per cell (left open), and
+    what it drew.
 
     Cells that did not produce a measurement (pruned, oom, failed, not run) are drawn as shaded bands labelled with
-    their status, never dropped. Returns the number of cells drawn.
+    their status, never dropped.
     """
-    df = summary.sort_values(["model", "world_size", "pp", "tp", "zero_stage", "recompute", "overlap",
+    runs = tables["runs"]
+    df = runs.sort_values(["model", "world_size", "pp", "tp", "zero_stage", "recompute", "overlap",
                               "micro_batch"], kind="stable").reset_index(drop=True)
     have_mfu = df["mfu"].notna().any()
     lower_key, lower_label = ("mfu", "MFU (%)") if have_mfu else ("tflops_per_gpu", "TFLOP/s per GPU")
@@ -63,15 +63,9 @@ def plot_throughput(summary: pd.DataFrame, out_png: Path, out_pdf: Path | None =
     ax2.set_xticks(x, [cell_label(r) for _, r in df.iterrows()], rotation=60, ha="right", fontsize=8)
     ax2.set_xlabel("parallel configuration")
     hw = ", ".join(sorted({f"{h} x{w}" for h, w in zip(df["hardware"], df["world_size"], strict=True)}))
-    fig.suptitle(title or f"Throughput per configuration ({hw})", fontsize=10)
+    fig.suptitle(f"Throughput per configuration ({hw})", fontsize=10)
     if not have_mfu:
         ax2.text(0.99, 0.95, "MFU n/a: no dense peak for this hardware", transform=ax2.transAxes, ha="right",
                  va="top", fontsize=7)
     fig.tight_layout()
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=130, metadata={"Software": None})
-    if out_pdf is not None:
-        fig.savefig(out_pdf, metadata={"CreationDate": None, "Producer": None, "Creator": None})
-    plt.close(fig)
-    return len(df)
+    return fig, FigureResult(NAME, len(df), list(runs["cell_id"]))

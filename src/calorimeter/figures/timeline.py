@@ -3,16 +3,15 @@ GPU, with the steps shaded by phase (warmup, measured, profiled) and the clock-e
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from calorimeter.figures.common import REASON_COLORS, FigureResult, empty_axes_message, note, save
+from calorimeter.figures.common import REASON_COLORS, FigureResult, Tables, empty_axes_message, note
 from calorimeter.telemetry.reasons import CLOCK_EVENT_REASON_BITS
 
 NAME = "timeline"
+TABLES = ("runs", "timeseries", "steps")
 PHASE_COLORS = {"warmup": "#d9d9d9", "measured": "#ffffff", "profiled": "#e5d8f0"}
 
 
@@ -28,9 +27,9 @@ def pick_cell(runs: pd.DataFrame, timeseries: pd.DataFrame) -> str | None:
     return str(c.sort_values(["_t", "cell_id"], ascending=[False, True]).iloc[0]["cell_id"])
 
 
-def draw(runs: pd.DataFrame, timeseries: pd.DataFrame, steps: pd.DataFrame,
-         cell_id: str | None = None) -> tuple[plt.Figure, FigureResult]:
+def draw(tables: Tables, cell_id: str | None = None) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew (``n_points`` = GPUs drawn)."""
+    runs, timeseries, steps = tables["runs"], tables["timeseries"], tables["steps"]
     cid = cell_id or pick_cell(runs, timeseries)
     res = FigureResult(NAME)
     fig, axes = plt.subplots(4, 1, figsize=(10, 7.5), sharex=True, gridspec_kw={"height_ratios": [3, 3, 3, 1.6]})
@@ -103,11 +102,3 @@ def draw(runs: pd.DataFrame, timeseries: pd.DataFrame, steps: pd.DataFrame,
     note(fig, res.missing)
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     return fig, res
-
-
-def plot(runs: pd.DataFrame, timeseries: pd.DataFrame, steps: pd.DataFrame, out_png: Path,
-         out_pdf: Path | None = None, cell_id: str | None = None) -> FigureResult:
-    """Draw and save (PNG and PDF)."""
-    fig, res = draw(runs, timeseries, steps, cell_id)
-    save(fig, out_png, out_pdf)
-    return res

@@ -1,4 +1,4 @@
-"""Synthetic sweep tables (runs, gpus, steps, kernels, timeseries) for benchmarks and figure tests.
+"""Synthetic sweep tables (runs, gpus, steps, kernels, timeseries) for figure tests and bench/figures_bench.py.
 
 Numbers are plausible, not measured: deterministic from a seed, shaped like the study (rear GPUs hotter, deeper
 pipelines throttle more, larger micro-batches draw more power). Some planned cells are marked OOM or failed so
