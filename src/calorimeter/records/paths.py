@@ -39,45 +39,31 @@ RECORD_FILES = (RUN_JSON, STEPS_PARQUET, TELEMETRY_PARQUET, HOST_TELEMETRY_PARQU
 TABLE_NAMES: tuple[str, ...] = ("runs", "gpus", "steps", "kernels", "timeseries")
 
 
+def _file(name: str, doc: str) -> property:
+    """A file directly in the folder (``root / name``)."""
+    return property(lambda self: self.root / name, doc=doc)
+
+
 @dataclass(frozen=True)
 class SweepPaths:
     """The folder of one sweep, ``<results_dir>/<sweep>``."""
 
     root: Path
 
+    plan_json = _file("plan.json", "Every cell of the sweep with its plan status.")
+    summary_parquet = _file("summary.parquet", "The runs table under its summary name.")
+    summary_csv = _file("summary.csv", "The runs table as CSV.")
+    findings_csv = _file("findings.csv", "The study's findings checked on this sweep.")
+    findings_html = _file("findings.html", "The findings as the report's section.")
+
     @classmethod
     def of(cls, results_dir: str | Path, sweep: str) -> SweepPaths:
         """``<results_dir>/<sweep>``."""
         return cls(Path(results_dir) / sweep)
 
-    @property
-    def plan_json(self) -> Path:
-        """Every cell of the sweep with its plan status."""
-        return self.root / "plan.json"
-
     def table(self, name: str) -> Path:
         """``tables/<name>.parquet``: one aggregated table."""
         return self.root / "tables" / f"{name}.parquet"
-
-    @property
-    def summary_parquet(self) -> Path:
-        """The runs table under its summary name."""
-        return self.root / "summary.parquet"
-
-    @property
-    def summary_csv(self) -> Path:
-        """The runs table as CSV."""
-        return self.root / "summary.csv"
-
-    @property
-    def findings_csv(self) -> Path:
-        """The study's findings checked on this sweep."""
-        return self.root / "findings.csv"
-
-    @property
-    def findings_html(self) -> Path:
-        """The findings as the report's section."""
-        return self.root / "findings.html"
 
     def figure(self, name: str, ext: str) -> Path:
         """``figures/<name>.<ext>``."""
@@ -98,54 +84,23 @@ class CellPaths:
 
     root: Path
 
+    run_json = _file(RUN_JSON, "The record, written last.")
+    steps = _file(STEPS_PARQUET, "Per rank and step timings.")
+    telemetry = _file(TELEMETRY_PARQUET, "GPU samples of every node.")
+    host_telemetry = _file(HOST_TELEMETRY_PARQUET, "Host samples of every node.")
+    telemetry_json = _file(TELEMETRY_JSON, "Sampler metadata per node.")
+    kernels = _file(KERNELS_PARQUET, "Kernel breakdown of the traced ranks.")
+    attempts = _file("attempts", "Every attempt, one folder each.")
+    latest = _file("latest", "Link to the newest attempt.")
+
     @classmethod
     def of(cls, results_dir: str | Path, sweep: str, cell_id: str) -> CellPaths:
         """``<results_dir>/<sweep>/cells/<cell_id>``."""
         return SweepPaths.of(results_dir, sweep).cell(cell_id)
 
-    @property
-    def run_json(self) -> Path:
-        """The record, written last."""
-        return self.root / RUN_JSON
-
-    @property
-    def steps(self) -> Path:
-        """Per rank and step timings."""
-        return self.root / STEPS_PARQUET
-
-    @property
-    def telemetry(self) -> Path:
-        """GPU samples of every node."""
-        return self.root / TELEMETRY_PARQUET
-
-    @property
-    def host_telemetry(self) -> Path:
-        """Host samples of every node."""
-        return self.root / HOST_TELEMETRY_PARQUET
-
-    @property
-    def telemetry_json(self) -> Path:
-        """Sampler metadata per node."""
-        return self.root / TELEMETRY_JSON
-
-    @property
-    def kernels(self) -> Path:
-        """Kernel breakdown of the traced ranks."""
-        return self.root / KERNELS_PARQUET
-
     def table(self, name: str) -> Path:
         """``cell_tables/<name>.parquet``: this cell's rows of one sweep table."""
         return self.root / "cell_tables" / f"{name}.parquet"
-
-    @property
-    def attempts(self) -> Path:
-        """Every attempt, one folder each."""
-        return self.root / "attempts"
-
-    @property
-    def latest(self) -> Path:
-        """Link to the newest attempt."""
-        return self.root / "latest"
 
     def attempt(self, name: str) -> AttemptPaths:
         """One attempt by its folder name."""
@@ -164,25 +119,17 @@ class AttemptPaths:
 
     root: Path
 
+    job_json = _file("job.json", "The submitted job.")
+    submitit = _file("submitit", "submitit's folder (pickles, per-rank logs).")
+    staging = _file("staging", "Where the ranks write.")
+    requeues = _file("requeues.jsonl", "One JSON line per preemption or time-limit signal.")
+    run_json = _file(RUN_JSON, "The attempt's record.")
+    steps = _file(STEPS_PARQUET, "The attempt's step timings.")
+
     @property
     def name(self) -> str:
         """The folder name (UTC time of the attempt)."""
         return self.root.name
-
-    @property
-    def job_json(self) -> Path:
-        """The submitted job."""
-        return self.root / "job.json"
-
-    @property
-    def submitit(self) -> Path:
-        """submitit's folder (pickles, per-rank logs)."""
-        return self.root / "submitit"
-
-    @property
-    def staging(self) -> Path:
-        """Where the ranks write."""
-        return self.root / "staging"
 
     def rank_json(self, rank: int) -> Path:
         """One rank's result."""
@@ -200,21 +147,6 @@ class AttemptPaths:
         """Rank results of a run that was requeued, set aside."""
         return self.root / "interrupted" / f"restart-{restart}"
 
-    @property
-    def requeues(self) -> Path:
-        """One JSON line per preemption or time-limit signal."""
-        return self.root / "requeues.jsonl"
-
-    @property
-    def run_json(self) -> Path:
-        """The attempt's record."""
-        return self.root / RUN_JSON
-
-    @property
-    def steps(self) -> Path:
-        """The attempt's step timings."""
-        return self.root / STEPS_PARQUET
-
 
 @dataclass(frozen=True)
 class RunPaths:
@@ -222,6 +154,8 @@ class RunPaths:
     profiles, turned into the cell's telemetry files when the attempt ends."""
 
     root: Path
+
+    traces = _file("traces", "torch.profiler traces of the traced ranks.")
 
     def node(self, node: int) -> Path:
         """The sampler streams of one node."""
@@ -234,11 +168,6 @@ class RunPaths:
     def nodes(self) -> list[Path]:
         """Every node folder present."""
         return sorted((self.root / "telemetry").glob("node*"))
-
-    @property
-    def traces(self) -> Path:
-        """torch.profiler traces of the traced ranks."""
-        return self.root / "traces"
 
     def trace(self, rank: int) -> Path:
         """One traced rank's profile."""
