@@ -5,6 +5,7 @@
 #   bash bench/gpu/keep_reference.sh <files_at of the device reply>/NAME.tar.gz results/reference/DEST
 set -euo pipefail
 TAR=$1 DEST=$2
+RECORD_FILES=$(PYTHONPATH=src python3 -c "from calorimeter.records.paths import RECORD_FILES; print(*RECORD_FILES)")
 TMP=$(mktemp -d)
 tar xzf "$TAR" -C "$TMP"
 mkdir -p "$DEST"
@@ -16,7 +17,7 @@ for sweep in "$TMP"/*/; do
   for cell in "$sweep"/cells/*/; do
     id=$(basename "$cell")
     mkdir -p "$DEST/$name/cells/$id"
-    for f in run.json steps.parquet telemetry.parquet host_telemetry.parquet telemetry.json kernels.parquet; do
+    for f in $RECORD_FILES; do
       [ -f "$cell/$f" ] && cp "$cell/$f" "$DEST/$name/cells/$id/"
     done
   done

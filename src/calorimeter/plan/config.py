@@ -77,18 +77,41 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
     return out
 
 
-def load_config(path: str | Path) -> dict[str, Any]:
-    """Read and validate a sweep file (YAML)."""
+def read_sweep_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> Any:
+    """A sweep file's YAML, with the file named by its ``extends:`` (a path relative to it) merged underneath.
+
+    The merge is key by key (``defaults``, ``launcher``, ``telemetry`` blocks merge; lists such as ``grid`` are
+    replaced), as Snakemake merges config files; a base may itself extend another file.
+
+    Raises:
+        ConfigError: a missing file, invalid YAML, or a cycle of ``extends``.
+    """
+    from snakemake.utils import update_config
+
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"sweep file not found: {p}")
+    if p.resolve() in _seen:
+        raise ConfigError(f"{p}: extends itself (through {' -> '.join(str(s) for s in _seen)})")
     try:
         with p.open() as f:
             raw = yaml.safe_load(f)
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: not valid YAML: {e}") from None
-    cfg = validate_config(raw or {}, str(p))
-    cfg["_source"] = str(p)
+    if not isinstance(raw, dict) or "extends" not in raw:
+        return raw or {}
+    base_name = raw.pop("extends")
+    if not isinstance(base_name, str):
+        raise ConfigError(f"{p}: extends: expected a file name, got {base_name!r}")
+    merged = read_sweep_file(p.parent / base_name, (*_seen, p.resolve()))
+    update_config(merged, raw)
+    return merged
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read and validate a sweep file (YAML)."""
+    cfg = validate_config(read_sweep_file(path), str(path))
+    cfg["_source"] = str(path)
     return cfg
 
 
@@ -98,7 +121,6 @@ def load_sweep_config(files: list[str | Path], overrides: dict[str, Any] | None 
 
     out: dict[str, Any] = {}
     for f in files:
-        with Path(f).open() as fh:
-            update_config(out, yaml.safe_load(fh) or {})
+        update_config(out, read_sweep_file(f))
     update_config(out, dict(overrides or {}))
     return out
