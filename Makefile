@@ -9,7 +9,7 @@ PIP_OFFLINE := $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE),)
 # GPU machines keep their own CUDA torch: the venv then sees the system site-packages and torch is not pinned.
 HAS_CUDA_TORCH := $(shell command -v nvidia-smi >/dev/null 2>&1 && $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo yes)
 
-.PHONY: setup run report test lint dryrun clean-env wheelhouse
+.PHONY: setup run report test test-fast ruff lint dryrun clean-env wheelhouse
 
 setup: $(BIN)/.installed
 
@@ -31,11 +31,18 @@ report: setup
 dryrun: setup
 	@for f in config/sweeps/*.yaml; do echo ">> $$f"; $(BIN)/snakemake -n --quiet rules --configfile $$f || exit 1; done
 
+# Every test (unit, integration: DeepSpeed ranks and Snakemake runs, slurm: the local cluster).
 test: setup
 	$(BIN)/python -m pytest -q
 
-lint: setup
+# The unit tests only (pytest markers in pyproject.toml): under 2 minutes on 2 cores.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not integration and not slurm"
+
+ruff: setup
 	$(BIN)/ruff check src tests workflow bench
+
+lint: ruff
 	$(BIN)/snakemake --lint
 
 # Wheels for an offline compute node: make wheelhouse PYVER=3.12 PLATFORM=manylinux2014_x86_64

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "analysis"))
@@ -15,6 +16,8 @@ import builders  # noqa: E402
 
 from calorimeter.figures import FIGURES  # noqa: E402
 from calorimeter.plan.plan import plan_file  # noqa: E402
+
+pytestmark = pytest.mark.integration  # Snakemake subprocesses
 
 
 def _snakemake(*args: str) -> subprocess.CompletedProcess:

@@ -16,6 +16,7 @@ from conftest import ROOT, SWEEPS
 from calorimeter.plan import plan_file
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+pytestmark = pytest.mark.integration  # Snakemake subprocesses
 
 
 def snakemake(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -55,7 +56,6 @@ def test_bad_config_is_reported_before_anything_runs(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("x/cells/*"))
 
 
-@pytest.mark.integration
 def test_default_sweep_end_to_end(tmp_path: Path) -> None:
     """config -> plan -> DAG -> submitit -> multi-rank DeepSpeed training -> records -> table -> figure -> report."""
     r = snakemake("--config", f"results_dir={tmp_path}", timeout=900)
