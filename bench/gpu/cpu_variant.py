@@ -11,6 +11,7 @@ import sys
 
 import yaml
 
+from calorimeter.plan.config import read_sweep_file
 from calorimeter.plan.models import get_model
 
 TINY = {"gpt": "tiny-gpt", "llama": "tiny-llama", "mixtral": "tiny-mixtral"}
@@ -39,5 +40,4 @@ def cpu_variant(config: dict) -> dict:
 
 
 if __name__ == "__main__":
-    with open(sys.argv[1]) as f:
-        yaml.safe_dump(cpu_variant(yaml.safe_load(f)), sys.stdout, sort_keys=False)
+    yaml.safe_dump(cpu_variant(read_sweep_file(sys.argv[1])), sys.stdout, sort_keys=False)  # with its extends
