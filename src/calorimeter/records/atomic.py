@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+def write_atomic(path: Path, write: Callable[[Path], None], fsync: bool = True) -> None:
     """Write ``path`` through a temporary file in the same folder, then rename it into place.
 
     Args:
         path: final file.
         write: called with the temporary path; must create that file.
+        fsync: flush the file to disk before the rename (records survive a power loss); the node sampler's
+            metadata, rewritten while it samples, skips it so that no sample waits on the disk.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -26,21 +28,22 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; results are meant to be shared
     try:
         write(Path(tmp))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
+        if fsync:
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Atomically write ``obj`` as indented JSON (NaN written as null)."""
+def write_json_atomic(path: Path, obj: Any, fsync: bool = True) -> None:
+    """Atomically write ``obj`` as indented JSON (NaN written as null); ``fsync`` as :func:`write_atomic`."""
 
     def _write(tmp: Path) -> None:
         tmp.write_text(json.dumps(_clean(obj), indent=1, sort_keys=False, default=str) + "\n")
 
-    write_atomic(path, _write)
+    write_atomic(path, _write, fsync)
 
 
 def write_parquet_atomic(path: Path, df: Any) -> None:

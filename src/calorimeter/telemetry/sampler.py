@@ -230,7 +230,7 @@ class Sampler:
 
     def write_metadata(self, status: str) -> None:
         """Rewrite the metadata file atomically."""
-        write_json_atomic(self.paths.metadata, self.metadata(status))
+        write_json_atomic(self.paths.metadata, self.metadata(status), fsync=False)  # no sample waits on the disk
         self._meta_entries = len(self.registry.entries)
 
     def sample_once(self) -> float:
