@@ -1,8 +1,8 @@
 """The reference sweeps (config/reference/*.yaml, extending base.yaml) plan exactly the cells that were measured.
 
-``fixtures/reference_plans.json`` holds every cell (all parameters, derived values and plan status) that each
-reference config planned before the configs shared a base file; a changed base or file that plans a different cell,
-id or run length fails here.
+``fixtures/reference_plans.json`` (one cell per line) holds every cell (all parameters, derived values and plan
+status) that each reference config planned before the configs shared a base file; a changed base or file that plans
+a different cell, id or run length fails here.
 """
 
 from __future__ import annotations
