@@ -3,19 +3,12 @@ configurations (baseline cells), columns the GPUs, node boundaries marked."""
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-
-from calorimeter.figures.common import FigureResult, Tables
-from calorimeter.figures.heatmaps import draw_heatmaps, select
+from calorimeter.figures.heatmaps import heatmap_figure, select
 
 NAME = "fig05_links"
 TABLES = ("runs", "gpus")
 PANELS = [("nvlink_rx_bytes", "NVLink Rx total (GB)", "Greens", "log", 1e-9),
           ("pcie_rx_bytes", "PCIe Rx total (GB)", "Blues", "log", 1e-9)]
+draw = heatmap_figure(NAME, PANELS, "Fig. 5: per-GPU receive volume")
 
 __all__ = ["NAME", "TABLES", "draw", "select"]
-
-
-def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
-    """The figure (left open) and what it drew."""
-    return draw_heatmaps(tables["runs"], tables["gpus"], PANELS, NAME, "Fig. 5: per-GPU receive volume")

@@ -4,6 +4,8 @@ clock)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -12,6 +14,7 @@ from matplotlib.colors import LogNorm, Normalize
 from calorimeter.figures.common import (
     STATUS_COLORS,
     FigureResult,
+    Tables,
     config_label,
     empty_axes_message,
     hardware_label,
@@ -126,3 +129,14 @@ def draw_heatmaps(runs: pd.DataFrame, gpus: pd.DataFrame, panels: list[tuple[str
     note(fig, res.missing)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig, res
+
+
+def heatmap_figure(name: str, panels: list[tuple[str, str, str, str, float]], title: str,
+                   avg_row: bool = False) -> Callable[[Tables], tuple[plt.Figure, FigureResult]]:
+    """The ``draw(tables)`` of a heatmap figure (reads the ``runs`` and ``gpus`` tables)."""
+
+    def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
+        return draw_heatmaps(tables["runs"], tables["gpus"], panels, name, title, avg_row)
+
+    draw.__doc__ = f"{title}: the heatmaps (left open) and what they drew."
+    return draw
