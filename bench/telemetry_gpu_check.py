@@ -6,11 +6,13 @@ Run with the ``calorimeter`` package on PYTHONPATH (no network needed)::
     PYTHONPATH=src python bench/telemetry_gpu_check.py --out-dir /tmp/telemetry_check
 
 For each sampling period (default 50 ms and 10 ms) it starts the sampler for every GPU of the
-node, runs a bf16 matmul load on each GPU for a few seconds in steps bracketed by step markers
-(2 warmup, N measured, 1 profiled with torch.profiler), idles a second, stops the sampler,
-converts the streams to ``telemetry.parquet`` and prints per GPU: which metrics were present,
-counter-vs-integral energy over the measured phase and per step, throttle reasons seen, and the
-sampler's overhead. Everything is written under ``--out-dir/period_<ms>ms/`` plus
+node, runs a bf16 matmul load on each GPU for a few seconds in timed steps (2 warmup, N measured,
+1 profiled with torch.profiler; written as the pipeline's ``steps.parquet``), idles a second, stops
+the sampler, converts the streams to ``telemetry.parquet`` and prints per GPU, through the pipeline's
+own analysis path (:class:`calorimeter.analysis.window.GpuSamples`): which metrics were present,
+counter-vs-trapezoid energy over the measured phase and per step, the throttle share of each reason
+from the sampled bitmask next to NVML's accumulated throttle time (their difference), the data
+quality, and the sampler's overhead. Everything is written under ``--out-dir/period_<ms>ms/`` plus
 ``summary.json``.
 """
 
@@ -63,20 +65,15 @@ def _calibrate(mats: list[Any], torch: Any, step_s: float) -> tuple[int, float]:
 
 def run_period(out: Path, period_s: float, load_s: float, size: int, step_s: float) -> dict[str, Any]:
     """One sampler session at ``period_s`` with a matmul load; returns the per-GPU report."""
+    from calorimeter.analysis.window import GpuSamples
     from calorimeter.telemetry import (
-        StepMarker,
-        ZeusEnergyWindows,
         breakdown_traces,
         convert_node,
         decode_clock_event_reasons,
-        phase_windows,
-        read_step_markers,
         read_stream,
-        reason_fractions,
         start_node_sampler,
-        step_windows,
-        window_summary,
     )
+    from calorimeter.telemetry.reasons import ACCUMULATED_REASON_FIELDS
     from calorimeter.telemetry.schema import GPU_METRIC_NAMES
 
     mats, torch = _matmul_setup(size)
@@ -87,60 +84,64 @@ def run_period(out: Path, period_s: float, load_s: float, size: int, step_s: flo
     out.mkdir(parents=True, exist_ok=True)
     sampler = start_node_sampler(out, period_s=period_s, session="check", stop_at_exit=True)
     time.sleep(1.0)  # idle baseline
-    zeus = ZeusEnergyWindows(gpu_indices=None, sync_execution_with="torch")
-    marker = StepMarker(out / "markers", rank=0, local_rank=0, sync=lambda: _sync_all(torch))
-    step = 0
-    for _ in range(2):
-        with marker.step(step, "warmup"):
-            _launch(mats, iters, torch)
-        step += 1
-    zeus.begin("measured")
-    for _ in range(n_measured):
-        with marker.step(step, "measured"):
-            _launch(mats, iters, torch)
-        step += 1
-    zw = zeus.end("measured")
+    steps: list[dict[str, Any]] = []
+
+    def timed_step(step: int, phase: str, n: int) -> None:
+        _sync_all(torch)
+        b, pb = time.time(), time.perf_counter()
+        _launch(mats, n, torch)
+        _sync_all(torch)
+        steps.append({"rank": 0, "step": step, "phase": phase, "time_s": time.perf_counter() - pb, "t_begin_s": b,
+                      "t_end_s": time.time()})
+
+    for step in range(2):
+        timed_step(step, "warmup", iters)
+    for step in range(2, 2 + n_measured):
+        timed_step(step, "measured", iters)
     trace_dir = out / "trace"
     trace_dir.mkdir(exist_ok=True)
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof, marker.step(step, "profiled"):
-        _launch(mats, max(1, iters // 4), torch)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        timed_step(2 + n_measured, "profiled", max(1, iters // 4))
     prof.export_chrome_trace(str(trace_dir / "rank-0.json"))
-    marker.close()
     time.sleep(1.0)  # idle tail
     sampler.stop()
+    steps_df = pd.DataFrame(steps)
+    steps_df.to_parquet(out / "steps.parquet", index=False)
     report = convert_node(out)
     meta = sampler.metadata() or {}
     tidy = pd.read_parquet(report["telemetry"])
     host = read_stream(sampler.paths.host_stream).table.to_pandas()
-    markers = read_step_markers(out / "markers")
-    steps = step_windows(markers)
-    phases = phase_windows(markers)
-    per_step = window_summary(tidy, steps[steps["phase"] == "measured"])
-    per_phase = window_summary(tidy, phases)
+    m = steps_df[steps_df["phase"] == "measured"]
+    begin, end = float(m["t_begin_s"].min()), float(m["t_end_s"].max())
     kernels = breakdown_traces([trace_dir / "rank-0.json"])
 
     loop = host[host["metric"] == "sampler_loop_s"]
     gaps = np.diff(np.sort(loop["time_s"].to_numpy()))
     gpus: dict[str, Any] = {}
     for gpu, g in tidy.groupby("gpu_index"):
-        present = {m: float(g[m].notna().mean()) for m in GPU_METRIC_NAMES if m in g and not m.endswith("_kib")}
-        for m in ("nvlink_tx_kib_raw", "nvlink_rx_kib_raw"):
-            present[m.replace("_raw", "")] = float(g[m].notna().mean())
+        gs = GpuSamples(g, period_s)
+        present = {c: float(g[c].notna().mean()) for c in g.columns
+                   if c in GPU_METRIC_NAMES or c.endswith("_raw")}
         masks = [int(x) for x in g["clock_event_reasons"].dropna()]
-        seen = sorted({r for m in masks for r in decode_clock_event_reasons(m)})
-        ph = per_phase[(per_phase["gpu_index"] == gpu) & (per_phase["window"] == "measured")]
-        st = per_step[per_step["gpu_index"] == gpu]
+        seen = sorted({r for mk in masks for r in decode_clock_event_reasons(mk)})
+        phase = gs.window_stats(begin, end)
+        per_step = [gs.window_stats(float(s.t_begin_s), float(s.t_end_s))["energy_rel_diff"]
+                    for s in m.itertuples(index=False)]
+        diff = np.abs(np.asarray(per_step, dtype=float))
+        throttle = {r: {"sampled_frac": phase[f"throttle_{r}_frac"],
+                        "accumulated_frac": phase[f"throttle_{r}_counter_frac"],
+                        "accumulated_minus_sampled": phase[f"throttle_{r}_counter_frac"] - phase[f"throttle_{r}_frac"]}
+                    for r in ACCUMULATED_REASON_FIELDS}
         gpus[str(gpu)] = {
             "metrics_present_fraction": present,
-            "measured_phase": ph.drop(columns=["window", "step", "phase"]).iloc[0].to_dict() if len(ph) else None,
-            "per_step_abs_rel_diff_median": float(st["energy_rel_diff"].abs().median()) if len(st) else math.nan,
-            "per_step_abs_rel_diff_max": float(st["energy_rel_diff"].abs().max()) if len(st) else math.nan,
+            "measured_phase": phase,
+            "per_step_abs_rel_diff_median": float(np.nanmedian(diff)) if diff.size else math.nan,
+            "per_step_abs_rel_diff_max": float(np.nanmax(diff)) if diff.size else math.nan,
             "reasons_seen": seen,
-            "reason_fractions": reason_fractions(masks),
+            "throttle_sampled_vs_accumulated": throttle,
             "read_s_mean": float(g["read_s"].mean()),
-            "zeus_window_energy_j": zw.gpu_energy_j.get(int(gpu)),
         }
     return {
         "period_s": period_s,
@@ -149,6 +150,7 @@ def run_period(out: Path, period_s: float, load_s: float, size: int, step_s: flo
         "matmul_tflops_per_gpu": tflops,
         "iters_per_step": iters,
         "n_measured_steps": n_measured,
+        "measured_window_s": end - begin,
         "sampler": {
             "n_samples": meta.get("stats", {}).get("n_samples"),
             "n_missed_deadlines": meta.get("stats", {}).get("n_missed_deadlines"),
@@ -158,7 +160,6 @@ def run_period(out: Path, period_s: float, load_s: float, size: int, step_s: flo
             "achieved_period_median_s": float(np.median(gaps)) if gaps.size else math.nan,
             "achieved_period_p99_s": float(np.quantile(gaps, 0.99)) if gaps.size else math.nan,
         },
-        "zeus_window": {"time_s": zw.time_s, "gpu_energy_j": zw.gpu_energy_j, "reason": zw.unavailable_reason},
         "unavailable": meta.get("unavailable", []),
         "gpu_library": meta.get("gpu_library"),
         "gpu_info": meta.get("gpus"),
@@ -193,7 +194,6 @@ def _print(rep: dict[str, Any]) -> None:
         print("unavailable:")
         for u in rep["unavailable"]:
             print(f"  {u['metric']:<24} {u['device']:<6} {u['reason']}")
-    print(f"zeus window: {rep['zeus_window']}")
     for gpu, g in rep["gpus"].items():
         missing = [m for m, f in g["metrics_present_fraction"].items() if f == 0.0]
         partial = {m: round(f, 3) for m, f in g["metrics_present_fraction"].items() if 0.0 < f < 1.0}
@@ -202,22 +202,22 @@ def _print(rep: dict[str, Any]) -> None:
             f"read {g['read_s_mean'] * 1e3:.3f} ms/sample"
         )
         m = g["measured_phase"]
-        if m:
-            print(
-                f"  measured phase {m['duration_s']:.2f} s: counter {m['counter_energy_j']:.1f} J, "
-                f"integral({m['power_source']}) {m['integral_energy_j']:.1f} J, "
-                f"rel diff {m['energy_rel_diff']:+.4f}; "
-                f"zeus {g['zeus_window_energy_j']}; mean {m['mean_power_w']:.0f} W max {m['max_power_w']:.0f} W, "
-                f"temp mean {m['mean_gpu_temp_c']:.1f} max {m['max_gpu_temp_c']:.0f} C, "
-                f"HBM max {m['max_hbm_temp_c']} C, "
-                f"SM clock mean {m['mean_sm_clock_mhz']:.0f} min {m['min_sm_clock_mhz']:.0f} MHz"
-            )
+        print(
+            f"  measured phase {rep['measured_window_s']:.2f} s: counter {m['energy_counter_j']:.1f} J over "
+            f"{m['energy_counter_s']:.2f} s, trapezoid({m['power_source']}) {m['energy_trapezoid_j']:.1f} J, "
+            f"mean-power rel diff {m['energy_rel_diff']:+.4f}; mean {m['power_avg_w']:.0f} W "
+            f"peak {m['power_peak_w']:.0f} W, temp mean {m['temp_avg_c']:.1f} peak {m['temp_peak_c']:.0f} C, "
+            f"HBM peak {m['hbm_temp_peak_c']} C, SM clock mean {m['sm_clock_avg_mhz']:.0f} "
+            f"min {m['sm_clock_min_mhz']:.0f} MHz; data {m['data_quality']} {m['quality_notes']}"
+        )
         print(
             f"  per-step |rel diff| median {g['per_step_abs_rel_diff_median']:.4f} "
             f"max {g['per_step_abs_rel_diff_max']:.4f}"
         )
-        fr = {k: round(v, 3) for k, v in g["reason_fractions"].items() if v}
-        print(f"  reasons seen {g['reasons_seen']}; fractions {fr}")
+        print(f"  reasons seen {g['reasons_seen']}")
+        for r, v in g["throttle_sampled_vs_accumulated"].items():
+            print(f"  throttle {r:<24} sampled {v['sampled_frac']:.4f} accumulated {v['accumulated_frac']:.4f} "
+                  f"difference {v['accumulated_minus_sampled']:+.4f}")
     for k in rep["kernels_profiled_step"]:
         print(
             f"  kernels (profiled step, device {k['device']}): busy {k['busy_s'] * 1e3:.2f} ms, "

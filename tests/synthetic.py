@@ -51,13 +51,13 @@ def synthetic_tables(plan_cells: list[dict[str, Any]], seed: int = 0, timeseries
         mb, tp = int(c["micro_batch"]), int(c["tp"])
         mfu = float(np.clip(0.42 - 0.012 * pp - 0.01 * np.log2(tp) + 0.015 * np.log2(mb) + rng.normal(0, 0.02),
                             0.05, 0.7))
-        flops = float(c.get("model_flops_per_iter") or 1e15)
+        flops = float(c.get("model_flops_per_iteration") or 1e15)
         peak = PEAK_TFLOPS.get(c["hardware"], 989.0)
         it = flops / (world * peak * 1e12 * mfu)
         sps = c["global_batch"] / it
         row.update(status="ok", reason="", iteration_time_s=it, samples_per_s=sps,
                    tokens_per_s=sps * c["seq_len"], tokens_per_s_per_gpu=sps * c["seq_len"] / world,
-                   model_tflops_per_gpu=flops / it / world / 1e12, mfu=mfu, measured_steps=5,
+                   model_tflops_per_gpu=flops / it / world / 1e12, mfu_full=mfu, measured_steps=5,
                    tflops_per_gpu=flops / it / world / 1e12 * (4 / 3 if c["recompute"] != "none" else 1))
         per_stage = max(world // pp, 1)
         g_rows = []
@@ -68,21 +68,22 @@ def synthetic_tables(plan_cells: list[dict[str, Any]], seed: int = 0, timeseries
             temp = 48 + 14 * rear + 3 * np.log2(mb) + 0.3 * pp + rng.normal(0, 1.5)
             power = 430 + 120 * mfu + 25 * np.log2(mb) + rng.normal(0, 15)
             clock = 1980 - 250 * thr * rear - rng.uniform(0, 40)
-            frac = {f"throttle_{n}": 0.0 for n in REASON_NAMES}
-            frac["throttle_sw_power_cap"] = float(np.clip(thr * (0.6 + 0.4 * rear) + rng.normal(0, 0.02), 0, 1))
-            frac["throttle_sw_thermal_slowdown"] = float(np.clip((temp - 62) / 40, 0, 1))
-            frac["throttle_gpu_idle"] = float(np.clip(0.03 * pp / 4 + rng.normal(0, 0.01), 0, 1))
+            frac = {f"throttle_{n}_frac": 0.0 for n in REASON_NAMES}
+            frac["throttle_sw_power_cap_frac"] = float(np.clip(thr * (0.6 + 0.4 * rear) + rng.normal(0, 0.02), 0, 1))
+            frac["throttle_sw_thermal_slowdown_frac"] = float(np.clip((temp - 62) / 40, 0, 1))
+            frac["throttle_gpu_idle_frac"] = float(np.clip(0.03 * pp / 4 + rng.normal(0, 0.01), 0, 1))
             stage = g // per_stage
             boundary = (g % per_stage == 0) or (g % per_stage == per_stage - 1)
             dur = it * 5
             g_rows.append({
                 "cell_id": cid, "node": node, "gpu_index": local, "rank": g, "local_rank": local, "stage": stage,
                 "hostname": f"node{node:02d}", "begin_s": 1000.0, "end_s": 1000.0 + dur, "duration_s": dur,
-                "n_samples": int(dur / 0.05), "power_source": "power_instant_w", "power_avg_w": power,
+                "samples_received": int(dur / 0.05), "power_source": "power_instant_w", "power_avg_w": power,
                 "power_peak_w": power + 80 + 30 * np.log2(mb) + rng.uniform(0, 40), "temp_avg_c": temp,
                 "temp_peak_c": temp + 4 + rng.uniform(0, 4), "hbm_temp_avg_c": temp + 5,
                 "hbm_temp_peak_c": temp + 9, "sm_clock_avg_mhz": clock, "sm_clock_peak_mhz": 1980.0,
-                "sm_clock_min_mhz": clock - 200 * thr, "energy_window_s": dur, "energy_counter_j": power * dur,
+                "sm_clock_min_mhz": clock - 200 * thr, "energy_window_s": dur, "energy_counter_s": dur,
+                "energy_counter_j": power * dur,
                 "energy_trapezoid_j": power * dur * (1 + rng.normal(0, 0.004)),
                 "nvlink_rx_bytes": float(2 ** rng.uniform(30, 36) * (tp > 1 or c["zero_stage"] == 3)),
                 "nvlink_tx_bytes": float(2 ** rng.uniform(30, 36)),

@@ -15,7 +15,7 @@ import builders  # noqa: E402
 
 from calorimeter.analysis.cell import cell_tables, write_cell_tables  # noqa: E402
 from calorimeter.analysis.tables import concat_cell_tables, runs_table  # noqa: E402
-from calorimeter.analysis.window import reason_time_fractions, time_average  # noqa: E402
+from calorimeter.analysis.window import hold_shares, time_average  # noqa: E402
 from calorimeter.records.paths import CellPaths  # noqa: E402
 
 
@@ -45,9 +45,12 @@ def test_gpu_table_time_weighted_average_peak_and_nvml_errors(tables) -> None:
     assert g.loc[0, "nvlink_rx_bytes"] == pytest.approx(350 * 1024)
     assert g.loc[0, "pcie_rx_bytes"] == pytest.approx(4000.0)  # 1000 B per 0.5 s for 2 s
     # reasons, sample and hold over [1, 3]: 0x4 from 1.5 to 2.5 (1 s of 2), 0x20 from 2.0 to 2.5 (0.5 s)
-    assert g.loc[0, "throttle_sw_power_cap"] == pytest.approx(0.5)
-    assert g.loc[0, "throttle_sw_thermal_slowdown"] == pytest.approx(0.25)
-    assert g.loc[0, "throttle_hw_slowdown"] == 0.0
+    assert g.loc[0, "throttle_sw_power_cap_frac"] == pytest.approx(0.5)
+    assert g.loc[0, "throttle_sw_thermal_slowdown_frac"] == pytest.approx(0.25)
+    assert g.loc[0, "throttle_hw_slowdown_frac"] == 0.0
+    # the -1 temperature is one NVML error, counted; nothing else is wrong with these samples
+    assert g.loc[0, "nvml_errors"] == 1 and g.loc[1, "nvml_errors"] == 0
+    assert g.loc[0, "data_quality"] == "good" and g.loc[0, "samples_received"] == 5
 
 
 def test_run_row_energy_efficiency_from_the_cells_own_record(tables) -> None:
@@ -55,17 +58,17 @@ def test_run_row_energy_efficiency_from_the_cells_own_record(tables) -> None:
     # energy of one iteration = sum over GPUs of counter energy / covered seconds x iteration time:
     # (240/2 + 400/2) W x 1.0 s = 320 J (counter energy on every GPU)
     assert r["energy_source"] == "counter"
-    assert r["energy_per_step_j"] == pytest.approx(320.0)
+    assert r["energy_per_iteration_j"] == pytest.approx(320.0)
     # per token: global batch 8 x sequence 128 of this cell (never a hard-coded 128 x seq)
     assert r["energy_per_token_j"] == pytest.approx(320.0 / (8 * 128))
     # efficiency = samples/s / MJ per iteration = (8 / 1.0) / 320e-6
     assert r["samples_per_s"] == pytest.approx(8.0)
     assert r["efficiency"] == pytest.approx(8.0 / 320e-6)
-    assert r["mfu"] == pytest.approx(r["model_tflops_per_gpu"] / 989.0)
+    assert r["mfu_full"] == pytest.approx(r["model_tflops_per_gpu"] / 989.0)
     # averages over GPUs of time-weighted averages, peaks over GPUs
     assert r["temp_avg_c"] == pytest.approx((47.5 + 50.0) / 2) and r["temp_peak_c"] == 60.0
     assert r["power_avg_w"] == pytest.approx(175.0) and r["power_total_avg_w"] == pytest.approx(350.0)
-    assert r["throttle_sw_power_cap"] == pytest.approx(0.25)
+    assert r["throttle_sw_power_cap_frac"] == pytest.approx(0.25)
     assert r["nvlink_rx_bytes_total"] == pytest.approx(350 * 1024)
     # exposed communication: mean over traced ranks of comm_exposed / span = (0.1 + 0.3) / 2
     assert r["exposed_comm_frac"] == pytest.approx(0.2)
@@ -90,8 +93,8 @@ def test_pure_window_functions() -> None:
     t = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
     # time-weighted mean of 0, 10, 10, 0, 0 over [0.5, 3.5]: trapezoid 0.5*(5+10)/2 + 10 + 5 + 0 = 18.75 / 3
     assert time_average(t, np.array([0, 10, 10, 0, 0.0]), 0.5, 3.5) == pytest.approx(18.75 / 3)
-    f = reason_time_fractions(t, np.array([0, 4, 4, 0, 0]), 0.5, 3.5)
-    assert f["throttle_sw_power_cap"] == pytest.approx(2 / 3)
+    f = hold_shares(t, np.array([0, 4, 4, 0, 0]), 0.5, 3.5)
+    assert f[0x4] == pytest.approx(2 / 3)
     assert math.isnan(time_average(t[:1], np.array([1.0]), 0, 1))
     assert math.isnan(time_average(t, np.zeros(5), 3.0, 8.0))  # samples cover < 90% of the window
 
@@ -124,6 +127,6 @@ def test_sweep_runs_table_keeps_oom_pruned_and_not_run_and_normalizes(tmp_path: 
 def test_cell_without_telemetry_has_nan_not_zero(tmp_path: Path) -> None:
     t = cell_tables(builders.write_cell(tmp_path, telemetry=False))
     r = t.runs.iloc[0]
-    assert math.isnan(r["energy_per_step_j"]) and math.isnan(r["temp_avg_c"]) and r["n_gpus"] == 0
+    assert math.isnan(r["energy_per_iteration_j"]) and math.isnan(r["temp_avg_c"]) and r["n_gpus"] == 0
     assert "no telemetry" in r["data_notes"] and t.gpus.empty and len(t.steps) == 6
     assert pd.isna(t.steps["energy_j"]).all()

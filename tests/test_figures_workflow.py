@@ -42,7 +42,7 @@ def test_figures_target_never_trains_and_renders_every_figure(tmp_path: Path) ->
     runs = pd.read_parquet(tmp_path / plan.sweep / "tables" / "runs.parquet")
     assert len(runs) == len(plan.cells)
     assert list(runs["status"][:3]) == ["ok", "oom", "ok"] and set(runs["status"][3:]) == {"not_run"}
-    assert runs.loc[0, "energy_per_step_j"] > 0
+    assert runs.loc[0, "energy_per_iteration_j"] > 0
     for name in FIGURES:
         assert (tmp_path / plan.sweep / "figures" / f"{name}.png").stat().st_size > 5000, name
     assert not list(cdir.glob("*/attempts"))

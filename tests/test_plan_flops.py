@@ -33,6 +33,12 @@ def test_llama3_8b_flops_by_hand() -> None:
     n_nonemb = parameter_count(m) - m.vocab_size * m.hidden_size
     per_token = 6 * n_nonemb + 12 * 32 * 4096 * s
     assert fl.model_flops / (8 * s) == pytest.approx(per_token, rel=1e-4)
+    # Causal convention: the attention core counts half the score matrix (2 s^2 h instead of 4 s^2 h).
+    causal = iteration_flops(m, s, global_batch=8, causal=True)
+    assert causal.model_flops == 3 * (fwd - 32 * core // 2) * 8
+    # Published per-token counts (torchtitan/NeMo vs Megatron-Bridge): 57.9 GFLOP/token full, 51.5 causal.
+    assert fl.model_flops / (8 * s) / 1e9 == pytest.approx(57.9, abs=0.05)
+    assert causal.model_flops / (8 * s) / 1e9 == pytest.approx(51.5, abs=0.05)
 
 
 def test_mfu_by_hand() -> None:
@@ -49,11 +55,29 @@ def test_throughput_metrics_by_hand() -> None:
     assert out["samples_per_s"] == pytest.approx(8.0)
     assert out["tokens_per_s_per_gpu"] == pytest.approx(8192.0)
     model = iteration_flops(get_model("llama3-8b"), 8192, 8).model_flops
-    assert out["mfu"] == pytest.approx(model / 1.0 / 8 / 989e12)
-    assert 0.45 < out["mfu"] < 0.52  # about 8192 tokens/s/GPU on Llama-3 8B is ~49% MFU (shared notes)
+    assert out["mfu_full"] == pytest.approx(model / 1.0 / 8 / 989e12)
+    assert 0.45 < out["mfu_full"] < 0.52  # about 8192 tokens/s/GPU on Llama-3 8B is ~49% MFU (shared notes)
+    causal = iteration_flops(get_model("llama3-8b"), 8192, 8, causal=True).model_flops
+    assert out["mfu_causal"] == pytest.approx(causal / 1.0 / 8 / 989e12) and out["mfu_causal"] < out["mfu_full"]
+    assert "mfu" not in out  # one name per convention
     cpu = Cell(sweep="x", model="tiny-gpt", hardware="cpu", nodes=1, gpus_per_node=2)
     out = throughput_metrics(cpu, [0.1], None)
-    assert math.isnan(out["mfu"]) and "no dense peak" in out["mfu_unavailable_reason"]
+    assert math.isnan(out["mfu_full"]) and math.isnan(out["mfu_causal"])
+    assert "no dense peak" in out["mfu_unavailable_reason"]
+
+
+def test_old_records_read_mfu_as_mfu_full_and_gain_mfu_causal() -> None:
+    from calorimeter.records.legacy import upgrade_record
+
+    old = {"cell": {"model": "llama3-8b", "seq_len": 8192, "global_batch": 8, "pp": 1, "tp": 1},
+           "metrics": {"mfu": 0.539}, "plan_estimates": {"model_flops_per_iter": 1.0}}
+    new = upgrade_record(old)
+    m = new["metrics"]
+    assert m["mfu_full"] == 0.539 and "mfu" not in m and old["metrics"] == {"mfu": 0.539}  # input untouched
+    full = iteration_flops(get_model("llama3-8b"), 8192, 8)
+    causal = iteration_flops(get_model("llama3-8b"), 8192, 8, causal=True)
+    assert m["mfu_causal"] == pytest.approx(0.539 * causal.model_flops / full.model_flops)
+    assert new["plan_estimates"] == {"model_flops_per_iteration": 1.0}
 
 
 @pytest.mark.parametrize(("name", "billions"), [("gpt3-175b", 175.0), ("llama3-70b", 70.6),

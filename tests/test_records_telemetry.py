@@ -13,12 +13,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from calorimeter.analysis.cell import gpu_samples, measured_window, normalize_telemetry, rank_table, sampler_periods
 from calorimeter.records.paths import CellPaths, RunPaths
 from calorimeter.records.telemetry import collect_telemetry
-from calorimeter.telemetry.markers import read_step_markers
-from calorimeter.telemetry.windows import phase_windows, window_summary
 
 FIXTURE = Path(__file__).parent / "fixtures" / "telemetry" / "h200x2-matmul-50ms"
+
+
+def fixture_steps() -> pd.DataFrame:
+    """The fixture's step markers (one JSON line per step) as the pipeline's steps table."""
+    m = pd.read_json(FIXTURE / "markers" / "markers-rank0.jsonl", lines=True)
+    return m.rename(columns={"begin_s": "t_begin_s", "end_s": "t_end_s", "duration_s": "time_s"})[
+        ["rank", "step", "phase", "time_s", "t_begin_s", "t_end_s"]]
 
 
 @pytest.fixture
@@ -55,14 +61,18 @@ def test_collect_real_h200_sample(staging: RunPaths, tmp_path: Path) -> None:
 
 def test_energy_counter_and_integral_agree_on_real_data(staging: RunPaths, tmp_path: Path) -> None:
     dest = CellPaths(tmp_path / "cell")
-    collect_telemetry(staging, dest, [{"rank": 0, "local_rank": 0, "node": 0, "hostname": "h", "stage": 0}])
-    tel = pd.read_parquet(dest.telemetry)
-    windows = phase_windows(read_step_markers(FIXTURE / "markers"))
-    summary = window_summary(tel, windows)
-    measured = summary[summary["window"] == "measured"]
-    assert len(measured) >= 2
-    for _, row in measured.iterrows():
+    ranks = [{"rank": 0, "local_rank": 0, "node": 0, "hostname": "h", "stage": 0}]
+    collect_telemetry(staging, dest, ranks)
+    tel = normalize_telemetry(pd.read_parquet(dest.telemetry),
+                              rank_table({"cell": {"world_size": 1}, "provenance": {"ranks": ranks}}))
+    samples = gpu_samples(tel, sampler_periods(json.loads(dest.telemetry_json.read_text())))
+    begin, end, n = measured_window(fixture_steps())
+    assert n == 16 and len(samples) == 2
+    for gs in samples.values():
+        assert gs.period_s == 0.05  # from the sampler's metadata
+        row = gs.window_stats(begin, end)
         # Over seconds of steady load the NVML energy counter and the power integral agree to a few percent
         # (2.5% and 0.2% on the two GPUs of this sample).
         assert abs(row["energy_rel_diff"]) < 0.05, row
-        assert row["counter_energy_j"] > 1000 and row["n_samples"] > 80
+        assert row["energy_counter_j"] > 1000 and row["samples_received"] > 80
+        assert row["data_quality"] == "good" and row["quality_notes"] == ""

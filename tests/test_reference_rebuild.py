@@ -35,10 +35,10 @@ def test_figures_rebuild_from_shipped_h200_records(tmp_path: Path) -> None:
     assert not list(sweep.glob("cells/*/attempts"))  # nothing was launched
     runs = pd.read_parquet(sweep / "tables" / "runs.parquet").set_index("cell_id")
     shipped = pd.read_parquet(REFERENCE / "gpu-llama8b" / "tables" / "runs.parquet").set_index("cell_id")
-    for col in ("mfu", "tokens_per_s_per_gpu", "energy_per_token_j", "power_avg_w", "exposed_comm_frac"):
+    for col in ("mfu_full", "tokens_per_s_per_gpu", "energy_per_token_j", "power_avg_w", "exposed_comm_frac"):
         pd.testing.assert_series_equal(runs[col], shipped[col], check_names=False)
     z3 = runs.loc["llama3-8b_h200-1x2_tp1-pp1-dp2_z3_rc-none_ov-on_mb1-gb8-s8192"]
-    assert z3["mfu"] == pytest.approx(0.539, abs=0.001)
+    assert z3["mfu_full"] == pytest.approx(0.539, abs=0.001)
     assert runs.loc["llama3-8b_h200-1x2_tp1-pp1-dp2_z1_rc-none_ov-on_mb1-gb8-s8192", "status"] == "oom"
     for fig in ("timeline", "fig17_temperature", "throttle", "throughput"):
         assert (sweep / "figures" / f"{fig}.png").stat().st_size > 10_000
@@ -51,8 +51,8 @@ def test_figures_rebuild_from_shipped_8_gpu_records(tmp_path: Path) -> None:
     runs = pd.read_parquet(data / "h200x8-parallelism" / "tables" / "runs.parquet")
     shipped = pd.read_parquet(ref / "h200x8-parallelism" / "tables" / "runs.parquet")
     assert set(runs["status"]) == {"ok"} and len(runs) == 7
-    pd.testing.assert_series_equal(runs.set_index("cell_id")["mfu"], shipped.set_index("cell_id")["mfu"])
-    assert runs["mfu"].max() == pytest.approx(0.524, abs=0.001)
+    pd.testing.assert_series_equal(runs.set_index("cell_id")["mfu_full"], shipped.set_index("cell_id")["mfu_full"])
+    assert runs["mfu_full"].max() == pytest.approx(0.524, abs=0.001)
     assert (data / "h200x8-parallelism" / "figures" / "fig15_stages.png").stat().st_size > 10_000
 
 
@@ -64,11 +64,11 @@ def test_figures_rebuild_from_shipped_4_gpu_records(tmp_path: Path) -> None:
     runs = pd.read_parquet(data / "h200x4-parallelism" / "tables" / "runs.parquet").set_index("cell_id")
     shipped = pd.read_parquet(ref / "h200x4-parallelism" / "tables" / "runs.parquet").set_index("cell_id")
     assert set(runs["status"]) == {"ok"} and len(runs) == 14
-    pd.testing.assert_series_equal(runs["mfu"], shipped["mfu"])
+    pd.testing.assert_series_equal(runs["mfu_full"], shipped["mfu_full"])
     z3 = "llama3-8b_h200-1x4_tp1-pp1-dp4_z3_rc-{}_ov-on_mb1-gb8-s8192"
-    assert runs["mfu"].max() == pytest.approx(0.532, abs=0.001) == runs.loc[z3.format("none"), "mfu"]
+    assert runs["mfu_full"].max() == pytest.approx(0.532, abs=0.001) == runs.loc[z3.format("none"), "mfu_full"]
     full = runs.loc[z3.format("full")]
-    assert full["hfu"] > full["mfu"] and full["peak_memory_gb"] < runs.loc[z3.format("none"), "peak_memory_gb"]
+    assert full["hfu"] > full["mfu_full"] and full["peak_memory_gb"] < runs.loc[z3.format("none"), "peak_memory_gb"]
     moe = runs[runs["model"] == "mixtral-8x7b-4l"]
     assert sorted(zip(moe["tp"], moe["pp"], moe["ep"], strict=True)) == [(1, 1, 4), (1, 2, 2), (2, 1, 2), (4, 1, 1)]
     assert (data / "h200x4-parallelism" / "figures" / "fig08_optimization.png").stat().st_size > 10_000

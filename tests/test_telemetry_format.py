@@ -1,4 +1,4 @@
-"""Stream file format: round trip, torn tail, tidy Parquet conversion, step markers, host parsing."""
+"""Stream file format: round trip, torn tail, tidy Parquet conversion, legacy column names, host parsing."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from calorimeter.telemetry import ChunkedStreamWriter, StepMarker, convert_node, read_step_markers, read_stream
+from calorimeter.telemetry import ChunkedStreamWriter, convert_node, read_stream
 from calorimeter.telemetry.host import HostReader, cpu_util_pct, parse_proc_stat_cpu
 from calorimeter.telemetry.metadata import UnavailableRegistry
 from calorimeter.telemetry.schema import GPU_SCHEMA
@@ -17,7 +17,7 @@ from calorimeter.telemetry.schema import GPU_SCHEMA
 def _gpu_row(i: int, gpu: int) -> dict:
     return {
         "time_s": 100.0 + i * 0.05, "monotonic_s": i * 0.05, "gpu_index": gpu, "read_s": 1e-4,
-        "power_instant_w": 500.0 + gpu, "energy_mj": 2**32 - 50_000 + i * 25_000,
+        "power_instant_w": 500.0 + gpu, "energy_millijoule": 2**32 - 50_000 + i * 25_000,
         "clock_event_reasons": 0x4 if i % 2 else 0x24, "nvlink_tx_kib": (2**32 - 2 + i) % 2**32,
     }  # fmt: skip
 
@@ -61,8 +61,9 @@ def test_convert_node_unwraps_counters(tmp_path: Path) -> None:
     df = pd.read_parquet(rep["telemetry"])
     assert len(df) == 12 and set(df["node"]) == {"n0"}
     g0 = df[df["gpu_index"] == 0]
-    # energy_mj counter is 64-bit: no wrap, 25 J per sample
-    assert g0["energy_j"].diff().dropna().tolist() == pytest.approx([25.0] * 5)
+    # the energy counter is 64-bit: no wrap, 25 J per sample, counted from the first reading; raw readings kept
+    assert g0["energy_j"].tolist() == pytest.approx([25.0 * i for i in range(6)])
+    assert g0["energy_millijoule_raw"].tolist()[0] == 2**32 - 50_000 and "energy_millijoule" not in df
     # nvlink_tx_kib wraps at 2**32 after 2 samples (2**32-2, 2**32-1, 0, 1, ...): +1 KiB each sample
     assert g0["nvlink_tx_bytes"].diff().dropna().tolist() == pytest.approx([1024.0] * 5)
     assert g0["nvlink_tx_kib_raw"].tolist()[:3] == [2**32 - 2, 2**32 - 1, 0]
@@ -71,22 +72,18 @@ def test_convert_node_unwraps_counters(tmp_path: Path) -> None:
     assert str(df["clock_event_reasons"].dtype) == "UInt64"
 
 
-def test_step_markers_round_trip(tmp_path: Path) -> None:
-    for rank in (10, 2):
-        with StepMarker(tmp_path, rank=rank, local_rank=rank % 8, extra={"gpu_index": rank % 8}) as m:
-            with m.step(0, "warmup"):
-                pass
-            m.begin(1, "measured")
-            rec = m.end()
-            assert rec["end_s"] >= rec["begin_s"] and rec["phase"] == "measured"
-            with pytest.raises(ValueError):
-                m.begin(2, "bogus")
-    with open(tmp_path / "markers-rank2.jsonl", "a") as fh:
-        fh.write('{"rank": 2, "step": 9, "be')  # torn line of a killed rank
-    df = read_step_markers(tmp_path)
-    assert df["rank"].tolist() == [2, 2, 10, 10]
-    assert df["phase"].tolist() == ["warmup", "measured"] * 2
-    assert df["gpu_index"].tolist() == [2, 2, 2, 2]
+def test_convert_reads_streams_written_under_old_column_names(tmp_path: Path) -> None:
+    """Streams of the shipped records say ``energy_mj`` and ``power_avg_w``: they convert under today's names."""
+    old = pa.schema([f if f.name not in ("energy_millijoule", "power_driver_avg_w") else
+                     pa.field({"energy_millijoule": "energy_mj", "power_driver_avg_w": "power_avg_w"}[f.name], f.type)
+                     for f in GPU_SCHEMA])
+    with ChunkedStreamWriter(tmp_path / "gpu-old.arrows", old) as w:
+        for i in range(4):
+            w.append({**{k: v for k, v in _gpu_row(i, 0).items() if k != "energy_millijoule"},
+                      "energy_mj": 1000 + 500 * i, "power_avg_w": 400.0})
+    df = pd.read_parquet(convert_node(tmp_path, node="n0")["telemetry"])
+    assert df["energy_j"].tolist() == pytest.approx([0.0, 0.5, 1.0, 1.5])
+    assert (df["power_driver_avg_w"] == 400.0).all() and "power_avg_w" not in df and "energy_mj" not in df
 
 
 def test_host_reader_on_fake_tree(tmp_path: Path) -> None:
@@ -132,6 +129,7 @@ def test_host_reader_reports_missing(tmp_path: Path) -> None:
 
 
 def test_schema_has_units() -> None:
-    units = ("_s", "_w", "_c", "_mhz", "_pct", "_mj", "_bytes", "_kib", "reasons", "gpu_index")
+    units = ("_s", "_ns", "_w", "_c", "_mhz", "_pct", "_millijoule", "_bytes", "_kib", "reasons", "gpu_index")
     assert all(name.endswith(units) for name in GPU_SCHEMA.names)
-    assert GPU_SCHEMA.field("energy_mj").type == pa.uint64()
+    assert GPU_SCHEMA.field("energy_millijoule").type == pa.uint64()
+    assert not [n for n in GPU_SCHEMA.names if n.endswith("_mj")]  # mJ and MJ read alike: never abbreviated

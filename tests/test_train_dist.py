@@ -77,6 +77,12 @@ def test_step_timing_and_record_fields(runs: dict[str, list[dict[str, Any]]]) ->
     for key in CELLS:
         for record in runs[key]:
             assert record["device"].startswith("cpu") and record["precision"] == "fp32"
+            # no GPU temperature on CPU ranks: the steady-state warm-up (the default) falls back to the fixed one,
+            # and the record says so
+            w = record["warmup"]
+            assert (w["mode"], w["mode_used"], w["steps"]) == ("steady", "fixed", runs[key][0]["warmup"]["steps"])
+            assert "CPU rank" in w["reason"] and w["measured_steps"] == sum(
+                s["phase"] == "measured" for s in record["steps"])
             assert record["peak_memory_bytes"] > 50 * 2**20
             prev_end = 0.0
             for s in record["steps"]:

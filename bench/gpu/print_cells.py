@@ -1,4 +1,5 @@
-"""Print one line per cell record under a results folder (status, throughput, MFU, peak memory, reason).
+"""Print one line per cell record under a results folder (status, throughput, MFU (full attention), peak memory,
+reason).
 
 Usage: python3 bench/gpu/print_cells.py /tmp/res8
 """
@@ -8,9 +9,11 @@ import json
 import sys
 from pathlib import Path
 
+from calorimeter.records.legacy import upgrade_record
+
 for f in sorted(glob.glob(f"{sys.argv[1]}/*/cells/*/run.json")):
-    r = json.loads(Path(f).read_text())
+    r = upgrade_record(json.loads(Path(f).read_text()))
     m = r.get("metrics") or {}
     print(f"{r['cell_id'][:64]:<64} {r['status']:<7} {m.get('tokens_per_s_per_gpu', 0):>8.0f} tok/s/GPU "
-          f"{m.get('tflops_per_gpu', 0):>6.1f} TF/GPU MFU {100 * (m.get('mfu') or 0):>5.1f}% "
+          f"{m.get('tflops_per_gpu', 0):>6.1f} TF/GPU MFU {100 * (m.get('mfu_full') or 0):>5.1f}% "
           f"peak {(r.get('peak_memory_bytes') or 0) / 1e9:>6.1f} GB {r.get('reason', '')[:160]}")

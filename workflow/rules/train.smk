@@ -19,6 +19,9 @@ rule train:
     # A local cell has the machine to itself: a measurement must not share GPUs, cores or the power budget with
     # another cell. Under SLURM the profile sets this rule's threads to 0 (set-threads): it only waits on its job.
     threads: workflow.cores
+    # repetitions interleaved in time: every cell's first run before any second one (cells of one repetition keep
+    # the plan's order among themselves)
+    priority: lambda wc: -get_cell(wc).cell.repeat
     resources:
         runtime=config["launcher"]["timeout_min"],
         # one per cell waiting on its job: cap concurrent cells with --resources slurm_slots=N

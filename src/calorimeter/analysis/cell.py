@@ -7,6 +7,8 @@ Missing files give empty tables and a reason in the run row, never an error.
 
 Every derived number uses the cell's own record: global batch, sequence length and GPU count come from
 ``run.json``'s ``cell``, the GPUs of the cell from ``provenance.ranks`` (``node`` and ``device_info.nvml_index``).
+Every telemetry number comes from :mod:`calorimeter.analysis.window` (one definition of each aggregate and of the
+data quality); records written under older names are read through :mod:`calorimeter.records.legacy`.
 """
 
 from __future__ import annotations
@@ -21,31 +23,34 @@ import pandas as pd
 
 from calorimeter.analysis.window import (
     LINK_COUNTERS,
+    POWER_COLUMNS,
+    QUALITY_COLUMNS,
     THROTTLE_COLUMNS,
-    clip_window,
-    gpu_window_stats,
-    power_column,
-    time_average,
-    valid_series,
+    THROTTLE_COUNTER_COLUMNS,
+    GpuSamples,
+    valid_readings,
 )
 from calorimeter.records.atomic import write_parquet_atomic
+from calorimeter.records.legacy import upgrade_record
 from calorimeter.records.paths import TABLE_NAMES, CellPaths
-from calorimeter.telemetry.energy import trapezoid_energy_j
 from calorimeter.telemetry.kernels import CATEGORIES, COMM_CATEGORIES
 
 METRIC_KEYS = ("iteration_time_s", "iteration_time_std_s", "samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
-               "tflops_per_gpu", "model_tflops_per_gpu", "mfu", "hfu", "measured_steps")
+               "tflops_per_gpu", "model_tflops_per_gpu", "mfu_full", "mfu_causal", "hfu", "measured_steps")
 PARAM_KEYS = ("cell_id", "sweep", "model", "hardware", "nodes", "gpus_per_node", "world_size", "tp", "pp", "dp",
               "ep", "cp", "sequence_parallel", "zero_stage", "recompute", "recompute_layers", "overlap",
               "micro_batch", "global_batch", "grad_accum", "seq_len", "precision", "parallel_label",
               "optimization_label")
 #: run-row columns derived from telemetry and kernels (NaN where not measured)
 TELEMETRY_KEYS = (
-    "n_gpus", "energy_per_step_j", "energy_per_token_j", "efficiency", "energy_source",
+    "n_gpus", "energy_per_iteration_j", "energy_per_token_j", "efficiency", "energy_source",
     "power_avg_w", "power_peak_w", "power_total_avg_w", "temp_avg_c", "temp_peak_c", "hbm_temp_avg_c",
     "hbm_temp_peak_c", "sm_clock_avg_mhz", "sm_clock_peak_mhz", "sm_clock_min_mhz", *THROTTLE_COLUMNS,
-    *(f"{c}_total" for c in LINK_COUNTERS), "kernel_busy_s", "comm_frac", "exposed_comm_frac",
+    *THROTTLE_COUNTER_COLUMNS, *(f"{c}_total" for c in LINK_COUNTERS), "kernel_busy_s", "comm_frac",
+    "exposed_comm_frac", *QUALITY_COLUMNS, "data_quality",
 )  # fmt: skip
+#: run-row quality columns summed over the cell's GPUs (the fractions take the minimum)
+_QUALITY_SUMS = tuple(c for c in QUALITY_COLUMNS if not c.endswith("_frac"))
 
 #: downsampled time series: at most this many bins per GPU
 TIMESERIES_BINS = 400
@@ -72,8 +77,8 @@ class CellTables:
 
 
 def load_record(cell_dir: Path) -> dict[str, Any]:
-    """run.json of a cell."""
-    return json.loads(CellPaths(Path(cell_dir)).run_json.read_text())
+    """run.json of a cell, with today's names (:func:`calorimeter.records.legacy.upgrade_record`)."""
+    return upgrade_record(json.loads(CellPaths(Path(cell_dir)).run_json.read_text()))
 
 
 def _read_parquet(path: Path) -> pd.DataFrame | None:
@@ -118,7 +123,8 @@ def rank_table(record: dict[str, Any]) -> pd.DataFrame:
 
 
 def normalize_telemetry(tele: pd.DataFrame, ranks: pd.DataFrame) -> pd.DataFrame:
-    """Telemetry with an integer ``node`` (mapped from hostnames if the column holds names) and ``hostname``."""
+    """Telemetry with an integer ``node`` (mapped from hostnames if the column holds names) and ``hostname``, by
+    node and GPU in recorded order (the analysis sorts each GPU's samples and counts what it had to re-sort)."""
     t = tele.copy()
     host_to_node = {h: n for h, n in zip(ranks["hostname"], ranks["node"], strict=True) if h is not None}
     if "node" not in t.columns:
@@ -138,7 +144,7 @@ def normalize_telemetry(tele: pd.DataFrame, ranks: pd.DataFrame) -> pd.DataFrame
         t["hostname"] = t["node"].map(node_to_host)
     t["node"] = pd.to_numeric(t["node"], errors="coerce").fillna(-1).astype("int64")
     t["gpu_index"] = t["gpu_index"].astype("int64")
-    return t.sort_values(["node", "gpu_index", "time_s"], kind="stable").reset_index(drop=True)
+    return t.sort_values(["node", "gpu_index"], kind="stable").reset_index(drop=True)
 
 
 def cell_gpu_map(ranks: pd.DataFrame, tele: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -172,60 +178,78 @@ def measured_window(steps: pd.DataFrame | None, phase: str = "measured") -> tupl
 # tables
 
 
-def gpus_frame(tele: pd.DataFrame, gpu_map: pd.DataFrame, begin: float, end: float) -> pd.DataFrame:
-    """One row per GPU of the cell: statistics over the measured phase (see ``gpu_window_stats``)."""
+def sampler_periods(meta: dict[str, Any] | None) -> dict[int, float]:
+    """Sampling period per node from ``telemetry.json`` (``node<k>.sampler.period_s``); nodes without one are
+    left out (their period is then the median interval of their samples)."""
+    out: dict[int, float] = {}
+    for key, node in (meta or {}).items() if isinstance(meta, dict) else ():
+        period = ((node or {}).get("sampler") or {}).get("period_s") if isinstance(node, dict) else None
+        if str(key).startswith("node") and str(key)[4:].isdigit() and period:
+            out[int(str(key)[4:])] = float(period)
+    return out
+
+
+def gpu_samples(tele: pd.DataFrame, periods: dict[int, float] | None = None) -> dict[tuple[int, int], GpuSamples]:
+    """One :class:`GpuSamples` per (node, gpu_index) of the telemetry."""
+    periods = periods or {}
+    return {(int(n), int(g)): GpuSamples(rows, periods.get(int(n)))
+            for (n, g), rows in tele.groupby(["node", "gpu_index"], sort=True)}
+
+
+def gpus_frame(samples: dict[tuple[int, int], GpuSamples], gpu_map: pd.DataFrame, begin: float,
+               end: float) -> pd.DataFrame:
+    """One row per GPU of the cell: statistics and data quality over the measured phase
+    (:meth:`GpuSamples.window_stats`)."""
     rows = []
-    groups = dict(iter(tele.groupby(["node", "gpu_index"], sort=True)))
     for g in gpu_map.sort_values(["node", "gpu_index"], kind="stable").itertuples(index=False):
-        key = (int(g.node), int(g.gpu_index))
-        samples = groups.get(key)
+        gs = samples.get((int(g.node), int(g.gpu_index)))
         base = g._asdict()
-        if samples is None:
+        if gs is None:
             rows.append(base)
             continue
-        base["hostname"] = base.get("hostname") or samples["hostname"].iloc[0]
+        if not base.get("hostname") and "hostname" in gs.frame.columns and len(gs.frame):
+            base["hostname"] = gs.frame["hostname"].iloc[0]
         rows.append({**base, "begin_s": begin, "end_s": end, "duration_s": end - begin,
-                     **gpu_window_stats(samples, begin, end)})
+                     "period_s": gs.period_s, **gs.window_stats(begin, end)})
     return pd.DataFrame(rows)
 
 
-def steps_frame(steps: pd.DataFrame, ranks: pd.DataFrame, tele: pd.DataFrame | None,
+#: per-step columns of the steps table, from the rank's GPU
+STEP_GPU_COLUMNS = ("energy_j", "power_avg_w", "temp_avg_c", "sm_clock_avg_mhz")
+
+
+def steps_frame(steps: pd.DataFrame, ranks: pd.DataFrame, samples: dict[tuple[int, int], GpuSamples] | None,
                 gpu_map: pd.DataFrame | None) -> pd.DataFrame:
     """The cell's steps (per rank and step) with the rank's stage and, where its GPU was sampled, the GPU's
-    energy (trapezoid of power), average power, temperature and SM clock over that rank's step."""
+    energy (trapezoid of power), average power, temperature and SM clock over that rank's step (NaN where the
+    samples do not cover the step)."""
     out = steps.copy()
     stage = dict(zip(ranks["rank"], ranks["stage"], strict=True)) if not ranks.empty else {}
     node = dict(zip(ranks["rank"], ranks["node"], strict=True)) if not ranks.empty else {}
     out["stage"] = out["rank"].map(stage)
     out["node"] = out["rank"].map(node)
-    cols = ("energy_j", "power_avg_w", "temp_avg_c", "sm_clock_avg_mhz")
-    for c in cols:
+    for c in STEP_GPU_COLUMNS:
         out[c] = np.nan
-    if tele is None or gpu_map is None or gpu_map.empty or "rank" not in gpu_map.columns:
+    if not samples or gpu_map is None or gpu_map.empty or "rank" not in gpu_map.columns:
         return out
-    by_gpu = dict(iter(tele.groupby(["node", "gpu_index"], sort=False)))
     for rank, idx in out.groupby("rank", sort=False).indices.items():
         m = gpu_map[gpu_map["rank"] == rank]
         if m.empty:
             continue
-        g = by_gpu.get((int(m["node"].iloc[0]), int(m["gpu_index"].iloc[0])))
-        if g is None:
+        gs = samples.get((int(m["node"].iloc[0]), int(m["gpu_index"].iloc[0])))
+        if gs is None:
             continue
-        pcol = power_column(g)
-        series = {"p": valid_series(g, pcol) if pcol else (np.empty(0), np.empty(0)),
-                  "temp": valid_series(g, "gpu_temp_c"), "clock": valid_series(g, "sm_clock_mhz")}
         b = out["t_begin_s"].to_numpy(dtype=float)[idx]
         e = out["t_end_s"].to_numpy(dtype=float)[idx]
-        vals = np.full((len(idx), 4), np.nan)
+        vals = np.full((len(idx), len(STEP_GPU_COLUMNS)), np.nan)
         for k in range(len(idx)):
-            tp, p = series["p"]
-            w = clip_window(tp, b[k], e[k])
+            w = gs.power_window(b[k], e[k])
             if w is not None:
-                vals[k, 0] = trapezoid_energy_j(tp, p, *w)
+                vals[k, 0] = gs.trapezoid_energy_j(*w)
                 vals[k, 1] = vals[k, 0] / (w[1] - w[0])
-            vals[k, 2] = time_average(*series["temp"], b[k], e[k])
-            vals[k, 3] = time_average(*series["clock"], b[k], e[k])
-        for j, c in enumerate(cols):
+            vals[k, 2] = gs.average("gpu_temp_c", b[k], e[k])
+            vals[k, 3] = gs.average("sm_clock_mhz", b[k], e[k])
+        for j, c in enumerate(STEP_GPU_COLUMNS):
             out.loc[out.index[idx], c] = vals[:, j]
     return out
 
@@ -269,8 +293,7 @@ def timeseries_frame(tele: pd.DataFrame, gpu_map: pd.DataFrame, t0: float,
     t = tele.merge(keys, on=["node", "gpu_index"], how="inner")
     if t.empty:
         return pd.DataFrame()
-    pcol = "power_instant_w" if "power_instant_w" in t.columns and t["power_instant_w"].notna().any() \
-        else "power_avg_w"
+    pcol = next((c for c in POWER_COLUMNS if c in t.columns and t[c].notna().any()), POWER_COLUMNS[0])
     span = float(t["time_s"].max() - t["time_s"].min())
     width = max(span / max_bins, 1e-3)
     frame = pd.DataFrame({
@@ -280,8 +303,7 @@ def timeseries_frame(tele: pd.DataFrame, gpu_map: pd.DataFrame, t0: float,
     })
     for src, dst in ((pcol, "power_w"), ("gpu_temp_c", "gpu_temp_c"), ("hbm_temp_c", "hbm_temp_c"),
                      ("sm_clock_mhz", "sm_clock_mhz")):
-        v = pd.to_numeric(t[src], errors="coerce") if src in t.columns else pd.Series(np.nan, index=t.index)
-        frame[dst] = v.where(v >= 0).astype("float64")
+        frame[dst] = valid_readings(t[src]) if src in t.columns else np.nan
     reasons = (pd.to_numeric(t["clock_event_reasons"], errors="coerce") if "clock_event_reasons" in t.columns
                else pd.Series(np.nan, index=t.index))
     has = reasons.notna()
@@ -331,54 +353,82 @@ def record_row(record: dict[str, Any]) -> dict[str, Any]:
     row["git_commit"] = (prov.get("git") or {}).get("commit")
     hw = record.get("hardware") or {}
     row["peak_bf16_tflops"] = hw.get("peak_bf16_tflops")
+    w = record.get("warmup") or {}  # absent in records from before the steady-state warm-up
+    row["warmup_mode"] = w.get("mode_used") or "fixed"
+    row["warmup_reason"] = w.get("reason") or ("" if w else "fixed (record predates steady-state warm-up)")
+    row["warmup_steps_run"] = w.get("steps", record["cell"].get("warmup_steps"))
+    row["warmup_s"] = float("nan") if w.get("seconds") is None else float(w["seconds"])
+    row["warmup_final_slope_c_per_min"] = float("nan") if w.get("final_slope_c_per_min") is None else float(
+        w["final_slope_c_per_min"])
     return row
 
 
-def efficiency_metrics(row: dict[str, Any], gpus: pd.DataFrame) -> dict[str, Any]:
-    """Energy, power, thermal and clock columns of the run row from its per-GPU table.
+def _over_gpus(col: pd.Series, how: str) -> float:
+    """An aggregate over the cell's GPUs: NaN unless every GPU has a value (coverage rule of every aggregate)."""
+    v = pd.to_numeric(col, errors="coerce")
+    if v.empty or v.isna().any():
+        return float("nan")
+    return float(getattr(v, how)())
 
-    * energy of one iteration = sum over the cell's GPUs of (GPU energy over the measured phase / seconds it
-      covers) x the cell's iteration time; the counter energy where every GPU has it, else the trapezoid;
+
+def efficiency_metrics(row: dict[str, Any], gpus: pd.DataFrame) -> dict[str, Any]:
+    """Energy, power, thermal, clock, throttle and data-quality columns of the run row from its per-GPU table.
+
+    * energy of one iteration = sum over the cell's GPUs of (GPU energy / seconds it covers) x the cell's iteration
+      time; the counter energy where every GPU has it, else the trapezoid of power;
     * energy per token = energy per iteration / (global batch x sequence length) of the cell;
-    * efficiency = samples/s / (energy per iteration in MJ) (the study's samples/(s*MJ));
-    * averages: mean over GPUs of the per-GPU time-weighted averages; peaks: max over GPUs of per-GPU peaks;
-    * throttle_<reason>: mean over GPUs of the per-GPU time fractions.
+    * efficiency = samples/s / (energy per iteration in megajoules) (the study's samples/(s*MJ));
+    * averages and throttle shares: mean over GPUs of the per-GPU values; peaks: max over GPUs (min for the SM
+      clock minimum); each NaN unless every GPU of the cell has the value (a GPU whose samples do not cover the
+      window is not silently left out);
+    * data quality: counts summed over GPUs, coverage fractions the minimum over GPUs, ``data_quality`` poor when
+      any GPU's is.
     """
     out: dict[str, Any] = dict.fromkeys(TELEMETRY_KEYS, float("nan"))
     out["energy_source"] = ""
+    out["data_quality"] = ""
     out["n_gpus"] = 0
     if gpus is None or gpus.empty or "power_avg_w" not in gpus.columns:
         return out
     out["n_gpus"] = int(gpus["power_avg_w"].notna().sum())
-    for col in ("power_avg_w", "temp_avg_c", "hbm_temp_avg_c", "sm_clock_avg_mhz", *THROTTLE_COLUMNS):
+    for col in ("power_avg_w", "temp_avg_c", "hbm_temp_avg_c", "sm_clock_avg_mhz", *THROTTLE_COLUMNS,
+                *THROTTLE_COUNTER_COLUMNS):
         if col in gpus.columns:
-            out[col] = float(gpus[col].mean()) if gpus[col].notna().any() else float("nan")
+            out[col] = _over_gpus(gpus[col], "mean")
     for col in ("power_peak_w", "temp_peak_c", "hbm_temp_peak_c", "sm_clock_peak_mhz"):
         if col in gpus.columns:
-            out[col] = float(gpus[col].max()) if gpus[col].notna().any() else float("nan")
-    if "sm_clock_min_mhz" in gpus.columns and gpus["sm_clock_min_mhz"].notna().any():
-        out["sm_clock_min_mhz"] = float(gpus["sm_clock_min_mhz"].min())
-    out["power_total_avg_w"] = float(gpus["power_avg_w"].sum()) if gpus["power_avg_w"].notna().all() else float(
-        "nan")
+            out[col] = _over_gpus(gpus[col], "max")
+    if "sm_clock_min_mhz" in gpus.columns:
+        out["sm_clock_min_mhz"] = _over_gpus(gpus["sm_clock_min_mhz"], "min")
+    out["power_total_avg_w"] = _over_gpus(gpus["power_avg_w"], "sum")
     for c in LINK_COUNTERS:
-        if c in gpus.columns and gpus[c].notna().any():
-            out[f"{c}_total"] = float(gpus[c].sum())
+        if c in gpus.columns:
+            out[f"{c}_total"] = _over_gpus(gpus[c], "sum")
+    for c in _QUALITY_SUMS:
+        if c in gpus.columns:
+            out[c] = float(pd.to_numeric(gpus[c], errors="coerce").sum())
+    for c in QUALITY_COLUMNS:
+        if c.endswith("_frac") and c in gpus.columns:
+            out[c] = float(pd.to_numeric(gpus[c], errors="coerce").min())
+    if "data_quality" in gpus.columns:
+        out["data_quality"] = "poor" if (gpus["data_quality"] != "good").any() else "good"
     it = row.get("iteration_time_s")
-    win = gpus["energy_window_s"]
-    for source, col in (("counter", "energy_counter_j"), ("trapezoid", "energy_trapezoid_j")):
-        e = gpus[col]
-        if e.notna().all() and (win > 0).all():
+    sources = (("counter", "energy_counter_j", "energy_counter_s"), ("trapezoid", "energy_trapezoid_j",
+                                                                     "energy_window_s"))
+    for source, col, secs in sources:
+        e, win = gpus.get(col), gpus.get(secs)
+        if e is not None and win is not None and e.notna().all() and (win > 0).all():
             out["energy_source"] = source
             mean_power_total = float((e / win).sum())
             if it is not None and it == it:
-                out["energy_per_step_j"] = mean_power_total * float(it)
+                out["energy_per_iteration_j"] = mean_power_total * float(it)
             break
-    eps = out["energy_per_step_j"]
+    epi = out["energy_per_iteration_j"]
     gb, seq, sps = row.get("global_batch"), row.get("seq_len"), row.get("samples_per_s")
-    if eps == eps and gb and seq:
-        out["energy_per_token_j"] = eps / (float(gb) * float(seq))
-    if eps == eps and eps > 0 and sps == sps and sps is not None:
-        out["efficiency"] = float(sps) / (eps / 1e6)
+    if epi == epi and gb and seq:
+        out["energy_per_token_j"] = epi / (float(gb) * float(seq))
+    if epi == epi and epi > 0 and sps == sps and sps is not None:
+        out["efficiency"] = float(sps) / (epi / 1e6)
     return out
 
 
@@ -427,10 +477,18 @@ def _tag(df: pd.DataFrame, cell_id: str) -> pd.DataFrame:
     return df
 
 
+def _quality_notes(gpus: pd.DataFrame) -> list[str]:
+    """``node<n>/gpu<i>: ...`` for each GPU whose samples had anything to say about their quality."""
+    if gpus.empty or "quality_notes" not in gpus.columns:
+        return []
+    return [f"node{int(g.node)}/gpu{int(g.gpu_index)}: {g.quality_notes}"
+            for g in gpus.itertuples(index=False) if isinstance(g.quality_notes, str) and g.quality_notes]
+
+
 def cell_tables(cell_dir: str | Path, record: dict[str, Any] | None = None) -> CellTables:
     """Every table of one cell folder (see the module docstring)."""
     paths = CellPaths(Path(cell_dir))
-    record = record if record is not None else load_record(paths.root)
+    record = upgrade_record(record) if record is not None else load_record(paths.root)
     cid = record["cell"].get("cell_id") or record["cell_id"]
     row = record_row(record)
     ranks = rank_table(record)
@@ -438,6 +496,7 @@ def cell_tables(cell_dir: str | Path, record: dict[str, Any] | None = None) -> C
     tele = _read_parquet(paths.telemetry)
     kern_raw = _read_parquet(paths.kernels)
     notes = []
+    meta: Any = None
     meta_path = paths.telemetry_json
     if meta_path.is_file():
         try:
@@ -453,13 +512,16 @@ def cell_tables(cell_dir: str | Path, record: dict[str, Any] | None = None) -> C
     row["measured_begin_s"], row["measured_end_s"] = begin, end
     gpus = pd.DataFrame()
     gpu_map = None
+    samples: dict[tuple[int, int], GpuSamples] = {}
     ts = pd.DataFrame()
     if tele is not None and not tele.empty:
         tele = normalize_telemetry(tele, ranks)
         gpu_map, mapping = cell_gpu_map(ranks, tele)
         row["gpu_mapping"] = mapping
+        samples = gpu_samples(tele, sampler_periods(meta))
         if begin == begin:
-            gpus = gpus_frame(tele, gpu_map, begin, end)
+            gpus = gpus_frame(samples, gpu_map, begin, end)
+            notes.extend(_quality_notes(gpus))
         else:
             notes.append("no measured steps")
         t0 = float(steps["t_begin_s"].min()) if steps is not None and not steps.empty else float(
@@ -473,7 +535,7 @@ def cell_tables(cell_dir: str | Path, record: dict[str, Any] | None = None) -> C
     row.update(efficiency_metrics(row, gpus))
     row.update(kernel_metrics(kern))
     row["data_notes"] = "; ".join(notes)
-    steps_out = steps_frame(steps, ranks, tele, gpu_map) if steps is not None else pd.DataFrame()
+    steps_out = steps_frame(steps, ranks, samples, gpu_map) if steps is not None else pd.DataFrame()
     return CellTables(
         runs=pd.DataFrame([row]),
         gpus=_tag(gpus, cid),

@@ -19,6 +19,7 @@ import pandas as pd
 
 from calorimeter.analysis.cell import METRIC_KEYS, PARAM_KEYS, TELEMETRY_KEYS
 from calorimeter.records.atomic import write_atomic, write_parquet_atomic
+from calorimeter.records.legacy import upgrade_plan_cell
 from calorimeter.records.paths import TABLE_NAMES
 
 
@@ -43,6 +44,7 @@ def plan_row(cell: dict[str, Any]) -> dict[str, Any]:
     row.update(dict.fromkeys(METRIC_KEYS, float("nan")))
     row.update(dict.fromkeys(TELEMETRY_KEYS, float("nan")))
     row["energy_source"] = ""
+    row["data_quality"] = ""
     row["n_gpus"] = 0
     return row
 
@@ -74,8 +76,8 @@ def add_normalized_efficiency(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_plan_cells(plan_json: str | Path) -> list[dict[str, Any]]:
-    """``cells`` of a plan.json."""
-    return json.loads(Path(plan_json).read_text())["cells"]
+    """``cells`` of a plan.json (older estimate names upgraded)."""
+    return [upgrade_plan_cell(c) for c in json.loads(Path(plan_json).read_text())["cells"]]
 
 
 def read_tables(tables_dir: str | Path, names: Iterable[str] = TABLE_NAMES) -> dict[str, pd.DataFrame]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,8 +33,9 @@ CATEGORY_LABELS = {
     "other": "Other",
 }  # fmt: skip
 assert set(CATEGORY_COLORS) == set(CATEGORIES)
-REASON_COLORS = dict(zip(REASON_NAMES, ["#bab0ac", "#76b7b2", "#f28e2b", "#e15759", "#59a14f", "#edc948",
-                                        "#b07aa1", "#ff9da7", "#9c755f"], strict=True))
+REASON_COLORS = dict(zip(REASON_NAMES, itertools.cycle(["#bab0ac", "#76b7b2", "#f28e2b", "#e15759", "#59a14f",
+                                                        "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#4e79a7",
+                                                        "#8cd17d"])))
 AVG_COLOR, PEAK_COLOR, EFF_COLOR = "#1f77b4", "#d62728", "#2ca02c"
 
 

@@ -23,7 +23,7 @@ from calorimeter.telemetry.reasons import REASON_NAMES
 NAME = "throttle"
 TABLES = ("runs", "gpus")
 #: reasons that slow the clock (``gpu_idle`` and the settings reasons are shown but not counted as throttling)
-THROTTLING = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake")
+THROTTLING = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 
 
 def _stack(ax: plt.Axes, x: np.ndarray, frame: pd.DataFrame, reasons: list[str], seen: set[str]) -> None:
@@ -31,7 +31,7 @@ def _stack(ax: plt.Axes, x: np.ndarray, frame: pd.DataFrame, reasons: list[str],
     bar inside the slot, so shares are read directly (they do not sum to 1)."""
     w = 0.85 / max(len(reasons), 1)
     for j, r in enumerate(reasons):
-        v = pd.to_numeric(frame[f"throttle_{r}"], errors="coerce").to_numpy(dtype=float)
+        v = pd.to_numeric(frame[f"throttle_{r}_frac"], errors="coerce").to_numpy(dtype=float)
         ax.bar(x - 0.425 + (j + 0.5) * w, np.nan_to_num(v), w, color=REASON_COLORS[r],
                label=r if r not in seen else None, gid=f"reason:{r}")
         seen.add(r)
@@ -41,7 +41,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew (``n_points`` = configurations in the top panel)."""
     runs, gpus = tables["runs"], tables["gpus"]
     res = FigureResult(NAME)
-    cols = [f"throttle_{r}" for r in REASON_NAMES]
+    cols = [f"throttle_{r}_frac" for r in REASON_NAMES]
     df = order_configs(runs)
     fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 0.3 * len(df) + 3), 7.0))
     if df.empty:
@@ -51,8 +51,8 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
         return fig, FigureResult(NAME, 0, [], ["no cells"])
     have = [c for c in cols if c in df.columns]
     measured = df[have].notna().any(axis=1) if have else pd.Series(False, index=df.index)
-    reasons = [r for r in REASON_NAMES if f"throttle_{r}" in df.columns
-               and (pd.to_numeric(df[f"throttle_{r}"], errors="coerce").fillna(0) > 0).any()]
+    reasons = [r for r in REASON_NAMES if f"throttle_{r}_frac" in df.columns
+               and (pd.to_numeric(df[f"throttle_{r}_frac"], errors="coerce").fillna(0) > 0).any()]
     seen: set[str] = set()
     ax = axes[0]
     x = np.arange(len(df))
@@ -76,14 +76,14 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     ax.set_xlim(-0.6, len(df) - 0.4)
     # the most throttled cell, per GPU
     ax = axes[1]
-    thr = [f"throttle_{r}" for r in THROTTLING if f"throttle_{r}" in df.columns]
+    thr = [f"throttle_{r}_frac" for r in THROTTLING if f"throttle_{r}_frac" in df.columns]
     score = df[thr].apply(pd.to_numeric, errors="coerce").sum(axis=1, min_count=1) if thr else pd.Series(dtype=float)
     if score.notna().any() and not gpus.empty and "cell_id" in gpus:
         cid = df.loc[score.fillna(-1).idxmax(), "cell_id"]
         g = gpus[gpus["cell_id"] == cid].sort_values(["node", "gpu_index"])
         gx = np.arange(len(g))
-        r_here = [r for r in REASON_NAMES if f"throttle_{r}" in g.columns
-                  and (pd.to_numeric(g[f"throttle_{r}"], errors="coerce").fillna(0) > 0).any()]
+        r_here = [r for r in REASON_NAMES if f"throttle_{r}_frac" in g.columns
+                  and (pd.to_numeric(g[f"throttle_{r}_frac"], errors="coerce").fillna(0) > 0).any()]
         if r_here:
             _stack(ax, gx, g, r_here, seen)
         ax.set_xticks(gx, [f"n{n}:{i}" for n, i in zip(g["node"], g["gpu_index"], strict=True)], rotation=90,

@@ -32,8 +32,9 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     runs = tables["runs"]
     df = runs.sort_values(["model", "world_size", "pp", "tp", "zero_stage", "recompute", "overlap",
                               "micro_batch"], kind="stable").reset_index(drop=True)
-    have_mfu = df["mfu"].notna().any()
-    lower_key, lower_label = ("mfu", "MFU (%)") if have_mfu else ("tflops_per_gpu", "TFLOP/s per GPU")
+    have_mfu = df["mfu_full"].notna().any()
+    lower_key, lower_label = ("mfu_full", "MFU, full attention (%)") if have_mfu else ("tflops_per_gpu",
+                                                                                       "TFLOP/s per GPU")
     x = np.arange(len(df))
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(6.0, 0.55 * len(df) + 2), 6.0), sharex=True)
     tps = df["tokens_per_s_per_gpu"].astype(float)

@@ -28,14 +28,25 @@ class Cell:
         micro_batch: sequences per micro-batch per data-parallel rank.
         global_batch: sequences per optimizer step over all data-parallel ranks.
         seq_len: tokens per sequence.
-        warmup_steps: steps run before measuring.
-        measured_steps: steps timed and recorded as measured.
+        warmup: ``steady``: warm up until the GPU die temperature is steady (slope over ``steady_window_s`` at most
+            ``steady_slope_c_per_min``), at least ``warmup_steps`` steps and at most ``warmup_max_steps`` steps and
+            ``warmup_max_s`` seconds; ``fixed``: exactly ``warmup_steps`` steps. Ranks without a GPU temperature (CPU)
+            use ``fixed``, and the record says so (:mod:`calorimeter.train.steady`).
+        warmup_steps: steps run before measuring (``fixed``), or the least (``steady``).
+        warmup_max_steps: ``steady``: the most warm-up steps.
+        warmup_max_s: ``steady``: the longest warm-up in seconds.
+        steady_window_s: ``steady``: the temperature slope is fitted over this many seconds.
+        steady_slope_c_per_min: ``steady``: the warm-up ends when every GPU's slope is at most this (°C/min).
+        measured_steps: steps timed and recorded as measured (the least on GPUs, see ``measured_min_s``).
+        measured_min_s: on GPUs, measure at least this long (steps from the slowest rank's last warm-up step).
         precision: ``bf16`` or ``fp32``.
         dataset: path prefix of a pre-tokenized dataset, or None for synthetic seeded tokens.
         seed: random seed for init and synthetic data.
         lr: peak learning rate.
         pp_split: explicit layers per pipeline stage, or None for a uniform split.
         engine: training engine (``deepspeed``).
+        repeat: repetition number (0 for the first); every repetition is its own cell, record and folder, with
+            ``_r<k>`` appended to the id for k > 0 (``config_id`` is the id without it).
     """
 
     sweep: str
@@ -55,14 +66,21 @@ class Cell:
     micro_batch: int = 1
     global_batch: int = 8
     seq_len: int = 128
+    warmup: str = "steady"
     warmup_steps: int = 2
+    warmup_max_steps: int = 100
+    warmup_max_s: float = 180.0
+    steady_window_s: float = 20.0
+    steady_slope_c_per_min: float = 1.0
     measured_steps: int = 5
+    measured_min_s: float = 20.0
     precision: str = "fp32"
     dataset: str | None = None
     seed: int = 1234
     lr: float = 1e-3
     pp_split: tuple[int, ...] | None = None
     engine: str = "deepspeed"
+    repeat: int = 0
 
     @property
     def world_size(self) -> int:
@@ -134,14 +152,20 @@ class Cell:
             parts.append(self.precision)
         if self.dataset:
             parts.append("data-" + _slug(self.dataset))
-        return "_".join(parts)
+        return "_".join(parts) + (f"_r{self.repeat}" if self.repeat else "")
+
+    @property
+    def config_id(self) -> str:
+        """The id of the configuration all repetitions share (the cell id without ``_r<k>``)."""
+        return self.cell_id.removesuffix(f"_r{self.repeat}") if self.repeat else self.cell_id
 
     def to_dict(self) -> dict[str, Any]:
         """Parameters plus derived values, for records and tables."""
         d = asdict(self)
         d["pp_split"] = list(self.pp_split) if self.pp_split else None
-        d.update(cell_id=self.cell_id, world_size=self.world_size, dp=self.dp, grad_accum=self.grad_accum,
-                 parallel_label=self.parallel_label, optimization_label=self.optimization_label)
+        d.update(cell_id=self.cell_id, config_id=self.config_id, world_size=self.world_size, dp=self.dp,
+                 grad_accum=self.grad_accum, parallel_label=self.parallel_label,
+                 optimization_label=self.optimization_label)
         return d
 
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import fields
 from pathlib import Path
@@ -15,7 +16,8 @@ from calorimeter.plan.models import get_model
 # Order of the product: the first key varies slowest.
 AXES = ("model", "hardware", "nodes", "gpus_per_node", "parallel", "tp", "pp", "ep", "cp", "sequence_parallel",
         "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch", "seq_len",
-        "warmup_steps", "measured_steps", "precision", "dataset", "seed", "lr")
+        "warmup", "warmup_steps", "warmup_max_steps", "warmup_max_s", "steady_window_s", "steady_slope_c_per_min",
+        "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr")
 CELL_FIELDS = {f.name for f in fields(Cell)}
 
 
@@ -95,6 +97,7 @@ def expand(config: dict[str, Any]) -> list[Cell]:
             raise ConfigError(f"grid[{i}]: {both} given both directly and inside 'parallel'")
         # A block's parallel layouts override the defaults' parallel keys.
         merged = {**{k: v for k, v in defaults.items() if k not in in_parallel}, **block}
+        repeats = int(merged.pop("repeats", 1))
         axes = [k for k in AXES if k in merged]
         lists = [_as_list(merged[k]) for k in axes]
         for combo in itertools.product(*lists):
@@ -105,7 +108,11 @@ def expand(config: dict[str, Any]) -> list[Cell]:
                 raise ConfigError(f"grid[{i}]: two cells share the id {cell.cell_id} but differ in {diff}; "
                                   "make them differ in a parameter that is part of the id")
             cells[cell.cell_id] = cell
-    return list(cells.values())
+            for k in range(1, repeats):
+                rep = dataclasses.replace(cell, repeat=k)
+                cells[rep.cell_id] = rep
+    # repetitions interleaved in time: every configuration's first run before any second one, and so on
+    return sorted(cells.values(), key=lambda c: c.repeat)
 
 
 def _subset(config: dict[str, Any]) -> list[Cell]:

@@ -67,7 +67,7 @@ def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
             reasons += memory_reasons(est, hw) + build_memory_reasons(cell, m, hw)
         fl = iteration_flops(m, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp,
                              padded_vocab=padded_vocab_size(m, cell.tp))
-        estimates["model_flops_per_iter"] = fl.model_flops
+        estimates["model_flops_per_iteration"] = fl.model_flops
     return PlannedCell(cell, "pruned" if reasons else "planned", reasons, estimates)
 
 

@@ -26,14 +26,17 @@ def throughput_metrics(cell: Cell, iteration_times_s: list[float], peak_tflops: 
 
     The iteration time is the mean of the measured steps, so rates are total work over total time (the
     harmonic mean of per-step rates). ``tflops_per_gpu`` counts recomputation (Megatron's convention);
-    ``model_tflops_per_gpu`` and ``mfu`` do not.
+    ``model_tflops_per_gpu`` and the MFUs do not. ``mfu_full`` counts the full attention score matrix (Megatron's
+    convention, and ``tflops_per_gpu``'s, ``model_tflops_per_gpu``'s and ``hfu``'s); ``mfu_causal`` only its
+    unmasked half (Megatron-Bridge, NeMo-AutoModel).
     """
     if not iteration_times_s:
         return {"iteration_time_s": math.nan, "metrics_unavailable_reason": "no measured step"}
     t = statistics.fmean(iteration_times_s)
     model = get_model(cell.model)
-    fl = iteration_flops(model, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp,
-                         padded_vocab=padded_vocab_size(model, cell.tp))
+    args = (model, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp)
+    fl = iteration_flops(*args, padded_vocab=padded_vocab_size(model, cell.tp))
+    causal = iteration_flops(*args, padded_vocab=padded_vocab_size(model, cell.tp), causal=True)
     samples_s = cell.global_batch / t
     tokens_s = samples_s * cell.seq_len
     out: dict[str, Any] = {
@@ -45,10 +48,12 @@ def throughput_metrics(cell: Cell, iteration_times_s: list[float], peak_tflops: 
         "tokens_per_s": tokens_s,
         "tokens_per_s_per_gpu": tokens_s / cell.world_size,
         "model_flops_per_iteration": fl.model_flops,
+        "model_flops_causal_per_iteration": causal.model_flops,
         "hardware_flops_per_iteration": fl.hardware_flops,
         "tflops_per_gpu": fl.hardware_flops / t / cell.world_size / 1e12,
         "model_tflops_per_gpu": fl.model_flops / t / cell.world_size / 1e12,
-        "mfu": mfu(fl.model_flops, t, cell.world_size, peak_tflops),
+        "mfu_full": mfu(fl.model_flops, t, cell.world_size, peak_tflops),
+        "mfu_causal": mfu(causal.model_flops, t, cell.world_size, peak_tflops),
         "hfu": mfu(fl.hardware_flops, t, cell.world_size, peak_tflops),
     }
     if not peak_tflops:

@@ -137,6 +137,9 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
         r0 = min(rank_results, key=lambda r: r["rank"])
         record["loss"] = [{"step": s["step"], "phase": s["phase"], "loss": s["loss"],
                            "grad_norm": _finite_or_none(s.get("grad_norm"))} for s in r0["steps"]]
+        if r0.get("warmup"):  # how the warm-up and the measured length were decided (calorimeter.train.steady)
+            record["warmup"] = {**r0["warmup"], "final_slope_c_per_min_by_rank": {
+                str(r["rank"]): (r.get("warmup") or {}).get("final_slope_c_per_min") for r in rank_results}}
     else:
         record["metrics"] = {}
     record["provenance"] = {

@@ -1,7 +1,8 @@
 """Turn a node's sampler streams into tidy Parquet tables.
 
-``telemetry.parquet``: one row per (time, GPU), typed columns with units in their names,
-counters unwrapped. ``host_telemetry.parquet``: host samples in long format.
+``telemetry.parquet``: one row per (time, GPU) in recorded order, typed columns with units in their names,
+counters as increases since their first reading (raw readings kept). ``host_telemetry.parquet``: host samples in
+long format.
 """
 
 from __future__ import annotations
@@ -15,20 +16,12 @@ import pandas as pd
 import pyarrow as pa
 
 from calorimeter.records.atomic import write_parquet_atomic
+from calorimeter.records.legacy import upgrade_samples
 from calorimeter.records.paths import HOST_TELEMETRY_PARQUET, TELEMETRY_PARQUET
-from calorimeter.telemetry.counters import infer_counter_width, unwrap_counter
+from calorimeter.telemetry.counters import counter_trace, infer_counter_width, unwrap_counter
 from calorimeter.telemetry.reasons import CLOCK_EVENT_REASON_BITS
-from calorimeter.telemetry.schema import GPU_METRICS, GPU_SCHEMA, HOST_SCHEMA
+from calorimeter.telemetry.schema import GPU_COUNTERS, GPU_METRICS, GPU_SCHEMA, HOST_SCHEMA
 from calorimeter.telemetry.streamio import read_stream
-
-#: Raw counter column -> (tidy column, scale to the tidy unit).
-_COUNTER_OUTPUT: dict[str, tuple[str, float]] = {
-    "energy_mj": ("energy_mj", 1.0),
-    "pcie_tx_bytes": ("pcie_tx_bytes", 1.0),
-    "pcie_rx_bytes": ("pcie_rx_bytes", 1.0),
-    "nvlink_tx_kib": ("nvlink_tx_bytes", 1024.0),
-    "nvlink_rx_kib": ("nvlink_rx_bytes", 1024.0),
-}
 
 _HOST_COUNTERS = ("rapl_energy_uj", "ib_tx_bytes", "ib_rx_bytes")
 
@@ -44,7 +37,7 @@ def _read_streams(
     report: list[dict[str, object]] = []
     for path in sorted(paths):
         r = read_stream(path, schema)
-        df = r.table.to_pandas()
+        df = upgrade_samples(r.table.to_pandas())  # streams written before a column was renamed
         df.insert(0, "session", _session_of(path, prefix))
         frames.append(df)
         report.append(
@@ -70,10 +63,10 @@ def load_gpu_samples(node_dir: str | Path) -> pd.DataFrame:
         node_dir: Directory written by the node sampler.
 
     Returns:
-        Raw rows (stream columns plus ``session``), sorted by GPU and time.
+        Raw rows (stream columns plus ``session``), by GPU in recorded order.
     """
     df, _ = _read_streams(Path(node_dir).glob("gpu-*.arrows"), "gpu-", GPU_SCHEMA)
-    return df.sort_values(["gpu_index", "time_s"], kind="stable").reset_index(drop=True)
+    return df.sort_values(["gpu_index"], kind="stable").reset_index(drop=True)
 
 
 def load_host_samples(node_dir: str | Path) -> pd.DataFrame:
@@ -87,40 +80,41 @@ def _as_float(s: pd.Series) -> np.ndarray:
 
 
 def tidy_gpu_samples(raw: pd.DataFrame, node: str | None = None) -> pd.DataFrame:
-    """Typed, unit-named GPU table with counters unwrapped per GPU.
+    """Typed, unit-named GPU table with counters turned into increases per GPU.
 
-    Counters: ``energy_mj`` (64-bit), ``pcie_*_bytes`` and ``nvlink_*_bytes`` (width inferred,
-    32 or 64 bit) become monotone cumulative float64 series; the raw readings are kept as
-    ``<name>_raw``. ``energy_j = energy_mj / 1000``. Each clock-event reason gets a nullable
-    boolean ``reason_<name>`` column. Missing values stay null/NaN.
+    Rows stay in recorded order per GPU (a duplicate or out-of-order timestamp is kept, for the analysis to count and
+    drop). Counters (``GPU_COUNTERS``: the energy counter, PCIe and NVLink bytes, accumulated throttle time) become
+    the increase since the GPU's first reading in their tidy unit, in time order, by
+    :func:`calorimeter.telemetry.counters.counter_trace` (32-bit counters unwrapped; a decrease of a 64-bit one is a
+    glitch or a reset, never a wrap); ``energy_j`` is in joules, ``nvlink_*_bytes`` = KiB x 1024. The raw readings
+    are kept as ``<name>_raw`` (UInt64, full precision). Each clock-event reason gets a nullable boolean
+    ``reason_<name>`` column. Missing values stay null/NaN.
 
     Args:
         raw: Output of :func:`load_gpu_samples`.
         node: Node name to put in a ``node`` column (omitted if None).
 
     Returns:
-        The tidy frame, sorted by ``gpu_index`` then ``time_s``.
+        The tidy frame, by ``gpu_index`` in recorded order.
     """
-    df = raw.sort_values(["gpu_index", "time_s"], kind="stable").reset_index(drop=True).copy()
+    df = upgrade_samples(raw).sort_values(["gpu_index"], kind="stable").reset_index(drop=True).copy()
     if node is not None:
         df.insert(0, "node", node)
     for c in GPU_METRICS:  # a frame built by hand may lack columns: they are missing, i.e. null
         if c.name not in df:
             missing = pd.array([pd.NA] * len(df), dtype="UInt64") if c.type == pa.uint64() else np.nan
             df[c.name] = missing
-    bits = {c.name: c.counter_bits for c in GPU_METRICS if c.counter_bits is not None}
-    for raw_name, (out_name, scale) in _COUNTER_OUTPUT.items():
-        raw_vals = df[raw_name].astype("UInt64")
-        unwrapped = np.full(len(df), np.nan)
+    for c in GPU_COUNTERS:
+        raw_vals = df[c.name].astype("UInt64")
+        tidy = np.full(len(df), np.nan)
         for _, idx in df.groupby("gpu_index", sort=False).indices.items():
-            v = _as_float(raw_vals.iloc[idx])
-            width = bits.get(raw_name) or infer_counter_width(v)
-            unwrapped[idx] = unwrap_counter(v, width) * scale
-        df[f"{raw_name}_raw"] = raw_vals
-        if raw_name != out_name:
-            df = df.drop(columns=[raw_name])
-        df[out_name] = unwrapped
-    df["energy_j"] = df["energy_mj"] / 1000.0
+            order = idx[np.argsort(df["time_s"].to_numpy(dtype=np.float64)[idx], kind="stable")]
+            vals = raw_vals.iloc[order].reset_index(drop=True)
+            width = c.counter_bits or infer_counter_width(vals)
+            tidy[order] = counter_trace(vals, width).cumulative * c.tidy_scale
+        df[c.raw] = raw_vals
+        df = df.drop(columns=[c.name])
+        df[c.tidy] = tidy
     reasons = df["clock_event_reasons"].astype("UInt64")
     df["clock_event_reasons"] = reasons
     for bit, name in CLOCK_EVENT_REASON_BITS.items():

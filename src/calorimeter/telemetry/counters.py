@@ -1,74 +1,168 @@
-"""Wrap-around handling for cumulative hardware counters (pure functions)."""
+"""Cumulative hardware counters turned into increases (pure functions, one definition for the whole project).
+
+A counter that is narrow enough to wrap (32-bit PCIe/NVLink counters, RAPL at ``max_energy_range_uj``) is unwrapped:
+a decrease is one wrap. A 64-bit counter never wraps in practice (NVML's energy counter in mJ would need about
+580 million years at 1 kW), so a decrease there is a **glitch** (one reading off its neighbours' trend: dropped) or
+a **reset** (driver reload, counter reset: the series is cut into segments and nothing is added across the cut).
+Both are counted, never hidden, and 2^64 is never added. Integer readings keep full precision: increases are
+computed on the integers before they become float64.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 
 
-def counter_deltas(values: npt.ArrayLike, width_bits: int = 64, modulus: float | None = None) -> np.ndarray:
-    """Successive increments of a cumulative counter that wraps at ``2**width_bits`` (or ``modulus``).
+@dataclass(frozen=True)
+class CounterTrace:
+    """A counter's readings (in time order) as a usable cumulative series.
 
-    A decrease ``v[k] < v[k-1]`` is read as exactly one wrap:
-    ``delta = 2**width_bits - v[k-1] + v[k]``. Missing samples (NaN) give a NaN delta for both
-    neighbouring intervals; the increment across a gap is attributed to the next valid pair
-    by :func:`unwrap_counter`.
+    Attributes:
+        cumulative: Increase since the first kept reading (float64, in the counter's unit); NaN where a reading is
+            missing or was dropped as a glitch. A reset adds nothing: the increase across it is unknown.
+        segment: Segment number of each kept reading (a new segment starts at each reset); -1 where not kept.
+        glitches: Readings dropped because they left the trend of their neighbours and came back to it.
+        resets: Decreases that persisted (the series is cut there).
+        wraps: Decreases read as one wrap (wrapping counters only).
+    """
+
+    cumulative: np.ndarray
+    segment: np.ndarray
+    glitches: int = 0
+    resets: int = 0
+    wraps: int = 0
+
+    @property
+    def kept(self) -> np.ndarray:
+        """Boolean mask of the readings used."""
+        return self.segment >= 0
+
+
+def _readings(values: npt.ArrayLike) -> list[int | float | None]:
+    """Readings as exact Python numbers (integers where they are integral), None where missing."""
+    s = pd.Series(values)
+    if pd.api.types.is_integer_dtype(s.dtype):
+        return [None if pd.isna(x) else int(x) for x in s.astype("object")]
+    f = pd.to_numeric(s, errors="coerce").astype("float64").to_numpy()
+    return [None if np.isnan(x) else (int(x) if x.is_integer() and abs(x) < 2.0**53 else float(x)) for x in f]
+
+
+def _monotone(vals: list[int | float | None]) -> CounterTrace | None:
+    """The common case without any decrease, vectorised (None when a decrease needs the full treatment)."""
+    present = np.fromiter((v is not None for v in vals), dtype=bool, count=len(vals))
+    kept = [v for v in vals if v is not None]
+    if all(isinstance(v, int) for v in kept) and all(0 <= v < 2**64 for v in kept):
+        arr = np.asarray(kept, dtype=np.uint64)
+        if arr.size > 1 and bool((arr[1:] < arr[:-1]).any()):
+            return None
+        inc = np.diff(arr).astype(np.float64) if arr.size > 1 else np.empty(0)
+    else:
+        arr = np.asarray(kept, dtype=np.float64)
+        inc = np.diff(arr)
+        if (inc < 0).any():
+            return None
+    cumulative = np.full(len(vals), np.nan)
+    segment = np.full(len(vals), -1, dtype=np.int64)
+    cumulative[present] = np.concatenate(([0.0], np.cumsum(inc))) if arr.size else np.empty(0)
+    segment[present] = 0
+    return CounterTrace(cumulative, segment)
+
+
+def counter_trace(values: npt.ArrayLike, width_bits: int = 64, modulus: float | None = None) -> CounterTrace:
+    """Increases of a cumulative counter from its readings in time order.
 
     Args:
-        values: Raw counter readings in sample order (float, NaN = missing).
-        width_bits: Counter width in bits (32 for uint32 counters, 64 for uint64).
-        modulus: Wrap value when it is not a power of two (e.g. RAPL ``max_energy_range_uj + 1``);
-            overrides ``width_bits``.
+        values: Raw readings in time order (integers, e.g. a ``UInt64`` column, or floats); NaN/NA = missing.
+        width_bits: 32 for counters that wrap at 2^32; 64 for counters that never wrap (a decrease is a glitch or a
+            reset, see the module docstring).
+        modulus: Wrap value when it is not a power of two (RAPL: ``max_energy_range_uj + 1``): the counter wraps.
 
     Returns:
-        Array of length ``len(values) - 1`` (empty for fewer than two samples).
+        A :class:`CounterTrace` with one entry per reading.
     """
-    v = np.asarray(values, dtype=np.float64)
-    if v.size < 2:
-        return np.empty(0, dtype=np.float64)
-    d = np.diff(v)
-    wrapped = d < 0
-    d[wrapped] = d[wrapped] + (float(modulus) if modulus is not None else float(2**width_bits))
-    return d
-
-
-def unwrap_counter(values: npt.ArrayLike, width_bits: int = 64, modulus: float | None = None) -> np.ndarray:
-    """Turn raw wrapping counter readings into a monotone cumulative series.
-
-    The first valid reading is kept as is; every later valid reading becomes the previous
-    unwrapped value plus the (wrap-corrected) increment from the previous *valid* reading.
-    Missing readings stay NaN.
-
-    Args:
-        values: Raw counter readings in sample order (NaN = missing).
-        width_bits: Counter width in bits.
-        modulus: Wrap value overriding ``width_bits`` (see :func:`counter_deltas`).
-
-    Returns:
-        The unwrapped series, same length as ``values``.
-    """
-    v = np.asarray(values, dtype=np.float64)
-    out = np.full(v.shape, np.nan)
-    valid = np.flatnonzero(~np.isnan(v))
-    if valid.size == 0:
-        return out
-    vv = v[valid]
-    inc = counter_deltas(vv, width_bits, modulus)
-    out[valid] = vv[0] + np.concatenate(([0.0], np.cumsum(inc)))
-    return out
+    vals = _readings(values)
+    fast = _monotone(vals)
+    if fast is not None:
+        return fast
+    n = len(vals)
+    cumulative = np.full(n, np.nan)
+    segment = np.full(n, -1, dtype=np.int64)
+    idx = [i for i, v in enumerate(vals) if v is not None]
+    if not idx:
+        return CounterTrace(cumulative, segment)
+    wrap = modulus if modulus is not None else (2**width_bits if width_bits < 64 else None)
+    glitches = resets = wraps = 0
+    kept: list[int] = [idx[0]]  # reading indices kept, in order
+    seg_of: dict[int, int] = {idx[0]: 0}
+    inc_of: dict[int, int | float] = {idx[0]: 0}
+    seg = 0
+    j = 1
+    while j < len(idx):
+        k = idx[j]
+        prev = kept[-1]
+        v, pv = vals[k], vals[prev]
+        if v >= pv:
+            kept.append(k)
+            seg_of[k], inc_of[k] = seg, v - pv
+            j += 1
+            continue
+        if wrap is not None:  # a wrapping counter: one wrap
+            kept.append(k)
+            seg_of[k], inc_of[k] = seg, v + wrap - pv
+            wraps += 1
+            j += 1
+            continue
+        nxt = vals[idx[j + 1]] if j + 1 < len(idx) else None
+        if nxt is not None and nxt >= pv:  # a dip: this reading is off the trend the next one continues
+            glitches += 1
+            j += 1
+            continue
+        before = kept[-2] if len(kept) > 1 and seg_of[kept[-2]] == seg else None
+        if before is not None and v >= vals[before]:  # a spike: the previous reading was off the trend
+            glitches += 1
+            kept.pop()
+            continue  # re-evaluate this reading against the one before the spike
+        resets += 1  # a reset: a new segment starts here, nothing is added across the cut
+        seg += 1
+        kept.append(k)
+        seg_of[k], inc_of[k] = seg, 0
+        j += 1
+    order = np.asarray(kept, dtype=np.int64)
+    inc = np.asarray([float(inc_of[k]) for k in kept])
+    cumulative[order] = np.cumsum(inc)
+    segment[order] = [seg_of[k] for k in kept]
+    return CounterTrace(cumulative, segment, glitches, resets, wraps)
 
 
 def infer_counter_width(values: npt.ArrayLike) -> int:
-    """Guess a counter's width: 32 if every reading fits in uint32, else 64.
+    """A counter's width when the source does not say: 32 if every reading fits in uint32, else 64.
 
     Args:
-        values: Raw readings (NaN ignored).
+        values: Raw readings (missing ones ignored).
 
     Returns:
         32 or 64.
     """
-    v = np.asarray(values, dtype=np.float64)
-    v = v[~np.isnan(v)]
-    if v.size and float(v.max()) >= 2.0**32:
-        return 64
-    return 32
+    vals = _readings(values)
+    return 64 if any(v is not None and v >= 2**32 for v in vals) else 32
+
+
+def unwrap_counter(values: npt.ArrayLike, width_bits: int = 64, modulus: float | None = None) -> np.ndarray:
+    """The readings as a monotone series starting at the first reading (see :func:`counter_trace`).
+
+    Args:
+        values: Raw readings in time order (NaN = missing).
+        width_bits: Counter width in bits.
+        modulus: Wrap value overriding ``width_bits``.
+
+    Returns:
+        ``first reading + cumulative increase`` (float64), NaN where missing or dropped.
+    """
+    vals = _readings(values)
+    first = next((v for v in vals if v is not None), None)
+    trace = counter_trace(values, width_bits, modulus)
+    return trace.cumulative + (float(first) if first is not None else 0.0)

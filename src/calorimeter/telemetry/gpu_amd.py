@@ -8,7 +8,7 @@ from typing import Any
 from calorimeter.telemetry.gpu_common import GpuReader, MetricGroup, Unavailable
 from calorimeter.telemetry.schema import GPU_METRIC_NAMES
 
-_AMD_READ = ("power_instant_w", "power_avg_w", "gpu_temp_c", "energy_mj", "power_limit_w")
+_AMD_READ = ("power_instant_w", "power_driver_avg_w", "gpu_temp_c", "energy_millijoule", "power_limit_w")
 
 
 def make_amd_reader(zgpu: Any) -> tuple[GpuReader, dict[str, str]]:
@@ -23,15 +23,16 @@ def make_amd_reader(zgpu: Any) -> tuple[GpuReader, dict[str, str]]:
 
     def energy() -> dict[str, Any]:
         if not zgpu.supports_get_total_energy_consumption():
-            return {"energy_mj": Unavailable("Zeus reports the amdsmi energy counter as inaccurate on this GPU")}
-        return {"energy_mj": int(zgpu.get_total_energy_consumption())}
+            why = "Zeus reports the amdsmi energy counter as inaccurate on this GPU"
+            return {"energy_millijoule": Unavailable(why)}
+        return {"energy_millijoule": int(zgpu.get_total_energy_consumption())}
 
     groups = [
         MetricGroup(("power_instant_w",), lambda: {"power_instant_w": zgpu.get_instant_power_usage() / 1000.0}),
-        MetricGroup(("power_avg_w",), lambda: {"power_avg_w": zgpu.get_average_power_usage() / 1000.0}),
+        MetricGroup(("power_driver_avg_w",), lambda: {"power_driver_avg_w": zgpu.get_average_power_usage() / 1000.0}),
         # Zeus reads the hotspot (junction) temperature on AMD.
         MetricGroup(("gpu_temp_c",), lambda: {"gpu_temp_c": float(zgpu.get_gpu_temperature())}),
-        MetricGroup(("energy_mj",), energy, slow=True),
+        MetricGroup(("energy_millijoule",), energy, slow=True),
         MetricGroup(("power_limit_w",), lambda: {"power_limit_w": zgpu.get_power_management_limit() / 1000.0}),
     ]
     info: dict[str, Any] = {}

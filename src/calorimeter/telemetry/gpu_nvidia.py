@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from calorimeter.telemetry.gpu_common import GpuReader, MetricGroup, Unavailable, describe_error
+from calorimeter.telemetry.reasons import ACCUMULATED_REASON_FIELDS, accumulated_column
 
 #: ``scopeId`` that asks NVML for the sum over all NVLink links (nvml.h: UINT_MAX = aggregate).
 NVLINK_ALL_LINKS = 0xFFFFFFFF
@@ -47,6 +48,7 @@ def _field_specs(pynvml: Any) -> list[tuple[str, Any, float]]:
         ("pcie_rx_bytes", pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, 1.0),
         ("nvlink_tx_kib", (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVLINK_ALL_LINKS), 1.0),
         ("nvlink_rx_kib", (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVLINK_ALL_LINKS), 1.0),
+        *((accumulated_column(reason), field, 1.0) for reason, field in ACCUMULATED_REASON_FIELDS.items()),
     ]
 
 
@@ -68,8 +70,11 @@ def make_nvidia_reader(zgpu: Any, pynvml: Any) -> GpuReader:
     """
     h = zgpu.handle
     specs = _field_specs(pynvml)
-    fast_specs = [s for s in specs if not s[0].startswith("pcie_")]
-    slow_specs = [s for s in specs if s[0].startswith("pcie_")]  # ~0.3 ms each on an H100
+    fast_specs = [s for s in specs if not s[0].startswith(("pcie_", "throttle_"))]
+    pcie_specs = [s for s in specs if s[0].startswith("pcie_")]  # ~0.3 ms each on an H100
+    # the driver's accumulated throttle time per reason (ns): a counter, interpolated at window edges, so it is read
+    # with the other slow counters (every slow_period_s) rather than every sample
+    throttle_specs = [s for s in specs if s[0].startswith("throttle_")]
 
     def field_reader(sel: list[tuple[str, Any, float]]) -> Callable[[], Mapping[str, Any]]:
         ids = [fid for _, fid, _ in sel]
@@ -97,24 +102,26 @@ def make_nvidia_reader(zgpu: Any, pynvml: Any) -> GpuReader:
 
     def energy() -> Mapping[str, Any]:
         if not zgpu.supports_get_total_energy_consumption():
-            return {"energy_mj": Unavailable("energy counter needs Volta or newer")}
-        return {"energy_mj": int(zgpu.get_total_energy_consumption())}
+            return {"energy_millijoule": Unavailable("energy counter needs Volta or newer")}
+        return {"energy_millijoule": int(zgpu.get_total_energy_consumption())}
 
     def memory_power_avg() -> Mapping[str, Any]:
         mw = zgpu.get_average_memory_power_usage()
         if mw == 0:  # Zeus: 0 means the GPU does not support it (e.g. A40)
-            return {"memory_power_avg_w": Unavailable("average memory power reads 0 (unsupported on this GPU)")}
-        return {"memory_power_avg_w": mw / 1000.0}
+            return {"memory_power_driver_avg_w": Unavailable("average memory power reads 0 (unsupported on this GPU)")}
+        return {"memory_power_driver_avg_w": mw / 1000.0}
 
     groups = [
         MetricGroup(("power_instant_w",), lambda: {"power_instant_w": zgpu.get_instant_power_usage() / 1000.0}),
-        MetricGroup(("power_avg_w",), lambda: {"power_avg_w": zgpu.get_average_power_usage() / 1000.0}),
-        MetricGroup(("memory_power_avg_w",), memory_power_avg),
+        MetricGroup(("power_driver_avg_w",),
+                    lambda: {"power_driver_avg_w": zgpu.get_average_power_usage() / 1000.0}),
+        MetricGroup(("memory_power_driver_avg_w",), memory_power_avg),
         MetricGroup(("gpu_temp_c",), lambda: {"gpu_temp_c": float(zgpu.get_gpu_temperature())}),
         # nvmlDeviceGetTotalEnergyConsumption took ~4 ms per call on an H100 (driver 580): slow group.
-        MetricGroup(("energy_mj",), energy, slow=True),
+        MetricGroup(("energy_millijoule",), energy, slow=True),
         MetricGroup(tuple(name for name, _, _ in fast_specs), field_reader(fast_specs)),
-        MetricGroup(tuple(name for name, _, _ in slow_specs), field_reader(slow_specs), slow=True),
+        MetricGroup(tuple(name for name, _, _ in pcie_specs), field_reader(pcie_specs), slow=True),
+        MetricGroup(tuple(name for name, _, _ in throttle_specs), field_reader(throttle_specs), slow=True),
         MetricGroup(
             ("sm_clock_mhz",), lambda: {"sm_clock_mhz": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))}
         ),

@@ -1,31 +1,87 @@
-"""Decoding of the NVML clock-event (throttle) reason bitmask.
+"""NVML's clock-event (throttle) reasons, named from pynvml's own constants.
 
-NVML reports why the SM clock is below its maximum as a 64-bit mask
-(``nvmlDeviceGetCurrentClocksEventReasons``, formerly ``...ThrottleReasons``); the bit values are pynvml's
-``nvmlClocksThrottleReason*`` constants (the same bits as ``nvmlClocksEventReason*``, present in every nvidia-ml-py).
+NVML reports why the SM clock is below its maximum in two ways, both read by the node sampler:
+
+* a bitmask at the moment of the read (``nvmlDeviceGetCurrentClocksEventReasons``, formerly ``...ThrottleReasons``):
+  the bits are pynvml's ``nvmlClocksEventReason*`` constants (and the legacy ``nvmlClocksThrottleReason*`` ones that
+  have no new name, e.g. ``BoardLimit``);
+* accumulated time per reason, kept by the driver since it loaded (field values
+  ``NVML_FI_DEV_CLOCKS_EVENT_REASON_*``, in nanoseconds), so that the share of a window's time spent throttled does
+  not depend on the sampling period.
+
+Names are the constants' names in snake case (``SwPowerCap`` -> ``sw_power_cap``); an accumulated field is matched
+to its bit by the same words (``SW_THERM_SLOWDOWN`` is the ``SwThermalSlowdown`` bit).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
 
 import pynvml
 
-#: Bit value -> reason name, in bit order (the names are the ``throttle_<name>`` columns of the tables).
-CLOCK_EVENT_REASON_BITS: dict[int, str] = {
-    pynvml.nvmlClocksThrottleReasonGpuIdle: "gpu_idle",
-    pynvml.nvmlClocksThrottleReasonApplicationsClocksSetting: "applications_clocks_setting",
-    pynvml.nvmlClocksThrottleReasonSwPowerCap: "sw_power_cap",
-    pynvml.nvmlClocksThrottleReasonHwSlowdown: "hw_slowdown",
-    pynvml.nvmlClocksThrottleReasonSyncBoost: "sync_boost",
-    pynvml.nvmlClocksThrottleReasonSwThermalSlowdown: "sw_thermal_slowdown",
-    pynvml.nvmlClocksThrottleReasonHwThermalSlowdown: "hw_thermal_slowdown",
-    pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown: "hw_power_brake",
-    pynvml.nvmlClocksThrottleReasonDisplayClockSetting: "display_clock_setting",
-}
+_BIT_PREFIXES = ("nvmlClocksEventReason", "nvmlClocksThrottleReason")
+_FIELD_PREFIX = "NVML_FI_DEV_CLOCKS_EVENT_REASON_"
+_NOT_A_REASON = ("All", "None")
+
+
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+
+
+def _canonical(name: str) -> str:
+    """Words of a reason name without separators, with NVML's two spellings of thermal made one."""
+    return re.sub(r"thermal", "therm", name.replace("_", "").lower())
+
+
+def _reason_bits() -> dict[int, str]:
+    """Bit -> name from pynvml: the new ``nvmlClocksEventReason*`` names first, legacy ones for the other bits; of
+    two names for one bit (an alias such as ``UserDefinedClocks``) the alphabetically first."""
+    bits: dict[int, str] = {}
+    for prefix in _BIT_PREFIXES:
+        found: dict[int, list[str]] = {}
+        for attr in dir(pynvml):
+            suffix = attr[len(prefix):]
+            if attr.startswith(prefix) and suffix not in _NOT_A_REASON and isinstance(getattr(pynvml, attr), int):
+                value = int(getattr(pynvml, attr))
+                if value and value & (value - 1) == 0:  # one bit
+                    found.setdefault(value, []).append(suffix)
+        for value, names in found.items():
+            bits.setdefault(value, _snake(sorted(names)[0]))
+    return dict(sorted(bits.items()))
+
+
+#: Bit value -> reason name, in bit order (from pynvml's constants).
+CLOCK_EVENT_REASON_BITS: dict[int, str] = _reason_bits()
 
 #: Every named reason, in bit order.
 REASON_NAMES: tuple[str, ...] = tuple(CLOCK_EVENT_REASON_BITS.values())
+
+
+def _accumulated_fields() -> dict[str, str]:
+    """Reason name -> pynvml name of the field holding its accumulated time (``NVML_FI_DEV_CLOCKS_EVENT_REASON_*``)."""
+    by_canon = {_canonical(n): n for n in REASON_NAMES}
+    out: dict[str, str] = {}
+    for attr in sorted(dir(pynvml)):
+        if attr.startswith(_FIELD_PREFIX):
+            name = by_canon.get(_canonical(attr[len(_FIELD_PREFIX):]))
+            if name is not None:
+                out[name] = attr
+    return {n: out[n] for n in REASON_NAMES if n in out}
+
+
+#: Reason name -> pynvml constant of the field with the driver's accumulated time for it (ns since it loaded).
+ACCUMULATED_FIELD_NAMES: dict[str, str] = _accumulated_fields()
+#: Reason name -> NVML field id of that field.
+ACCUMULATED_REASON_FIELDS: dict[str, int] = {r: int(getattr(pynvml, f)) for r, f in ACCUMULATED_FIELD_NAMES.items()}
+
+
+def accumulated_column(reason: str) -> str:
+    """Sample column of a reason's accumulated time: ``throttle_<reason>_ns``."""
+    return f"throttle_{reason}_ns"
+
+
+#: Sample columns of the accumulated times, in bit order.
+ACCUMULATED_COLUMNS: tuple[str, ...] = tuple(accumulated_column(n) for n in ACCUMULATED_REASON_FIELDS)
 
 _KNOWN_MASK = sum(CLOCK_EVENT_REASON_BITS)
 
@@ -64,18 +120,3 @@ def reason_flags(mask: int | None) -> dict[str, bool | None]:
     if mask is None:
         return {name: None for name in REASON_NAMES}
     return {name: bool(int(mask) & bit) for bit, name in CLOCK_EVENT_REASON_BITS.items()}
-
-
-def reason_fractions(masks: Iterable[int | None]) -> dict[str, float]:
-    """Fraction of (non-missing) samples in which each reason was set.
-
-    Args:
-        masks: Raw bitmasks; None entries are skipped.
-
-    Returns:
-        Mapping ``reason name -> fraction in [0, 1]``; NaN for every reason when no sample is present.
-    """
-    valid = [int(m) for m in masks if m is not None and m == m]  # m == m drops NaN
-    if not valid:
-        return {name: float("nan") for name in REASON_NAMES}
-    return {name: sum(1 for m in valid if m & bit) / len(valid) for bit, name in CLOCK_EVENT_REASON_BITS.items()}

@@ -22,6 +22,7 @@ from calorimeter.plan.models import get_model, padded_vocab_size
 from calorimeter.records.paths import RunPaths
 from calorimeter.train.data import BatchLayout, make_source, micro_batches
 from calorimeter.train.errors import CellOOMError
+from calorimeter.train.steady import steady_schedule
 
 StepCallback = Callable[[int, str, float, float], None]
 """``(step, phase, t_begin_s, t_end_s)`` called on every rank after each step (wall-clock ``time.time()`` seconds)."""
@@ -95,11 +96,14 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
     """Train ``cell`` on this rank and return its per-step record (the same losses on every rank).
 
     Must be called on every rank after ``torch.distributed.init_process_group`` (and, on CUDA,
-    ``torch.cuda.set_device(local_rank)``). Runs ``cell.warmup_steps`` then ``cell.measured_steps`` optimizer
-    steps. Each step is bracketed by device synchronisation; ``time_s`` comes from ``time.perf_counter`` and
-    ``t_begin_s``/``t_end_s`` from ``time.time``. The loss of a step is the mean over the global batch (averaged over
-    micro-batches and data-parallel ranks; read from the last pipeline stage and broadcast for pp>1), read once per
-    step after the step's end timestamp. The record is also written to ``out_dir/train-rank<rank>.json``.
+    ``torch.cuda.set_device(local_rank)``). Runs the warm-up steps (until the GPU temperature is steady, or
+    ``cell.warmup_steps``) then the measured steps (at least ``cell.measured_steps``; on GPUs at least
+    ``cell.measured_min_s`` seconds), decided by all ranks together (:mod:`calorimeter.train.steady`); what was decided
+    is in the record's ``warmup``. Each step is bracketed by device synchronisation; ``time_s`` comes from
+    ``time.perf_counter`` and ``t_begin_s``/``t_end_s`` from ``time.time``. The loss of a step is the mean over the
+    global batch (averaged over micro-batches and data-parallel ranks; read from the last pipeline stage and broadcast
+    for pp>1), read once per step after the step's end timestamp. The record is also written to
+    ``out_dir/train-rank<rank>.json``.
 
     Args:
         cell: the cell to train.
@@ -117,7 +121,7 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         JSON-able dict with ``steps`` (list of ``{step, phase, loss, grad_norm, time_s, t_begin_s, t_end_s}``;
         ``grad_norm`` is the global gradient norm before clipping, as DeepSpeed computed it),
         ``peak_memory_bytes``, ``parameters_on_rank``, ``parameters_model``, ``device``, ``rank``, ``world_size``,
-        ``dp_rank``, ``dp_size``, ``stage``, ``num_stages``, ``precision`` and ``cell_id``.
+        ``dp_rank``, ``dp_size``, ``stage``, ``num_stages``, ``precision``, ``warmup`` and ``cell_id``.
 
     Raises:
         CellOOMError: when the rank runs out of GPU memory while building or training.
@@ -143,11 +147,10 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         batches = micro_batches(source, layout, device=None if te.pipeline else device)
         dp_group = None if te.pipeline else te.dp_group  # the pipeline engine already averages over dp
         engine.train()
-        measured_end = cell.warmup_steps + cell.measured_steps
+        schedule = steady_schedule(cell, Path(out_dir), device, profile_steps)
         traced = profile_steps > 0 and (profile_all_ranks or (te.dp_rank == 0 and te.tp_rank == 0))
         trace_path = RunPaths(Path(out_dir)).trace(dist.get_rank())
-        for step in range(measured_end + profile_steps):
-            phase = "warmup" if step < cell.warmup_steps else ("measured" if step < measured_end else "profiled")
+        for step, phase in enumerate(schedule):
             ctx = _profiler(trace_path, device) if (phase == "profiled" and traced) else contextlib.nullcontext()
             _synchronize(device)
             t_begin_s, p_begin = time.time(), time.perf_counter()
@@ -158,6 +161,7 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
                     loss = _plain_step(engine, batches, layout.grad_accum)
                 _synchronize(device)
             p_end, t_end_s = time.perf_counter(), time.time()
+            schedule.done(p_end - p_begin)
             if dp_group is not None and te.dp_size > 1:
                 loss = loss.float().clone()
                 dist.all_reduce(loss, group=dp_group)  # gloo has no AVG: sum, then divide
@@ -186,6 +190,7 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         "parameters_model": te.parameters_model,
         "peak_memory_bytes": peak_memory_bytes(device),
         "traced": traced,
+        "warmup": schedule.record(),
         "steps": steps,
     }
     release_engine(te)

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Measurement fidelity on 2x H200 (issue 10), on a lent nvidia-h200-x2 node, about 6 minutes of device time:
+#   bash bench/gpu/fidelity.sh [SECONDS]        (default 340; results in $OUT as they come, see run_reference.sh)
+# 1. the warm-up variant first, on the cold GPUs: Llama-3 8B ZeRO-3 with the fixed 2-step warm-up of the study's
+#    artifact (config/reference/h200x2-fidelity-warmup.yaml merged over h200x2-fidelity.yaml): ~55 s;
+# 2. the same cell 3 times with the steady-state warm-up (config/reference/h200x2-fidelity.yaml): ~90 s each
+#    (~25 s start, ~20-45 s until both GPUs' temperature slope is under 1 C/min, capped at 60 s, >= 15 s measured).
+# Every cell samples NVML every 50 ms, including the accumulated throttle time per reason next to the bitmask.
+# Brings back $OUT/fidelity-warmup.tar.gz and $OUT/fidelity.tar.gz (cell records, no raw streams) and their logs;
+# unpack both with bench/gpu/keep_reference.sh into one results/reference/h200x2-fidelity-<date> folder, then
+#   python bench/fidelity_report.py results/reference/h200x2-fidelity-<date>
+# CPU dry run of the same shape (tiny model, gloo, no GPU): bash bench/gpu/fidelity.sh --cpu
+set -u
+if [ "${1:-}" = "--cpu" ]; then
+  RES=${RES:-/tmp/res-fidelity-cpu}
+  TINY=(hardware=cpu results_dir="$RES" "defaults={model: tiny-llama, seq_len: 128, global_batch: 8, micro_batch: 2, \
+precision: fp32, lr: 0.003}" "launcher={timeout_min: 10}")
+  python3 -m snakemake --cores 2 --configfile config/reference/h200x2-fidelity.yaml config/reference/h200x2-fidelity-warmup.yaml \
+    --config "${TINY[@]}" 2>&1 | grep -E "steps \(|rror|cells" | tail -5
+  python3 -m snakemake --cores 2 --configfile config/reference/h200x2-fidelity.yaml --config "${TINY[@]}" 2>&1 \
+    | grep -E "steps \(|rror|cells" | tail -5
+  exit 0
+fi
+TOTAL=${1:-340}
+bash bench/gpu/run_reference.sh "config/reference/h200x2-fidelity.yaml config/reference/h200x2-fidelity-warmup.yaml" \
+  fidelity-warmup 70
+bash bench/gpu/run_reference.sh config/reference/h200x2-fidelity.yaml fidelity $((TOTAL - 70))

@@ -1,0 +1,94 @@
+"""Names that changed since records were first shipped: every reader goes through here, so that old records
+(``results/reference/*``) and new ones give the same tables.
+
+* samples (sampler streams ``gpu-*.arrows`` and ``telemetry.parquet``): ``power_avg_w`` (NVML's own ~1 s average)
+  is ``power_driver_avg_w``, so that ``power_avg_w`` only ever means a time-weighted average over a window in the
+  tables; ``memory_power_avg_w`` likewise; the energy counter ``energy_mj`` (millijoules, easily read as megajoules)
+  is ``energy_millijoule``; reason names follow pynvml (``hw_power_brake`` is ``hw_power_brake_slowdown``);
+* ``run.json`` metrics: ``mfu`` was Megatron's convention (full attention) and is ``mfu_full``; ``mfu_causal`` is
+  derived for records that lack it;
+* plan estimates: ``model_flops_per_iter`` is ``model_flops_per_iteration``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pandas as pd
+
+#: old sample column -> new one
+SAMPLE_RENAMES: dict[str, str] = {
+    "power_avg_w": "power_driver_avg_w",
+    "memory_power_avg_w": "memory_power_driver_avg_w",
+    "energy_mj": "energy_millijoule",
+    "energy_mj_raw": "energy_millijoule_raw",
+    "reason_hw_power_brake": "reason_hw_power_brake_slowdown",
+}
+#: old run.json metric -> new one
+METRIC_RENAMES: dict[str, str] = {"mfu": "mfu_full"}
+#: old plan estimate -> new one
+ESTIMATE_RENAMES: dict[str, str] = {"model_flops_per_iter": "model_flops_per_iteration"}
+
+
+def upgrade_samples(df: pd.DataFrame) -> pd.DataFrame:
+    """GPU samples (a stream or a tidy ``telemetry.parquet``) with today's column names.
+
+    An old tidy table has both the unwrapped ``energy_mj`` (float) and the raw ``energy_mj_raw``: the raw readings
+    are kept (the analysis derives every increase from them) and the old unwrapped series is dropped.
+    """
+    if not any(c in df.columns for c in SAMPLE_RENAMES):
+        return df
+    out = df
+    if "energy_mj_raw" in out.columns and "energy_mj" in out.columns:
+        out = out.drop(columns=["energy_mj"])
+    return out.rename(columns={k: v for k, v in SAMPLE_RENAMES.items() if k in out.columns and v not in out.columns})
+
+
+def _causal_ratio(record: dict[str, Any]) -> float | None:
+    """model FLOPs with causal attention / with full attention, for a record's cell (None if not computable)."""
+    from calorimeter.plan.flops import iteration_flops
+    from calorimeter.plan.models import get_model, padded_vocab_size
+
+    cell = record.get("cell") or {}
+    try:
+        m = get_model(cell["model"])
+        args = (m, int(cell["seq_len"]), int(cell["global_batch"]), "none", None, int(cell.get("pp") or 1))
+        vocab = padded_vocab_size(m, int(cell.get("tp") or 1))
+        full = iteration_flops(*args, padded_vocab=vocab, causal=False).model_flops
+        causal = iteration_flops(*args, padded_vocab=vocab, causal=True).model_flops
+    except (KeyError, TypeError, ValueError):
+        return None
+    return causal / full if full else None
+
+
+def upgrade_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A ``run.json`` with today's metric and estimate names (the input is not modified)."""
+    metrics = record.get("metrics") or {}
+    estimates = record.get("plan_estimates") or {}
+    if not (set(METRIC_RENAMES) & set(metrics) or set(ESTIMATE_RENAMES) & set(estimates)):
+        return record
+    out = copy.deepcopy(record)
+    m = out.get("metrics") or {}
+    for old, new in METRIC_RENAMES.items():
+        if old in m:
+            m.setdefault(new, m.pop(old))
+    if m.get("mfu_full") is not None and "mfu_causal" not in m:
+        ratio = _causal_ratio(out)
+        m["mfu_causal"] = m["mfu_full"] * ratio if ratio is not None else None
+    est = out.get("plan_estimates") or {}
+    for old, new in ESTIMATE_RENAMES.items():
+        if old in est:
+            est.setdefault(new, est.pop(old))
+    return out
+
+
+def upgrade_plan_cell(cell: dict[str, Any]) -> dict[str, Any]:
+    """A ``plan.json`` cell (parameters, status, reasons and estimates at the top level) with today's names."""
+    if not set(ESTIMATE_RENAMES) & set(cell):
+        return cell
+    out = dict(cell)
+    for old, new in ESTIMATE_RENAMES.items():
+        if old in out:
+            out.setdefault(new, out.pop(old))
+    return out

@@ -1,0 +1,126 @@
+"""Steady-state warm-up and measured length: the decisions of calorimeter.train.steady with fake temperatures, fake
+ranks and a fake clock (no GPU needed); the real loop is run on CPU ranks by tests/test_train_dist.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from calorimeter.plan.cell import Cell
+from calorimeter.train import steady
+from calorimeter.train.steady import SteadyState, slope_c_per_min
+
+
+class Clock:
+    """A fake wall clock that every step advances."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(steady.time, "time", c)
+    return c
+
+
+def heating(tau_s: float, rise_c: float, t0: float, drift_c_per_min: float = 0.0):
+    """A GPU heating like the H200s: first-order rise, then an optional slow drift; read every 50 ms up to now."""
+
+    def temps(now: float) -> list[tuple[float, float]]:
+        t = np.arange(t0, now, 0.05)
+        v = 40 + rise_c * (1 - np.exp(-(t - t0) / tau_s)) + drift_c_per_min * (t - t0) / 60
+        return list(zip(t, np.round(v), strict=True))  # NVML reads whole degrees
+
+    return temps
+
+
+def cell(**kw) -> Cell:
+    base = dict(sweep="s", model="tiny-gpt", hardware="h200", nodes=1, gpus_per_node=2, warmup="steady",
+                warmup_steps=2, warmup_max_steps=100, warmup_max_s=180.0, steady_window_s=20.0,
+                steady_slope_c_per_min=1.0, measured_steps=5, measured_min_s=20.0)
+    return Cell(**{**base, **kw})
+
+
+def run(schedule: SteadyState, clock: Clock, step_s: float) -> list[str]:
+    phases = []
+    for phase in schedule:
+        phases.append(phase)
+        clock.now += step_s
+        schedule.done(step_s)
+    return phases
+
+
+def test_slope_by_hand() -> None:
+    r = [(float(t), 50.0 + 0.5 * t) for t in range(0, 21)]  # +0.5 C/s = 30 C/min
+    assert slope_c_per_min(r, 20.0, 20.0) == pytest.approx(30.0)
+    assert math.isnan(slope_c_per_min(r, 20.0, 40.0))  # the readings span only half the window: too early
+    assert math.isnan(slope_c_per_min(r[:2], 20.0, 1.0))
+
+
+def test_warms_up_until_the_temperature_is_steady(clock: Clock) -> None:
+    temps = heating(tau_s=8.0, rise_c=30.0, t0=clock.now)
+    s = SteadyState(cell(), lambda: temps(clock.now), "fake")
+    phases = run(s, clock, step_s=1.0)
+    # first-order rise with tau 8 s: the 20 s slope falls under 1 C/min some 45-60 s in (whole degrees, so noisy)
+    assert 30 <= s.steps <= 80 and s.reason == "steady" and abs(s.slope) <= 1.0
+    assert phases[: s.steps] == ["warmup"] * s.steps
+    # measured: at least 20 s at 1 s per step, and at least measured_steps
+    assert phases[s.steps:] == ["measured"] * 20 and s.measured == 20
+    r = s.record()
+    assert r["mode_used"] == "steady" and r["steps"] == s.steps and r["seconds"] == pytest.approx(s.steps)
+
+
+def test_cap_on_steps_and_seconds(clock: Clock) -> None:
+    temps = heating(tau_s=8.0, rise_c=30.0, t0=clock.now, drift_c_per_min=6.0)  # never steady
+    s = SteadyState(cell(warmup_max_steps=15), lambda: temps(clock.now), "fake")
+    run(s, clock, step_s=1.0)
+    assert s.steps == 15 and s.reason.startswith("cap")
+    s = SteadyState(cell(warmup_max_s=30.0), lambda: temps(clock.now), "fake")
+    run(s, clock, step_s=4.0)
+    assert s.steps == 8 and s.reason.startswith("cap")  # 8 steps x 4 s reach 30 s
+
+
+def test_every_rank_agrees(clock: Clock) -> None:
+    """Rank 0's GPU settles fast, rank 1's slowly: rank 0 warms up until rank 1 is steady too (the collective vote is
+    the minimum over ranks: rank 1's vote is what it would say at the same moment)."""
+    cool, hot = heating(2.0, 10.0, clock.now), heating(12.0, 35.0, clock.now)
+
+    def with_rank1(values: np.ndarray) -> np.ndarray:
+        if len(values) != 2:  # "has a temperature" and the slowest step time: the same on both ranks here
+            return values
+        steady1 = 1.0 if abs(slope_c_per_min(hot(clock.now), clock.now, 20.0)) <= 1.0 else 0.0
+        return np.minimum(values, [steady1, 1.0])
+
+    rank0 = SteadyState(cell(), lambda: cool(clock.now), "fake", agree_min=with_rank1)
+    run(rank0, clock, 1.0)
+    clock.now = 1000.0
+    alone0 = SteadyState(cell(), lambda: cool(clock.now), "fake")
+    run(alone0, clock, 1.0)
+    clock.now = 1000.0
+    alone1 = SteadyState(cell(), lambda: hot(clock.now), "fake")
+    run(alone1, clock, 1.0)
+    assert alone0.steps < alone1.steps  # the hot GPU needs longer on its own
+    assert rank0.steps >= alone1.steps  # and holds rank 0 back: nobody measures before every GPU is steady
+
+
+def test_fixed_warmup_and_cpu_fallback_are_recorded(clock: Clock) -> None:
+    s = SteadyState(cell(warmup="fixed", warmup_steps=3, measured_min_s=0.0), lambda: [], "fake")
+    assert run(s, clock, 1.0) == ["warmup"] * 3 + ["measured"] * 5
+    assert s.record()["mode_used"] == "fixed" and s.reason == "fixed"
+    # no temperature (a CPU rank): the fixed warm-up and measured_steps, whatever measured_min_s says
+    s = SteadyState(cell(), None, "no GPU temperature on a CPU rank", profile_steps=1)
+    assert run(s, clock, 0.01) == ["warmup"] * 2 + ["measured"] * 5 + ["profiled"]
+    r = s.record()
+    assert r["mode"] == "steady" and r["mode_used"] == "fixed" and "CPU rank" in r["reason"]
+
+
+def test_fixed_warmup_on_a_gpu_still_measures_long_enough(clock: Clock) -> None:
+    s = SteadyState(cell(warmup="fixed", warmup_steps=2, measured_min_s=3.0), lambda: [(0.0, 50.0)], "fake")
+    assert run(s, clock, 0.5) == ["warmup"] * 2 + ["measured"] * 6  # ceil(3 s / 0.5 s) = 6 > 5
