@@ -60,7 +60,8 @@ def main() -> None:
     print(f"plan: {t2 - t1:.2f} s for {args.cells} cells ({len(planned)} planned)")
     print(f"projection: {t3 - t2:.2f} s for {len(df)} cells ({(t3 - t2) / max(len(df), 1) * 1e3:.1f} ms per cell)")
     print(f"plan + projection: {t3 - t1:.2f} s (target < 10 s for 1,000 cells on 2 cores)")
-    print(f"largest: {df['world_size'].max()} GPUs; MFU {df['mfu'].min():.1%} .. {df['mfu'].max():.1%}")
+    print(f"largest: {df['world_size'].max()} GPUs; MFU (full attention) {df['mfu_full'].min():.1%} .. "
+          f"{df['mfu_full'].max():.1%}")
 
 
 if __name__ == "__main__":

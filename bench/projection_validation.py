@@ -27,7 +27,7 @@ def main() -> None:
     table = validate(folds)
     for name, s in summarize(table).items():
         print(f"== {name}: {s['cells']} held-out cells ({s['gpu_bound_cells']} GPU-bound)")
-        for m in ("iteration_time_s", "energy_per_token_j", "power_avg_w", "mfu"):
+        for m in ("iteration_time_s", "energy_per_token_j", "power_avg_w", "mfu_full"):
             v = s[m]
             print(f"  {m:20s} median |err| {v['median_abs_gpu_bound']:6.1%} (all {v['median_abs']:6.1%})   "
                   f"max {v['max_abs_gpu_bound']:6.1%} (all {v['max_abs']:6.1%})")

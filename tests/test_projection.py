@@ -237,7 +237,7 @@ def test_projected_row_is_marked_and_says_what_is_assumed(calibration) -> None:
     assert "inter-node" in big["assumed"] and big["world_size"] == 1024
     h100 = proj.project(llama(hardware="h100", tp=8, sequence_parallel=True))
     assert "h200 calibration used for h100" in h100["assumed"]
-    assert math.isfinite(big["energy_per_token_j"]) and big["mfu"] > 0
+    assert math.isfinite(big["energy_per_token_j"]) and big["mfu_full"] > 0
 
 
 def test_projection_reproduces_its_own_calibration_cells(measured, calibration) -> None:

@@ -38,6 +38,8 @@ def concat_cell_tables(paths: Iterable[str | Path]) -> pd.DataFrame:
 def plan_row(cell: dict[str, Any]) -> dict[str, Any]:
     """Row of a cell that has no record: its parameters and plan status (pruned / not_run) with reasons."""
     row = {k: cell.get(k) for k in PARAM_KEYS}
+    row["config_id"] = row["config_id"] or row["cell_id"]
+    row["repeat"] = int(row["repeat"] or 0)
     row["pp_split"] = str(cell.get("pp_split") or "")
     row["status"] = "pruned" if cell.get("status") == "pruned" else "not_run"
     row["reason"] = "; ".join(cell.get("reasons") or [])

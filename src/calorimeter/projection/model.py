@@ -12,9 +12,7 @@ import math
 from typing import Any
 
 from calorimeter.plan.cell import Cell
-from calorimeter.plan.flops import iteration_flops, mfu
 from calorimeter.plan.hardware import get_profile
-from calorimeter.plan.models import padded_vocab_size
 from calorimeter.projection.calibration import Calibration
 from calorimeter.projection.collectives import CollectiveCurves, Network
 from calorimeter.projection.compute import COMPUTE_CATEGORIES
@@ -89,7 +87,7 @@ class Projector:
 
     def _power(self, cell: Cell, it, t: float) -> dict[str, float]:
         if self.cal.power is None:
-            return {"power_avg_w": math.nan, "energy_per_step_j": math.nan, "energy_per_token_j": math.nan}
+            return {"power_avg_w": math.nan, "energy_per_iteration_j": math.nan, "energy_per_token_j": math.nan}
         gpus_per_stage = cell.world_size // max(cell.pp, 1)
         total = 0.0
         for st in it.stages:
@@ -100,7 +98,7 @@ class Projector:
         avg = total / cell.world_size
         energy = total * t
         tokens = cell.global_batch * cell.seq_len
-        return {"power_avg_w": avg, "power_total_avg_w": total, "energy_per_step_j": energy,
+        return {"power_avg_w": avg, "power_total_avg_w": total, "energy_per_iteration_j": energy,
                 "energy_per_token_j": energy / tokens,
                 "efficiency": (cell.global_batch / t) / (energy / 1e6) if energy > 0 else math.nan}
 
@@ -127,16 +125,9 @@ class Projector:
 
 
 def _throughput(cell: Cell, t: float, peak_tflops: float | None) -> dict[str, float]:
-    """The runs table's throughput columns for an iteration time (plan/flops.py conventions)."""
-    from calorimeter.plan.models import get_model
+    """The runs table's throughput columns for an iteration time (records/metrics.py, plan/flops.py conventions)."""
+    from calorimeter.records.metrics import throughput_metrics
 
-    m = get_model(cell.model)
-    fl = iteration_flops(m, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp,
-                         padded_vocab=padded_vocab_size(m, cell.tp))
-    tokens_s = cell.global_batch * cell.seq_len / t
-    return {"samples_per_s": cell.global_batch / t, "tokens_per_s": tokens_s,
-            "tokens_per_s_per_gpu": tokens_s / cell.world_size,
-            "tflops_per_gpu": fl.hardware_flops / t / cell.world_size / 1e12,
-            "model_tflops_per_gpu": fl.model_flops / t / cell.world_size / 1e12,
-            "mfu": mfu(fl.model_flops, t, cell.world_size, peak_tflops),
-            "hfu": mfu(fl.hardware_flops, t, cell.world_size, peak_tflops)}
+    m = throughput_metrics(cell, [t], peak_tflops)
+    return {k: m[k] for k in ("samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
+                              "model_tflops_per_gpu", "mfu_full", "mfu_causal", "hfu")}

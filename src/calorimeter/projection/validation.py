@@ -23,7 +23,7 @@ from calorimeter.projection.model import Projector
 from calorimeter.projection.workload import workload
 
 #: metrics compared, measured column = predicted column
-METRICS: tuple[str, ...] = ("iteration_time_s", "energy_per_token_j", "power_avg_w", "tokens_per_s_per_gpu", "mfu")
+METRICS: tuple[str, ...] = ("iteration_time_s", "energy_per_token_j", "power_avg_w", "tokens_per_s_per_gpu", "mfu_full")
 #: the issue's targets: median absolute error of these two, and the largest error allowed without explanation
 TARGET_MEDIAN = {"iteration_time_s": 0.10, "energy_per_token_j": 0.10}
 TARGET_MAX = 0.25
