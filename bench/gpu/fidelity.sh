@@ -2,7 +2,7 @@
 # Measurement fidelity on 2x H200 (issue 10), on a lent nvidia-h200-x2 node, about 6 minutes of device time:
 #   bash bench/gpu/fidelity.sh [SECONDS]        (default 340; results in $OUT as they come, see run_reference.sh)
 # 1. the warm-up variant first, on the cold GPUs: Llama-3 8B ZeRO-3 with the fixed 2-step warm-up of the study's
-#    artifact (config/reference/h200x2-fidelity-warmup.yaml merged over h200x2-fidelity.yaml): ~55 s;
+#    artifact (config/reference/h200x2-fidelity-warmup.yaml, extending h200x2-fidelity.yaml): ~55 s;
 # 2. the same cell 3 times with the steady-state warm-up (config/reference/h200x2-fidelity.yaml): ~90 s each
 #    (~25 s start, ~20-45 s until both GPUs' temperature slope is under 1 C/min, capped at 60 s, >= 15 s measured).
 # Every cell samples NVML every 50 ms, including the accumulated throttle time per reason next to the bitmask.
@@ -15,13 +15,12 @@ if [ "${1:-}" = "--cpu" ]; then
   RES=${RES:-/tmp/res-fidelity-cpu}
   TINY=(hardware=cpu results_dir="$RES" "defaults={model: tiny-llama, seq_len: 128, global_batch: 8, micro_batch: 2, \
 precision: fp32, lr: 0.003}" "launcher={timeout_min: 10}")
-  python3 -m snakemake --cores 2 --configfile config/reference/h200x2-fidelity.yaml config/reference/h200x2-fidelity-warmup.yaml \
-    --config "${TINY[@]}" 2>&1 | grep -E "steps \(|rror|cells" | tail -5
-  python3 -m snakemake --cores 2 --configfile config/reference/h200x2-fidelity.yaml --config "${TINY[@]}" 2>&1 \
-    | grep -E "steps \(|rror|cells" | tail -5
+  for c in h200x2-fidelity-warmup h200x2-fidelity; do
+    "${PYTHON:-python3}" -m snakemake --cores 2 --configfile "config/reference/$c.yaml" --config "${TINY[@]}" 2>&1 \
+      | grep -E "steps \(|rror|cells" | tail -3
+  done
   exit 0
 fi
 TOTAL=${1:-340}
-bash bench/gpu/run_reference.sh "config/reference/h200x2-fidelity.yaml config/reference/h200x2-fidelity-warmup.yaml" \
-  fidelity-warmup 70
+bash bench/gpu/run_reference.sh config/reference/h200x2-fidelity-warmup.yaml fidelity-warmup 70
 bash bench/gpu/run_reference.sh config/reference/h200x2-fidelity.yaml fidelity $((TOTAL - 70))

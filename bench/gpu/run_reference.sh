@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Run one config/reference/*.yaml sweep on a lent GPU node and bring compact results back even if the call is cut:
 #   bash bench/gpu/run_reference.sh CONFIG NAME SECONDS [fsdp2|fsdp2-ckpt]
-# CONFIG may be several files separated by spaces (one argument, quoted): they are merged, later ones winning.
 # Snakemake trains the cells (node sampler at 50 ms, one profiled step each) into /tmp/res-NAME; every 20 s (and at
 # the end) the cells' records (run.json, steps/telemetry/kernels parquet, no raw streams or traces) are tarred to
 # $OUT/NAME.tar.gz and the one-line-per-cell table to $OUT/NAME.log. With "fsdp2", plain FSDP2 on Llama-3 8B at
@@ -20,11 +19,10 @@ mkdir -p "$RES"
 ( while sleep 20; do snapshot; done ) &
 LOOP=$!
 T0=$(date +%s)
-python3 -m calorimeter plan "${CONFIG%% *}" | cut -c1-100
+python3 -m calorimeter plan "$CONFIG" | cut -c1-100
 BUDGET=$SECONDS_LEFT
 [ -n "$FSDP2" ] && BUDGET=$((SECONDS_LEFT - 110))
-# shellcheck disable=SC2086  # several config files are meant to split into several arguments
-timeout "$BUDGET" python3 -m snakemake --configfile $CONFIG --config results_dir="$RES" 2>&1 \
+timeout "$BUDGET" python3 -m snakemake --configfile "$CONFIG" --config results_dir="$RES" 2>&1 \
   | grep --line-buffered -E "steps \(|rror|Finished job|cells" | tail -40
 echo "=== sweep done at $(( $(date +%s) - T0 )) s"
 if [ -n "$FSDP2" ]; then
