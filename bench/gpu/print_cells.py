@@ -14,6 +14,10 @@ from calorimeter.records.legacy import upgrade_record
 for f in sorted(glob.glob(f"{sys.argv[1]}/*/cells/*/run.json")):
     r = upgrade_record(json.loads(Path(f).read_text()))
     m = r.get("metrics") or {}
+    if m.get("kind") == "collectives":  # a calibration cell: best bus bandwidth per collective and group size
+        best = ", ".join(f"{k} {v['busbw_max_gbyte_s']:.3g}" for k, v in sorted(m.get("collectives", {}).items()))
+        print(f"{r['cell_id'][:64]:<64} {r['status']:<7} busbw GB/s: {best} {r.get('reason', '')[:160]}")
+        continue
     print(f"{r['cell_id'][:64]:<64} {r['status']:<7} {m.get('tokens_per_s_per_gpu', 0):>8.0f} tok/s/GPU "
           f"{m.get('tflops_per_gpu', 0):>6.1f} TF/GPU MFU {100 * (m.get('mfu_full') or 0):>5.1f}% "
           f"peak {(r.get('peak_memory_bytes') or 0) / 1e9:>6.1f} GB {r.get('reason', '')[:160]}")

@@ -66,6 +66,8 @@ def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: 
         raise TransientCellError(f"cell {cell.cell_id}: transient: {record['reason']} "
                                  f"(evidence in {outcome.attempt.run_json})")
     record["telemetry_files"] = _collect_telemetry(outcome, paths, record)
+    if cell.kind != "train":
+        record["kind_files"] = _collect_kind_outputs(cell, outcome, paths)
     write_cell_record(paths, outcome.attempt, record, steps_frame(outcome.rank_results))
     m = record.get("metrics", {})
     log.info("cell %s: %s %s", cell.cell_id, record["status"],
@@ -89,3 +91,21 @@ def _collect_telemetry(outcome: LaunchOutcome, paths: CellPaths, record: dict[st
         record["telemetry_error"] = f"{type(e).__name__}: {e}"
         return []
 
+
+def _collect_kind_outputs(cell: Cell, outcome: LaunchOutcome, paths: CellPaths) -> list[str]:
+    """Copy the files a calibration kind's rank 0 wrote into its run folder (``CellKind.outputs``) into the cell
+    folder, atomically and before run.json; the attempt keeps its own copies."""
+    import shutil
+
+    from calorimeter.kinds import get_kind
+    from calorimeter.records.atomic import write_atomic
+
+    restart = max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)
+    run_dir = outcome.attempt.run(restart).root
+    copied = []
+    for name in get_kind(cell.kind).outputs:
+        src = run_dir / name
+        if src.is_file():
+            write_atomic(paths.root / name, lambda p, src=src: shutil.copyfile(src, p))
+            copied.append(name)
+    return copied

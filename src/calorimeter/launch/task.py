@@ -72,16 +72,15 @@ class CellTask(submitit.helpers.Checkpointable):
             info = init_distributed(accelerator_of(cell.hardware), self.settings["master_port"])
             out.update(world_size=info.world_size, local_rank=info.local_rank, node=info.node,
                        hostname=info.hostname, backend=info.backend, device_info=device_info(info.device))
+            from calorimeter.kinds import run_kind
             from calorimeter.telemetry.cell import start_cell_sampler, stop_cell_sampler
             from calorimeter.train.errors import CellOOMError
-            from calorimeter.train.loop import train_cell
 
             # Local rank 0 samples every GPU of its node for the whole attempt (stopped below, or killed with us).
             sampler = start_cell_sampler(run, info.node, info.local_rank, telemetry)
             try:
                 inject(cell.cell_id, rank, restart)
-                result = train_cell(cell, run.root, profile_steps=int(telemetry["profile_steps"]),
-                                    profile_all_ranks=bool(telemetry["profile_all_ranks"]))
+                result = run_kind(cell, run.root, telemetry)  # training, or a calibration kind
                 out.update(status="ok", **result)
                 out["restart"] = restart  # train_cell's record must not hide which run this was
             except CellOOMError as e:

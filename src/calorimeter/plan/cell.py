@@ -47,6 +47,8 @@ class Cell:
         engine: training engine (``deepspeed``).
         repeat: repetition number (0 for the first); every repetition is its own cell, record and folder, with
             ``_r<k>`` appended to the id for k > 0 (``config_id`` is the id without it).
+        kind: what the cell runs (:data:`calorimeter.kinds.KINDS`): ``train`` (default) or a calibration kind such
+            as ``collectives``; a non-train cell ignores the model and the parallel layout.
     """
 
     sweep: str
@@ -81,6 +83,7 @@ class Cell:
     pp_split: tuple[int, ...] | None = None
     engine: str = "deepspeed"
     repeat: int = 0
+    kind: str = "train"
 
     @property
     def world_size(self) -> int:
@@ -127,8 +130,12 @@ class Cell:
         """Stable, readable, filesystem- and wildcard-safe id derived from the parameters that define a cell.
 
         Run lengths (warmup/measured steps), the learning rate and the seed are not part of the id: changing
-        them reruns the same cell rather than creating a new one.
+        them reruns the same cell rather than creating a new one. A non-train cell is named by its kind and
+        machine: ``collectives_h200-1x8``.
         """
+        if self.kind != "train":
+            return f"{self.kind}_{self.hardware}-{self.nodes}x{self.gpus_per_node}" + (
+                f"_r{self.repeat}" if self.repeat else "")
         par = f"tp{self.tp}-pp{self.pp}-dp{self.dp}"
         if self.ep > 1:
             par += f"-ep{self.ep}"

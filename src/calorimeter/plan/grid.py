@@ -14,11 +14,13 @@ from calorimeter.plan.hardware import HardwareProfile, detect_profile, get_profi
 from calorimeter.plan.models import get_model
 
 # Order of the product: the first key varies slowest.
-AXES = ("model", "hardware", "nodes", "gpus_per_node", "parallel", "tp", "pp", "ep", "cp", "sequence_parallel",
+AXES = ("kind", "model", "hardware", "nodes", "gpus_per_node", "parallel", "tp", "pp", "ep", "cp", "sequence_parallel",
         "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch", "seq_len",
         "warmup", "warmup_steps", "warmup_max_steps", "warmup_max_s", "steady_window_s", "steady_slope_c_per_min",
         "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr")
 CELL_FIELDS = {f.name for f in fields(Cell)}
+#: the model field of cells whose kind trains nothing
+NO_MODEL = "-"
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -41,10 +43,13 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str) -> Cell:
     par = values.pop("parallel", None) or {}
     values.update(par)
     model_name = values.pop("model", None)
+    kind = values.get("kind", "train")
+    if model_name is None and kind != "train":
+        model_name = NO_MODEL
     if model_name is None:
         raise ConfigError(f"{where}: no 'model' (set it in the block or in 'defaults')")
     try:
-        model = get_model(model_name)
+        model = get_model(model_name) if kind == "train" else None  # a calibration kind trains no model
     except KeyError as e:
         raise ConfigError(f"{where}.model: {e.args[0]}") from None
     hw_name = values.pop("hardware")
@@ -60,7 +65,7 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str) -> Cell:
     precision = values.pop("precision", "auto") or "auto"
     if precision == "auto":
         precision = "fp32" if profile.accelerator == "cpu" else "bf16"
-    seq_len = values.pop("seq_len", None) or model.seq_length
+    seq_len = values.pop("seq_len", None) or (model.seq_length if model else Cell.seq_len)
     dataset = values.get("dataset")
     if dataset:
         prefix = str(dataset)
@@ -72,7 +77,8 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str) -> Cell:
     if values.get("pp_split") is not None:
         values["pp_split"] = tuple(values["pp_split"])
     kwargs = {k: v for k, v in values.items() if k in CELL_FIELDS and v is not None}
-    return Cell(sweep=sweep, model=model.name, hardware=profile.name, nodes=values.pop("nodes", 1) or 1,
+    return Cell(sweep=sweep, model=model.name if model else NO_MODEL, hardware=profile.name,
+                nodes=values.pop("nodes", 1) or 1,
                 gpus_per_node=int(gpn), precision=precision, seq_len=int(seq_len),
                 **{k: v for k, v in kwargs.items() if k not in ("nodes",)})
 

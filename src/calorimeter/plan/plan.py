@@ -55,6 +55,11 @@ class Plan:
 
 def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
     """Run every check on one cell."""
+    if cell.kind != "train":  # a calibration kind: no model, no layout; only its own checks
+        from calorimeter.kinds import kind_reasons
+
+        reasons = kind_reasons(cell)
+        return PlannedCell(cell, "pruned" if reasons else "planned", reasons, {})
     m = get_model(cell.model)
     hw = get_profile(cell.hardware)
     reasons = divisibility_reasons(cell, m)

@@ -124,13 +124,16 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
         "failure_class": failure_class,
         "reason": reason,
         "cell": cell.to_dict(),
-        "model": get_model(cell.model).to_dict(),
+        "model": get_model(cell.model).to_dict() if cell.kind == "train" else None,
         "hardware": profile.to_dict() if profile else {"name": cell.hardware},
         "plan_estimates": estimates or {},
     }
     peaks = [r["peak_memory_bytes"] for r in rank_results if r.get("peak_memory_bytes") is not None]
     record["peak_memory_bytes"] = max(peaks) if peaks else None
-    if status == "ok":
+    if status == "ok" and cell.kind != "train":  # a calibration kind: its own summary, from rank 0
+        r0 = min(rank_results, key=lambda r: r["rank"])
+        record["metrics"] = {"kind": cell.kind, **(r0.get("kind_metrics") or {})}
+    elif status == "ok":
         rank_steps = [r.get("steps", []) for r in rank_results]
         record["metrics"] = throughput_metrics(cell, step_times_s(rank_steps),
                                                profile.peak_bf16_tflops if profile else None)

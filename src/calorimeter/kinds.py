@@ -1,0 +1,84 @@
+"""Cell kinds: what a cell runs on its ranks. One registry, one per-rank entry point, the same launch path.
+
+Every kind runs through the same launcher, per-rank setup (``torch.distributed``) and node sampler as training;
+only the work in the middle differs. A kind names:
+
+* ``entry``: ``module:function`` called on every rank with ``(cell, run_dir, telemetry)`` after the process group
+  is up; it returns this rank's result (``steps``: measured steps if any; ``kind_metrics``: a summary for the
+  record; ``peak_memory_bytes``), and rank 0 writes the kind's files into ``run_dir``;
+* ``outputs``: those files, copied into the cell folder next to ``run.json`` when the cell's record is written;
+* ``checks``: plan-time reasons why a cell of this kind cannot run (an empty list when it can);
+* ``uses_model``: whether the model and the parallel layout mean anything (only training).
+
+Adding a kind (e.g. a thermal profile) = one entry here, its module, and its name in the config schema's ``kind``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from calorimeter.plan.cell import Cell
+
+
+@dataclass(frozen=True)
+class CellKind:
+    """One kind of cell (see the module docstring)."""
+
+    name: str
+    entry: str
+    outputs: tuple[str, ...]
+    uses_model: bool
+    description: str
+    checks: Callable[[Cell], list[str]] | None = None
+
+
+def _collectives_checks(cell: Cell) -> list[str]:
+    return [] if cell.world_size >= 2 else [f"a collectives cell needs at least 2 ranks, has {cell.world_size}"]
+
+
+KINDS: dict[str, CellKind] = {
+    k.name: k
+    for k in [
+        CellKind("train", "calorimeter.kinds:run_train", (), True,
+                 "train the model with the cell's layout: warm-up, measured and profiled steps"),
+        CellKind("collectives", "calorimeter.collectives.run:run_collectives", ("collectives.parquet",), False,
+                 "time all-reduce, all-gather, reduce-scatter, all-to-all and send/recv over message and group "
+                 "sizes (projection calibration)", _collectives_checks),
+    ]
+}
+
+
+def get_kind(name: str) -> CellKind:
+    """A kind by name, with a message listing the known ones."""
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise KeyError(f"unknown cell kind {name!r}; known: {', '.join(KINDS)}") from None
+
+
+def kind_reasons(cell: Cell) -> list[str]:
+    """Plan-time reasons why a non-train cell cannot run (training cells have their own checks)."""
+    try:
+        kind = get_kind(cell.kind)
+    except KeyError as e:
+        return [str(e.args[0])]
+    return kind.checks(cell) if kind.checks else []
+
+
+def run_kind(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str, Any]:
+    """The per-rank dispatch: run the cell's kind on this rank and return its result."""
+    module, func = get_kind(cell.kind).entry.split(":")
+    entry = getattr(importlib.import_module(module), func)
+    return entry(cell, Path(run_dir), telemetry)
+
+
+def run_train(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str, Any]:
+    """Kind ``train``: the training loop with the sweep's profiling settings."""
+    from calorimeter.train.loop import train_cell
+
+    return train_cell(cell, run_dir, profile_steps=int(telemetry.get("profile_steps", 0)),
+                      profile_all_ranks=bool(telemetry.get("profile_all_ranks", False)))
