@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import ROOT
-from dist_helpers import free_port
 
 from calorimeter.collectives.measure import group_sizes
 from calorimeter.collectives.table import COLLECTIVES_PARQUET, TABLE_COLUMNS, read_collective_points
@@ -21,6 +20,16 @@ from calorimeter.plan.cell import Cell
 from calorimeter.plan.plan import make_plan
 from calorimeter.projection.collectives import CollectiveCurves, Network
 from calorimeter.projection.workload import CommOp
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the test's ranks rendezvous there)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
 
 TRAIN_ID = "llama3-8b_h200-1x8_tp1-pp1-dp8_z3_rc-none_ov-on_mb1-gb8-s8192"
 

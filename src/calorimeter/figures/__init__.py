@@ -20,6 +20,8 @@ from calorimeter.figures import (
     fig15_stages,
     fig17_sm_clock,
     fig17_temperature,
+    projection,
+    projection_validation,
     scale_compare,
     throttle,
     throughput,
@@ -33,8 +35,13 @@ FIGURES: dict[str, ModuleType] = {m.NAME: m for m in (
     fig17_temperature, fig17_sm_clock, scale_compare, timeline, throttle)}
 
 
+#: the projection's figures (``snakemake projection``): drawn from the projection's tables, not the sweep's
+PROJECTION_FIGURES: dict[str, ModuleType] = {m.NAME: m for m in (projection_validation, projection)}
+
+
 def render(name: str, tables: Tables, png: Path, pdf: Path | None = None) -> FigureResult:
-    """Draw figure ``name`` from the tables and save it as PNG (and PDF)."""
-    fig, res = FIGURES[name].draw(tables)
+    """Draw figure ``name`` (of :data:`FIGURES` or :data:`PROJECTION_FIGURES`) from the tables and save it as PNG
+    (and PDF)."""
+    fig, res = {**FIGURES, **PROJECTION_FIGURES}[name].draw(tables)
     save(fig, png, pdf)
     return res
