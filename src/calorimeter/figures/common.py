@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,14 +125,67 @@ def status_band(ax: plt.Axes, x: float, status: str, width: float = 0.9, text: b
                 transform=ax.get_xaxis_transform(), gid=f"bandtext:{status}")
 
 
-def note(fig: plt.Figure, missing: list[str]) -> None:
-    """Say what is missing, at the bottom of the figure."""
-    if not missing:
-        return
-    text = "missing: " + "; ".join(dict.fromkeys(missing))
-    if len(text) > 260:
-        text = text[:257] + "..."
-    fig.text(0.005, 0.003, text, ha="left", va="bottom", fontsize=6, color="#7f1d1d", wrap=True, gid="missing")
+#: at most this many lines of notes at the bottom of a figure (the figure's JSON lists everything)
+NOTE_LINES = 6
+NOTE_FONTSIZE = 6
+
+
+def note(fig: plt.Figure, missing: list[str], differs: list[str] | None = None) -> float:
+    """Say at the bottom of the figure what its comparisons do not hold fixed (``differs``) and what it could not
+    draw and why (``missing``), wrapped to the figure's width.
+
+    Returns:
+        The fraction of the figure's height the text takes: the bottom of the ``rect`` to give ``tight_layout``.
+    """
+    lines = []
+    if differs:
+        lines.append("differs: " + "; ".join(dict.fromkeys(differs)))
+    if missing:
+        lines.append("not drawn / missing: " + "; ".join(dict.fromkeys(missing)))
+    if not lines:
+        return 0.01
+    width = max(40, int(fig.get_figwidth() * 72 / (NOTE_FONTSIZE * 0.55)))
+    wrapped = [w for line in lines for w in textwrap.wrap(line, width)]
+    if len(wrapped) > NOTE_LINES:
+        wrapped = wrapped[:NOTE_LINES - 1] + [f"... ({len(wrapped) - NOTE_LINES + 1} more lines in the figure's JSON)"]
+    fig.text(0.005, 0.003, "\n".join(wrapped), ha="left", va="bottom", fontsize=NOTE_FONTSIZE, color="#7f1d1d",
+             gid="missing", linespacing=1.2)
+    return min(0.45, (len(wrapped) * NOTE_FONTSIZE * 1.25 + 6) / 72 / fig.get_figheight())
+
+
+#: parameters a comparison may leave unequal, and how to name them
+COMPARED_PARAMS = {"recompute": "recompute", "overlap": "overlap", "micro_batch": "micro-batch",
+                   "global_batch": "global batch", "seq_len": "sequence", "precision": "precision",
+                   "hardware": "hardware", "world_size": "GPUs"}
+LAYOUT_KNOBS = ("tp", "pp", "dp", "ep", "cp", "sequence_parallel", "zero_stage", "pp_split", "parallel_label")
+
+
+def _fmt_value(p: str, v: object) -> str:
+    if p == "overlap":
+        return "on" if bool(v) else "off"
+    return str(v)
+
+
+def differs(df: pd.DataFrame, knobs: tuple[str, ...], within: str = "model", max_labels: int = 4) -> list[str]:
+    """What the drawn cells do not hold fixed besides the figure's ``knobs``, per ``within`` group (model):
+    ``llama3-8b overlap: on (T1-FSDP, T2-FSDP) / off (T4-P1, T2-P2)``. Empty when everything else is equal."""
+    out: list[str] = []
+    if df.empty:
+        return out
+    for key, g in df.groupby(within, sort=False):
+        for p, name in COMPARED_PARAMS.items():
+            if p in knobs or p not in g.columns:
+                continue
+            vals = g[p].dropna()
+            if vals.astype(str).nunique() < 2:
+                continue
+            parts = []
+            for _, gg in g.groupby(g[p].astype(str), sort=True):
+                labs = list(dict.fromkeys(config_label(r, short=True) for _, r in gg.iterrows()))
+                more = f" +{len(labs) - max_labels}" if len(labs) > max_labels else ""
+                parts.append(f"{_fmt_value(p, gg[p].iloc[0])} ({', '.join(labs[:max_labels])}{more})")
+            out.append(f"{key} {name}: " + " / ".join(parts))
+    return out
 
 
 def status_missing(df: pd.DataFrame) -> list[str]:

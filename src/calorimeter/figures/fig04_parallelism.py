@@ -24,5 +24,5 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
     df = select(tables["runs"])
     fig, missing = draw_panels(df, None, "efficiency", "Samples/(s·MJ)", "Fig. 4: parallelism sweep",
-                               "parallelism configuration")
+                               "parallelism configuration", knobs=())
     return fig, FigureResult(NAME, len(df), list(df["cell_id"]) if len(df) else [], missing)

@@ -23,5 +23,6 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
     df = select(tables["runs"])
     fig, missing = draw_panels(df, "optimization_label", "efficiency_norm", "Norm. efficiency",
-                               "Fig. 8: optimization sweep", "optimization configuration")
+                               "Fig. 8: optimization sweep", "optimization configuration",
+                               knobs=("overlap", "recompute"))
     return fig, FigureResult(NAME, len(df), list(df["cell_id"]) if len(df) else [], missing)

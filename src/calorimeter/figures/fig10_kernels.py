@@ -117,6 +117,6 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     ax.legend(fontsize=6, ncol=6, loc="lower left", bbox_to_anchor=(0, 1.06), frameon=False)
     fig.suptitle(f"Fig. 10: kernel-time breakdown, base vs. recomputation ({hardware_label(df)})", fontsize=10)
     res.missing = missing
-    note(fig, missing)
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    bottom = note(fig, missing)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig, res

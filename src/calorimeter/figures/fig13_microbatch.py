@@ -23,5 +23,5 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
     df = select(tables["runs"])
     fig, missing = draw_panels(df, "micro_batch", "efficiency_norm", "Norm. efficiency",
-                               "Fig. 13: micro-batch sweep", "micro-batch size")
+                               "Fig. 13: micro-batch sweep", "micro-batch size", knobs=("micro_batch",))
     return fig, FigureResult(NAME, len(df), list(df["cell_id"]) if len(df) else [], missing)

@@ -102,6 +102,6 @@ def draw(tables: Tables, micro_batches: tuple[int, ...] = (1, 4),
         axes[0, 0].legend(fontsize=6, ncol=5, loc="lower left", bbox_to_anchor=(0, 1.2), frameon=False)
     only = f"{df['model'].iloc[0]}, " if len(df) and df["model"].nunique() == 1 else ""
     fig.suptitle(f"Fig. 15: kernel time per pipeline stage ({only}{hardware_label(df)})", fontsize=10)
-    note(fig, res.missing)
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    bottom = note(fig, res.missing)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig, res

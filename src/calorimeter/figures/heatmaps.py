@@ -1,6 +1,11 @@
 """Per-GPU heatmaps: rows = configurations (cells), columns = GPUs (global index = node x GPUs per node + local
-index), node boundaries marked. Shared by Fig. 5 (NVLink / PCIe receive volume) and Fig. 17 (temperature, SM
-clock)."""
+index), node boundaries marked. Shared by Fig. 5 (NVLink receive volume) and Fig. 17 (GPU and HBM temperature, SM
+clock).
+
+Colour scales are honest: a volume starts at zero on a linear scale unless its positive values span two decades or
+more (then log, and the colour bar says so); measured zeros are drawn white and named in the legend; a GPU of the
+cell without data is hatched ("no data"), a GPU the cell does not use is left blank.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.colors import LogNorm, Normalize
+from matplotlib.patches import Patch, Rectangle
 
 from calorimeter.figures.common import (
     STATUS_COLORS,
@@ -24,6 +30,10 @@ from calorimeter.figures.common import (
     smallest,
 )
 
+#: a volume is drawn on a log scale only if its positive values span at least this factor
+LOG_SPAN = 100.0
+ZERO_COLOR, NODATA_COLOR = "#ffffff", "#d9d9d9"
+
 
 def select(runs: pd.DataFrame) -> pd.DataFrame:
     """One cell per configuration: the baseline (``base``) where present, as the study; smallest micro-batch."""
@@ -31,103 +41,164 @@ def select(runs: pd.DataFrame) -> pd.DataFrame:
     return order_configs(smallest(df, "micro_batch"))
 
 
-def gpu_matrix(rows: pd.DataFrame, gpus: pd.DataFrame, column: str) -> tuple[np.ndarray, int, int]:
-    """(matrix rows x GPUs of ``column``, GPUs per node used for the column index, number of columns)."""
+def gpu_matrix(rows: pd.DataFrame, gpus: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(matrix rows x GPUs of ``column``, mask of the GPUs each cell uses, GPUs per node used for the column
+    index, number of columns)."""
     g = gpus[gpus["cell_id"].isin(rows["cell_id"])] if not gpus.empty and "cell_id" in gpus else pd.DataFrame()
     per_node = int(max([int(v) for v in rows["gpus_per_node"].dropna()] or [1]))
-    if not g.empty:
-        per_node = max(per_node, int(g["gpu_index"].max()) + 1)
     n_nodes = int(max([int(v) for v in rows["nodes"].dropna()] or [1]))
     if not g.empty:
+        per_node = max(per_node, int(g["gpu_index"].max()) + 1)
         n_nodes = max(n_nodes, int(g["node"].max()) + 1)
     ncol = per_node * n_nodes
     m = np.full((len(rows), ncol), np.nan)
+    used = np.zeros((len(rows), ncol), dtype=bool)
+    for i, (nodes, gpn) in enumerate(zip(rows["nodes"], rows["gpus_per_node"], strict=True)):
+        for node in range(int(nodes if nodes == nodes else 1)):
+            used[i, node * per_node: node * per_node + int(gpn if gpn == gpn else 1)] = True
     if g.empty or column not in g.columns:
-        return m, per_node, ncol
+        return m, used, per_node, ncol
     pos = {cid: i for i, cid in enumerate(rows["cell_id"])}
     col = (g["node"].astype(int) * per_node + g["gpu_index"].astype(int)).to_numpy()
     r = g["cell_id"].map(pos).to_numpy()
-    v = pd.to_numeric(g[column], errors="coerce").to_numpy(dtype=float)
-    m[r, col] = v
-    return m, per_node, ncol
+    m[r, col] = pd.to_numeric(g[column], errors="coerce").to_numpy(dtype=float)
+    used[r, col] = True
+    return m, used, per_node, ncol
+
+
+def color_norm(values: np.ndarray, scale: str) -> tuple[Normalize, str]:
+    """The colour normalisation of a panel and how to say it: ``linear`` = the data's range (temperatures,
+    clocks); ``volume`` = linear from zero, or log when positive values span ``LOG_SPAN`` or more."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return Normalize(0, 1), ""
+    if scale == "volume":
+        pos = finite[finite > 0]
+        if pos.size and pos.max() / pos.min() >= LOG_SPAN:
+            return LogNorm(vmin=pos.min(), vmax=pos.max()), "log scale"
+        top = float(finite.max())
+        return Normalize(0, top if top > 0 else 1.0), "linear from 0"
+    lo, hi = float(finite.min()), float(finite.max())
+    return Normalize(lo, hi if hi > lo else lo + 1.0), ""
+
+
+def _row_runs(mask: np.ndarray) -> list[tuple[int, int, int]]:
+    """(row, first column, length) of each run of True in a boolean matrix (few patches for many cells)."""
+    out = []
+    for i, row in enumerate(mask):
+        j = 0
+        while j < row.size:
+            if row[j]:
+                k = j
+                while k < row.size and row[k]:
+                    k += 1
+                out.append((i, j, k - j))
+                j = k
+            else:
+                j += 1
+    return out
 
 
 def draw_heatmaps(runs: pd.DataFrame, gpus: pd.DataFrame, panels: list[tuple[str, str, str, str, float]],
-                  name: str, title: str, avg_row: bool = False) -> tuple[plt.Figure, FigureResult]:
-    """Heatmap panels side by side.
+                  name: str, title: str, avg_row: bool = False, ncols: int | None = None,
+                  notes: list[str] | None = None) -> tuple[plt.Figure, FigureResult]:
+    """Heatmap panels (``ncols`` per row, default all side by side).
 
     Args:
-        panels: (gpus column, colorbar label, colormap, scale "linear"|"log", value factor).
+        panels: (gpus column, panel title with unit, colormap, scale ``linear``|``volume``, value factor).
         avg_row: add a top row with the mean over configurations of each GPU (the study's "Per-GPU Avg.").
+        notes: what the figure does not draw and why (added to the figure's missing list).
     """
     rows = select(runs)
-    res = FigureResult(name, len(rows), list(rows["cell_id"]) if len(rows) else [])
+    res = FigureResult(name, len(rows), list(rows["cell_id"]) if len(rows) else [], list(notes or []))
     nrows = len(rows) + (1 if avg_row else 0)
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), max(2.6, 0.28 * nrows + 1.8)),
-                             squeeze=False)
+    ncols = ncols or len(panels)
+    nprow = -(-len(panels) // ncols)
+    height = max(2.6, 0.16 * nrows + 2.0)
+    labels_w = 0.07 * max([len(f"{r['model']} {config_label(r, short=True)}") for _, r in rows.iterrows()] or [10])
+    fig, axes = plt.subplots(nprow, ncols, figsize=(ncols * (4.4 + labels_w), nprow * height), squeeze=False)
+    flat = axes.ravel()
+    for ax in flat[len(panels):]:
+        ax.set_visible(False)
     if rows.empty:
-        for ax in axes[0]:
+        for ax in flat[:len(panels)]:
             empty_axes_message(ax, "no cells")
         res.missing.append("no cells")
-        note(fig, res.missing)
         fig.suptitle(title, fontsize=10)
+        note(fig, res.missing)
         return fig, res
     ylabels = [f"{r['model']} {config_label(r, short=True)}" for _, r in rows.iterrows()]
     status = list(rows["status"])
-    no_tele = [cid for cid, st in zip(rows["cell_id"], status, strict=True)
-               if st == "ok" and (gpus.empty or cid not in set(gpus.get("cell_id", [])))]
-    for ax, (column, label, cmap, scale, factor) in zip(axes[0], panels, strict=True):
-        m, per_node, ncol = gpu_matrix(rows, gpus, column)
+    have = set(gpus["cell_id"]) if not gpus.empty and "cell_id" in gpus else set()
+    no_tele = [cid for cid, st in zip(rows["cell_id"], status, strict=True) if st == "ok" and cid not in have]
+    off = 1 if avg_row else 0
+    legend: dict[str, Patch] = {}
+    for ax, (column, label, cmap, scale, factor) in zip(flat, panels, strict=False):
+        m, used, per_node, ncol = gpu_matrix(rows, gpus, column)
         m = m * factor
+        ok_rows = np.array([st == "ok" and cid not in no_tele for cid, st in zip(rows["cell_id"], status,
+                                                                                  strict=True)])
+        nodata = used & ~np.isfinite(m) & ok_rows[:, None]
         if avg_row:
             with np.errstate(all="ignore"):
                 avg = np.nanmean(m, axis=0) if np.isfinite(m).any() else np.full(ncol, np.nan)
             m = np.vstack([avg, m])
-        data = np.ma.masked_invalid(m)
-        finite = m[np.isfinite(m)]
-        if scale == "log":
-            pos = finite[finite > 0]
-            norm = LogNorm(vmin=pos.min(), vmax=max(pos.max(), pos.min() * 1.01)) if pos.size else Normalize(0, 1)
-            data = np.ma.masked_where(~(m > 0), m)
-        else:
-            norm = Normalize(finite.min(), finite.max() if finite.max() > finite.min() else finite.min() + 1) \
-                if finite.size else Normalize(0, 1)
-        cm = plt.get_cmap(cmap).with_extremes(bad="#f0f0f0")
+            nodata = np.vstack([np.zeros(ncol, dtype=bool), nodata])
+        norm, how = color_norm(m, scale)
+        zero = np.isfinite(m) & (m == 0)
+        data = np.ma.masked_where(~np.isfinite(m) | (zero if isinstance(norm, LogNorm) else False), m)
+        cm = plt.get_cmap(cmap).with_extremes(bad="#ffffff")  # unused GPUs blank; zeros and no-data overdrawn
         im = ax.imshow(data, aspect="auto", cmap=cm, norm=norm, interpolation="nearest", gid=f"heatmap:{column}")
+        if zero.any():  # zeros in white with a thin outline, whatever the scale
+            for i, j0, n in _row_runs(zero):
+                ax.add_patch(Rectangle((j0 - 0.5, i - 0.5), n, 1, facecolor=ZERO_COLOR, edgecolor="#999999",
+                                       lw=0.3, gid="zero"))
+            legend["zero"] = Patch(facecolor=ZERO_COLOR, edgecolor="#999999", lw=0.3, label="0 (measured)")
+        if nodata.any():
+            for i, j0, n in _row_runs(nodata):
+                ax.add_patch(Rectangle((j0 - 0.5, i - 0.5), n, 1, facecolor=NODATA_COLOR, hatch="xxx",
+                                       edgecolor="#888888", lw=0, gid="nodata"))
+            legend["nodata"] = Patch(facecolor=NODATA_COLOR, hatch="xxx", edgecolor="#888888", label="no data")
+            res.missing.append(f"{label.split(' (')[0]}: {int(nodata.sum())} GPU(s) without data (hatched)")
         cb = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
-        cb.set_label(label, fontsize=7)
         cb.ax.tick_params(labelsize=6)
-        off = 1 if avg_row else 0
+        if how:
+            cb.set_label(how, fontsize=6)
         for i, st in enumerate(status):
             if st != "ok":
-                ax.add_patch(plt.Rectangle((-0.5, i + off - 0.5), ncol, 1, facecolor=STATUS_COLORS.get(st, "#ddd"),
-                                           alpha=0.6, hatch="//", edgecolor="#666666", lw=0, gid=f"band:{st}"))
-                ax.text(ncol / 2, i + off, st.replace("_", " ").upper(), ha="center", va="center", fontsize=6)
+                ax.add_patch(Rectangle((-0.5, i + off - 0.5), ncol, 1, facecolor=STATUS_COLORS.get(st, "#ddd"),
+                                       alpha=0.6, hatch="//", edgecolor="#666666", lw=0, gid=f"band:{st}"))
+                ax.text(ncol / 2 - 0.5, i + off, st.replace("_", " ").upper(), ha="center", va="center", fontsize=5)
             elif rows["cell_id"].iloc[i] in no_tele:
-                ax.text(ncol / 2, i + off, "no telemetry", ha="center", va="center", fontsize=6, color="#555555")
+                ax.text(ncol / 2 - 0.5, i + off, "no telemetry", ha="center", va="center", fontsize=5,
+                        color="#555555")
         for b in range(per_node, ncol, per_node):
             ax.axvline(b - 0.5, color="k", lw=1.0)
-        for k in range(ncol // per_node):
-            ax.text((k + 0.5) * per_node - 0.5, -0.6 - (0 if not avg_row else 0), f"node {k}", ha="center",
-                    va="bottom", fontsize=6)
+        top = ax.secondary_xaxis("top")
+        nodes = ncol // per_node
+        top.set_xticks([(k + 0.5) * per_node - 0.5 for k in range(nodes)], [f"node {k}" for k in range(nodes)],
+                       fontsize=6)
+        top.tick_params(length=0, pad=1)
         models = list(rows["model"])
         for i in range(1, len(models)):
             if models[i] != models[i - 1]:
                 ax.axhline(i + off - 0.5, color="k", lw=0.8)
         if avg_row:
             ax.axhline(0.5, color="k", lw=1.2)
-        ax.set_yticks(np.arange(nrows), (["per-GPU avg."] if avg_row else []) + ylabels, fontsize=6)
-        step = max(1, ncol // 32)
+        ax.set_yticks(np.arange(nrows), (["per-GPU avg."] if avg_row else []) + ylabels, fontsize=5)
+        step = max(1, -(-ncol // 32))
         ax.set_xticks(np.arange(0, ncol, step), [str(i) for i in range(0, ncol, step)], fontsize=5)
-        ax.set_xlabel("GPU index", fontsize=8)
-        ax.set_title(label, fontsize=8, pad=12)
+        ax.set_xlabel("GPU index", fontsize=7)
+        ax.set_title(label, fontsize=8)
+    if legend:
+        fig.legend(handles=list(legend.values()), loc="upper right", fontsize=6, frameon=False, ncol=len(legend))
     if no_tele:
         res.missing.append(f"{len(no_tele)} ok cell{'s' if len(no_tele) > 1 else ''} without GPU telemetry")
     counts = rows.loc[rows["status"] != "ok", "status"].value_counts()
     res.missing += [f"{n} {s.replace('_', ' ')} (hatched rows)" for s, n in sorted(counts.items())]
-    fig.suptitle(f"{title} ({hardware_label(rows)})", fontsize=10)
-    note(fig, res.missing)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.suptitle(f"{title} ({hardware_label(rows)})", fontsize=10, x=0.01, ha="left")
+    bottom = note(fig, res.missing)
+    fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig, res
 
 

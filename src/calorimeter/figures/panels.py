@@ -1,5 +1,10 @@
 """The study's three stacked panels (GPU temperature, power, SM clock: average and peak) over cells, with the
-efficiency on a second axis; shared by Fig. 4 (parallelism), Fig. 8 (optimization) and Fig. 13 (micro-batch)."""
+efficiency on a second axis; shared by Fig. 4 (parallelism), Fig. 8 (optimization) and Fig. 13 (micro-batch).
+
+One column of panels per model, each with its own x range and its own efficiency axis (models' efficiencies differ
+by orders of magnitude); temperature, power and clock share their axis across models (same GPUs, same units).
+The figure says at its bottom which parameters its comparisons do not hold fixed, and what it could not draw.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,12 @@ import pandas as pd
 
 from calorimeter.figures.common import (
     AVG_COLOR,
+    COMPARED_PARAMS,
     EFF_COLOR,
     PEAK_COLOR,
     config_key,
     config_label,
+    differs,
     empty_axes_message,
     finite,
     group_bounds,
@@ -29,96 +36,138 @@ PANELS = (
     ("power_avg_w", "power_peak_w", "GPU power (W)", 1.0),
     ("sm_clock_avg_mhz", "sm_clock_peak_mhz", "SM clock (GHz)", 1e-3),
 )
+#: inches per x point, and per model column for its axes' labels
+POINT_IN, COLUMN_IN = 0.3, 1.1
+
+
+def _series(df: pd.DataFrame, col: str, scale: float = 1.0) -> np.ndarray:
+    return finite(df[col]) * scale if col in df.columns else np.full(len(df), np.nan)
+
+
+def unmatched(df: pd.DataFrame, knobs: tuple[str, ...]) -> list[str]:
+    """Notes on comparisons the cells cannot make: for each compared knob, how many configurations were measured
+    at one of its values only (``no configuration ...`` when none was measured at two)."""
+    out = []
+    ok = df[df["status"] == "ok"]
+    for k in knobs:
+        if k not in ok.columns or ok.empty:
+            continue
+        name = COMPARED_PARAMS.get(k, k)
+        rest = tuple(p for p in knobs if p != k)
+        keys = pd.Series([(config_key(r), *(str(r.get(p)) for p in rest)) for _, r in ok.iterrows()], index=ok.index)
+        n_vals = ok[k].astype(str).groupby(keys).nunique()
+        if (n_vals > 1).sum() == 0:
+            out.append(f"no configuration measured at two {name} values: no {name} comparison")
+        elif (n_vals == 1).any():
+            out.append(f"{int((n_vals == 1).sum())} of {len(n_vals)} configurations at one {name} value only")
+    return out
 
 
 def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_label: str, title: str,
-                xlabel: str) -> tuple[plt.Figure, list[str]]:
+                xlabel: str, knobs: tuple[str, ...] = ()) -> tuple[plt.Figure, list[str]]:
     """Draw the panels for ``df`` (already selected and ordered).
 
     Args:
-        df: runs rows, in x order.
+        df: runs rows, in x order (grouped by model).
         variant: column giving the tick label inside a configuration group (``optimization_label``,
             ``micro_batch``), or None: one point per configuration, ticks are configuration labels.
         efficiency: ``efficiency`` or ``efficiency_norm``.
         eff_label: label of the right axis.
         title: figure title.
         xlabel: x-axis title.
+        knobs: the parameters the figure compares (besides the layout); any other parameter that varies among
+            a model's cells is named at the bottom of the figure.
 
     Returns:
         The figure and the list of missing-data notes.
     """
     n = len(df)
-    fig, axes = plt.subplots(3, 1, figsize=(max(7.0, 0.32 * n + 3), 7.2), sharex=True)
-    missing = status_missing(df) if n else []
-    x = np.arange(n)
     if n == 0:
+        fig, axes = plt.subplots(3, 1, figsize=(7.0, 6.0))
         for ax in axes:
             empty_axes_message(ax, "no cells")
         fig.suptitle(title, fontsize=10)
+        note(fig, ["no cells selected"])
         return fig, ["no cells selected"]
-    ok = (df["status"] == "ok").to_numpy()
-    no_tele = ok & ~np.isfinite(finite(df.get("temp_avg_c", pd.Series(np.nan, index=df.index))))
+    models = list(dict.fromkeys(df["model"]))
+    counts = [int((df["model"] == m).sum()) for m in models]
+    width = max(7.0, POINT_IN * n + COLUMN_IN * len(models) + 1.2)
+    fig = plt.figure(figsize=(width, 7.8), layout="constrained")
+    gs = fig.add_gridspec(4, len(models), height_ratios=[0.12, 1, 1, 1], width_ratios=[max(c, 2) for c in counts])
+    legend_ax = fig.add_subplot(gs[0, :])
+    legend_ax.axis("off")
+    axes: list[list[plt.Axes]] = [[], [], []]
+    for c in range(len(models)):
+        for r in range(3):
+            axes[r].append(fig.add_subplot(gs[r + 1, c], sharex=axes[0][c] if r else None,
+                                           sharey=axes[r][0] if c else None))
+            if r < 2:
+                axes[r][c].tick_params(labelbottom=False)
+            if c:
+                axes[r][c].tick_params(labelleft=False)
+    missing = status_missing(df)
+    ok_all = (df["status"] == "ok").to_numpy()
+    no_tele = ok_all & ~np.isfinite(_series(df, "temp_avg_c"))
     if no_tele.any():
         missing.append(f"{int(no_tele.sum())} ok cell{'s' if no_tele.sum() > 1 else ''} without GPU telemetry")
-    eff = finite(df[efficiency]) if efficiency in df.columns else np.full(n, np.nan)
-    if ok.any() and not np.isfinite(eff[ok]).any():
+    missing += unmatched(df, knobs)
+    eff_all = _series(df, efficiency)
+    if ok_all.any() and not np.isfinite(eff_all[ok_all]).any():
         missing.append("efficiency (no energy measured)")
-    # lines are broken between groups (configurations with variants, models without)
-    keys = [config_key(r) for _, r in df.iterrows()] if variant is not None else list(df["model"])
-    segments = group_bounds(keys)
-    for i, (avg, pk, ylab, scale) in enumerate(PANELS):
-        ax = axes[i]
-        a = finite(df[avg]) * scale if avg in df.columns else np.full(n, np.nan)
-        p = finite(df[pk]) * scale if pk in df.columns else np.full(n, np.nan)
-        for k, (s0, s1) in enumerate(segments):
-            ax.plot(x[s0:s1], a[s0:s1], "o-", color=AVG_COLOR, ms=4, lw=1.2, label="Average" if k == 0 else None,
-                    gid="avg")
-            ax.plot(x[s0:s1], p[s0:s1], "s-", color=PEAK_COLOR, ms=4, lw=1.2, label="Peak" if k == 0 else None,
-                    gid="peak")
-        ax.set_ylabel(ylab, fontsize=8)
-        ax.tick_params(labelsize=7)
-        if not np.isfinite(a).any() and not np.isfinite(p).any():
-            ax.text(0.01, 0.9, "no telemetry", transform=ax.transAxes, fontsize=7, color="#555555")
-        ax2 = ax.twinx()
-        for k, (s0, s1) in enumerate(segments):
-            ax2.plot(x[s0:s1], eff[s0:s1], "x-", color=EFF_COLOR, ms=5, lw=1.0, label=eff_label if k == 0 else None,
-                     gid="efficiency")
-        ax2.set_ylabel(eff_label, fontsize=7, color=EFF_COLOR)
-        ax2.tick_params(labelsize=7, colors=EFF_COLOR)
-        for j, st in enumerate(df["status"]):
-            if st != "ok":
-                status_band(ax, j, st, text=(i == 0))
-        if i == 0:
-            h1, l1 = ax.get_legend_handles_labels()
-            h2, l2 = ax2.get_legend_handles_labels()
-            ax.legend(h1 + h2, l1 + l2, loc="lower left", bbox_to_anchor=(0, 1.12), ncol=3, fontsize=7,
-                      frameon=False)
-    # groups: model (solid) and, with variants, configuration (dashed)
-    models = list(df["model"])
-    mb = group_bounds(models)
-    for ax in axes:
-        group_separators(ax, [a for a, _ in mb[1:]])
-    for a, b in mb:
-        axes[0].text((a + b - 1) / 2, 1.02, models[a], transform=axes[0].get_xaxis_transform(), ha="center",
-                     fontsize=8, fontweight="bold")
-    if variant is None:
-        ticks = [config_label(r, short=True) for _, r in df.iterrows()]
-    else:
-        cfg = [config_key(r) for _, r in df.iterrows()]
-        cb = group_bounds(cfg)
-        model_starts = {a for a, _ in mb}
-        for ax in axes:
-            group_separators(ax, [a for a, _ in cb[1:] if a not in model_starts], style="--", lw=0.5)
-        for i, (a, b) in enumerate(cb):
-            # One-point groups alternate between two rows so that neighbouring labels do not collide.
-            y = -0.32 - (0.1 if b - a == 1 and i % 2 else 0.0)
-            axes[2].text((a + b - 1) / 2, y, config_label(df.iloc[a], short=True),
-                         transform=axes[2].get_xaxis_transform(), ha="center", va="top", fontsize=6)
-        ticks = [str(v) for v in df[variant]]
-    axes[2].set_xticks(x, ticks, rotation=90, fontsize=6)
-    axes[2].set_xlim(-0.6, n - 0.4)
-    axes[2].set_xlabel(xlabel, fontsize=8, labelpad=34 if variant else 4)
-    fig.suptitle(f"{title} ({hardware_label(df)})", fontsize=10, y=0.995)
-    note(fig, missing)
-    fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+    handles: dict[str, object] = {}
+    for c, model in enumerate(models):
+        d = df[df["model"] == model]
+        m = len(d)
+        x = np.arange(m)
+        keys = [config_key(r) for _, r in d.iterrows()] if variant is not None else [model] * m
+        segments = group_bounds(keys)
+        eff = _series(d, efficiency)
+        for r, (avg, pk, ylab, scale) in enumerate(PANELS):
+            ax = axes[r][c]
+            a, p = _series(d, avg, scale), _series(d, pk, scale)
+            for s0, s1 in segments:  # lines are broken between configurations
+                (la,) = ax.plot(x[s0:s1], a[s0:s1], "o-", color=AVG_COLOR, ms=4, lw=1.2, gid="avg")
+                (lp,) = ax.plot(x[s0:s1], p[s0:s1], "s-", color=PEAK_COLOR, ms=4, lw=1.2, gid="peak")
+            handles.setdefault("Average", la)
+            handles.setdefault("Peak", lp)
+            if c == 0:
+                ax.set_ylabel(ylab, fontsize=8)
+            ax.tick_params(labelsize=7)
+            if not np.isfinite(a).any() and not np.isfinite(p).any():
+                ax.text(0.02, 0.9, "no telemetry", transform=ax.transAxes, fontsize=6, color="#555555")
+            ax2 = ax.twinx()
+            for s0, s1 in segments:
+                (le,) = ax2.plot(x[s0:s1], eff[s0:s1], "x-", color=EFF_COLOR, ms=5, lw=1.0, gid="efficiency")
+            handles.setdefault(eff_label, le)
+            ax2.tick_params(labelsize=6, colors=EFF_COLOR)
+            if np.isfinite(eff).any():
+                top = float(np.nanmax(eff))
+                ax2.set_ylim(0, top * 1.1 if top > 0 else 1.0)
+            if c == len(models) - 1:
+                ax2.set_ylabel(eff_label + (" (own axis per model)" if len(models) > 1 else ""), fontsize=7,
+                               color=EFF_COLOR)
+            for j, st in enumerate(d["status"]):
+                if st != "ok":
+                    status_band(ax, j, st, text=(r == 0))
+            if variant is not None:
+                cb = group_bounds(keys)
+                group_separators(ax, [s for s, _ in cb[1:]], style="--", lw=0.5)
+        axes[0][c].set_title(model, fontsize=8, fontweight="bold")
+        bottom_ax = axes[2][c]
+        if variant is None:
+            ticks = [config_label(row, short=True) for _, row in d.iterrows()]
+        else:
+            ticks = [str(v) for v in d[variant]]
+            cb = group_bounds(keys)
+            sec = axes[0][c].secondary_xaxis("top")
+            sec.set_xticks([(s + e - 1) / 2 for s, e in cb], [config_label(d.iloc[s], short=True) for s, _ in cb],
+                           rotation=90, fontsize=6)
+            sec.tick_params(length=0, pad=2)
+        bottom_ax.set_xticks(x, ticks, rotation=90, fontsize=6)
+        bottom_ax.set_xlabel(xlabel, fontsize=7)
+        bottom_ax.set_xlim(-0.6, max(m, 2) - 0.4)
+    fig.suptitle(f"{title} ({hardware_label(df)})", fontsize=10)
+    legend_ax.legend(list(handles.values()), list(handles.keys()), loc="center", ncol=3, fontsize=7, frameon=False)
+    bottom = note(fig, missing, differs(df, knobs))
+    fig.get_layout_engine().set(rect=(0, bottom, 1, 1 - bottom))
     return fig, missing

@@ -76,6 +76,6 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
         ax.tick_params(labelsize=7)
         ax.margins(y=0.25)
     fig.suptitle("Scale-up vs. scale-out: throughput and energy per token per model", fontsize=10)
-    note(fig, res.missing)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    bottom = note(fig, res.missing)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig, res

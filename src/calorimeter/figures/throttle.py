@@ -97,6 +97,6 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     if seen:
         axes[0].legend(fontsize=6, ncol=5, loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
     fig.suptitle(f"Throttle attribution ({hardware_label(df)})", fontsize=10)
-    note(fig, res.missing)
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    bottom = note(fig, res.missing)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig, res

@@ -99,6 +99,6 @@ def draw(tables: Tables, cell_id: str | None = None) -> tuple[plt.Figure, Figure
     ax.set_xlabel("time since the first step (s)", fontsize=8)
     ax.tick_params(labelsize=7)
     fig.suptitle(f"Per-GPU timeline: {cid}", fontsize=9)
-    note(fig, res.missing)
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    bottom = note(fig, res.missing)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig, res
