@@ -58,40 +58,63 @@ def _bands(fig: plt.Figure, status: str | None = None) -> int:
                if (p.get_gid() or "").startswith("band:" + (status or "")))
 
 
+def _panels(fig: plt.Figure, kind: str = "panel") -> dict[str, list[plt.Axes]]:
+    """Panel axes by model (temperature, power, clock rows), from their gids."""
+    out: dict[str, list[plt.Axes]] = {}
+    for ax in fig.axes:
+        gid = ax.get_gid() or ""
+        if gid.startswith(kind + ":"):
+            out.setdefault(gid.split(":", 2)[2], []).append(ax)
+    return out
+
+
+def _ticks(ax: plt.Axes) -> list[str]:
+    return [t.get_text() for t in ax.get_xticklabels()]
+
+
 def test_fig4_one_point_per_configuration_with_labels_and_bands(opt) -> None:
     fig, res = fig04_parallelism.draw(opt)
     runs = opt["runs"].set_index("cell_id").loc[res.cells]
-    assert res.n_points == 15 == len(fig.axes[2].get_xticklabels())  # 13 model-parallel + 2 FSDP configurations
+    panels = _panels(fig)
+    assert list(panels) == ["gpt3-175b", "llama3-70b", "mixtral-8x7b", "mixtral-8x22b"]  # one column per model
+    labels = [t for model in panels for t in _ticks(panels[model][2])]
+    assert res.n_points == 15 == len(labels)  # 13 model-parallel + 2 FSDP configurations
     assert set(runs["optimization_label"]) == {"act"}
-    labels = [t.get_text() for t in fig.axes[2].get_xticklabels()]
     assert labels[0] == "T8-FSDP" and "E8-T1-P1-D32" in labels and "E4-T2-P1-D16" in labels  # never swapped
-    ok = int((runs["status"] == "ok").sum())
-    for ax in fig.axes[:3]:
-        assert _points(ax, "avg") == ok and _points(ax, "peak") == ok
+    for model, axes in panels.items():
+        ok = int((runs[runs["model"] == model]["status"] == "ok").sum())
+        for ax in axes:
+            assert _points(ax, "avg") == ok and _points(ax, "peak") == ok
     assert _bands(fig) == 3 * int((runs["status"] != "ok").sum())  # every panel
     assert _bands(fig, "oom") > 0 and "oom" in " ".join(res.missing)
+    # every model its own efficiency axis, from zero to its own best
+    eff = _panels(fig, "efficiency")
+    tops = {m: axes[0].get_ylim()[1] for m, axes in eff.items()}
+    assert all(axes[0].get_ylim()[0] == 0 for axes in eff.values()) and len(set(tops.values())) == len(tops)
     plt.close(fig)
 
 
 def test_fig8_and_fig13_variants(opt, mbs) -> None:
     fig, res = fig08_optimization.draw(opt)
     assert res.n_points == 60
-    assert [t.get_text() for t in fig.axes[2].get_xticklabels()][:4] == ["base", "cc", "act", "cc+act"]
-    twin = [a for a in fig.axes if a.get_ylabel() == "Norm. efficiency"]
-    ys = np.concatenate([line.get_ydata() for line in twin[0].get_lines()]).astype(float)
+    first = _panels(fig)["gpt3-175b"][2]
+    assert _ticks(first)[:4] == ["base", "cc", "act", "cc+act"]
+    ys = np.concatenate([line.get_ydata() for axes in _panels(fig, "efficiency").values() for ax in axes
+                         for line in ax.get_lines()]).astype(float)
     assert np.nanmax(ys) == pytest.approx(1.0)
     plt.close(fig)
     fig, res = fig13_microbatch.draw(mbs)
     assert res.n_points == 60
-    assert [t.get_text() for t in fig.axes[2].get_xticklabels()][:4] == ["1", "2", "4", "8"]
+    assert _ticks(_panels(fig)["gpt3-175b"][2])[:4] == ["1", "2", "4", "8"]
     plt.close(fig)
 
 
 def test_fig10_pairs_and_fig15_stage_order(opt, mbs) -> None:
     fig, res = fig10_kernels.draw(opt)
     ax = fig.axes[0]
-    assert len(ax.get_xticklabels()) == 30  # 15 configurations x (base, act)
-    assert [t.get_text() for t in ax.get_xticklabels()][:2] == ["base", "act"]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert len(labels) == 60  # 15 configurations x overlap off/on x (without, with recomputation)
+    assert labels[:4] == ["base", "act", "cc", "cc+act"]  # pairs with overlap on are drawn too
     assert res.n_points == int((opt["runs"].set_index("cell_id").loc[res.cells, "status"] == "ok").sum())
     assert any(c.get_gid() == "busy" for c in ax.collections)
     plt.close(fig)
@@ -124,11 +147,14 @@ def test_scale_timeline_throttle(opt) -> None:
                             run_pruned=True)
     both = pd.concat([opt["runs"], h100["runs"]], ignore_index=True)
     fig, res = scale_compare.draw({"runs": both})
-    assert res.n_points == 8 and [t.get_text() for t in fig.axes[1].get_xticklabels()] == [
+    assert res.n_points == 8 and [t.get_text() for t in fig.axes[-1].get_xticklabels()] == [
         "gpt3-175b", "llama3-70b", "mixtral-8x7b", "mixtral-8x22b"]
+    systems = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert systems == ["h200-optimization: h200 4x8", "h100-optimization: h100 8x8"]  # named by sweep and layout
+    assert "h200-optimization vs. h100-optimization" in fig.get_suptitle()
     plt.close(fig)
     fig, res = scale_compare.draw(opt)
-    assert any("only h200" in m for m in res.missing)
+    assert any("only sweep h200-optimization" in m for m in res.missing)
     plt.close(fig)
     fig, res = timeline.draw(opt)
     assert res.n_points == 32 and len(res.cells) == 1

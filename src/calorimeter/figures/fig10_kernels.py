@@ -1,7 +1,8 @@
-"""Fig. 10, kernel-time breakdown: per parallel configuration two stacked bars, without (base) and with
-activation recomputation (act), of the kernel time per category of the profiled step, averaged over the traced
-ranks (one per pipeline stage). Summed kernel time counts overlapping kernels fully (as the study); a black tick
-marks the wall time the kernels occupy (interval union), so the overlap the sums double count is visible."""
+"""Fig. 10, kernel-time breakdown: per parallel configuration and overlap setting two stacked bars, without and
+with activation recomputation (base / act with overlap off, cc / cc+act with it on), of the kernel time per category
+of the profiled step, averaged over the traced ranks (one per pipeline stage). Summed kernel time counts overlapping
+kernels fully (as the study); a black tick marks the wall time the kernels occupy (interval union), so the overlap
+the sums double count is visible."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from calorimeter.figures.common import (
     Tables,
     config_key,
     config_label,
+    differs,
     empty_axes_message,
     group_bounds,
     group_separators,
@@ -29,12 +31,13 @@ from calorimeter.telemetry.kernels import CATEGORIES
 
 NAME = "fig10_kernels"
 TABLES = ("runs", "kernels")
-VARIANTS = ("base", "act")
+#: the two bars of a pair: without and with recomputation, named by the overlap setting (the study's labels)
+PAIRS = {False: ("base", "act"), True: ("cc", "cc+act")}
 
 
 def select(runs: pd.DataFrame) -> pd.DataFrame:
-    """Cells without overlap, base (no recomputation) and act (recomputation), smallest micro-batch."""
-    df = runs[(runs["overlap"].astype(bool) == False) & runs["optimization_label"].isin(VARIANTS)]  # noqa: E712
+    """Every optimization variant, smallest micro-batch: pairs without/with recomputation per overlap setting."""
+    df = runs[runs["optimization_label"].isin([v for p in PAIRS.values() for v in p])]
     return order_configs(smallest(df, "micro_batch"))
 
 
@@ -53,30 +56,33 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
     kernels = tables["kernels"]
     df = select(tables["runs"])
-    configs = list(dict.fromkeys(config_key(r) for _, r in df.iterrows()))
+    configs = list(dict.fromkeys((config_key(r), bool(r["overlap"])) for _, r in df.iterrows()))
     n = 2 * len(configs)
-    fig, ax = plt.subplots(figsize=(max(7.0, 0.38 * n + 3), 4.8))
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.38 * n + 3), 5.2))
     missing: list[str] = []
     res = FigureResult(NAME, 0)
     if not configs:
-        empty_axes_message(ax, "no base/act cells without overlap")
-        note(fig, ["no cells to compare"])
-        fig.suptitle("Fig. 10: kernel-time breakdown, base vs. recomputation", fontsize=10)
+        empty_axes_message(ax, "no cells with and without recomputation")
+        fig.suptitle("Fig. 10: kernel-time breakdown, without vs. with recomputation", fontsize=10)
+        note(fig, ["no configuration has a base/act or cc/cc+act cell: nothing to compare"])
         return fig, FigureResult(NAME, 0, [], ["no cells to compare"])
-    by_cfg = {k: g for k, g in df.groupby(df.apply(config_key, axis=1), sort=False)}
+    keys = pd.Series([(config_key(r), bool(r["overlap"])) for _, r in df.iterrows()], index=df.index)
+    by_cfg = {k: df.loc[idx] for k, idx in df.groupby(keys, sort=False).groups.items()}
     seen_cats: set[str] = set()
     labels, models = [], []
+    unpaired = 0
     for i, key in enumerate(configs):
         g = by_cfg[key]
-        for j, var in enumerate(VARIANTS):
+        variants = PAIRS[key[1]]
+        unpaired += int(g["optimization_label"].nunique() < 2)
+        for j, var in enumerate(variants):
             x = 2 * i + j
             labels.append(var)
-            models.append(key[0])
+            models.append(key[0][0])
             row = g[g["optimization_label"] == var]
             if row.empty:
                 ax.text(x, 0.02, "not in sweep", rotation=90, ha="center", va="bottom", fontsize=6,
                         transform=ax.get_xaxis_transform(), gid="absent")
-                missing.append(f"{config_label(g.iloc[0])} {var} not in sweep")
                 continue
             r = row.iloc[0]
             res.cells.append(r["cell_id"])
@@ -101,22 +107,28 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
                 ax.hlines(busy, x - 0.4, x + 0.4, color="k", lw=2,
                           label="wall (union)" if "wall" not in seen_cats else None, gid="busy")
                 seen_cats.add("wall")
+    if unpaired:
+        missing.insert(0, f"{unpaired} of {len(configs)} configuration(s) measured without or with recomputation "
+                          "only (\"not in sweep\")")
     group_separators(ax, [2 * i for i in range(1, len(configs))], style="--", lw=0.5)
     mb = group_bounds(models)
     group_separators(ax, [a for a, _ in mb[1:]])
-    for a, b in mb:
-        ax.text((a + b - 1) / 2, 1.01, models[a], transform=ax.get_xaxis_transform(), ha="center", fontsize=8,
-                fontweight="bold")
-    for i, key in enumerate(configs):
-        ax.text(2 * i + 0.5, -0.2, config_label(by_cfg[key].iloc[0], short=True), transform=ax.get_xaxis_transform(),
-                ha="center", va="top", fontsize=6)
+    top = ax.secondary_xaxis("top")
+    top.set_xticks([(a + b - 1) / 2 for a, b in mb], [models[a] for a, _ in mb], fontsize=8, fontweight="bold")
+    top.tick_params(length=0)
+    cfg = ax.secondary_xaxis(-0.16)
+    cfg.set_xticks([2 * i + 0.5 for i in range(len(configs))],
+                   [config_label(by_cfg[key].iloc[0], short=True) for key in configs], fontsize=6, rotation=90)
+    cfg.tick_params(length=0)
+    cfg.spines["bottom"].set_visible(False)
     ax.set_xticks(np.arange(n), labels, rotation=90, fontsize=6)
     ax.set_xlim(-0.6, n - 0.4)
     ax.set_ylabel("kernel time per stage (s)", fontsize=8)
-    ax.set_xlabel("configuration", fontsize=8, labelpad=22)
-    ax.legend(fontsize=6, ncol=6, loc="lower left", bbox_to_anchor=(0, 1.06), frameon=False)
-    fig.suptitle(f"Fig. 10: kernel-time breakdown, base vs. recomputation ({hardware_label(df)})", fontsize=10)
+    cfg.set_xlabel("configuration", fontsize=8)
+    ax.legend(fontsize=6, ncol=6, loc="lower left", bbox_to_anchor=(0, 1.08), frameon=False)
+    fig.suptitle(f"Fig. 10: kernel-time breakdown, without vs. with recomputation ({hardware_label(df)})",
+                 fontsize=10)
     res.missing = missing
-    bottom = note(fig, missing)
+    bottom = note(fig, missing, differs(df, ("recompute", "overlap")))
     fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig, res

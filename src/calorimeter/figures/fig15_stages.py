@@ -12,6 +12,7 @@ from calorimeter.figures.common import (
     FigureResult,
     Tables,
     config_label,
+    differs,
     empty_axes_message,
     hardware_label,
     note,
@@ -50,17 +51,19 @@ def draw(tables: Tables, micro_batches: tuple[int, ...] = (1, 4),
             n_bars[mb] += max(len(stages), 1) + 1
         layout[mb] = rows
     width = max(7.0, 0.16 * max(n_bars.values(), default=1) + 3)
-    fig, axes = plt.subplots(len(micro_batches), 1, figsize=(width, 2.6 * len(micro_batches) + 0.8), squeeze=False)
+    fig, axes = plt.subplots(len(micro_batches), 1, figsize=(width + 1.6, 3.0 * len(micro_batches) + 0.8),
+                             squeeze=False)
     seen: set[str] = set()
     for ax, mb in zip(axes[:, 0], micro_batches, strict=True):
-        ax.set_title(f"micro-batch {mb}", fontsize=8, loc="left", pad=20)
+        ax.set_title(f"micro-batch {mb}", fontsize=8, loc="left")
         if not layout[mb]:
             empty_axes_message(ax, f"no cells with micro-batch {mb} in this sweep")
             res.missing.append(f"micro-batch {mb} cells")
             continue
         x = 0
         ticks, tick_labels = [], []
-        for group, (r, k, stages) in enumerate(layout[mb]):
+        group_x, group_labels = [], []
+        for r, k, stages in layout[mb]:
             res.cells.append(r["cell_id"])
             start = x
             if r["status"] != "ok":
@@ -90,18 +93,20 @@ def draw(tables: Tables, micro_batches: tuple[int, ...] = (1, 4),
                 x += max(0, 3 - len(stages)) + 1  # narrow groups keep room for their label
             ax.axvline(x - 1 if x - 1 > start else x, color="k", lw=0.6)
             multi = df["model"].nunique() > 1
-            # Labels of neighbouring groups alternate between two heights so that narrow groups do not collide.
-            ax.text((start + x - 2) / 2, 1.01 + 0.08 * (group % 2),
-                    (f"{r['model']} " if multi else "") + config_label(r, short=True),
-                    transform=ax.get_xaxis_transform(), ha="center", fontsize=6)
+            group_x.append((start + x - 2) / 2)
+            group_labels.append((f"{r['model']} " if multi else "") + config_label(r, short=True))
+        # configuration labels: tick labels of a top axis, rotated, so that narrow groups never collide
+        top = ax.secondary_xaxis("top")
+        top.set_xticks(group_x, group_labels, rotation=90, fontsize=6)
+        top.tick_params(length=0, pad=1)
         ax.set_xticks(ticks, tick_labels, fontsize=5 if len(ticks) > 40 else 6)
         ax.set_xlim(-1, max(x - 1, 1))
         ax.set_ylabel("kernel time (s)", fontsize=8)
     axes[-1, 0].set_xlabel("pipeline stage", fontsize=8)
     if seen:
-        axes[0, 0].legend(fontsize=6, ncol=5, loc="lower left", bbox_to_anchor=(0, 1.2), frameon=False)
+        axes[0, 0].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     only = f"{df['model'].iloc[0]}, " if len(df) and df["model"].nunique() == 1 else ""
     fig.suptitle(f"Fig. 15: kernel time per pipeline stage ({only}{hardware_label(df)})", fontsize=10)
-    bottom = note(fig, res.missing)
+    bottom = note(fig, res.missing, differs(df, ("micro_batch",)))
     fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig, res

@@ -22,6 +22,7 @@ from calorimeter.figures.common import (
     FigureResult,
     Tables,
     config_label,
+    differs,
     empty_axes_message,
     hardware_label,
     note,
@@ -197,17 +198,18 @@ def draw_heatmaps(runs: pd.DataFrame, gpus: pd.DataFrame, panels: list[tuple[str
     counts = rows.loc[rows["status"] != "ok", "status"].value_counts()
     res.missing += [f"{n} {s.replace('_', ' ')} (hatched rows)" for s, n in sorted(counts.items())]
     fig.suptitle(f"{title} ({hardware_label(rows)})", fontsize=10, x=0.01, ha="left")
-    bottom = note(fig, res.missing)
+    bottom = note(fig, res.missing, differs(rows, ()))
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig, res
 
 
-def heatmap_figure(name: str, panels: list[tuple[str, str, str, str, float]], title: str,
-                   avg_row: bool = False) -> Callable[[Tables], tuple[plt.Figure, FigureResult]]:
-    """The ``draw(tables)`` of a heatmap figure (reads the ``runs`` and ``gpus`` tables)."""
+def heatmap_figure(name: str, panels: list[tuple[str, str, str, str, float]], title: str, avg_row: bool = False,
+                   ncols: int | None = None, notes: list[str] | None = None
+                   ) -> Callable[[Tables], tuple[plt.Figure, FigureResult]]:
+    """The ``draw(tables)`` of a heatmap figure (reads the ``runs`` and ``gpus`` tables); see ``draw_heatmaps``."""
 
     def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
-        return draw_heatmaps(tables["runs"], tables["gpus"], panels, name, title, avg_row)
+        return draw_heatmaps(tables["runs"], tables["gpus"], panels, name, title, avg_row, ncols, notes)
 
     draw.__doc__ = f"{title}: the heatmaps (left open) and what they drew."
     return draw

@@ -124,6 +124,7 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
         eff = _series(d, efficiency)
         for r, (avg, pk, ylab, scale) in enumerate(PANELS):
             ax = axes[r][c]
+            ax.set_gid(f"panel:{avg}:{model}")
             a, p = _series(d, avg, scale), _series(d, pk, scale)
             for s0, s1 in segments:  # lines are broken between configurations
                 (la,) = ax.plot(x[s0:s1], a[s0:s1], "o-", color=AVG_COLOR, ms=4, lw=1.2, gid="avg")
@@ -136,6 +137,7 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
             if not np.isfinite(a).any() and not np.isfinite(p).any():
                 ax.text(0.02, 0.9, "no telemetry", transform=ax.transAxes, fontsize=6, color="#555555")
             ax2 = ax.twinx()
+            ax2.set_gid(f"efficiency:{avg}:{model}")
             for s0, s1 in segments:
                 (le,) = ax2.plot(x[s0:s1], eff[s0:s1], "x-", color=EFF_COLOR, ms=5, lw=1.0, gid="efficiency")
             handles.setdefault(eff_label, le)

@@ -1,5 +1,7 @@
-"""Scale-up vs. scale-out: per model, the throughput (tokens/s) and energy per token of each hardware sweep
-(e.g. 32 H200 vs. 64 H100); bars = each hardware's best configuration (highest throughput, labelled), dots =
+"""Scale comparison (the study's 32 H200 vs. 64 H100): per model, the throughput (tokens/s of the whole system and
+per GPU) and energy per token of each system of the compared sweeps. A system is one sweep's hardware and node
+layout (``h200x2-findings: h200 1x2``); only this sweep and the sweeps its configuration names under ``compare:`` are
+drawn, never others found on disk. Bars = each system's best configuration (highest tokens/s, labelled), dots =
 every measured configuration."""
 
 from __future__ import annotations
@@ -12,70 +14,76 @@ from calorimeter.figures.common import FigureResult, Tables, config_label, empty
 
 NAME = "scale_compare"
 TABLES = ("runs",)
-COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2"]
+COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1"]
+#: (runs column, y label)
+PANELS = (("tokens_per_s", "tokens/s (system)"), ("tokens_per_s_per_gpu", "tokens/s per GPU"),
+          ("energy_per_token_j", "energy per token (J)"))
 
 
-def system_label(g: pd.DataFrame) -> str:
-    """``h200 4x8`` from the cells' hardware and node layout (the most common one of the group)."""
-    lay = (g["nodes"].astype(int).astype(str) + "x" + g["gpus_per_node"].astype(int).astype(str)).mode()
-    return f"{g['hardware'].iloc[0]} {lay.iloc[0] if len(lay) else ''}".strip()
+def systems(runs: pd.DataFrame) -> pd.Series:
+    """``<sweep>: <hardware> <nodes>x<GPUs per node>`` of each row."""
+    sweep = runs["sweep"].astype(str) + ": " if "sweep" in runs.columns else ""
+    return (sweep + runs["hardware"].astype(str) + " " + runs["nodes"].astype(int).astype(str) + "x"
+            + runs["gpus_per_node"].astype(int).astype(str))
 
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
-    """``tables["runs"]``: the runs tables of the compared sweeps, concatenated."""
+    """``tables["runs"]``: this sweep's runs table and those of the sweeps it names under ``compare:``."""
     runs = tables["runs"]
     res = FigureResult(NAME)
-    fig, axes = plt.subplots(2, 1, figsize=(8.5, 6.0), sharex=True)
+    fig, axes = plt.subplots(len(PANELS), 1, figsize=(9.0, 7.6), sharex=True)
     if runs.empty:
         for ax in axes:
             empty_axes_message(ax, "no cells")
         res.missing.append("no runs")
         note(fig, res.missing)
         return fig, res
-    systems = {h: system_label(g) for h, g in runs.groupby("hardware", sort=True)}
-    hws = list(systems)
+    runs = runs.assign(_system=systems(runs))
+    names = list(dict.fromkeys(runs["_system"]))
+    sweeps = list(dict.fromkeys(runs["sweep"])) if "sweep" in runs.columns else []
     models = list(dict.fromkeys(runs["model"]))
-    if len(hws) < 2:
-        res.missing.append(f"only {', '.join(systems.values())} present: run the other hardware's sweep "
-                           "(e.g. config/sweeps/h100-optimization.yaml) to compare")
+    if len(sweeps) < 2:
+        res.missing.append(f"only sweep {', '.join(map(str, sweeps))}: name the sweeps to compare with under "
+                           "`compare:` (e.g. the H100 run of the same cells)")
+    if runs["hardware"].nunique() < 2:
+        res.missing.append(f"one GPU type ({runs['hardware'].iloc[0]}): no hardware comparison")
     ok = runs[runs["status"] == "ok"]
-    width = 0.8 / max(len(hws), 1)
-    for k, hw in enumerate(hws):
-        xs, tput, ept, labels = [], [], [], []
+    width = 0.8 / max(len(names), 1)
+    for k, system in enumerate(names):
+        col = COLORS[k % len(COLORS)]
+        xs, best_rows = [], []
         for i, m in enumerate(models):
-            g = ok[(ok["hardware"] == hw) & (ok["model"] == m)]
-            x = i + (k - (len(hws) - 1) / 2) * width
+            g = ok[(ok["_system"] == system) & (ok["model"] == m)]
+            x = i + (k - (len(names) - 1) / 2) * width
             if g.empty:
-                axes[0].text(x, 0.02, "none", rotation=90, ha="center", va="bottom", fontsize=6,
-                             transform=axes[0].get_xaxis_transform(), gid="none")
-                res.missing.append(f"{m} on {hw}")
+                if ((runs["_system"] == system) & (runs["model"] == m)).any():
+                    res.missing.append(f"{m} on {system}: no measured cell")
                 continue
             tps = finite(g["tokens_per_s"])
-            best = g.iloc[int(np.nanargmax(tps))] if np.isfinite(tps).any() else g.iloc[0]
-            res.cells += list(g["cell_id"])
+            best_rows.append(g.iloc[int(np.nanargmax(tps))] if np.isfinite(tps).any() else g.iloc[0])
             xs.append(x)
-            tput.append(float(best["tokens_per_s"]))
-            ept.append(float(best.get("energy_per_token_j", np.nan)))
-            labels.append(config_label(best, short=True))
-            axes[0].plot(np.full(len(g), x), finite(g["tokens_per_s"]), ".", color="k", ms=3, gid="dots")
-            axes[1].plot(np.full(len(g), x), finite(g.get("energy_per_token_j", pd.Series(np.nan, index=g.index))),
-                         ".", color="k", ms=3, gid="dots")
-        col = COLORS[k % len(COLORS)]
-        axes[0].bar(xs, tput, width * 0.9, color=col, label=systems[hw], gid=f"bar:{hw}")
-        axes[1].bar(xs, np.nan_to_num(ept), width * 0.9, color=col, gid=f"bar:{hw}")
+            res.cells += list(g["cell_id"])
+            for ax, (colname, _) in zip(axes, PANELS, strict=True):
+                vals = finite(g[colname]) if colname in g.columns else np.full(len(g), np.nan)
+                ax.plot(np.full(len(g), x), vals, ".", color="k", ms=3, gid="dots")
+        for ax, (colname, _) in zip(axes, PANELS, strict=True):
+            ys = [float(r.get(colname, np.nan)) for r in best_rows]
+            ax.bar(xs, np.nan_to_num(ys), width * 0.9, color=col, label=system if ax is axes[0] else None,
+                   gid=f"bar:{system}")
+        for x, r in zip(xs, best_rows, strict=True):
+            axes[0].text(x, 0.02, config_label(r, short=True), rotation=90, ha="center", va="bottom", fontsize=6,
+                         transform=axes[0].get_xaxis_transform(), gid="best",
+                         bbox={"facecolor": "white", "alpha": 0.7, "lw": 0, "pad": 0.5})
         res.n_points += len(xs)
-        for x, t, lab in zip(xs, tput, labels, strict=True):
-            axes[0].text(x, t, lab, rotation=90, ha="center", va="bottom", fontsize=6)
-        if xs and not np.isfinite(ept).any():
-            res.missing.append(f"energy per token on {hw} (no telemetry)")
-    axes[0].set_ylabel("tokens/s (best config.)", fontsize=8)
-    axes[1].set_ylabel("energy per token (J)", fontsize=8)
-    axes[0].legend(fontsize=7, frameon=False)
-    axes[1].set_xticks(np.arange(len(models)), models, fontsize=8)
-    for ax in axes:
+        if xs and not np.isfinite([float(r.get("energy_per_token_j", np.nan)) for r in best_rows]).any():
+            res.missing.append(f"energy per token on {system} (no telemetry)")
+    for ax, (_, ylab) in zip(axes, PANELS, strict=True):
+        ax.set_ylabel(ylab, fontsize=8)
         ax.tick_params(labelsize=7)
-        ax.margins(y=0.25)
-    fig.suptitle("Scale-up vs. scale-out: throughput and energy per token per model", fontsize=10)
+        ax.margins(y=0.1)
+    axes[0].legend(fontsize=7, frameon=False, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=min(len(names), 3))
+    axes[-1].set_xticks(np.arange(len(models)), models, fontsize=8)
+    fig.suptitle(f"Scale comparison: {' vs. '.join(map(str, sweeps))}", fontsize=10)
     bottom = note(fig, res.missing)
     fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig, res

@@ -49,19 +49,22 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
                     ax.text(i, 0, row["status"].upper(), rotation=90, ha="center", va="bottom", fontsize=7)
     for i, v in enumerate(tps):
         if np.isfinite(v):
-            ax1.text(i, v, f"{v:,.0f}", ha="center", va="bottom", fontsize=7)
+            ax1.text(i, v, f" {v:,.0f}", ha="center", va="bottom", fontsize=6, rotation=90)
+    ax1.margins(y=0.25)
     unit = "rank" if (df["hardware"] == "cpu").all() else "GPU"
     ax1.set_ylabel(f"tokens/s per {unit}")
     ax2.set_ylabel(lower_label.replace("GPU", unit))
     # Model groups separated by lines, model name above.
     bounds = [0] + [i for i in range(1, len(df)) if df.loc[i, "model"] != df.loc[i - 1, "model"]] + [len(df)]
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        if a > 0:
-            for ax in (ax1, ax2):
-                ax.axvline(a - 0.5, color="k", lw=0.8)
-        ax1.text((a + b - 1) / 2, 1.02, df.loc[a, "model"], transform=ax1.get_xaxis_transform(), ha="center",
-                 fontsize=9)
-    ax2.set_xticks(x, [cell_label(r) for _, r in df.iterrows()], rotation=60, ha="right", fontsize=8)
+    for a in bounds[1:-1]:
+        for ax in (ax1, ax2):
+            ax.axvline(a - 0.5, color="k", lw=0.8)
+    top = ax1.secondary_xaxis("top")  # model names: laid out as tick labels, rotated when groups are narrow
+    narrow = min(b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True)) < 3 if len(df) else False
+    top.set_xticks([(a + b - 1) / 2 for a, b in zip(bounds[:-1], bounds[1:], strict=True)],
+                   [df.loc[a, "model"] for a in bounds[:-1]], fontsize=8, rotation=90 if narrow else 0)
+    top.tick_params(length=0)
+    ax2.set_xticks(x, [cell_label(r) for _, r in df.iterrows()], rotation=90, fontsize=7)
     ax2.set_xlabel("parallel configuration")
     hw = ", ".join(sorted({f"{h} x{w}" for h, w in zip(df["hardware"], df["world_size"], strict=True)}))
     fig.suptitle(f"Throughput per configuration ({hw})", fontsize=10)

@@ -52,9 +52,9 @@ def draw(tables: Tables, cell_id: str | None = None) -> tuple[plt.Figure, Figure
                 ax.axvspan(r.b - t0, r.e - t0, color=PHASE_COLORS.get(r.phase, "#ffffff"), alpha=0.6, lw=0,
                            gid=f"phase:{r.phase}")
                 ax.axvline(r.b - t0, color="#999999", lw=0.3)
-        for phase, g in w.groupby("phase", sort=False):
-            axes[0].text(g["b"].min() - t0, 1.0, f" {phase}", transform=axes[0].get_xaxis_transform(), fontsize=6,
-                         va="bottom", color="#555555")
+        for phase, g in w.groupby("phase", sort=False):  # inside the top panel: the GPU legend sits above it
+            axes[0].text(g["b"].min() - t0, 0.97, f" {phase}", transform=axes[0].get_xaxis_transform(), fontsize=6,
+                         va="top", color="#555555", gid=f"phasetext:{phase}")
     else:
         res.missing.append("step timings")
     gpus = list(ts.groupby(["node", "gpu_index"], sort=True))
