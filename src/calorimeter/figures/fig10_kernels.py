@@ -125,7 +125,8 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     ax.set_xlim(-0.6, n - 0.4)
     ax.set_ylabel("kernel time per stage (s)", fontsize=8)
     cfg.set_xlabel("configuration", fontsize=8)
-    ax.legend(fontsize=6, ncol=6, loc="lower left", bbox_to_anchor=(0, 1.08), frameon=False)
+    if seen_cats:
+        ax.legend(fontsize=6, ncol=6, loc="lower left", bbox_to_anchor=(0, 1.08), frameon=False)
     fig.suptitle(f"Fig. 10: kernel-time breakdown, without vs. with recomputation ({hardware_label(df)})",
                  fontsize=10)
     res.missing = missing
