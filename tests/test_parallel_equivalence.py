@@ -13,8 +13,10 @@ their shard; MoE experts are drawn by global index). Three checks per layout, ag
   :mod:`calorimeter.train.gradients`), ``||g - g_ref|| / ||g_ref||`` at most ``GRAD_REL``.
 
 Three rank groups: 1 rank (references), 2 ranks (tp2, tp2+SP, pp2, dp2, ZeRO-3, tp2+ZeRO-3, MoE ep1/ep2 with overlap
-on and off/tp2/tp2+SP/pp2), 4 ranks (tp2 x pp2 with SP; tp2 x dp2 ZeRO-3 with SP; MoE tp2 x ep2 with and without SP,
-pp2 x ep2 with full recomputation, tp2 x pp2 with SP).
+on and off/tp2/tp2+SP/pp2; tp2+SP with the ring-overlapped linears of ``overlap``, plain, with full recomputation and
+with ZeRO-3), 4 ranks (tp2 x pp2 with SP, also with overlap; tp2 x dp2 ZeRO-3 with SP; MoE tp2 x ep2 with and
+without SP, pp2 x ep2 with full recomputation, tp2 x pp2 with SP; the MoE tp2 + SP cells run with overlap on, so
+their attention linears are ring-overlapped too).
 """
 
 from __future__ import annotations
@@ -62,6 +64,15 @@ TWO = {  # (tp, pp, dp) on 2 ranks
     "moe-tp2-sp": Cell(model="tiny-mixtral", gpus_per_node=2, tp=2, sequence_parallel=True, overlap=True, **BASE),
     # MoE in a pipeline: each block feeds its load-balancing loss's gradient itself (layers.AuxLossGrad).
     "moe-pp2": Cell(model="tiny-mixtral", gpus_per_node=2, pp=2, overlap=True, **BASE),
+    # overlap ("cc") with SP: the sequence all-gathers / reduce-scatters run as rings under the GEMMs
+    # (train.tp_overlap); GPT has biases (column bias on the gathered rows, row bias on the shard), full recompute
+    # reruns the rings in backward, ZeRO-3 gathers the ring layers' weights through their own modules.
+    "llama-tp2-sp-ov": Cell(model="tiny-llama", gpus_per_node=2, tp=2, sequence_parallel=True, overlap=True,
+                            **BASE),
+    "gpt-tp2-sp-full-ov": Cell(model="tiny-gpt", gpus_per_node=2, tp=2, sequence_parallel=True, recompute="full",
+                               overlap=True, **BASE),
+    "llama-tp2-z3-sp-ov": Cell(model="tiny-llama", gpus_per_node=2, tp=2, sequence_parallel=True, overlap=True,
+                               **{**BASE, "zero_stage": 3}),
 }
 FOUR = {
     "llama-tp2-pp2-sp": Cell(model="tiny-llama", gpus_per_node=4, tp=2, pp=2, sequence_parallel=True,
@@ -76,13 +87,16 @@ FOUR = {
                              **BASE),
     "moe-tp2-pp2-sp": Cell(model="tiny-mixtral", gpus_per_node=4, tp=2, pp=2, sequence_parallel=True, overlap=True,
                            **BASE),
+    "llama-tp2-pp2-sp-ov": Cell(model="tiny-llama", gpus_per_node=4, tp=2, pp=2, sequence_parallel=True,
+                                overlap=True, **BASE),
 }
 PAIRS = [
     ("llama-tp2", "llama"), ("llama-tp2-sp", "llama"), ("gpt-tp2-sp-full", "gpt"), ("llama-pp2", "llama"),
     ("llama-dp2", "llama"), ("llama-dp2-z3", "llama"), ("llama-tp2-pp2-sp", "llama"), ("llama-tp2-z3", "llama"),
     ("llama-tp2-dp2-z3-sp", "llama"), ("moe-ep2", "moe-ep1"), ("moe-ep2-noov", "moe-ep1"), ("moe-tp2", "moe"),
     ("moe-tp2-sp", "moe"), ("moe-tp2-ep2", "moe-ep1"), ("moe-tp2-ep2-sp", "moe-ep1"), ("moe-pp2", "moe"),
-    ("moe-pp2-ep2-full", "moe-ep1"), ("moe-tp2-pp2-sp", "moe"),
+    ("moe-pp2-ep2-full", "moe-ep1"), ("moe-tp2-pp2-sp", "moe"), ("llama-tp2-sp-ov", "llama"),
+    ("gpt-tp2-sp-full-ov", "gpt"), ("llama-tp2-z3-sp-ov", "llama"), ("llama-tp2-pp2-sp-ov", "llama"),
 ]
 
 

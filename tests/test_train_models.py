@@ -120,9 +120,9 @@ def _count_recomputation(recompute: str, monkeypatch: pytest.MonkeyPatch) -> tup
     core_calls = [0]
     original = layers.attention_core
 
-    def counting(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def counting(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *rest: object) -> torch.Tensor:
         core_calls[0] += 1
-        return original(q, k, v)
+        return original(q, k, v, *rest)
 
     monkeypatch.setattr(layers, "attention_core", counting)
     model = build_model(spec, recompute=recompute, seed=3)

@@ -19,7 +19,7 @@ from calorimeter.records.provenance import git_state, package_versions
 
 SCHEMA_VERSION = 1
 RANK_KEYS = ("rank", "local_rank", "node", "hostname", "backend", "device", "device_info", "pid", "stage",
-             "num_stages", "dp_rank", "dp_size", "traced")
+             "num_stages", "dp_rank", "dp_size", "traced", "engine")
 
 
 class TransientCellError(RuntimeError):
@@ -138,6 +138,7 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
         record["metrics"] = throughput_metrics(cell, step_times_s(rank_steps),
                                                profile.peak_bf16_tflops if profile else None)
         r0 = min(rank_results, key=lambda r: r["rank"])
+        record["engine"] = r0.get("engine")  # kernels and overlap mechanisms (every rank's: provenance.ranks)
         record["loss"] = [{"step": s["step"], "phase": s["phase"], "loss": s["loss"],
                            "grad_norm": _finite_or_none(s.get("grad_norm"))} for s in r0["steps"]]
         if r0.get("warmup"):  # how the warm-up and the measured length were decided (calorimeter.train.steady)

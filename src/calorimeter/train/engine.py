@@ -23,6 +23,7 @@ from deepspeed.pipe import LayerSpec, PipelineModule  # noqa: E402
 from calorimeter.plan.cell import Cell  # noqa: E402
 from calorimeter.plan.checks import engine_reasons  # noqa: E402
 from calorimeter.plan.models import ModelSpec, get_model, stage_block_counts  # noqa: E402
+from calorimeter.train.kernels import AttentionShape, Kernels, choose_kernels  # noqa: E402
 from calorimeter.train.models import (  # noqa: E402
     CausalLM,
     LayerDef,
@@ -63,6 +64,8 @@ class TrainEngine:
         parameters_on_rank: parameter elements stored on this rank (its stage; its shard under ZeRO-3).
         parameters_model: parameter elements of this rank's stage at full size (the whole model for pp=1).
         config: the DeepSpeed config dict used.
+        kernels: the attention backend and fused-op provider the model runs on.
+        engine_info: what the engine chose and why, for the record (:func:`engine_record`).
     """
 
     engine: Any
@@ -77,6 +80,8 @@ class TrainEngine:
     parameters_on_rank: int
     parameters_model: int
     config: dict[str, Any]
+    kernels: Kernels
+    engine_info: dict[str, Any]
 
 
 def use_bf16(cell: Cell, device: torch.device) -> bool:
@@ -256,18 +261,21 @@ def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device
     config = ds_config(cell, device)
     # Wrap the launcher's process group in deepspeed.comm now: PipelineModule uses it before deepspeed.initialize.
     deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
-    par = TPConfig(cell.tp, cell.sequence_parallel and cell.tp > 1)
+    par = tp_config(cell)
     tp_mpu = None
     if par.enabled:
-        init_model_parallel(cell.tp, cell.pp, cell.seed, device)
+        init_model_parallel(cell.tp, cell.pp, cell.seed, device, high_priority_tp=par.overlap)
         tp_mpu = MegatronMPU()
     mpu = tp_mpu if cell.pp == 1 else None  # a pipeline engine brings its own grid
     if spec.is_moe:
         _create_expert_groups(cell.ep, tp_mpu, cell.pp)
+    shape = AttentionShape(cell.micro_batch, spec.num_attention_heads // cell.tp, spec.num_query_groups // cell.tp,
+                           cell.seq_len, spec.head_dim)
+    kern, kernel_info = choose_kernels(shape, device, torch.bfloat16 if use_bf16(cell, device) else torch.float32)
     blocks = stage_block_counts(spec.num_layers, cell.pp, cell.pp_split)
     defs = layer_defs(spec, cell.recompute, cell.recompute_layers, blocks, seed=cell.seed, par=par, ep=cell.ep,
-                      grad_accum=cell.grad_accum)
-    loss_fn = loss_function(par)
+                      grad_accum=cell.grad_accum, kern=kern)
+    loss_fn = loss_function(par, kern)
 
     if cell.pp > 1:
         from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
@@ -309,7 +317,29 @@ def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device
     return TrainEngine(engine=engine, pipeline=cell.pp > 1, device=device, dp_rank=dp_rank, dp_size=dp_size,
                        dp_group=dp_group, tp_rank=tp_rank, stage=stage, num_stages=num_stages,
                        parameters_on_rank=_local_parameter_count(model),
-                       parameters_model=_full_parameter_count(model), config=config)
+                       parameters_model=_full_parameter_count(model), config=config, kernels=kern,
+                       engine_info=engine_record(cell, par, kern, kernel_info))
+
+
+def tp_config(cell: Cell) -> TPConfig:
+    """The tensor-parallel layout of a cell: sequence parallelism only with tp > 1; ``overlap`` ("cc") overlaps the
+    sequence-parallel collectives with the linears' GEMMs (without SP there is nothing of that kind to overlap:
+    Megatron-core's column-parallel backward already all-reduces the input gradient asynchronously)."""
+    sp = cell.sequence_parallel and cell.tp > 1
+    return TPConfig(cell.tp, sp, overlap=sp and cell.overlap)
+
+
+def engine_record(cell: Cell, par: TPConfig, kern: Kernels, kernel_info: dict[str, Any]) -> dict[str, Any]:
+    """What the engine runs a cell with, beyond the cell's own knobs: kernels, overlap mechanisms (run.json)."""
+    return {
+        "kernels": kern.to_dict(),
+        "kernel_choice": kernel_info,
+        "overlap": {
+            "deepspeed_overlap_comm": cell.overlap,
+            "tp_comm_overlap": "ring" if par.overlap else ("none" if par.enabled else "n/a"),
+        },
+        "torch": torch.__version__,
+    }
 
 
 def _create_expert_groups(ep: int, mpu: MegatronMPU | None = None, pp: int = 1) -> None:

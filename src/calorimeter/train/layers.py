@@ -21,6 +21,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from calorimeter.plan.models import MOE_MIN_CAPACITY, ModelSpec
+from calorimeter.train import kernels
+from calorimeter.train.kernels import EAGER, Kernels
 from calorimeter.train.parallel import TPConfig, mark_sequence_parallel, megatron_config, tp_rank_size
 
 NO_TP = TPConfig()
@@ -105,6 +107,28 @@ def row_shard(full: torch.Tensor) -> torch.Tensor:
     return full.chunk(size, dim=1)[rank]
 
 
+def _column_class(par: TPConfig) -> type:
+    """Megatron-core's ``ColumnParallelLinear``, or its ring-overlapped subclass under SP with ``overlap``."""
+    if par.sp and par.overlap:
+        from calorimeter.train.tp_overlap import ring_layer_classes
+
+        return ring_layer_classes()[0]
+    from megatron.core.tensor_parallel import ColumnParallelLinear
+
+    return ColumnParallelLinear
+
+
+def _row_class(par: TPConfig) -> type:
+    """Megatron-core's ``RowParallelLinear``, or its ring-overlapped subclass under SP with ``overlap``."""
+    if par.sp and par.overlap:
+        from calorimeter.train.tp_overlap import ring_layer_classes
+
+        return ring_layer_classes()[1]
+    from megatron.core.tensor_parallel import RowParallelLinear
+
+    return RowParallelLinear
+
+
 class ColumnLinear(nn.Module):
     """Megatron-core ``ColumnParallelLinear`` holding this rank's rows of the full ``(out, in)`` weight.
 
@@ -112,7 +136,8 @@ class ColumnLinear(nn.Module):
         in_features, out_features, bias, init_std: as :class:`Linear` (full sizes).
         par: tensor-parallel layout; with ``sp`` the input ``(seq/tp, b, h)`` is gathered along the sequence first
             (Megatron's ``gather_from_sequence_parallel_region``, whose backward reduce-scatters), and the layer's
-            own input-gradient all-reduce is disabled.
+            own input-gradient all-reduce is disabled; with ``sp`` and ``overlap`` the gather runs under the GEMM
+            (:func:`~calorimeter.train.tp_overlap.ring_layer_classes`).
         gated: the weight is ``[gate; up]`` (SwiGLU's fused fc1): each rank takes its rows of both halves, so its
             local output still splits as ``[gate_shard, up_shard]``.
     """
@@ -120,12 +145,10 @@ class ColumnLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool, init_std: float, par: TPConfig,
                  gated: bool = False) -> None:
         super().__init__()
-        from megatron.core.tensor_parallel import ColumnParallelLinear
-
         full = _full_normal(out_features, in_features, init_std)
         shard = column_shard(full, gated)
-        self.sp = par.sp
-        self.inner = ColumnParallelLinear(in_features, out_features, config=megatron_config(par.tp, full.device),
+        self.gather = par.sp and not par.overlap  # an explicit (exposed) all-gather before the layer
+        self.inner = _column_class(par)(in_features, out_features, config=megatron_config(par.tp, full.device),
                                           init_method=_noop_init, bias=bias, gather_output=False,
                                           skip_bias_add=False, disable_grad_reduce=par.sp)
         mark_tensor_parallel(self.inner.weight, partition_dim=0)
@@ -137,7 +160,7 @@ class ColumnLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(..., in) -> (..., out / tp)``; with SP ``(s/tp, b, in) -> (s, b, out / tp)``."""
-        if self.sp:
+        if self.gather:
             from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
 
             x = gather_from_sequence_parallel_region(x, tensor_parallel_output_grad=True)
@@ -148,18 +171,17 @@ class RowLinear(nn.Module):
     """Megatron-core ``RowParallelLinear`` holding this rank's columns of the full ``(out, in)`` weight.
 
     Its output is all-reduced over tp, or reduce-scattered along the sequence with SP (then the replicated bias is
-    added to a sequence shard and Megatron marks it ``sequence_parallel``).
+    added to a sequence shard and Megatron marks it ``sequence_parallel``); with SP and ``overlap`` the
+    reduce-scatter runs under the GEMM (:func:`~calorimeter.train.tp_overlap.ring_layer_classes`).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool, init_std: float, par: TPConfig) -> None:
         super().__init__()
-        from megatron.core.tensor_parallel import RowParallelLinear
-
         full = _full_normal(out_features, in_features, init_std)
         cfg = megatron_config(par.tp, full.device)
         if par.sp:
             cfg = _sp_config(cfg)
-        self.inner = RowParallelLinear(in_features, out_features, config=cfg, init_method=_noop_init, bias=bias,
+        self.inner = _row_class(par)(in_features, out_features, config=cfg, init_method=_noop_init, bias=bias,
                                        input_is_parallel=True, skip_bias_add=False)
         mark_tensor_parallel(self.inner.weight, partition_dim=1)
         with torch.no_grad():
@@ -208,26 +230,40 @@ class LayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalise the last dimension."""
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, NORM_EPS)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Normalise the last dimension; with ``residual``, normalise ``residual + x`` and return ``(sum, norm)``."""
+        if residual is None:
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, NORM_EPS)
+        s = residual + x
+        return s, F.layer_norm(s, self.weight.shape, self.weight, self.bias, NORM_EPS)
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm with a weight (ones) and no bias, as in Llama."""
+    """RMSNorm with a weight (ones) and no bias, as in Llama.
 
-    def __init__(self, dim: int) -> None:
+    Args:
+        dim: normalised width.
+        kern: kernels (``fused`` decides the implementation; the residual add is fused into the norm there).
+    """
+
+    def __init__(self, dim: int, kern: Kernels = EAGER) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
+        self.kern = kern
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalise the last dimension by its root mean square."""
-        return F.rms_norm(x, self.weight.shape, self.weight, NORM_EPS)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Normalise the last dimension by its root mean square; with ``residual``, normalise ``residual + x``
+        and return ``(sum, norm)`` (one pass with a fused provider)."""
+        if residual is None:
+            return kernels.rms_norm(x, self.weight, NORM_EPS, self.kern)
+        return kernels.add_rms_norm(x, residual, self.weight, NORM_EPS, self.kern)
 
 
-def make_norm(spec: ModelSpec, par: TPConfig = NO_TP) -> nn.Module:
+def make_norm(spec: ModelSpec, par: TPConfig = NO_TP, kern: Kernels = EAGER) -> nn.Module:
     """LayerNorm for GPT (norms with bias), RMSNorm for Llama; marked ``sequence_parallel`` under SP."""
-    norm = LayerNorm(spec.hidden_size) if spec.bias else RMSNorm(spec.hidden_size)
+    norm = LayerNorm(spec.hidden_size) if spec.bias else RMSNorm(spec.hidden_size, kern)
     if par.sp:
         mark_sequence_parallel(norm)
     return norm
@@ -260,23 +296,17 @@ class Rotary:
             self._cache[key] = (angles.cos().to(dtype), angles.sin().to(dtype))
         return self._cache[key]
 
-    @staticmethod
-    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """Rotate ``x`` of shape ``(batch, heads, seq, head_dim)``."""
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rotated * sin
 
-
-def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal ``softmax(Q K^T / sqrt(d)) V`` through SDPA (flash attention on GPU), GQA without copying K/V.
+def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kern: Kernels = EAGER) -> torch.Tensor:
+    """Causal ``softmax(Q K^T / sqrt(d)) V`` through SDPA on the cell's backend (:func:`kernels.attention`).
 
     Args:
         q: ``(batch, heads, seq, head_dim)``.
         k: ``(batch, groups, seq, head_dim)``.
         v: ``(batch, groups, seq, head_dim)``.
+        kern: kernels.
     """
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+    return kernels.attention(q, k, v, kern)
 
 
 class SelfAttention(nn.Module):
@@ -289,10 +319,12 @@ class SelfAttention(nn.Module):
         spec: the model.
         recompute_core: checkpoint only the attention core (``selective`` recomputation).
         par: tensor-parallel layout.
+        kern: kernels (attention backend; split + rotary fused by the ``fused`` provider).
     """
 
-    def __init__(self, spec: ModelSpec, recompute_core: bool, par: TPConfig = NO_TP) -> None:
+    def __init__(self, spec: ModelSpec, recompute_core: bool, par: TPConfig = NO_TP, kern: Kernels = EAGER) -> None:
         super().__init__()
+        self.kern = kern
         self.num_heads = spec.num_attention_heads // par.tp
         self.num_groups = spec.num_query_groups // par.tp
         self.head_dim = spec.head_dim
@@ -312,16 +344,12 @@ class SelfAttention(nn.Module):
         b, s = qkv.shape[:2]
         per_group = self.num_heads // self.num_groups
         qkv = qkv.reshape(b, s, self.num_groups, per_group + 2, self.head_dim)
-        q = qkv[:, :, :, :per_group].reshape(b, s, self.num_heads, self.head_dim).transpose(1, 2)
-        k = qkv[:, :, :, per_group].transpose(1, 2)
-        v = qkv[:, :, :, per_group + 1].transpose(1, 2)
-        if self.rotary is not None:
-            cos, sin = self.rotary.tables(s, x.device, x.dtype)
-            q, k = Rotary.apply(q, cos, sin), Rotary.apply(k, cos, sin)
+        cos, sin = self.rotary.tables(s, x.device, x.dtype) if self.rotary is not None else (None, None)
+        q, k, v = kernels.qkv_rotary(qkv, per_group, cos, sin, self.kern)
         if self.recompute_core and torch.is_grad_enabled():
-            out = checkpoint(attention_core, q, k, v, use_reentrant=False)
+            out = checkpoint(attention_core, q, k, v, self.kern, use_reentrant=False)
         else:
-            out = attention_core(q, k, v)
+            out = attention_core(q, k, v, self.kern)
         out = out.transpose(1, 2).reshape(b, s, self.num_heads * self.head_dim)
         if self.seq_first:
             out = out.transpose(0, 1).contiguous()
@@ -331,8 +359,9 @@ class SelfAttention(nn.Module):
 class MLP(nn.Module):
     """GeLU MLP with biases (GPT) or SwiGLU with a fused gate/up projection and no biases (Llama)."""
 
-    def __init__(self, spec: ModelSpec, par: TPConfig = NO_TP) -> None:
+    def __init__(self, spec: ModelSpec, par: TPConfig = NO_TP, kern: Kernels = EAGER) -> None:
         super().__init__()
+        self.kern = kern
         self.gated = spec.gated_mlp
         fc1_out = 2 * spec.ffn_hidden_size if self.gated else spec.ffn_hidden_size
         self.fc1 = column_linear(spec.hidden_size, fc1_out, spec.bias, spec.init_std, par, gated=self.gated)
@@ -361,11 +390,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(..., hidden) -> (..., hidden)``."""
         h = self.fc1(x)
-        if self.gated:
-            gate, up = h.chunk(2, dim=-1)
-            h = F.silu(gate) * up
-        else:
-            h = F.gelu(h)
+        h = kernels.swiglu(h, self.kern) if self.gated else F.gelu(h)
         return self.fc2(h)
 
 
@@ -391,13 +416,13 @@ class MoEMLP(nn.Module):
     (not yet multiplied by ``spec.moe_aux_loss_coeff``).
     """
 
-    def __init__(self, spec: ModelSpec, ep: int, par: TPConfig = NO_TP) -> None:
+    def __init__(self, spec: ModelSpec, ep: int, par: TPConfig = NO_TP, kern: Kernels = EAGER) -> None:
         super().__init__()
         from deepspeed.moe.layer import MoE
 
         self.sp = par.sp
         expert_par = TPConfig(par.tp, sp=False)
-        self.moe = MoE(spec.hidden_size, MLP(spec, expert_par), num_experts=spec.num_experts, ep_size=ep,
+        self.moe = MoE(spec.hidden_size, MLP(spec, expert_par, kern), num_experts=spec.num_experts, ep_size=ep,
                        k=spec.moe_topk, capacity_factor=spec.moe_capacity_factor,
                        eval_capacity_factor=spec.moe_capacity_factor, min_capacity=MOE_MIN_CAPACITY, drop_tokens=True,
                        use_rts=False, top2_2nd_expert_sampling=False,
@@ -481,29 +506,31 @@ class TransformerBlock(nn.Module):
         aux_loss_scale: MoE models: gradient given to the layer's load-balancing loss in backward (see
             :class:`AuxLossGrad`; ``moe_aux_loss_coeff / grad_accum`` in training, 0 to leave it out). The loss the
             model returns is the language-model loss alone.
+        kern: kernels (attention backend, fused norms/SwiGLU/rotary).
 
     For MoE models the layer's load-balancing loss of the last forward is left in :attr:`aux_loss`.
     """
 
     def __init__(self, spec: ModelSpec, recompute: str = "none", par: TPConfig = NO_TP, ep: int = 1,
-                 aux_loss_scale: float = 0.0) -> None:
+                 aux_loss_scale: float = 0.0, kern: Kernels = EAGER) -> None:
         super().__init__()
         if recompute not in ("none", "selective", "full"):
             raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
         self.recompute_full = recompute == "full"
         self.is_moe = spec.is_moe
         self.aux_loss_scale = aux_loss_scale
-        self.attn_norm = make_norm(spec, par)
-        self.attn = SelfAttention(spec, recompute_core=recompute == "selective", par=par)
-        self.mlp_norm = make_norm(spec, par)
-        self.mlp = MoEMLP(spec, ep, par) if spec.is_moe else MLP(spec, par)
+        self.attn_norm = make_norm(spec, par, kern)
+        self.attn = SelfAttention(spec, recompute_core=recompute == "selective", par=par, kern=kern)
+        self.mlp_norm = make_norm(spec, par, kern)
+        self.mlp = MoEMLP(spec, ep, par, kern) if spec.is_moe else MLP(spec, par, kern)
         self.aux_loss: torch.Tensor | None = None
 
     def _block(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x))
+        # The residual add before the MLP's norm is fused into it: (x + attn, norm(x + attn)).
+        x, h = self.mlp_norm(self.attn(self.attn_norm(x)), residual=x)
         if not self.is_moe:
-            return x + self.mlp(self.mlp_norm(x))
-        y, aux = self.mlp(self.mlp_norm(x))
+            return x + self.mlp(h)
+        y, aux = self.mlp(h)
         self.aux_loss = aux
         out = x + y
         if self.aux_loss_scale and torch.is_grad_enabled():
@@ -575,10 +602,10 @@ class OutputLayer(nn.Module):
     ``(seq, batch, vocab / tp)`` (no transposed copy of the largest activation: the loss transposes the labels).
     """
 
-    def __init__(self, spec: ModelSpec, par: TPConfig = NO_TP) -> None:
+    def __init__(self, spec: ModelSpec, par: TPConfig = NO_TP, kern: Kernels = EAGER) -> None:
         super().__init__()
         self.sp = par.sp
-        self.norm = make_norm(spec, par)
+        self.norm = make_norm(spec, par, kern)
         self.head = column_linear(spec.hidden_size, spec.vocab_size, False, spec.init_std, par)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -586,14 +613,15 @@ class OutputLayer(nn.Module):
         return self.head(self.norm(x))
 
 
-def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean token cross-entropy, computed in fp32 whatever the logits' dtype.
+def lm_loss(logits: torch.Tensor, labels: torch.Tensor, kern: Kernels = EAGER) -> torch.Tensor:
+    """Mean token cross-entropy, computed in fp32 whatever the logits' dtype (:func:`kernels.cross_entropy`).
 
     Args:
         logits: ``(batch, seq, vocab)``.
         labels: ``(batch, seq)`` next-token ids.
+        kern: kernels (a fused provider never materialises fp32 logits).
     """
-    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.reshape(-1))
+    return kernels.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), kern)
 
 
 def vocab_parallel_lm_loss(logits: torch.Tensor, labels: torch.Tensor, seq_first: bool = False) -> torch.Tensor:

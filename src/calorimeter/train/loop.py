@@ -121,7 +121,8 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         JSON-able dict with ``steps`` (list of ``{step, phase, loss, grad_norm, time_s, t_begin_s, t_end_s}``;
         ``grad_norm`` is the global gradient norm before clipping, as DeepSpeed computed it),
         ``peak_memory_bytes``, ``parameters_on_rank``, ``parameters_model``, ``device``, ``rank``, ``world_size``,
-        ``dp_rank``, ``dp_size``, ``stage``, ``num_stages``, ``precision``, ``warmup`` and ``cell_id``.
+        ``dp_rank``, ``dp_size``, ``stage``, ``num_stages``, ``precision``, ``warmup``, ``cell_id`` and ``engine``
+        (kernels and overlap mechanisms the engine chose: :func:`calorimeter.train.engine.engine_record`).
 
     Raises:
         CellOOMError: when the rank runs out of GPU memory while building or training.
@@ -189,6 +190,7 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         "parameters_on_rank": te.parameters_on_rank,
         "parameters_model": te.parameters_model,
         "peak_memory_bytes": peak_memory_bytes(device),
+        "engine": te.engine_info,
         "traced": traced,
         "warmup": schedule.record(),
         "steps": steps,

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from calorimeter.plan.models import ModelSpec
+from calorimeter.train.kernels import EAGER, Kernels
 from calorimeter.train.layers import EmbeddingLayer, OutputLayer, TransformerBlock, lm_loss, vocab_parallel_lm_loss
 from calorimeter.train.parallel import TPConfig
 
@@ -83,6 +84,7 @@ def layer_defs(
     par: TPConfig | None = None,
     ep: int = 1,
     grad_accum: int = 1,
+    kern: Kernels = EAGER,
 ) -> list[LayerDef]:
     """The model's layers, not yet built, in order ``[embedding, blocks..., output]``.
 
@@ -96,6 +98,7 @@ def layer_defs(
         ep: expert-parallel degree (MoE models).
         grad_accum: gradient-accumulation steps (MoE models: the load-balancing loss gets the gradient
             ``moe_aux_loss_coeff / grad_accum``, matching DeepSpeed's scaling of the backpropagated loss).
+        kern: kernels of the blocks and the output norm (:mod:`calorimeter.train.kernels`).
     """
     par = par or TPConfig()
     counts = list(block_counts) if block_counts is not None else [spec.num_layers]
@@ -104,16 +107,17 @@ def layer_defs(
     modes = block_recompute_modes(counts, recompute, recompute_layers)
     defs = [LayerDef(EmbeddingLayer, (spec, par), seed)]
     aux_scale = spec.moe_aux_loss_coeff / grad_accum if spec.is_moe else 0.0
-    defs += [LayerDef(TransformerBlock, (spec, mode, par, ep, aux_scale), seed + 1 + i)
+    defs += [LayerDef(TransformerBlock, (spec, mode, par, ep, aux_scale, kern), seed + 1 + i)
              for i, mode in enumerate(modes)]
-    defs.append(LayerDef(OutputLayer, (spec, par), seed + 1 + spec.num_layers))
+    defs.append(LayerDef(OutputLayer, (spec, par, kern), seed + 1 + spec.num_layers))
     return defs
 
 
-def loss_function(par: TPConfig | None) -> LossFn:
-    """:func:`lm_loss`, or the vocab-parallel cross-entropy when the logits are split over tp."""
+def loss_function(par: TPConfig | None, kern: Kernels = EAGER) -> LossFn:
+    """:func:`lm_loss` (on ``kern``'s cross-entropy), or the vocab-parallel cross-entropy when the logits are split
+    over tp."""
     if par is None or not par.enabled:
-        return lm_loss
+        return lm_loss if kern == EAGER else functools.partial(lm_loss, kern=kern)
     return functools.partial(vocab_parallel_lm_loss, seq_first=par.sp)
 
 

@@ -37,10 +37,13 @@ class TPConfig:
     Attributes:
         tp: tensor-parallel degree (1: plain layers, no Megatron-core).
         sp: Megatron sequence parallelism (needs tp > 1).
+        overlap: with ``sp``, the sequence all-gathers / reduce-scatters of the linears run under their GEMMs
+            (:mod:`calorimeter.train.tp_overlap`); the cell's ``overlap`` knob ("cc").
     """
 
     tp: int = 1
     sp: bool = False
+    overlap: bool = False
 
     @property
     def enabled(self) -> bool:
@@ -92,17 +95,21 @@ def _cpu_safe_collectives() -> None:
     moe_mappings._gather_tokens = gather_tokens
 
 
-def init_model_parallel(tp: int, pp: int, seed: int, device: torch.device) -> None:
+def init_model_parallel(tp: int, pp: int, seed: int, device: torch.device, high_priority_tp: bool = False) -> None:
     """Build Megatron-core's process groups for ``tp`` x ``pp`` (dp is the rest), in DeepSpeed's rank order.
 
-    On CUDA also seeds Megatron's model-parallel RNG tracker (``model_parallel_cuda_manual_seed``).
+    On CUDA also seeds Megatron's model-parallel RNG tracker (``model_parallel_cuda_manual_seed``), and with
+    ``high_priority_tp`` gives the tensor-parallel group's NCCL streams high priority (its transfers are meant to
+    run under GEMMs: :mod:`calorimeter.train.tp_overlap`).
     """
     from megatron.core import parallel_state, tensor_parallel
 
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
+    high = ["tp"] if high_priority_tp and device.type == "cuda" else None
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-                                             order="tp-cp-ep-dp-pp", create_gloo_process_groups=False)
+                                             order="tp-cp-ep-dp-pp", create_gloo_process_groups=False,
+                                             high_priority_stream_groups=high)
     if device.type == "cuda":
         tensor_parallel.model_parallel_cuda_manual_seed(seed)
     else:

@@ -1,0 +1,344 @@
+#!/usr/bin/env python
+"""Engine speed, side by side in one call: plain FSDP2, the best dense Llama-3 8B cells and the TP layouts, each
+before (today's kernels, no tensor-parallel overlap) and after (chosen kernels, ``overlap`` = ring TP overlap).
+
+    python bench/engine_speed.py --out DIR [--gpus 2] [--budget-s 330]      # on a GPU node (bench/gpu/engine_speed.sh)
+    python bench/engine_speed.py --out DIR --dry-run                         # CPU: tiny-llama, 2 gloo ranks
+
+Groups run one after another, each in its own ``torchrun`` (a crash or a hang of one group cannot take the others
+with it); variants of a group share one process group. Every variant trains the real engine
+(:func:`calorimeter.train.loop.train_cell`: warm-up, measured steps, one profiled step traced with torch.profiler)
+and appends one JSON line to ``DIR/engine_speed.jsonl`` as soon as it is done: MFU (Megatron's full-attention
+convention, the study's), tokens/s/GPU, the kernels and overlap used (as recorded in run.json), and the kernel-trace
+breakdown of the profiled step of rank 0 (busy, compute, communication, exposed communication = communication not
+under any compute kernel, per collective). ``DIR/summary.md`` is rewritten after every group: before/after per
+layout, the ratio to FSDP2 and the targets of issue 15 (best dense >= 55% MFU and >= 1.10x FSDP2; exposed
+communication of every TP layout at most half of today's).
+
+Llama-3 8B, sequence 8192, micro-batch 1, global batch 8 (grad-accumulation 4 at dp2, 8 at tp2), bf16, 2 warm-up +
+3 measured + 1 profiled step. Groups (2 GPUs): ``dense`` (ZeRO-3 dp2 today/after, ZeRO-2 dp2 after), ``fsdp2``
+(bench/fsdp2_llama_baseline.py, 8 steps), ``tp`` (TP2 + SP: today, after with overlap on, after with overlap off),
+``dense-extra`` (ZeRO-1 dp2 after: did not fit before). Expected wall time on 2x H200: about 330 s; a group whose
+estimate no longer fits ``--budget-s`` is skipped and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One measured configuration: a cell's layout and knobs plus the kernel overrides."""
+
+    name: str
+    layout: str  # what is compared before/after: "dense-z3", "tp2-sp", ...
+    phase: str  # "today" or "after"
+    cell: dict[str, Any]
+    attention: str = "auto"
+    fused: str = "auto"
+
+
+@dataclass
+class Group:
+    name: str
+    variants: list[Variant] = field(default_factory=list)
+    estimate_s: float = 0.0
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def plan(dry_run: bool, gpus: int) -> list[Group]:
+    """The groups and variants of one call."""
+    base = dict(sweep="engine-speed", model="llama3-8b", hardware="h200", nodes=1, gpus_per_node=gpus,
+                micro_batch=1, global_batch=8, seq_len=8192, warmup_steps=2, measured_steps=3, precision="bf16",
+                lr=1e-4)
+    if dry_run:
+        base.update(model="tiny-llama", hardware="cpu", seq_len=64, global_batch=4, precision="fp32", lr=1e-3,
+                    warmup_steps=1, measured_steps=2)
+    today = {"attention": "default", "fused": "eager"}
+    z3 = {**base, "zero_stage": 3, "overlap": True}
+    tp = {**base, "tp": gpus, "sequence_parallel": True, "zero_stage": 1}
+    dense = Group("dense", [
+        Variant("z3-today", "dense-z3", "today", z3, **today),
+        Variant("z3-after", "dense-z3", "after", z3),
+        Variant("z2-after", "dense-z2", "after", {**base, "zero_stage": 2, "overlap": True}),
+    ], estimate_s=130)
+    tpg = Group("tp", [
+        Variant("tp-today", "tp-sp", "today", {**tp, "overlap": False}, **today),
+        Variant("tp-after-ov", "tp-sp", "after", {**tp, "overlap": True}),
+        Variant("tp-after-noov", "tp-sp-noov", "after", {**tp, "overlap": False}),
+    ], estimate_s=130)
+    extra = Group("dense-extra", [Variant("z1-after", "dense-z1", "after", {**base, "zero_stage": 1,
+                                                                            "overlap": True})], estimate_s=45)
+    groups = [dense, Group("fsdp2", estimate_s=45), tpg, extra]
+    if dry_run:
+        groups = [g for g in groups if g.name != "fsdp2"]
+        for g in groups:
+            g.estimate_s = 60 * len(g.variants)
+    return groups
+
+
+# --------------------------------------------------------------------------------------------------------------
+# worker: one torchrun process per rank, every variant of a group in turn
+# --------------------------------------------------------------------------------------------------------------
+
+def _worker(out: Path, group: Group) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from calorimeter.plan.cell import Cell
+    from calorimeter.plan.hardware import PROFILES
+    from calorimeter.records.metrics import step_times_s, throughput_metrics
+    from calorimeter.train.errors import CellOOMError
+    from calorimeter.train.loop import train_cell
+    from calorimeter.train.run import init_distributed_from_env
+
+    init_distributed_from_env(timeout_s=300)
+    rank = dist.get_rank()
+    for v in group.variants:
+        os.environ["CALORIMETER_ATTENTION"], os.environ["CALORIMETER_FUSED"] = v.attention, v.fused
+        cell = Cell.from_dict(v.cell)
+        vdir = out / "variants" / v.name
+        t0 = time.time()
+        row: dict[str, Any] = {"variant": v.name, "layout": v.layout, "phase": v.phase, "cell_id": cell.cell_id,
+                               "overrides": {"attention": v.attention, "fused": v.fused}}
+        try:
+            record = train_cell(cell, vdir, profile_steps=1)
+            status = "ok"
+        except CellOOMError as e:
+            record, status = {"steps": [], "peak_memory_bytes": e.peak_memory_bytes, "error": str(e)}, "oom"
+        except Exception as e:  # noqa: BLE001 - recorded; the group goes on if the ranks are still in step
+            record, status = {"steps": [], "error": f"{type(e).__name__}: {e}"[:800],
+                              "traceback": traceback.format_exc()[-3000:]}, "failed"
+        records: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(records, {"status": status, **{k: record.get(k) for k in (
+            "steps", "peak_memory_bytes", "engine", "error", "traceback", "traced", "stage", "tp_rank")}})
+        if rank == 0:
+            row["status"] = "ok" if all(r["status"] == "ok" for r in records) else next(
+                r["status"] for r in records if r["status"] != "ok")
+            row["wall_s"] = time.time() - t0
+            if row["status"] == "ok":
+                peak = PROFILES[cell.hardware].peak_bf16_tflops if cell.hardware in PROFILES else None
+                row["metrics"] = throughput_metrics(cell, step_times_s([r["steps"] for r in records]), peak)
+                row["losses"] = [s["loss"] for s in records[0]["steps"]]
+                row["engine"] = records[0]["engine"]
+                row["peak_memory_gb"] = max(r["peak_memory_bytes"] or 0 for r in records) / 1e9
+                row["kernels"] = _trace_breakdown(vdir)
+            else:
+                row["errors"] = [{"rank": i, "status": r["status"], "error": r.get("error"),
+                                  "traceback": r.get("traceback")} for i, r in enumerate(records)
+                                 if r["status"] != "ok"][:2]
+            with (out / "engine_speed.jsonl").open("a") as fh:
+                fh.write(json.dumps(row, default=str) + "\n")
+            print("RESULT " + _line(row), flush=True)
+        if device_is_cuda():
+            torch.cuda.empty_cache()
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def device_is_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _trace_breakdown(vdir: Path) -> dict[str, Any]:
+    """Kernel breakdown of the profiled step of every traced rank (interval unions; telemetry.kernels)."""
+    from calorimeter.telemetry.kernels import breakdown_traces, kernel_events, kernel_table, load_trace
+
+    traces = sorted((vdir / "traces").glob("rank-*.json*"))
+    if not traces:
+        return {"error": "no trace"}
+    df = breakdown_traces(traces)
+    out: dict[str, Any] = {"ranks": []}
+    for _, r in df.iterrows():
+        keep = ["rank", "busy_s", "compute_s", "comm_s", "comm_exposed_s", "overlap_s", "span_s"]
+        row = {k: (r[k] if k == "rank" else float(r[k])) for k in keep}
+        for c in ("all_gather", "reduce_scatter", "all_reduce", "send_recv", "gemm_attention", "memory_elementwise",
+                  "normalization", "other"):
+            row[f"{c}_union_s"] = float(r[f"{c}_union_s"])
+            row[f"{c}_sum_s"] = float(r[f"{c}_sum_s"])
+        row["exposed_comm_frac"] = row["comm_exposed_s"] / row["span_s"] if row["span_s"] else float("nan")
+        out["ranks"].append(row)
+    top = kernel_table(kernel_events(load_trace(traces[0]))).head(25)
+    out["top_kernels_rank0"] = [{"name": n[:120], "category": c, "count": int(k), "sum_s": float(s)}
+                                for n, c, k, s in zip(top["name"], top["category"], top["count"], top["sum_s"],
+                                                      strict=True)]
+    for t in traces:  # traces are large: keep only the breakdown
+        t.unlink()
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# orchestrator
+# --------------------------------------------------------------------------------------------------------------
+
+def _line(row: dict[str, Any]) -> str:
+    if row.get("status") != "ok":
+        err = (row.get("errors") or [{}])[0].get("error")
+        return f"{row['variant']:14s} {row.get('status')}: {err}"
+    m = row["metrics"]
+    k = (row.get("kernels") or {}).get("ranks") or [{}]
+    exp = k[0].get("exposed_comm_frac", float("nan"))
+    kern = row["engine"]["kernels"]
+    return (f"{row['variant']:14s} MFU {m['mfu']:6.1%}  {m['tokens_per_s_per_gpu']:7.0f} tok/s/GPU  "
+            f"step {m['iteration_time_s']:.3f}s  exposed comm {exp:5.1%} "
+            f"({k[0].get('comm_exposed_s', float('nan')):.3f}s of {k[0].get('span_s', float('nan')):.3f}s)  "
+            f"mem {row['peak_memory_gb']:.1f} GB  attn={kern['attention']} fused={kern['fused']} "
+            f"tp_overlap={row['engine']['overlap']['tp_comm_overlap']}")
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout_s: float, log: Path) -> tuple[int, str]:
+    with log.open("a") as fh:
+        fh.write(f"$ {' '.join(cmd)}\n")
+        fh.flush()
+        try:
+            p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=max(10.0, timeout_s), cwd=ROOT)
+            text, rc = p.stdout, p.returncode
+        except subprocess.TimeoutExpired as e:
+            text = (e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""))
+            rc = 124
+        fh.write(text)
+    return rc, text
+
+
+def _fsdp2(out: Path, gpus: int, env: dict[str, str], timeout_s: float) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(gpus),
+           str(ROOT / "bench" / "fsdp2_llama_baseline.py"), "8192", "1", "8"]
+    t0 = time.time()
+    rc, text = _run(cmd, env, timeout_s, out / "fsdp2.log")
+    row: dict[str, Any] = {"variant": "fsdp2", "layout": "fsdp2", "phase": "peer", "wall_s": time.time() - t0}
+    m = re.search(r"RESULT .*step ([\d.]+)s tokens/s/GPU (\d+) TFLOP/s/GPU (\d+) MFU ([\d.]+)% peak mem ([\d.]+)",
+                  text)
+    if rc == 0 and m:
+        row.update(status="ok", metrics={"iteration_time_s": float(m[1]), "tokens_per_s_per_gpu": float(m[2]),
+                                         "model_tflops_per_gpu": float(m[3]), "mfu": float(m[4]) / 100},
+                   peak_memory_gb=float(m[5]) * 2**30 / 1e9)
+    else:
+        row.update(status="failed", errors=[{"error": f"rc {rc}: " + "\n".join(text.splitlines()[-5:])}])
+    with (out / "engine_speed.jsonl").open("a") as fh:
+        fh.write(json.dumps(row) + "\n")
+    print("RESULT fsdp2 " + (f"MFU {row['metrics']['mfu']:.1%} {row['metrics']['tokens_per_s_per_gpu']:.0f} "
+                             f"tok/s/GPU" if row["status"] == "ok" else row["errors"][0]["error"]), flush=True)
+    return row
+
+
+def summarize(rows: list[dict[str, Any]]) -> str:
+    """Markdown: every variant, then before/after per layout and the targets of issue 15."""
+    ok = {r["variant"]: r for r in rows if r.get("status") == "ok"}
+    lines = ["| variant | layout | kernels (attention / fused) | TP overlap | MFU | tokens/s/GPU | step s | "
+             "exposed comm s (frac) | comm s | peak mem GB |", "|" + "---|" * 10]
+    for r in rows:
+        if r.get("status") != "ok":
+            lines.append(f"| {r['variant']} | {r.get('layout')} | | | {r.get('status')} | | | | | |")
+            continue
+        m, e = r["metrics"], r.get("engine") or {}
+        k = ((r.get("kernels") or {}).get("ranks") or [{}])[0]
+        kern = e.get("kernels", {})
+        lines.append(
+            f"| {r['variant']} | {r['layout']} | {kern.get('attention', '-')} / {kern.get('fused', '-')} | "
+            f"{(e.get('overlap') or {}).get('tp_comm_overlap', '-')} | {m['mfu']:.1%} | "
+            f"{m['tokens_per_s_per_gpu']:.0f} | {m['iteration_time_s']:.3f} | "
+            + (f"{k['comm_exposed_s']:.3f} ({k['exposed_comm_frac']:.1%}) | {k['comm_s']:.3f} |" if k else "| |")
+            + f" {r.get('peak_memory_gb', float('nan')):.1f} |")
+    lines.append("")
+    fsdp2 = ok.get("fsdp2")
+    dense_after = [r for r in ok.values() if r["layout"].startswith("dense") and r["phase"] == "after"]
+    if dense_after:
+        best = max(dense_after, key=lambda r: r["metrics"]["mfu"])
+        ratio = (best["metrics"]["tokens_per_s_per_gpu"] / fsdp2["metrics"]["tokens_per_s_per_gpu"]
+                 if fsdp2 else float("nan"))
+        lines.append(f"- best dense after: {best['variant']} {best['metrics']['mfu']:.1%} MFU "
+                     f"(target >= 55%: {'met' if best['metrics']['mfu'] >= 0.55 else 'MISSED'}); "
+                     f"{ratio:.3f}x FSDP2 (target >= 1.10: {'met' if ratio >= 1.10 else 'MISSED'})")
+    if "z3-today" in ok and "z3-after" in ok:
+        a, b = ok["z3-today"]["metrics"]["mfu"], ok["z3-after"]["metrics"]["mfu"]
+        lines.append(f"- ZeRO-3 dp: {a:.1%} -> {b:.1%} MFU ({b / a:.3f}x)")
+    if "tp-today" in ok:
+        before = ((ok["tp-today"].get("kernels") or {}).get("ranks") or [{}])[0]
+        for name in ("tp-after-ov", "tp-after-noov"):
+            if name not in ok:
+                continue
+            after = ((ok[name].get("kernels") or {}).get("ranks") or [{}])[0]
+            if before and after:
+                half = after["comm_exposed_s"] <= 0.5 * before["comm_exposed_s"]
+                lines.append(
+                    f"- TP {name}: MFU {ok['tp-today']['metrics']['mfu']:.1%} -> {ok[name]['metrics']['mfu']:.1%}; "
+                    f"exposed comm {before['comm_exposed_s']:.3f}s ({before['exposed_comm_frac']:.1%}) -> "
+                    f"{after['comm_exposed_s']:.3f}s ({after['exposed_comm_frac']:.1%})"
+                    + (f" (target <= half: {'met' if half else 'MISSED'})" if name == "tp-after-ov" else ""))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--gpus", type=int, default=2)
+    ap.add_argument("--budget-s", type=float, default=330.0, help="skip groups whose estimate no longer fits")
+    ap.add_argument("--only", default="", help="comma-separated group names")
+    ap.add_argument("--dry-run", action="store_true", help="CPU: tiny-llama on 2 gloo ranks, no FSDP2")
+    ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    groups = plan(args.dry_run, args.gpus)
+    if args.worker:
+        _worker(args.out, next(g for g in groups if g.name == args.worker))
+        return 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+           "PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+           "NVSHMEM_DISABLE_NVLS": "1"}
+    if args.dry_run:
+        env.update(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    t_start = time.time()
+    rows: list[dict[str, Any]] = []
+    jsonl = args.out / "engine_speed.jsonl"
+    for g in groups:
+        if args.only and g.name not in args.only.split(","):
+            continue
+        left = args.budget_s - (time.time() - t_start)
+        if g.estimate_s > left:
+            print(f"== skipping group {g.name}: estimate {g.estimate_s:.0f} s > {left:.0f} s left", flush=True)
+            rows.append({"variant": g.name, "layout": g.name, "status": f"skipped (budget, {left:.0f} s left)"})
+            continue
+        print(f"== group {g.name} ({len(g.variants) or 1} variants, ~{g.estimate_s:.0f} s)", flush=True)
+        before = len(jsonl.read_text().splitlines()) if jsonl.exists() else 0
+        if g.name == "fsdp2":
+            _fsdp2(args.out, args.gpus, env, min(left, 2 * g.estimate_s))
+        else:
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.gpus),
+                   "--master_port", str(29500 + len(rows) % 50), str(Path(__file__).resolve()), "--out",
+                   str(args.out), "--gpus", str(args.gpus), "--worker", g.name] + (["--dry-run"] if args.dry_run
+                                                                                    else [])
+            rc, text = _run(cmd, {**env, **g.env}, left, args.out / f"group-{g.name}.log")
+            for line in text.splitlines():
+                if line.startswith("RESULT") or "Error" in line:
+                    print(line[:400], flush=True)
+            if rc != 0:
+                print(f"== group {g.name} exited with {rc} (see group-{g.name}.log)", flush=True)
+        new = [json.loads(x) for x in jsonl.read_text().splitlines()[before:]] if jsonl.exists() else []
+        done = {r["variant"] for r in new}
+        rows += new + [{"variant": v.name, "layout": v.layout, "status": "not run (group ended early)"}
+                       for v in g.variants if v.name not in done]
+        (args.out / "summary.md").write_text(summarize(rows))
+    print((args.out / "summary.md").read_text())
+    print(f"== done in {time.time() - t_start:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

@@ -1,0 +1,251 @@
+"""Sequence-parallel linears whose all-gather / reduce-scatter run under their GEMMs (ring "collective matmul").
+
+Under sequence parallelism every column-parallel linear starts with an all-gather of the sequence-sharded input and
+every row-parallel linear ends with a reduce-scatter of its output along the sequence. Issued as whole collectives
+on the compute stream (Megatron-core without Transformer Engine's userbuffers), they are exposed: the kernel traces
+of the reference runs show them as 20-31% of the step of TP layouts. Here each collective is cut into ``tp`` chunks
+(the sequence shards) passed around the tensor-parallel ring with point-to-point sends; every step's transfer runs
+on the communication stream while the GEMM of the chunk already in hand runs on the compute stream:
+
+* column-parallel forward (all-gather + GEMM): at step ``t`` rank ``r`` multiplies shard ``r - t`` (its own first)
+  while passing it on to rank ``r + 1`` and receiving shard ``r - t - 1``; the output rows of each shard are a
+  contiguous block of the output, so no reordering is needed;
+* row-parallel forward (GEMM + reduce-scatter): at step ``t`` rank ``r`` computes its partial sum of output shard
+  ``r - 1 - t``, adds the running sum received from rank ``r - 1`` and sends it on; after ``tp - 1`` hops the sum of
+  shard ``r`` ends on rank ``r``;
+* backward: the column-parallel input gradient is the row-parallel pattern (GEMM + reduce-scatter) while the input
+  is gathered again for the weight gradient on the same ring (nothing is kept from the forward pass: less memory
+  than saving the gathered input); the row-parallel backward is the column-parallel pattern on the output gradient.
+  Weight gradients are one GEMM over the gathered tensor, as in Megatron-core.
+
+The math is Megatron-core's (same layouts, same sums; the reduce-scatter's partial sums are added in ring order);
+``tests/test_parallel_equivalence.py`` checks losses and every gradient against the single-rank model on CPU ranks
+(gloo). On CUDA the tensor-parallel group's NCCL streams get high priority (Megatron-core's
+``high_priority_stream_groups``) so the transfer kernels are scheduled ahead of the GEMM they hide under.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+class Ring:
+    """This rank's place in the tensor-parallel ring: the group, its size and index, the global ranks next/previous.
+
+    Process groups cannot be copied; a ring is shared by copies of the module that holds it (DeepSpeed deep-copies
+    MoE experts).
+    """
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+        self.size = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        self.next = dist.get_global_rank(group, (self.rank + 1) % self.size)
+        self.prev = dist.get_global_rank(group, (self.rank - 1) % self.size)
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Ring:
+        return self
+
+    def shift(self, send: torch.Tensor, recv: torch.Tensor) -> list[Any]:
+        """Start sending ``send`` to the next rank and receiving the previous rank's into ``recv``; returns works."""
+        return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, self.next, self.group),
+                                       dist.P2POp(dist.irecv, recv, self.prev, self.group)])
+
+    def chunk(self, t: int, offset: int = 0) -> int:
+        """Index of the shard this rank handles at step ``t`` (``offset=-1``: reduce-scatter order)."""
+        return (self.rank - t + offset) % self.size
+
+
+def _wait(works: list[Any]) -> None:
+    for w in works:
+        w.wait()
+
+
+def _rows(x: torch.Tensor, i: int, n: int) -> torch.Tensor:
+    return x[i * n:(i + 1) * n]
+
+
+def _mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``a @ b`` of ``a`` with leading dimensions ``(..., k)`` and ``b`` 2-D, into ``out`` when given."""
+    flat = a.reshape(-1, a.shape[-1])
+    if out is None:
+        return torch.mm(flat, b).view(*a.shape[:-1], b.shape[-1])
+    torch.mm(flat, b, out=out.view(-1, b.shape[-1]))
+    return out
+
+
+def ring_all_gather_matmul(x: torch.Tensor, weight_t: torch.Tensor, ring: Ring,
+                           gathered: torch.Tensor | None = None) -> torch.Tensor:
+    """``all_gather(x) @ weight_t`` along dim 0 with each shard's GEMM under the next shard's transfer.
+
+    Args:
+        x: this rank's shard ``(n, ..., k)`` (contiguous).
+        weight_t: ``(k, m)``.
+        ring: the tensor-parallel ring.
+        gathered: if given, a ``(tp * n, ..., k)`` buffer that receives the gathered input (for a weight gradient).
+
+    Returns:
+        ``(tp * n, ..., m)``.
+    """
+    n = x.shape[0]
+    out = x.new_empty((ring.size * n, *x.shape[1:-1], weight_t.shape[1]))
+    cur = x
+    if gathered is not None:
+        _rows(gathered, ring.rank, n).copy_(x)
+    for t in range(ring.size):
+        works: list[Any] = []
+        if t < ring.size - 1:
+            nxt = _rows(gathered, ring.chunk(t + 1), n) if gathered is not None else torch.empty_like(x)
+            works = ring.shift(cur, nxt)
+        _mm(cur, weight_t, _rows(out, ring.chunk(t), n))
+        if works:
+            _wait(works)
+            cur = nxt
+    return out
+
+
+def ring_matmul_reduce_scatter(x: torch.Tensor, weight_t: torch.Tensor, ring: Ring,
+                               on_step: Any = None) -> torch.Tensor:
+    """``reduce_scatter(x @ weight_t)`` along dim 0 with each partial GEMM under the previous partial's transfer.
+
+    Args:
+        x: ``(tp * n, ..., k)``, the full sequence.
+        weight_t: ``(k, m)``.
+        ring: the tensor-parallel ring.
+        on_step: called as ``on_step(t)`` after each step's GEMM is issued (lets a caller interleave another
+            ring's transfers).
+
+    Returns:
+        This rank's shard of the sum, ``(n, ..., m)``.
+    """
+    n = x.shape[0] // ring.size
+    acc: torch.Tensor | None = None
+    recv: torch.Tensor | None = None
+    works: list[Any] = []
+    for t in range(ring.size):
+        part = _mm(_rows(x, ring.chunk(t, -1), n), weight_t)
+        if on_step is not None:
+            on_step(t)
+        if works:
+            _wait(works)
+            part += recv
+        if t < ring.size - 1:
+            acc, recv = part, torch.empty_like(part)  # acc must live until its send completes
+            works = ring.shift(acc, recv)
+        else:
+            acc = part
+    assert acc is not None
+    return acc
+
+
+class _AllGatherLinear(torch.autograd.Function):
+    """``y = all_gather_seq(x) @ W^T`` (column-parallel linear under SP), ring-overlapped both ways."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, ring: Ring) -> torch.Tensor:
+        x = x.contiguous()
+        ctx.save_for_backward(x, weight)
+        ctx.ring = ring
+        return ring_all_gather_matmul(x, weight.t(), ring)
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        x, weight = ctx.saved_tensors
+        ring: Ring = ctx.ring
+        grad_y = grad_y.contiguous()
+        n = x.shape[0]
+        gathered = x.new_empty((ring.size * n, *x.shape[1:]))
+        _rows(gathered, ring.rank, n).copy_(x)
+        state: dict[str, Any] = {"works": []}
+
+        def gather_step(t: int) -> None:
+            # the input's all-gather ring, one hop per reduce-scatter step (its transfers under the dgrad GEMMs)
+            _wait(state["works"])
+            if t < ring.size - 1:
+                state["works"] = ring.shift(_rows(gathered, ring.chunk(t), n), _rows(gathered, ring.chunk(t + 1), n))
+            else:
+                state["works"] = []
+
+        grad_x = ring_matmul_reduce_scatter(grad_y, weight, ring, on_step=gather_step)
+        _wait(state["works"])
+        grad_w = _mm(grad_y.reshape(-1, grad_y.shape[-1]).t(), gathered.reshape(-1, gathered.shape[-1]))
+        return grad_x, grad_w.view_as(weight), None
+
+
+class _LinearReduceScatter(torch.autograd.Function):
+    """``y = reduce_scatter_seq(x @ W^T)`` (row-parallel linear under SP), ring-overlapped both ways."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, ring: Ring) -> torch.Tensor:
+        x = x.contiguous()
+        ctx.save_for_backward(x, weight)
+        ctx.ring = ring
+        return ring_matmul_reduce_scatter(x, weight.t(), ring)
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        x, weight = ctx.saved_tensors
+        ring: Ring = ctx.ring
+        grad_y = grad_y.contiguous()
+        n = grad_y.shape[0]
+        gathered = grad_y.new_empty((ring.size * n, *grad_y.shape[1:]))
+        grad_x = ring_all_gather_matmul(grad_y, weight, ring, gathered=gathered)
+        grad_w = _mm(gathered.reshape(-1, gathered.shape[-1]).t(), x.reshape(-1, x.shape[-1]))
+        return grad_x, grad_w.view_as(weight), None
+
+
+def all_gather_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, ring: Ring) -> torch.Tensor:
+    """Column-parallel linear of a sequence-sharded ``x`` ``(s/tp, b, in)`` -> ``(s, b, out/tp)``."""
+    y = _AllGatherLinear.apply(x, weight, ring)
+    return y + bias if bias is not None else y
+
+
+def linear_reduce_scatter(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                          ring: Ring) -> torch.Tensor:
+    """Row-parallel linear ``(s, b, in/tp)`` -> sequence shard ``(s/tp, b, out)`` (the bias added to the shard)."""
+    y = _LinearReduceScatter.apply(x, weight, ring)
+    return y + bias if bias is not None else y
+
+
+def tp_ring() -> Ring:
+    """The ring of Megatron-core's tensor-parallel group (``parallel_state`` must be initialised)."""
+    from megatron.core import parallel_state
+
+    return Ring(parallel_state.get_tensor_model_parallel_group())
+
+
+
+@functools.cache
+def ring_layer_classes() -> tuple[type, type]:
+    """Megatron-core's ``ColumnParallelLinear`` / ``RowParallelLinear`` with ring-overlapped forward and backward.
+
+    Built on first use (importing Megatron-core is slow and not needed by the ring functions themselves). Same
+    parameters, attributes and outputs as Megatron's layers under sequence parallelism: the column-parallel one takes
+    the sequence-sharded input ``(s/tp, b, in)`` and returns ``(s, b, out/tp)``; the row-parallel one returns the
+    sequence shard ``(s/tp, b, out)`` of the reduced output.
+    """
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+
+    class RingColumnParallelLinear(ColumnParallelLinear):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.ring = tp_ring()
+
+        def forward(self, input_: torch.Tensor, weight: torch.Tensor | None = None,
+                    runtime_gather_output: bool | None = None) -> tuple[torch.Tensor, None]:
+            w = self.weight if weight is None else weight
+            return all_gather_linear(input_, w, self.bias, self.ring), None
+
+    class RingRowParallelLinear(RowParallelLinear):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.ring = tp_ring()
+
+        def forward(self, input_: torch.Tensor) -> tuple[torch.Tensor, None]:
+            return linear_reduce_scatter(input_, self.weight, self.bias, self.ring), None
+
+    return RingColumnParallelLinear, RingRowParallelLinear
