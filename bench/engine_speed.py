@@ -11,25 +11,28 @@ with it); variants of a group share one process group. Every variant trains the 
 and appends one JSON line to ``DIR/engine_speed.jsonl`` as soon as it is done: MFU (Megatron's full-attention
 convention, the study's), tokens/s/GPU, the kernels and overlap used (as recorded in run.json), and the kernel-trace
 breakdown of the profiled step of rank 0 (busy, compute, communication, exposed communication = communication not
-under any compute kernel, per collective). ``DIR/summary.md`` is rewritten after every group: before/after per
-layout, the ratio to FSDP2 and the targets of issue 15 (best dense >= 55% MFU and >= 1.10x FSDP2; exposed
-communication of every TP layout at most half of today's).
+under any compute kernel, per collective). Per-rank records go to ``--work`` (tarred to ``DIR/variants.tar.gz``
+after each group), logs to ``DIR/groups.log`` and ``DIR/fsdp2.log``. ``DIR/summary.md`` is rewritten after every
+group: before/after per layout, the ratio to FSDP2 and the targets of issue 15 (best dense >= 55% MFU and >= 1.10x
+FSDP2; exposed communication of every TP layout at most half of today's).
 
 Llama-3 8B, sequence 8192, micro-batch 1, global batch 8 (grad-accumulation 4 at dp2, 8 at tp2), bf16, 2 warm-up +
 3 measured + 1 profiled step. Groups (2 GPUs): ``dense`` (ZeRO-3 dp2 today/after, ZeRO-2 dp2 after), ``fsdp2``
 (bench/fsdp2_llama_baseline.py, 8 steps), ``tp`` (TP2 + SP: today, after with overlap on, after with overlap off),
-``dense-extra`` (ZeRO-1 dp2 after: did not fit before). Expected wall time on 2x H200: about 330 s; a group whose
-estimate no longer fits ``--budget-s`` is skipped and says so.
+``dense-extra`` (ZeRO-1 dp2 after: out of memory before, when the loss made an fp32 copy of the logits). Expected
+wall time on 2x H200: about 330 s; a group whose estimate no longer fits ``--budget-s`` is skipped and says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
 import subprocess
 import sys
+import tarfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -82,7 +85,7 @@ def plan(dry_run: bool, gpus: int) -> list[Group]:
     ], estimate_s=130)
     extra = Group("dense-extra", [Variant("z1-after", "dense-z1", "after", {**base, "zero_stage": 1,
                                                                             "overlap": True})], estimate_s=45)
-    groups = [dense, Group("fsdp2", estimate_s=45), tpg, extra]
+    groups = [dense, Group("fsdp2", estimate_s=45), tpg, extra]  # most important first; tp before the extra
     if dry_run:
         groups = [g for g in groups if g.name != "fsdp2"]
         for g in groups:
@@ -94,7 +97,7 @@ def plan(dry_run: bool, gpus: int) -> list[Group]:
 # worker: one torchrun process per rank, every variant of a group in turn
 # --------------------------------------------------------------------------------------------------------------
 
-def _worker(out: Path, group: Group) -> None:
+def _worker(out: Path, work: Path, group: Group) -> None:
     import torch
     import torch.distributed as dist
 
@@ -105,12 +108,12 @@ def _worker(out: Path, group: Group) -> None:
     from calorimeter.train.loop import train_cell
     from calorimeter.train.run import init_distributed_from_env
 
-    init_distributed_from_env(timeout_s=300)
+    init_distributed_from_env(timeout_s=180)
     rank = dist.get_rank()
     for v in group.variants:
         os.environ["CALORIMETER_ATTENTION"], os.environ["CALORIMETER_FUSED"] = v.attention, v.fused
         cell = Cell.from_dict(v.cell)
-        vdir = out / "variants" / v.name
+        vdir = work / v.name
         t0 = time.time()
         row: dict[str, Any] = {"variant": v.name, "layout": v.layout, "phase": v.phase, "cell_id": cell.cell_id,
                                "overrides": {"attention": v.attention, "fused": v.fused}}
@@ -143,6 +146,8 @@ def _worker(out: Path, group: Group) -> None:
             with (out / "engine_speed.jsonl").open("a") as fh:
                 fh.write(json.dumps(row, default=str) + "\n")
             print("RESULT " + _line(row), flush=True)
+        del record
+        gc.collect()
         if device_is_cuda():
             torch.cuda.empty_cache()
         dist.barrier()
@@ -172,6 +177,7 @@ def _trace_breakdown(vdir: Path) -> dict[str, Any]:
             row[f"{c}_union_s"] = float(r[f"{c}_union_s"])
             row[f"{c}_sum_s"] = float(r[f"{c}_sum_s"])
         row["exposed_comm_frac"] = row["comm_exposed_s"] / row["span_s"] if row["span_s"] else float("nan")
+        row["idle_s"] = row["span_s"] - row["busy_s"]  # no kernel at all: host-bound gaps, syncs, pipeline waits
         out["ranks"].append(row)
     top = kernel_table(kernel_events(load_trace(traces[0]))).head(25)
     out["top_kernels_rank0"] = [{"name": n[:120], "category": c, "count": int(k), "sum_s": float(s)}
@@ -241,10 +247,10 @@ def summarize(rows: list[dict[str, Any]]) -> str:
     """Markdown: every variant, then before/after per layout and the targets of issue 15."""
     ok = {r["variant"]: r for r in rows if r.get("status") == "ok"}
     lines = ["| variant | layout | kernels (attention / fused) | TP overlap | MFU | tokens/s/GPU | step s | "
-             "exposed comm s (frac) | comm s | peak mem GB |", "|" + "---|" * 10]
+             "exposed comm s (frac) | comm s | idle s | peak mem GB |", "|" + "---|" * 11]
     for r in rows:
         if r.get("status") != "ok":
-            lines.append(f"| {r['variant']} | {r.get('layout')} | | | {r.get('status')} | | | | | |")
+            lines.append(f"| {r['variant']} | {r.get('layout')} | | | {r.get('status')} | | | | | | |")
             continue
         m, e = r["metrics"], r.get("engine") or {}
         k = ((r.get("kernels") or {}).get("ranks") or [{}])[0]
@@ -253,7 +259,8 @@ def summarize(rows: list[dict[str, Any]]) -> str:
             f"| {r['variant']} | {r['layout']} | {kern.get('attention', '-')} / {kern.get('fused', '-')} | "
             f"{(e.get('overlap') or {}).get('tp_comm_overlap', '-')} | {m['mfu']:.1%} | "
             f"{m['tokens_per_s_per_gpu']:.0f} | {m['iteration_time_s']:.3f} | "
-            + (f"{k['comm_exposed_s']:.3f} ({k['exposed_comm_frac']:.1%}) | {k['comm_s']:.3f} |" if k else "| |")
+            + (f"{k['comm_exposed_s']:.3f} ({k['exposed_comm_frac']:.1%}) | {k['comm_s']:.3f} | {k['idle_s']:.3f} |"
+               if k else "| | |")
             + f" {r.get('peak_memory_gb', float('nan')):.1f} |")
     lines.append("")
     fsdp2 = ok.get("fsdp2")
@@ -291,12 +298,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=330.0, help="skip groups whose estimate no longer fits")
     ap.add_argument("--only", default="", help="comma-separated group names")
     ap.add_argument("--dry-run", action="store_true", help="CPU: tiny-llama on 2 gloo ranks, no FSDP2")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="per-variant records (default OUT/variants); tarred to OUT/variants.tar.gz after each group")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    work = args.work or args.out / "variants"
     groups = plan(args.dry_run, args.gpus)
     if args.worker:
-        _worker(args.out, next(g for g in groups if g.name == args.worker))
+        _worker(args.out, work, next(g for g in groups if g.name == args.worker))
         return 0
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
            "PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -321,19 +331,23 @@ def main(argv: list[str] | None = None) -> int:
         else:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.gpus),
                    "--master_port", str(29500 + len(rows) % 50), str(Path(__file__).resolve()), "--out",
-                   str(args.out), "--gpus", str(args.gpus), "--worker", g.name] + (["--dry-run"] if args.dry_run
-                                                                                    else [])
-            rc, text = _run(cmd, {**env, **g.env}, left, args.out / f"group-{g.name}.log")
+                   str(args.out), "--work", str(work), "--gpus", str(args.gpus), "--worker", g.name]
+            cmd += ["--dry-run"] if args.dry_run else []
+            rc, text = _run(cmd, {**env, **g.env}, left, args.out / "groups.log")
             for line in text.splitlines():
                 if line.startswith("RESULT") or "Error" in line:
                     print(line[:400], flush=True)
             if rc != 0:
-                print(f"== group {g.name} exited with {rc} (see group-{g.name}.log)", flush=True)
+                print(f"== group {g.name} exited with {rc} (see groups.log)", flush=True)
         new = [json.loads(x) for x in jsonl.read_text().splitlines()[before:]] if jsonl.exists() else []
         done = {r["variant"] for r in new}
         rows += new + [{"variant": v.name, "layout": v.layout, "status": "not run (group ended early)"}
                        for v in g.variants if v.name not in done]
         (args.out / "summary.md").write_text(summarize(rows))
+        if work.exists():
+            with tarfile.open(args.out / "variants.tar.gz.tmp", "w:gz") as tar:
+                tar.add(work, arcname="variants")
+            (args.out / "variants.tar.gz.tmp").replace(args.out / "variants.tar.gz")
     print((args.out / "summary.md").read_text())
     print(f"== done in {time.time() - t_start:.0f} s", flush=True)
     return 0
