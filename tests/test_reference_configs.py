@@ -63,3 +63,29 @@ def test_extends_merges_key_by_key_and_the_workflow_reads_it_the_same(tmp_path: 
     (tmp_path / "s.yaml").write_text("extends: nowhere.yaml\n")
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "s.yaml")
+
+
+#: shipped results folders that no reference config rebuilds, and why
+NOT_A_REFERENCE_SWEEP = {"default": "the embedded default sweep (config/config.yaml) as run on 2x H200 (hardware auto)"}
+
+
+def test_each_reference_sweep_has_its_own_results_folder() -> None:
+    """No two reference configs share a sweep name (they would share ``results/<sweep>/plan.json`` and draw each
+    other's measured cells as not run), and each shipped results folder is planned by exactly one reference config:
+    every cell it measured, and no other."""
+    by_sweep: dict[str, list[str]] = {}
+    for p in sorted(REFERENCE.glob("*.yaml")):
+        if p.name != "base.yaml":
+            by_sweep.setdefault(load_config(p)["sweep"], []).append(p.name)
+    assert {s: f for s, f in by_sweep.items() if len(f) > 1} == {}
+    shipped = sorted((ROOT / "results" / "reference").glob("*/*/plan.json"))
+    assert shipped
+    for plan_json in shipped:
+        sweep = plan_json.parent.name
+        if sweep in NOT_A_REFERENCE_SWEEP:
+            continue
+        assert sweep in by_sweep, f"{plan_json}: no config/reference file plans sweep {sweep}"
+        planned = {pc.cell.cell_id for pc in plan_file(REFERENCE / by_sweep[sweep][0]).cells}
+        measured = {p.parent.name for p in plan_json.parent.glob("cells/*/run.json")}
+        assert measured == planned, plan_json
+        assert {c["cell_id"] for c in json.loads(plan_json.read_text())["cells"]} == planned

@@ -48,6 +48,11 @@ class Config:
     config_id: str
     params: dict[str, Any]
     values: list[float] = field(default_factory=list)
+    repeats: list[int] = field(default_factory=list)  # the repetition index of each value
+
+    def by_repeat(self) -> dict[int, float]:
+        """Value of each repetition index."""
+        return dict(zip(self.repeats or range(len(self.values)), self.values, strict=False))
 
     @property
     def mean(self) -> float:
@@ -67,13 +72,15 @@ def configs(runs: pd.DataFrame, metric: Sequence[str] | Callable[[pd.DataFrame],
     if df.empty:
         return []
     vals = metric(df) if callable(metric) else column(df, *metric)
-    df = df.assign(_v=pd.to_numeric(vals, errors="coerce"), _c=config_ids(df))
+    rep = pd.to_numeric(df["repeat"], errors="coerce").fillna(0) if "repeat" in df.columns else 0
+    df = df.assign(_v=pd.to_numeric(vals, errors="coerce"), _c=config_ids(df), _r=rep)
     df = df[np.isfinite(df["_v"])]
     params = [p for p in CONFIG_PARAMS if p in df.columns]
     out = []
     for cid, g in df.groupby("_c", sort=False):
         first = g.iloc[0]
-        out.append(Config(str(cid), {p: _norm(first[p]) for p in params}, [float(v) for v in g["_v"]]))
+        out.append(Config(str(cid), {p: _norm(first[p]) for p in params}, [float(v) for v in g["_v"]],
+                          [int(r) for r in g["_r"]]))
     return out
 
 
@@ -107,17 +114,32 @@ def pairs(cfgs: list[Config], knob: str, a: Callable[[Any], bool], b: Callable[[
 
 def pair_effect(prs: list[tuple[Config, Config]], resolution: float = 0.0,
                 transform: Callable[[np.ndarray], np.ndarray] | None = None) -> Estimate:
-    """Mean over pairs of (a - b) of the configuration means, with its interval: a t-interval over the pairs
-    when there are two or more, else the Welch interval over the one pair's repetitions. ``transform``
-    (e.g. ``np.log``) is applied to the values first (then the effect is a log ratio)."""
+    """Mean of (a - b) over the pairs, with its 95% interval.
+
+    Each pair contributes one difference per repetition index both sides have (repetitions are interleaved in time:
+    repetition k of every configuration ran in the same pass, so its differences are paired); the interval is a
+    t-interval over all those differences. A pair whose sides share no repetition index contributes the
+    difference of its means; a single pair without common indices gets Welch's interval over its repetitions.
+    ``transform`` (e.g. ``np.log``) is applied to the values first (then the effect is a log ratio).
+    """
     f = transform or (lambda x: x)
     if not prs:
         return Estimate(float("nan"), method="no pair")
-    if len(prs) == 1:
+    diffs: list[float] = []
+    paired = 0
+    for a, b in prs:
+        ra, rb = a.by_repeat(), b.by_repeat()
+        common = sorted(set(ra) & set(rb))
+        if common:
+            diffs += [float(f(np.asarray(ra[k])) - f(np.asarray(rb[k]))) for k in common]
+            paired += 1
+        else:
+            diffs.append(float(np.mean(f(np.asarray(a.values))) - np.mean(f(np.asarray(b.values)))))
+    if len(prs) == 1 and not paired:
         a, b = prs[0]
         return welch_difference(f(np.asarray(a.values)), f(np.asarray(b.values)), resolution)
-    diffs = [float(np.mean(f(np.asarray(a.values))) - np.mean(f(np.asarray(b.values)))) for a, b in prs]
-    return mean_interval(diffs, resolution * np.sqrt(2), "pairs")  # a difference of two quantized readings
+    what = f"differences ({len(prs)} pair(s) x repetitions)" if len(diffs) > len(prs) else "pairs"
+    return mean_interval(diffs, resolution * np.sqrt(2), what)  # a difference of two quantized readings
 
 
 def min_repeats(cfgs: Sequence[Config]) -> int:
