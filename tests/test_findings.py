@@ -36,7 +36,8 @@ def row(**kw) -> dict:
                 micro_batch=1, global_batch=8, seq_len=4096, precision="bf16", pp_split="", status="ok", repeat=0,
                 measured_steps=4)
     base.update(kw)
-    cid = (f"{base['model']}_{base['hardware']}_tp{base['tp']}-pp{base['pp']}-dp{base['dp']}_z{base['zero_stage']}"
+    sp = "-sp" if base["sequence_parallel"] else ""
+    cid = (f"{base['model']}_{base['hardware']}_tp{base['tp']}-pp{base['pp']}-dp{base['dp']}{sp}_z{base['zero_stage']}"
            f"_rc-{base['recompute']}_ov-{'on' if base['overlap'] else 'off'}_mb{base['micro_batch']}")
     base.setdefault("config_id", cid)
     base["cell_id"] = cid + (f"_r{base['repeat']}" if base["repeat"] else "")
@@ -143,6 +144,13 @@ def test_overlap_effect_agrees_disagrees_or_shows_no_effect() -> None:
     assert few["verdict"] == CANNOT_SAY  # 2 differences: the 1 degC quantization alone makes the interval wider
     clock = result(runs(overlap_rows(+3.0)), "overlap_raises_throttling")
     assert clock["verdict"] == AGREES and clock["value"] == pytest.approx(-40, abs=5)
+
+
+def test_tensor_parallel_overlap_pairs_need_sequence_parallelism() -> None:
+    rows = [row(tp=2, dp=1, sequence_parallel=sp, overlap=ov, repeat=k, temp_peak_c=60.0 + 2 * ov + 0.1 * k)
+            for sp in (True, False) for ov in (False, True) for k in range(2)]
+    r = result(runs(rows), "overlap_raises_peak_temp")
+    assert r["n"] == 2 and "sp" in r["configs"].split(";")[0]  # the ring overlap needs SP; tp2 without it: no-op
 
 
 def test_one_measurement_has_no_interval_and_says_what_is_missing() -> None:

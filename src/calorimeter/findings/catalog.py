@@ -37,11 +37,6 @@ Tables = dict[str, pd.DataFrame]
 TEMP_RESOLUTION_C = 1.0
 #: the clock tolerance of "no throttling effect": one SM clock step of Hopper (15 MHz)
 CLOCK_TOLERANCE_MHZ = 15.0
-#: whether ``overlap`` changes the tensor-parallel collectives (issue 15 adds TP communication overlap); until it
-#: does, only ZeRO's overlapped reduction/prefetch (dp > 1) makes an overlap pair
-TP_OVERLAP = False
-
-
 @dataclass
 class Evidence:
     """What the sweep says about one finding.
@@ -119,11 +114,10 @@ def _paired(prs: list[tuple[Config, Config]], what: str, resolution: float = 0.0
 
 
 def overlap_effective(df: pd.DataFrame) -> pd.Series:
-    """Rows where ``overlap`` changes anything: ZeRO's overlapped reduction/prefetch needs dp > 1 (docs/knobs.md);
-    tensor-parallel communication overlap where the engine has it (``TP_OVERLAP``)."""
-    dp, tp = column(df, "dp"), column(df, "tp")
-    eff = (column(df, "zero_stage") >= 1) & (dp > 1)
-    return eff | (tp > 1) if TP_OVERLAP else eff
+    """Rows where ``overlap`` changes anything (docs/knobs.md): ZeRO's overlapped reduction and prefetch need dp > 1;
+    the tensor-parallel ring overlap needs tp > 1 with sequence parallelism."""
+    sp = df["sequence_parallel"].fillna(False).astype(bool) if "sequence_parallel" in df.columns else False
+    return ((column(df, "zero_stage") >= 1) & (column(df, "dp") > 1)) | ((column(df, "tp") > 1) & sp)
 
 
 def _is_moe(df: pd.DataFrame) -> pd.Series:
@@ -141,7 +135,7 @@ def _overlap(metric: tuple[str, ...], resolution: float = 0.0) -> Callable[[Tabl
         cf = configs(_runs(t), metric, where=overlap_effective)
         prs = pairs(cf, "overlap", lambda v: bool(v), lambda v: not bool(v))
         return _paired(prs, "overlap (on - off)", resolution, needs="no overlap on/off pair of a configuration "
-                       "where overlap acts (ZeRO with dp > 1" + (" or tp > 1" if TP_OVERLAP else "") + ")")
+                       "where overlap acts (ZeRO with dp > 1, or tp > 1 with sequence parallelism)")
 
     return check
 
@@ -334,13 +328,13 @@ FINDINGS: tuple[Finding, ...] = (
             "direction only (no value recovered)", "[S2]", "Fig. 8",
             "peak GPU temperature, overlap on - off, same configuration otherwise", "degC", +1,
             _overlap(("temp_peak_c",), TEMP_RESOLUTION_C), tolerance=TEMP_RESOLUTION_C,
-            needs="overlap on/off pairs (ZeRO dp > 1)"),
+            needs="overlap on/off pairs (ZeRO dp > 1, or TP with SP)"),
     Finding("overlap_raises_throttling",
             "Overlap raises throttling (lower SM clock).",
             "direction only", "[S2]", "Fig. 8",
             "mean SM clock, overlap on - off (negative = more throttling)", "MHz", -1,
             _overlap(("sm_clock_avg_mhz",)), tolerance=CLOCK_TOLERANCE_MHZ,
-            needs="overlap on/off pairs (ZeRO dp > 1)"),
+            needs="overlap on/off pairs (ZeRO dp > 1, or TP with SP)"),
     Finding("recompute_less_throttling_deep_pp",
             "Activation recomputation reduces throttling in deep-pipeline configurations (GPT3-175B, PP16-32).",
             "direction only", "[S2]", "Fig. 8",
