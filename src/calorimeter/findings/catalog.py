@@ -33,6 +33,8 @@ from calorimeter.findings.stats import Estimate, mean_interval, within_slope
 
 Tables = dict[str, pd.DataFrame]
 
+#: time share with NVML's software power cap reason set (new and old column names)
+POWER_CAP = ("throttle_sw_power_cap_frac", "throttle_sw_power_cap")
 #: sensor steps: NVML reports GPU and HBM temperatures in whole degrees Celsius
 TEMP_RESOLUTION_C = 1.0
 #: the clock tolerance of "no throttling effect": one SM clock step of Hopper (15 MHz)
@@ -186,7 +188,9 @@ def _layout_depth_clock(t: Tables) -> Evidence:
     pts = [(np.concatenate([np.full(len(c.values), math.log2(c.params["pp"])) for c in g]),
             np.concatenate([np.asarray(c.values) for c in g])) for g in groups]
     used = [c for g in groups for c in g]
-    detail = "; ".join(f"{c.config_id}: {c.mean:.0f} MHz" for c in used)
+    cap = {c.config_id: c.mean for c in configs(_runs(t), POWER_CAP)}
+    detail = "; ".join(f"{c.config_id}: {c.mean:.0f} MHz" + (f" (power cap {cap[c.config_id]:.0%} of the time)"
+                                                            if c.config_id in cap else "") for c in used)
     depth = sorted({int(c.params["pp"]) for c in used})
     return Evidence(within_slope(pts), f"{len(groups)} group(s) of layouts at pp {'/'.join(map(str, depth))}",
                     [c.config_id for c in used], min_repeats(used), detail=detail)
