@@ -3,6 +3,7 @@
 #   results/<sweep>/cells/<id>/cell_tables/{runs,gpus,steps,kernels,timeseries}.parquet   from that cell only
 #   results/<sweep>/tables/{runs,gpus,steps,kernels,timeseries}.parquet                     the aggregated store
 #   results/<sweep>/summary.parquet|.csv                                                     = the runs table
+#   results/<sweep>/tables/configs.parquet          one row per configuration: mean and 95% interval over repetitions
 #
 # A cell's tables depend on its run.json only (written last, after steps/telemetry/kernels; under `snakemake
 # figures` on its steps.parquet, see get_cell_record): a new or rerun cell recomputes its own tables, and the sweep
@@ -37,7 +38,8 @@ rule cell_tables:
         "../scripts/cell_tables.py"
 
 
-# One rule per table; the runs table also lists the plan's pruned and not-run cells and is the sweep's summary.
+# One rule per table; the runs table also lists the plan's pruned and not-run cells, is the sweep's summary and gives
+# the configs table (repetitions of a configuration summarised).
 for _table in TABLE_NAMES:
 
     rule:
@@ -50,6 +52,7 @@ for _table in TABLE_NAMES:
             table=str(SWEEP_FILES.table(_table)),
             **(
                 {
+                    "configs": str(SWEEP_FILES.table(CONFIGS_TABLE)),
                     "parquet": str(SWEEP_FILES.summary_parquet),
                     "csv": report(
                         str(SWEEP_FILES.summary_csv),

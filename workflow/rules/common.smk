@@ -4,7 +4,7 @@ from snakemake.logging import logger
 
 from calorimeter.plan.config import ConfigError, load_sweep_config
 from calorimeter.plan.plan import make_plan
-from calorimeter.records.paths import TABLE_NAMES, CellPaths, SweepPaths
+from calorimeter.records.paths import CONFIGS_TABLE, TABLE_NAMES, CellPaths, SweepPaths
 
 
 # A sweep given with --configfile replaces the embedded default sweep instead of being deep-merged into it
@@ -109,7 +109,7 @@ def get_final_outputs():
 
     sweep = sweep_paths()
     return (
-        [str(sweep.table(t)) for t in TABLE_NAMES]
+        [str(sweep.table(t)) for t in (*TABLE_NAMES, CONFIGS_TABLE)]
         + [str(sweep.summary_parquet), str(sweep.summary_csv)]
         + [str(sweep.figure(name, ext)) for name in FIGURES for ext in ("png", "pdf")]
         + [str(sweep.findings_csv), str(sweep.findings_html)]

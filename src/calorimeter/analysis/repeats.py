@@ -28,6 +28,7 @@ CONFIG_METRICS: dict[str, float] = {
     "energy_per_iteration_j": 0.0,
     "energy_per_token_j": 0.0,
     "efficiency": 0.0,
+    "efficiency_norm": 0.0,
     "power_avg_w": 0.0,
     "power_total_avg_w": 0.0,
     "power_peak_w": 0.0,

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 from calorimeter.figures import (
+    data_quality,
     fig04_parallelism,
     fig05_links,
     fig08_optimization,
@@ -32,7 +33,7 @@ from calorimeter.figures.common import FigureResult, Tables, save
 #: every figure of the report, by output name, in report order
 FIGURES: dict[str, ModuleType] = {m.NAME: m for m in (
     throughput, fig04_parallelism, fig05_links, fig08_optimization, fig10_kernels, fig13_microbatch, fig15_stages,
-    fig17_temperature, fig17_sm_clock, scale_compare, timeline, throttle)}
+    fig17_temperature, fig17_sm_clock, scale_compare, timeline, throttle, data_quality)}
 
 
 #: the projection's figures (``snakemake projection``): drawn from the projection's tables, not the sweep's

@@ -14,10 +14,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from calorimeter.analysis.repeats import CONFIG_METRICS, config_ids  # noqa: E402
 from calorimeter.telemetry.kernels import CATEGORIES  # noqa: E402
 from calorimeter.telemetry.reasons import REASON_NAMES  # noqa: E402
 
-#: the sweep's tables by name (runs, gpus, steps, kernels, timeseries), as every figure's ``draw`` takes them
+#: the sweep's tables by name (runs, gpus, steps, kernels, timeseries, configs), as every figure's ``draw`` takes them
 Tables = dict[str, pd.DataFrame]
 STATUS_COLORS = {"oom": "#e15759", "failed": "#9c755f", "pruned": "#bab0ac", "not_run": "#d3d3d3"}
 OPT_ORDER = ("base", "cc", "act", "cc+act")
@@ -237,3 +238,48 @@ def hardware_label(df: pd.DataFrame) -> str:
     if df.empty:
         return ""
     return ", ".join(sorted({f"{h} x{int(w)}" for h, w in zip(df["hardware"], df["world_size"], strict=True)}))
+
+
+def collapse_repeats(tables: Tables) -> pd.DataFrame:
+    """The runs table with one row per configuration where the sweep repeats cells: the first repetition's row, its
+    metrics replaced by the mean over the configuration's ok repetitions (``configs`` table), with
+    ``<metric>_ci95_low``/``_high`` for the intervals and ``repeat_cell_ids``; status ``ok`` when any repetition is.
+    The runs table as it is when there are no repetitions (or no configs table)."""
+    runs = tables["runs"]
+    cfg = tables.get("configs")
+    if cfg is None or cfg.empty or runs.empty or "n_planned" not in cfg.columns or (cfg["n_planned"] <= 1).all():
+        return runs
+    first = runs.assign(config_id=config_ids(runs)).drop_duplicates("config_id").reset_index(drop=True)
+    keep = ["config_id", "n_repeats", "repeat_cell_ids"] + [c for c in cfg.columns if c.endswith(
+        ("_mean", "_ci95_low", "_ci95_high"))]
+    out = first.merge(cfg[keep], on="config_id", how="left")
+    ok = out["n_repeats"].fillna(0) > 0
+    for m in CONFIG_METRICS:
+        if f"{m}_mean" in out.columns:
+            out[m] = out[f"{m}_mean"].where(ok, out[m] if m in out.columns else np.nan)
+    out.loc[ok, "status"] = "ok"
+    return out
+
+
+def drawn_cells(df: pd.DataFrame) -> list[str]:
+    """Every cell a figure's rows stand for (all repetitions of a collapsed configuration)."""
+    if df.empty:
+        return []
+    if "repeat_cell_ids" not in df.columns:
+        return list(df["cell_id"])
+    return [c for ids, cid in zip(df["repeat_cell_ids"], df["cell_id"], strict=True)
+            for c in (str(ids).split(",") if isinstance(ids, str) and ids else [cid])]
+
+
+def interval(df: pd.DataFrame, metric: str, scale: float = 1.0) -> np.ndarray | None:
+    """``[[mean - low], [high - mean]]`` of a metric's 95% intervals (rows without one: 0), for ``yerr``; None when
+    no row has one."""
+    lo, hi = f"{metric}_ci95_low", f"{metric}_ci95_high"
+    if lo not in df.columns or metric not in df.columns:
+        return None
+    v = finite(df[metric]) * scale
+    low, high = finite(df[lo]) * scale, finite(df[hi]) * scale
+    if not np.isfinite(low).any():
+        return None
+    return np.vstack([np.nan_to_num(v - low), np.nan_to_num(high - v)])
+

@@ -6,11 +6,19 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from calorimeter.figures.common import FigureResult, Tables, order_configs, prefer, smallest
+from calorimeter.figures.common import (
+    FigureResult,
+    Tables,
+    collapse_repeats,
+    drawn_cells,
+    order_configs,
+    prefer,
+    smallest,
+)
 from calorimeter.figures.panels import draw_panels
 
 NAME = "fig04_parallelism"
-TABLES = ("runs",)
+TABLES = ("runs", "configs")
 
 
 def select(runs: pd.DataFrame) -> pd.DataFrame:
@@ -22,7 +30,7 @@ def select(runs: pd.DataFrame) -> pd.DataFrame:
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
-    df = select(tables["runs"])
+    df = select(collapse_repeats(tables))
     fig, missing = draw_panels(df, None, "efficiency", "Samples/(s·MJ)", "Fig. 4: parallelism sweep",
                                "parallelism configuration", knobs=())
-    return fig, FigureResult(NAME, len(df), list(df["cell_id"]) if len(df) else [], missing)
+    return fig, FigureResult(NAME, len(df), drawn_cells(df), missing)

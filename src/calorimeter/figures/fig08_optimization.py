@@ -7,11 +7,11 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from calorimeter.figures.common import FigureResult, Tables, order_configs, smallest
+from calorimeter.figures.common import FigureResult, Tables, collapse_repeats, drawn_cells, order_configs, smallest
 from calorimeter.figures.panels import draw_panels
 
 NAME = "fig08_optimization"
-TABLES = ("runs",)
+TABLES = ("runs", "configs")
 
 
 def select(runs: pd.DataFrame) -> pd.DataFrame:
@@ -21,8 +21,8 @@ def select(runs: pd.DataFrame) -> pd.DataFrame:
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
-    df = select(tables["runs"])
+    df = select(collapse_repeats(tables))
     fig, missing = draw_panels(df, "optimization_label", "efficiency_norm", "Norm. efficiency",
                                "Fig. 8: optimization sweep", "optimization configuration",
                                knobs=("overlap", "recompute"))
-    return fig, FigureResult(NAME, len(df), list(df["cell_id"]) if len(df) else [], missing)
+    return fig, FigureResult(NAME, len(df), drawn_cells(df), missing)

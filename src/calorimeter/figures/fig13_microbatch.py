@@ -6,11 +6,11 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from calorimeter.figures.common import FigureResult, Tables, order_configs, prefer
+from calorimeter.figures.common import FigureResult, Tables, collapse_repeats, drawn_cells, order_configs, prefer
 from calorimeter.figures.panels import draw_panels
 
 NAME = "fig13_microbatch"
-TABLES = ("runs",)
+TABLES = ("runs", "configs")
 
 
 def select(runs: pd.DataFrame) -> pd.DataFrame:
@@ -21,7 +21,7 @@ def select(runs: pd.DataFrame) -> pd.DataFrame:
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
-    df = select(tables["runs"])
+    df = select(collapse_repeats(tables))
     fig, missing = draw_panels(df, "micro_batch", "efficiency_norm", "Norm. efficiency",
                                "Fig. 13: micro-batch sweep", "micro-batch size", knobs=("micro_batch",))
-    return fig, FigureResult(NAME, len(df), list(df["cell_id"]) if len(df) else [], missing)
+    return fig, FigureResult(NAME, len(df), drawn_cells(df), missing)

@@ -4,6 +4,7 @@ efficiency on a second axis; shared by Fig. 4 (parallelism), Fig. 8 (optimizatio
 One column of panels per model, each with its own x range and its own efficiency axis (models' efficiencies differ
 by orders of magnitude); temperature, power and clock share their axis across models (same GPUs, same units).
 The figure says at its bottom which parameters its comparisons do not hold fixed, and what it could not draw.
+Where a configuration was repeated, its point is the mean over the repetitions with the 95% interval drawn.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from calorimeter.figures.common import (
     group_bounds,
     group_separators,
     hardware_label,
+    interval,
     note,
     status_band,
     status_missing,
@@ -126,6 +128,9 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
             ax = axes[r][c]
             ax.set_gid(f"panel:{avg}:{model}")
             a, p = _series(d, avg, scale), _series(d, pk, scale)
+            err = interval(d, avg, scale)
+            if err is not None:  # repetitions: the average's 95% interval
+                ax.errorbar(x, a, yerr=err, fmt="none", ecolor=AVG_COLOR, capsize=2, lw=0.8, gid="avg_ci95")
             for s0, s1 in segments:  # lines are broken between configurations
                 (la,) = ax.plot(x[s0:s1], a[s0:s1], "o-", color=AVG_COLOR, ms=4, lw=1.2, gid="avg")
                 (lp,) = ax.plot(x[s0:s1], p[s0:s1], "s-", color=PEAK_COLOR, ms=4, lw=1.2, gid="peak")
@@ -138,6 +143,9 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
                 ax.text(0.02, 0.9, "no telemetry", transform=ax.transAxes, fontsize=6, color="#555555")
             ax2 = ax.twinx()
             ax2.set_gid(f"efficiency:{avg}:{model}")
+            eff_err = interval(d, efficiency)
+            if eff_err is not None:
+                ax2.errorbar(x, eff, yerr=eff_err, fmt="none", ecolor=EFF_COLOR, capsize=2, lw=0.8, gid="eff_ci95")
             for s0, s1 in segments:
                 (le,) = ax2.plot(x[s0:s1], eff[s0:s1], "x-", color=EFF_COLOR, ms=5, lw=1.0, gid="efficiency")
             handles.setdefault(eff_label, le)

@@ -1,5 +1,7 @@
 """Throttle attribution (beyond the study): share of the measured time each clock-event reason was active,
-(top) per configuration as the mean over its GPUs and (bottom) per GPU of the most throttled cell."""
+(top) per configuration as the mean over its GPUs and (bottom) per GPU of the most throttled cell. Bars: the
+sampled clock-event bitmask; black ticks: NVML's own accumulated time for the reasons it keeps one for (the
+cross-check, independent of the sampling period)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,12 @@ def _stack(ax: plt.Axes, x: np.ndarray, frame: pd.DataFrame, reasons: list[str],
         v = pd.to_numeric(frame[f"throttle_{r}_frac"], errors="coerce").to_numpy(dtype=float)
         ax.bar(x - 0.425 + (j + 0.5) * w, np.nan_to_num(v), w, color=REASON_COLORS[r],
                label=r if r not in seen else None, gid=f"reason:{r}")
+        acc = f"throttle_{r}_counter_frac"
+        if acc in frame.columns and pd.to_numeric(frame[acc], errors="coerce").notna().any():
+            a = pd.to_numeric(frame[acc], errors="coerce").to_numpy(dtype=float)
+            ax.plot(x - 0.425 + (j + 0.5) * w, a, "_", color="k", ms=max(4.0, 40 * w), mew=1.5,
+                    label="NVML accumulated" if "_acc" not in seen else None, gid=f"accumulated:{r}")
+            seen.add("_acc")
         seen.add(r)
 
 

@@ -6,10 +6,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from calorimeter.figures.common import STATUS_COLORS, FigureResult, Tables
+from calorimeter.figures.common import STATUS_COLORS, FigureResult, Tables, collapse_repeats, drawn_cells, interval
 
 NAME = "throughput"
-TABLES = ("runs",)
+TABLES = ("runs", "configs")
 
 
 def cell_label(row: pd.Series) -> str:
@@ -24,12 +24,12 @@ def cell_label(row: pd.Series) -> str:
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """Bar chart of tokens/s per GPU (top) and MFU or TFLOP/s per GPU (bottom), one bar per cell (left open), and
-    what it drew.
+    what it drew. Repetitions of a configuration are one bar: their mean, with the 95% interval as an error bar.
 
     Cells that did not produce a measurement (pruned, oom, failed, not run) are drawn as shaded bands labelled with
     their status, never dropped.
     """
-    runs = tables["runs"]
+    runs = collapse_repeats(tables)
     df = runs.sort_values(["model", "world_size", "pp", "tp", "zero_stage", "recompute", "overlap",
                               "micro_batch"], kind="stable").reset_index(drop=True)
     have_mfu = df["mfu_full"].notna().any()
@@ -39,8 +39,10 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(6.0, 0.55 * len(df) + 2), 6.0), sharex=True)
     tps = df["tokens_per_s_per_gpu"].astype(float)
     low = df[lower_key].astype(float) * (100 if have_mfu else 1)
-    ax1.bar(x, tps.fillna(0), color="#4e79a7")
-    ax2.bar(x, low.fillna(0), color="#f28e2b")
+    ax1.bar(x, tps.fillna(0), color="#4e79a7", yerr=interval(df, "tokens_per_s_per_gpu"), capsize=3,
+            error_kw={"gid": "ci95"})
+    ax2.bar(x, low.fillna(0), color="#f28e2b", yerr=interval(df, lower_key, 100 if have_mfu else 1), capsize=3,
+            error_kw={"gid": "ci95"})
     for ax in (ax1, ax2):
         for i, row in df.iterrows():
             if row["status"] != "ok":
@@ -72,4 +74,4 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
         ax2.text(0.99, 0.95, "MFU n/a: no dense peak for this hardware", transform=ax2.transAxes, ha="right",
                  va="top", fontsize=7)
     fig.tight_layout()
-    return fig, FigureResult(NAME, len(df), list(runs["cell_id"]))
+    return fig, FigureResult(NAME, len(df), drawn_cells(df))

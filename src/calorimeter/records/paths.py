@@ -3,7 +3,7 @@
 Layout (``results/<sweep>/``)::
 
     plan.json                               every cell of the sweep, planned or pruned with reasons
-    tables/<table>.parquet                  the aggregated store (runs, gpus, steps, kernels, timeseries)
+    tables/<table>.parquet                  the aggregated store (runs, gpus, steps, kernels, timeseries, configs)
     summary.parquet|.csv                    the runs table
     findings.csv|.html                      the study's findings checked on the sweep
     figures/<name>.png|.pdf|.json           the figures, and what each drew
@@ -37,6 +37,8 @@ KERNELS_PARQUET = "kernels.parquet"
 RECORD_FILES = (RUN_JSON, STEPS_PARQUET, TELEMETRY_PARQUET, HOST_TELEMETRY_PARQUET, TELEMETRY_JSON, KERNELS_PARQUET)
 #: the tables of a sweep (and of each cell), in their order
 TABLE_NAMES: tuple[str, ...] = ("runs", "gpus", "steps", "kernels", "timeseries")
+#: the sweep's table over repetitions (one row per configuration; made from the runs table, no per-cell part)
+CONFIGS_TABLE = "configs"
 
 
 def _file(name: str, doc: str) -> property:

@@ -1,0 +1,78 @@
+"""Data quality (beyond the study): per cell, how much of the measured window the power samples observed without
+gaps (the worst GPU) and how many of the expected samples arrived; cells marked poor in red; below, what the
+analysis had to say about each cell's samples (gaps, NVML errors dropped, counter glitches and resets, duplicate or
+out-of-order timestamps)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from calorimeter.analysis.window import MIN_COVERAGE
+from calorimeter.figures.common import (
+    FigureResult,
+    Tables,
+    config_label,
+    empty_axes_message,
+    finite,
+    hardware_label,
+    note,
+    order_configs,
+    status_band,
+)
+
+NAME = "data_quality"
+TABLES = ("runs",)
+#: notes listed below the bars (the rest are counted)
+MAX_NOTES = 14
+
+
+def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
+    """The figure (left open) and what it drew (``n_points`` = cells in the top panel)."""
+    df = order_configs(tables["runs"])
+    fig, (ax, ax_notes) = plt.subplots(2, 1, figsize=(max(8.0, 0.3 * len(df) + 3), 7.5),
+                                       gridspec_kw={"height_ratios": [3, 2]})
+    ax_notes.axis("off")
+    if df.empty or "data_quality" not in df.columns:
+        why = "no cells" if df.empty else "no data-quality columns (tables built before they existed)"
+        empty_axes_message(ax, why)
+        note(fig, [why])
+        return fig, FigureResult(NAME, 0, [], [why])
+    x = np.arange(len(df))
+    cov = finite(df.get("power_coverage_frac", pd.Series(np.nan, index=df.index))) * 100
+    exp = finite(df.get("samples_expected", pd.Series(np.nan, index=df.index)))
+    rec = finite(df.get("samples_received", pd.Series(np.nan, index=df.index)))
+    got = np.where(exp > 0, 100 * rec / np.where(exp > 0, exp, 1), np.nan)
+    poor = (df["data_quality"] == "poor").to_numpy()
+    ax.bar(x - 0.2, np.nan_to_num(cov), 0.4, color=np.where(poor, "#e15759", "#4e79a7"),
+           label="power observed without gaps (worst GPU, %)", gid="coverage")
+    ax.bar(x + 0.2, np.nan_to_num(got), 0.4, color=np.where(poor, "#ff9da7", "#a0cbe8"),
+           label="samples received / expected (%)", gid="samples")
+    ax.axhline(100 * MIN_COVERAGE, color="k", lw=0.8, ls="--")
+    for i, st in enumerate(df["status"]):
+        if st != "ok":
+            status_band(ax, i, st)
+        elif not np.isfinite(cov[i]):
+            ax.text(i, 50, "no telemetry", rotation=90, ha="center", va="center", fontsize=6, gid="notelemetry")
+    ax.set_ylim(0, 110)
+    ax.set_ylabel("% of the measured window", fontsize=8)
+    ax.set_xticks(x, [f"{r['model']} {config_label(r, short=True)} {r['optimization_label']} mb{r['micro_batch']}"
+                      + (f" r{int(r['repeat'])}" if r.get("repeat") and r["repeat"] == r["repeat"] else "")
+                      for _, r in df.iterrows()], rotation=90, fontsize=5)
+    ax.set_xlim(-0.6, len(df) - 0.4)
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, frameon=False)
+    notes = [(r["cell_id"], r["data_quality"], str(r.get("data_notes") or "")) for _, r in df.iterrows()
+             if r["data_quality"] == "poor" or "gpu" in str(r.get("data_notes") or "")]
+    lines = [textwrap.shorten(f"[{q}] {cid}: {n}", 190) for cid, q, n in notes[:MAX_NOTES]]
+    if len(notes) > MAX_NOTES:
+        lines.append(f"... and {len(notes) - MAX_NOTES} more cells with notes (runs table, data_notes)")
+    ax_notes.text(0, 1, "\n".join(lines) if lines else "every measured cell's samples are complete: nothing to report",
+                  va="top", fontsize=6, family="monospace", transform=ax_notes.transAxes, gid="notes")
+    n_poor = int(poor.sum())
+    fig.suptitle(f"Data quality: {n_poor} poor of {int((df['status'] == 'ok').sum())} measured cells "
+                 f"({hardware_label(df)})", fontsize=10)
+    fig.tight_layout()
+    return fig, FigureResult(NAME, len(df), list(df["cell_id"]), [f"{n_poor} cells with poor data"] if n_poor else [])
