@@ -106,7 +106,7 @@ def run_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[d
     root: Path = tmp_path_factory.mktemp("parallel_eq")
     out: dict[str, tuple[list[dict[str, Any]], Path]] = {}
     for name, cells in [("one", SINGLE), ("two", TWO), ("four", FOUR)]:
-        results = run_cells(list(cells.values()), root / name, timeout_s=300, gradients=True)
+        results = run_cells(list(cells.values()), root / name, timeout_s=1200, gradients=True)  # a hang guard
         for i, (key, records) in enumerate(zip(cells, results, strict=True)):
             out[key] = (records, root / name / f"cell{i}")
     for key, (records, _) in out.items():
