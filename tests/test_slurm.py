@@ -1,7 +1,8 @@
-"""calorimeter on a real SLURM cluster: `snakemake --profile profiles/slurm` end to end.
+"""calorimeter on a real SLURM cluster: `snakemake --profile slurm` end to end, typed as a cluster user types it.
 
-A session fixture starts a one-node SLURM 22.05 (munge, MariaDB + slurmdbd for sacct, slurmctld, slurmd, 4 fake
-GPUs; tests/slurm/up.sh, installing Debian's packages if missing) and stops it by PID afterwards (tests/slurm/down.sh).
+A session fixture starts a two-node SLURM 22.05 on this host (munge, MariaDB + slurmdbd for sacct, slurmctld, one
+slurmd per node in its own UTS + mount namespace, 4 fake GPUs per node; tests/slurm/up.sh, installing Debian's
+packages if missing) and stops it by PID afterwards (tests/slurm/down.sh). Nothing talks to anything but loopback.
 An already running cluster is used as is and left running. The scenarios share one sweep that grows phase by phase,
 so every rerun also proves that finished cells are left alone:
 
@@ -10,7 +11,11 @@ so every rerun also proves that finished cells are left alone:
 3. a job hitting its time limit is requeued (submitit checkpointing) and completes;
 4. an injected OOM ends `oom` and is never resubmitted;
 5. the Snakemake process killed mid-sweep: the rerun re-attaches to the running jobs, no duplicates (sacct);
-6. finished cells' files keep their checksums through all of the above; a changed value reruns only its cell.
+6. finished cells' files keep their checksums through all of the above; a changed value reruns only its cell;
+7. a second sweep runs 2x1 and 2x2 cells on two nodes: ranks placed node by node, one sampler per node, node and
+   hostname columns in the tables;
+8. a two-node job hitting its time limit is requeued with every setting of its task (telemetry included) and
+   completes.
 
 Skipped (with the reason) only where SLURM cannot be set up at all (not root, no apt-get); with CI=true it fails.
 """
@@ -50,6 +55,10 @@ CELLS = {
     "F": {"model": "tiny-gpt", "gpus_per_node": 1, "zero_stage": 0, "micro_batch": 2},   # hits its time limit
     "G": {"model": "tiny-llama", "gpus_per_node": 1, "zero_stage": 0, "micro_batch": 2},  # Snakemake killed
     "H": {"model": "tiny-gpt", "gpus_per_node": 1, "zero_stage": 0, "seq_len": 16},      # Snakemake killed
+    # two nodes (the multi-node sweep)
+    "M": {"model": "tiny-gpt", "nodes": 2, "gpus_per_node": 1, "zero_stage": 1},                      # 2x1
+    "N": {"model": "tiny-llama", "nodes": 2, "gpus_per_node": 2, "zero_stage": 1, "global_batch": 4},  # 2x2
+    "R": {"model": "tiny-gpt", "nodes": 2, "gpus_per_node": 1, "zero_stage": 0},  # 2 nodes, hits its time limit
 }
 DEFAULTS = {"global_batch": 2, "micro_batch": 1, "warmup_steps": 1, "measured_steps": 2, "seq_len": 32, "lr": 0.003}
 
@@ -109,10 +118,10 @@ def slurm_cluster():
 class Sweep:
     """One growing sweep in a temporary results folder, run through the SLURM profile."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, name: str = "slurmtest") -> None:
         self.tmp = tmp
         self.results = tmp / "results"
-        self.name = f"slurmtest{os.getpid()}"
+        self.name = f"{name}{os.getpid()}"
         self.t_start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 2))
         self.ids: dict[str, str] = {}
         self.checksums: dict[str, dict[str, str]] = {}
@@ -191,7 +200,8 @@ def _env(faults: str | None = None) -> dict[str, str]:
 
 def snakemake(*args: str, faults: str | None = None, profile: bool = True, timeout: float = 300
               ) -> subprocess.CompletedProcess:
-    prof = ["--profile", "profiles/slurm"] if profile else []
+    """``snakemake --profile slurm ...`` from the repository root, exactly as a cluster user types it."""
+    prof = ["--profile", "slurm"] if profile else []
     return subprocess.run([sys.executable, "-m", "snakemake", *prof, *args], cwd=ROOT, env=_env(faults),
                           capture_output=True, text=True, timeout=timeout)
 
@@ -199,7 +209,7 @@ def snakemake(*args: str, faults: str | None = None, profile: bool = True, timeo
 def snakemake_bg(log: Path, *args: str, faults: str | None = None) -> subprocess.Popen:
     """Snakemake in its own session (so that it and its job scripts can be killed together, like a lost login)."""
     with log.open("w") as fh:
-        return subprocess.Popen([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *args], cwd=ROOT,
+        return subprocess.Popen([sys.executable, "-m", "snakemake", "--profile", "slurm", *args], cwd=ROOT,
                                 env=_env(faults), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -385,3 +395,99 @@ def test_6_finished_cells_keep_their_files_and_a_changed_value_reruns_only_its_c
     assert planned_trains(r) == {sweep.ids["B"]}, ok(r)
     sweep.assert_unchanged()
     assert set(sweep.checksums) == set("ABCDEFGH")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# two nodes (a second sweep of its own)
+
+
+@pytest.fixture(scope="module")
+def multinode(slurm_cluster, tmp_path_factory) -> Sweep:
+    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
+    assert len(set(nodes)) >= 2, f"the test cluster has nodes {nodes}: run tests/slurm/up.sh (two nodes)"
+    s = Sweep(tmp_path_factory.mktemp("slurm-2n"), name="slurm2n")
+    yield s
+    snakemake("--configfile", str(s.write("MNR")), "--unlock")
+
+
+def _placement(rec: dict) -> list[tuple[int, int, int, str]]:
+    """(rank, node, local rank, hostname) of every rank of a record, by rank."""
+    return sorted((r["rank"], r["node"], r["local_rank"], r["hostname"]) for r in rec["provenance"]["ranks"])
+
+
+def test_7_two_node_cells_place_ranks_node_by_node_with_one_sampler_per_node(multinode: Sweep) -> None:
+    import pandas as pd
+
+    t0 = time.time()
+    cfg = multinode.write("MN", telemetry={"period_ms": 100})
+    r = snakemake("--configfile", str(cfg))
+    assert r.returncode == 0, ok(r)
+    TIMINGS["7 two-node sweep (2x1, 2x2)"] = time.time() - t0
+    for x, gpn in (("M", 1), ("N", 2)):
+        rec = multinode.record(x)
+        assert rec["status"] == "ok", rec["reason"]
+        slurm = rec["evidence"]["slurm"]
+        assert slurm["state"] == "COMPLETED" and slurm["nodelist"] == "node[1-2]", slurm
+        # SLURM's block distribution: ranks 0..gpn-1 on the first node, the next gpn on the second
+        assert _placement(rec) == [(k, k // gpn, k % gpn, f"node{k // gpn + 1}") for k in range(2 * gpn)], rec
+        assert rec["provenance"]["hosts"] == ["node1", "node2"]
+        assert {r["backend"] for r in rec["provenance"]["ranks"]} == {"gloo"}
+        script = next((multinode.cell_dir(x) / "latest" / "submitit").glob("*_submission.sh")).read_text()
+        assert "--nodes=2" in script and f"--ntasks-per-node={gpn}" in script
+        # one node sampler per node, started by each node's local rank 0, with the sweep's period
+        meta = json.loads((multinode.cell_dir(x) / "telemetry.json").read_text())
+        assert sorted(meta) == ["node0", "node1"], meta
+        assert all(meta[n]["sampler"]["period_s"] == pytest.approx(0.1) for n in meta), meta
+        host = pd.read_parquet(multinode.cell_dir(x) / "host_telemetry.parquet")
+        assert host.groupby("node")["hostname"].unique().map(list).to_dict() == {0: ["node1"], 1: ["node2"]}
+        staging = multinode.cell_dir(x) / "latest" / "staging" / "restart0" / "telemetry"
+        assert sorted(p.name for p in staging.iterdir()) == ["node0", "node1"]
+        # the cell's tables carry the placement: one steps row per rank and step, every rank present
+        steps = pd.read_parquet(multinode.cell_dir(x) / "cell_tables" / "steps.parquet")
+        assert sorted(steps["rank"].unique()) == list(range(2 * gpn))
+    runs = pd.read_parquet(multinode.results / multinode.name / "tables" / "runs.parquet").set_index("cell_id")
+    assert (runs.loc[[multinode.ids["M"], multinode.ids["N"]], "status"] == "ok").all()
+    assert multinode.jobs() == Counter({"M": 1, "N": 1})
+    multinode.snapshot("MN")
+
+
+def test_8_two_node_requeue_keeps_every_setting_and_completes(multinode: Sweep) -> None:
+    import pickle
+
+    t0 = time.time()
+    # As scenario 3 on two nodes: a 1-minute limit, USR2 10 s before it, the first run sleeps. The telemetry block
+    # differs from the defaults in every key, so that a requeued task rebuilt with defaults would show.
+    telemetry = {"enabled": True, "period_ms": 250, "profile_steps": 0, "profile_all_ranks": True}
+    cfg = multinode.write("MNR", launcher={"timeout_min": 1, "signal_delay_s": 10, "max_requeues": 2},
+                          telemetry=telemetry)
+    proc = snakemake_bg(multinode.tmp / "phase8.log", "--configfile", str(cfg),
+                        faults=f"{multinode.ids['R']}=sleep-first:300")
+    try:
+        wait_for_jobs(multinode, "R", {"RUNNING"})
+        submitted = next((multinode.cell_dir("R") / "latest" / "submitit").glob("*_submitted.pkl"))
+        original = submitted.read_bytes()  # submitit overwrites it with the requeued task at the checkpoint
+        rc = proc.wait(timeout=400)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = (multinode.tmp / "phase8.log").read_text()
+    assert rc == 0, log[-6000:]
+    TIMINGS["8 two-node time limit + requeue"] = time.time() - t0
+    rec = multinode.record("R")
+    assert rec["status"] == "ok", rec["reason"]
+    slurm = rec["evidence"]["slurm"]
+    assert slurm["runs"] >= 2 and slurm["history"][0]["State"] == "REQUEUED", slurm["history"]
+    assert slurm["nodelist"] == "node[1-2]" and rec["provenance"]["hosts"] == ["node1", "node2"]
+    assert multinode.jobs()["R"] == 1  # requeued, not resubmitted
+    assert rec["evidence"]["rank_restart"] == {"0": slurm["runs"] - 1, "1": slurm["runs"] - 1}
+    # every setting of the task survives the requeue: only the requeue count differs
+    before = vars(pickle.loads(original).function)
+    after = vars(pickle.loads(submitted.read_bytes()).function)
+    assert after.pop("requeues") >= 1 and before.pop("requeues") == 0
+    assert after == before
+    # ... and took effect in the requeued run: both nodes sampled with the sweep's period
+    meta = json.loads((multinode.cell_dir("R") / "telemetry.json").read_text())
+    assert sorted(meta) == ["node0", "node1"]
+    assert all(meta[n]["sampler"]["period_s"] == pytest.approx(0.25) for n in meta), meta
+    assert all(e["max_requeues"] == 2 for e in rec["evidence"]["requeues"]), rec["evidence"]["requeues"]
+    multinode.assert_unchanged()

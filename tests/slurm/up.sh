@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# A real one-node SLURM (Debian 12's slurm-wlm 22.05) for the tests: munge, MariaDB + slurmdbd (so that sacct works),
-# slurmctld + slurmd in configless mode, 4 fake GPUs. Run as root; no systemd needed. Every file lives under $T.
-# Recipe and pitfalls: ../shared/notes/stack.md section 3 beside the checkout (docs/slurm.md "Testing").
+# A real two-node SLURM on one host (Debian 12's slurm-wlm 22.05) for the tests: munge, MariaDB + slurmdbd (so that
+# sacct works), slurmctld, and one configless slurmd per node (node1, node2), each with 4 fake GPUs. Each slurmd runs
+# in its own UTS + mount namespace: its hostname is its node name and it sees a private /etc/hosts (node names ->
+# 127.0.0.1 and ::1, torch looks up IPv6 first) and a private nsswitch.conf (`hosts: files`), so that jobs, which
+# inherit both, resolve every node name locally and nothing ever asks DNS. Every daemon talks to loopback only.
+# Run as root; no systemd needed. Every file lives under $T. See docs/slurm.md "Testing".
 #
 #   bash tests/slurm/up.sh      # idempotent: installs packages if missing (apt), starts what is not running
-#   bash tests/slurm/down.sh    # stops every daemon by the PID in its pid file
+#   bash tests/slurm/down.sh    # cancels the test jobs, stops every daemon by the PID in its pid file
 #
-# Environment: CALORIMETER_SLURM_DIR (default /tmp/calorimeter-slurm).
+# Environment: CALORIMETER_SLURM_DIR (default /tmp/calorimeter-slurm), CALORIMETER_SLURM_NODES (default 2).
 set -euo pipefail
 T=${CALORIMETER_SLURM_DIR:-/tmp/calorimeter-slurm}
+N=${CALORIMETER_SLURM_NODES:-2}
+NODES=$(seq -f 'node%g' 1 "$N" | paste -sd' ')
 export SLURM_CONF=$T/etc/slurm.conf
 ts() { date +%s.%N; }; T0=$(ts); lap() { printf 'slurm-up: %-24s %6.2fs\n' "$1" "$(awk "BEGIN{print $(ts) - $T0}")"; }
 waitfor() { local what=$1; shift; for _ in $(seq 1 150); do "$@" >>"$T/log/waitfor.log" 2>&1 && return 0; sleep 0.2; done
@@ -59,12 +64,14 @@ mariadb --socket="$T/mysql/mysqld.sock" -uroot -e "CREATE USER IF NOT EXISTS 'sl
   GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
 lap "mariadbd"
 
-# 3) fake GPUs: gres File= must be character devices -> clones of /dev/null (char 1:3)
-for i in 0 1 2 3; do [ -c "$T/fakegpu/nvidia$i" ] || mknod "$T/fakegpu/nvidia$i" c 1 3; done
+# 3) fake GPUs: gres File= must be character devices -> clones of /dev/null (char 1:3); 4 per node
+for i in $(seq 0 $(( 4 * N - 1 ))); do [ -c "$T/fakegpu/nvidia$i" ] || mknod "$T/fakegpu/nvidia$i" c 1 3; done
 
-# 4) config. KillWait/MinJobAge are short so that cancelled and timed-out jobs end quickly in tests.
-CPUS=$(nproc); MEM=$(( $(free -m | awk '/^Mem:/{print $2}') - 1024 ))
-cat > "$T/etc/slurm.conf" <<CONF
+# 4) config. KillWait/MinJobAge are short so that cancelled and timed-out jobs end quickly in tests. Each node
+# declares every core of the host (SLURM then sees N x the real cores, so that a 2x2 job fits) and 1/N of its memory.
+CPUS=$(nproc); MEM=$(( ($(free -m | awk '/^Mem:/{print $2}') - 1024) / N ))
+NODELIST=node[1-$N]
+cat > "$T/etc/slurm.conf.new" <<CONF
 ClusterName=calorimeter
 SlurmctldHost=localhost
 SlurmctldParameters=enable_configless
@@ -88,21 +95,30 @@ KillWait=5
 MinJobAge=60
 JobRequeue=1
 StateSaveLocation=$T/state
-SlurmdSpoolDir=$T/spool
+SlurmdSpoolDir=$T/spool/%n
 SlurmctldPidFile=$T/run/slurmctld.pid
-SlurmdPidFile=$T/run/slurmd.pid
+SlurmdPidFile=$T/run/slurmd-%n.pid
 SlurmctldLogFile=$T/log/slurmctld.log
-SlurmdLogFile=$T/log/slurmd.log
+SlurmdLogFile=$T/log/slurmd-%n.log
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=6819
 AccountingStorageTRES=gres/gpu
 JobCompType=jobcomp/none
 GresTypes=gpu
-NodeName=localhost CPUs=$CPUS RealMemory=$MEM Gres=gpu:4 State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
-echo "NodeName=localhost Name=gpu File=$T/fakegpu/nvidia[0-3]" > "$T/etc/gres.conf"
+for k in $(seq 1 "$N"); do
+  echo "NodeName=node$k NodeHostname=node$k NodeAddr=127.0.0.1 Port=$(( 6900 + k )) CPUs=$CPUS RealMemory=$MEM Gres=gpu:4 State=UNKNOWN" >> "$T/etc/slurm.conf.new"
+done
+echo "PartitionName=debug Nodes=$NODELIST Default=YES MaxTime=INFINITE State=UP" >> "$T/etc/slurm.conf.new"
+: > "$T/etc/gres.conf.new"
+for k in $(seq 1 "$N"); do
+  echo "NodeName=node$k Name=gpu File=$T/fakegpu/nvidia[$(( 4 * k - 4 ))-$(( 4 * k - 1 ))]" >> "$T/etc/gres.conf.new"
+done
+# the nodes' view of names: every node name and localhost on loopback (v4 and v6), files only (never DNS)
+{ echo "127.0.0.1 localhost $NODES"; echo "::1 localhost ip6-localhost ip6-loopback $NODES"; } > "$T/etc/hosts"
+sed 's/^hosts:.*/hosts:          files/' /etc/nsswitch.conf > "$T/etc/nsswitch.conf"
+grep -q '^hosts:' "$T/etc/nsswitch.conf" || echo "hosts:          files" >> "$T/etc/nsswitch.conf"
 cat > "$T/etc/slurmdbd.conf" <<CONF
 AuthType=auth/munge
 DbdHost=localhost
@@ -119,14 +135,32 @@ StorageLoc=slurm_acct_db
 CONF
 chmod 600 "$T/etc/slurmdbd.conf"          # slurmdbd refuses a group/world-readable slurmdbd.conf
 
-# 5) slurmdbd -> register the cluster -> slurmctld -> slurmd (configless: fetches its config from slurmctld)
+# A changed cluster (another node count, or the earlier one-node layout) restarts slurmctld and every slurmd.
+stop_pid() { local pid; pid=$(cat "$1" 2>/dev/null) || return 0; kill -0 "$pid" 2>/dev/null || return 0; kill "$pid"
+             for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.25; done; kill -9 "$pid"; }
+if ! cmp -s "$T/etc/slurm.conf.new" "$T/etc/slurm.conf" || ! cmp -s "$T/etc/gres.conf.new" "$T/etc/gres.conf"; then
+  for f in "$T"/run/slurmd*.pid; do [ -e "$f" ] && stop_pid "$f"; done
+  stop_pid "$T/run/slurmctld.pid"
+  mv "$T/etc/slurm.conf.new" "$T/etc/slurm.conf"; mv "$T/etc/gres.conf.new" "$T/etc/gres.conf"
+else
+  rm -f "$T/etc/slurm.conf.new" "$T/etc/gres.conf.new"
+fi
+
+# 5) slurmdbd -> register the cluster -> slurmctld -> one slurmd per node (configless: each fetches its config
+# from slurmctld), each in its own UTS + mount namespace (hostname = node name, private hosts + nsswitch).
 alive "$T/run/slurmdbd.pid" || slurmdbd
 waitfor slurmdbd sacctmgr -n show cluster
 sacctmgr -n -P show cluster format=cluster | grep -qx calorimeter || sacctmgr -i add cluster calorimeter >>"$T/log/waitfor.log" || true
 lap "slurmdbd + cluster"
 alive "$T/run/slurmctld.pid" || slurmctld
 waitfor slurmctld scontrol ping
-alive "$T/run/slurmd.pid" || env -u SLURM_CONF slurmd -N localhost --conf-server localhost:6817
-waitfor "node idle" bash -c '[ "$(env -u SLURM_CONF sinfo -h -o %T)" = idle ]'
-lap "slurmctld + slurmd idle"
-env -u SLURM_CONF sinfo
+for node in $NODES; do
+  mkdir -p "$T/spool/$node"
+  alive "$T/run/slurmd-$node.pid" || env -u SLURM_CONF unshare --uts --mount --propagation private -- bash -c "
+    set -e; hostname $node
+    mount --bind '$T/etc/hosts' /etc/hosts; mount --bind '$T/etc/nsswitch.conf' /etc/nsswitch.conf
+    exec slurmd -N $node --conf-server localhost:6817"
+done
+waitfor "nodes idle" bash -c "[ \"\$(env -u SLURM_CONF sinfo -h -N -t idle -o %N | sort -u | wc -l)\" = $N ]"
+lap "slurmctld + ${N} slurmd idle"
+env -u SLURM_CONF sinfo -N

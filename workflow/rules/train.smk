@@ -2,7 +2,7 @@
 #
 # A local rule in every mode: on a cluster it submits the cell's job through submitit and waits (submitit owns
 # requeue on preemption/time limit; see docs/slurm.md). Site settings (partition, account, QoS, constraint, time)
-# come from the profile's resources for this rule (profiles/slurm), never from here. Launcher settings are not
+# come from the profile's resources for this rule (slurm/config.yaml), never from here. Launcher settings are not
 # params, so moving a sweep to another executor, partition or site never re-measures finished cells.
 
 

@@ -83,7 +83,7 @@ def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict
     if kind == "local":
         if cell.nodes != 1:
             raise CellConfigError(f"cell {cell.cell_id} needs {cell.nodes} nodes; the local executor runs one node "
-                                  "(use launcher.executor: slurm, e.g. snakemake --profile profiles/slurm)")
+                                  "(use launcher.executor: slurm, e.g. snakemake --profile slurm)")
         return kind, dict(tasks_per_node=cell.gpus_per_node, gpus_per_node=gpus, timeout_min=timeout_min,
                           setup=env_setup)
     if kind != "slurm":
