@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -44,6 +45,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 
 SLURM_DIR = os.environ.get("CALORIMETER_SLURM_DIR", "/tmp/calorimeter-slurm")
 TIMINGS: dict[str, float] = {}
+#: seconds the job of one small cell ran (sacct Elapsed): one rank (scenario 1), two nodes (scenario 7). The
+#: time-limit scenarios size their limit from it (see time_limit); defaults for a scenario run on its own.
+RUN_S = {"one rank": 20.0, "two nodes": 30.0}
 
 # One block per cell, so that each cell can be picked (and changed) on its own.
 CELLS = {
@@ -136,7 +140,7 @@ class Sweep:
         """
         cfg = {"sweep": self.name, "hardware": "cpu", "results_dir": str(self.results),
                "telemetry": {"profile_steps": 0, **(telemetry or {})},
-               "launcher": {"executor": "local", "timeout_min": 5, "poll_s": 2, **(launcher or {})},
+               "launcher": {"executor": "local", "timeout_min": 15, "poll_s": 2, **(launcher or {})},
                "defaults": DEFAULTS,
                "grid": [{**CELLS[x], **((changed or {}).get(x, {}))} for x in letters]}
         path = self.tmp / f"sweep-{letters}.yaml"
@@ -218,7 +222,7 @@ def planned_trains(r: subprocess.CompletedProcess) -> set[str]:
     return set(re.findall(r"^Job \d+: train (\S+)$", r.stdout + r.stderr, re.M))
 
 
-def wait_for_jobs(s: Sweep, letters: str, states: set[str], timeout: float = 120) -> dict[str, str]:
+def wait_for_jobs(s: Sweep, letters: str, states: set[str], timeout: float = 300) -> dict[str, str]:
     """Job ids of these cells once each one's job is in one of ``states`` (squeue)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -233,6 +237,26 @@ def wait_for_jobs(s: Sweep, letters: str, states: set[str], timeout: float = 120
             return ids
         time.sleep(0.5)
     raise AssertionError(f"jobs of {letters} not in {states} after {timeout} s")
+
+
+def time_limit(run_s: float) -> tuple[int, int]:
+    """(``timeout_min``, first-run sleep in s) for a scenario whose requeued run must complete.
+
+    SLURM sends USR2 10 s (``signal_delay_s``) before the limit, checking limits every 30 s: a run is signalled
+    between ``timeout - 40 s`` and ``timeout - 10 s`` after its start. The requeued run must end before that, so the
+    limit grows with how long a cell's job takes on this machine (1 minute on an idle CI machine, more when the
+    machine is shared); the first run sleeps past its limit.
+    """
+    timeout_min = max(1, math.ceil((1.25 * run_s + 40) / 60))
+    return timeout_min, 60 * timeout_min + 60
+
+
+def _elapsed_s(rec: dict) -> float:
+    """sacct's Elapsed of a record's job in seconds (``[D-]HH:MM:SS``)."""
+    text = str(rec["evidence"]["slurm"].get("elapsed") or "0:0:0")
+    days, _, hms = text.rpartition("-")
+    h, m, sec = (int(x) for x in hms.split(":"))
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
 
 
 def ok(r: subprocess.CompletedProcess) -> str:
@@ -257,6 +281,7 @@ def test_1_sweep_through_the_profile_matches_a_local_run(sweep: Sweep) -> None:
     r = snakemake("--configfile", str(cfg))
     assert r.returncode == 0, ok(r)
     TIMINGS["1 sweep (3 cells)"] = time.time() - t0
+    RUN_S["one rank"] = _elapsed_s(sweep.record("A"))
     for x in "ABC":
         rec = sweep.record(x)
         assert rec["status"] == "ok" and rec["failure_class"] == "ok", rec["reason"]
@@ -334,11 +359,12 @@ def test_4_injected_oom_is_recorded_and_never_resubmitted(sweep: Sweep) -> None:
 
 def test_3_time_limit_requeues_and_completes(sweep: Sweep) -> None:
     t0 = time.time()
-    # A 1-minute limit with USR2 10 s before it; the cell sleeps through its first run only. slurmctld checks
-    # limits every 30 s and signals when now + delay + 30 s >= end, i.e. 20 to 50 s into each run: the requeued
-    # run (a few seconds) must end before that.
-    cfg = sweep.write("ABCDEF", launcher={"timeout_min": 1, "signal_delay_s": 10}, telemetry={"enabled": False})
-    r = snakemake("--configfile", str(cfg), faults=f"{sweep.ids['F']}=sleep-first:300", timeout=400)
+    # A short limit (1 minute on an idle machine, see time_limit) with USR2 10 s before it; the cell sleeps
+    # through its first run only, and the requeued run must end before SLURM's next limit check.
+    limit, sleep_s = time_limit(RUN_S["one rank"])
+    cfg = sweep.write("ABCDEF", launcher={"timeout_min": limit, "signal_delay_s": 10}, telemetry={"enabled": False})
+    r = snakemake("--configfile", str(cfg), faults=f"{sweep.ids['F']}=sleep-first:{sleep_s}",
+                  timeout=240 * limit + 300)
     assert r.returncode == 0, ok(r)
     TIMINGS["3 time limit + requeue"] = time.time() - t0
     rec = sweep.record("F")
@@ -423,6 +449,7 @@ def test_7_two_node_cells_place_ranks_node_by_node_with_one_sampler_per_node(mul
     r = snakemake("--configfile", str(cfg))
     assert r.returncode == 0, ok(r)
     TIMINGS["7 two-node sweep (2x1, 2x2)"] = time.time() - t0
+    RUN_S["two nodes"] = _elapsed_s(multinode.record("M"))
     for x, gpn in (("M", 1), ("N", 2)):
         rec = multinode.record(x)
         assert rec["status"] == "ok", rec["reason"]
@@ -455,18 +482,19 @@ def test_8_two_node_requeue_keeps_every_setting_and_completes(multinode: Sweep) 
     import pickle
 
     t0 = time.time()
-    # As scenario 3 on two nodes: a 1-minute limit, USR2 10 s before it, the first run sleeps. The telemetry block
+    # As scenario 3 on two nodes: a short limit, USR2 10 s before it, the first run sleeps. The telemetry block
     # differs from the defaults in every key, so that a requeued task rebuilt with defaults would show.
     telemetry = {"enabled": True, "period_ms": 250, "profile_steps": 0, "profile_all_ranks": True}
-    cfg = multinode.write("MNR", launcher={"timeout_min": 1, "signal_delay_s": 10, "max_requeues": 2},
+    limit, sleep_s = time_limit(RUN_S["two nodes"])
+    cfg = multinode.write("MNR", launcher={"timeout_min": limit, "signal_delay_s": 10, "max_requeues": 2},
                           telemetry=telemetry)
     proc = snakemake_bg(multinode.tmp / "phase8.log", "--configfile", str(cfg),
-                        faults=f"{multinode.ids['R']}=sleep-first:300")
+                        faults=f"{multinode.ids['R']}=sleep-first:{sleep_s}")
     try:
         wait_for_jobs(multinode, "R", {"RUNNING"})
         submitted = next((multinode.cell_dir("R") / "latest" / "submitit").glob("*_submitted.pkl"))
         original = submitted.read_bytes()  # submitit overwrites it with the requeued task at the checkpoint
-        rc = proc.wait(timeout=400)
+        rc = proc.wait(timeout=240 * limit + 300)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
