@@ -24,11 +24,11 @@ CPU = {"sweep": "t", "hardware": "cpu", "defaults": {"global_batch": 8, "micro_b
 @pytest.mark.parametrize(
     ("cfg", "expected"),
     [
-        ({**CPU, "grid": [{"model": "tiny-gpt", "tpp": 2}]}, "'tpp' was unexpected"),
+        ({**CPU, "grid": [{"model": "tiny-gpt", "tpp": 2}]}, "unknown key 'tpp' (did you mean 'tp'?)"),
         ({**CPU, "grid": [{"model": "tiny-gpt", "tp": 0}]}, "grid[0].tp: 0 is less than the minimum of 1"),
         ({**CPU, "grid": [{"model": "tiny-gpt", "recompute": "sometimes"}]}, "grid[0].recompute"),
         ({**CPU, "grid": [{"model": "tiny-gpt", "zero_stage": 4}]}, "grid[0].zero_stage"),
-        ({**CPU, "bogus": 1, "grid": [{"model": "tiny-gpt"}]}, "'bogus' was unexpected"),
+        ({**CPU, "bogus": 1, "grid": [{"model": "tiny-gpt"}]}, "unknown key 'bogus'"),
         ({**CPU, "grid": [{"model": "tiny-gpt", "seq_len": "long"}]}, "grid[0].seq_len"),
         ({**CPU, "launcher": {"executor": "pbs"}, "grid": [{"model": "tiny-gpt"}]}, "launcher.executor"),
     ],

@@ -42,7 +42,8 @@ def test_optimization_sweep_structure() -> None:
 def test_parallelism_sweep_is_the_recompute_subset_with_shared_results() -> None:
     opt = {c.cell.cell_id for c in plan_file(SWEEPS / "h200-optimization.yaml").cells}
     par = plan_file(SWEEPS / "h200-parallelism.yaml")
-    assert par.sweep == "h200-optimization"
+    # its own plan and tables (results/h200-parallelism/), the optimization sweep's cells (measured once)
+    assert par.sweep == "h200-parallelism" and {c.cell.sweep for c in par.cells} == {"h200-optimization"}
     assert {c.cell.cell_id for c in par.cells} <= opt
     assert all(c.cell.recompute == "full" and not c.cell.overlap for c in par.cells)
 

@@ -42,7 +42,14 @@ def _run_cell(args: argparse.Namespace) -> int:
     from calorimeter.records.paths import CellPaths
 
     plan = plan_file(args.sweep)
-    pc = plan.get(args.cell)
+    try:
+        pc = plan.get(args.cell)
+    except KeyError:
+        from calorimeter.plan.config_errors import short, suggest
+
+        raise ConfigError(f"no cell {short(args.cell)} in sweep {plan.sweep}"
+                          f"{suggest(args.cell, [c.cell.cell_id for c in plan.cells])} (see `calorimeter plan "
+                          f"{args.sweep}`)") from None
     if pc.status != "planned":
         raise ConfigError(f"cell {args.cell} is pruned: {'; '.join(pc.reasons)}")
     rec = run_cell(pc.cell, launcher_settings(plan.config), CellPaths.of(plan.results_dir, pc.cell.sweep,
@@ -58,7 +65,10 @@ def _aggregate(args: argparse.Namespace) -> int:
     from calorimeter.records.paths import SweepPaths
 
     plan = plan_file(args.sweep)
-    df = summarize(plan)
+    notes: list[str] = []
+    df = summarize(plan, notes=notes)
+    for note in notes:
+        print(f"note: damaged record: {note}", file=sys.stderr)
     out = SweepPaths.of(plan.results_dir, plan.sweep)
     write_table(df, out.summary_parquet, out.summary_csv)
     print(df["status"].value_counts().to_string())
@@ -74,8 +84,16 @@ def _figure(args: argparse.Namespace) -> int:
 
     plan = plan_file(args.sweep)
     out = SweepPaths.of(plan.results_dir, plan.sweep)
-    res = render("throughput", {"runs": pd.read_parquet(out.summary_parquet)}, out.figure("throughput", "png"),
-                 out.figure("throughput", "pdf"))
+    summary = out.summary_parquet
+    if not summary.is_file():
+        raise ConfigError(f"{summary} does not exist yet: run `calorimeter aggregate {args.sweep}` (or snakemake "
+                          "with this sweep) first")
+    try:
+        runs = pd.read_parquet(summary)
+    except Exception as e:  # noqa: BLE001 - a damaged summary: say which file, never a traceback
+        raise ConfigError(f"{summary} cannot be read ({type(e).__name__}); run `calorimeter aggregate "
+                          f"{args.sweep}` again") from None
+    res = render("throughput", {"runs": runs}, out.figure("throughput", "png"), out.figure("throughput", "pdf"))
     print(f"{res.n_points} cells drawn -> {out.figure('throughput', 'png').parent}")
     return 0
 

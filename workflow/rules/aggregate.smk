@@ -14,7 +14,7 @@ rule plan:
     output:
         str(SWEEP_FILES.plan_json),
     params:
-        plan=lambda wc: [pc.to_dict() for pc in PLAN.cells],
+        plan=lambda wc: PLAN_DICTS,
     log:
         str(SWEEP_FILES.log("plan")),
     localrule: True

@@ -1,23 +1,25 @@
 # The plan. All logic lives in the calorimeter package; this file only wires it in.
+import os
+import re
+
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 
-from calorimeter.plan.config import ConfigError, load_sweep_config
+from calorimeter.plan.config import ConfigError, load_sweep_config, sweep_lines
 from calorimeter.plan.plan import make_plan
 from calorimeter.records.paths import CONFIGS_TABLE, TABLE_NAMES, CellPaths, SweepPaths
 
 
-# A sweep given with --configfile replaces the embedded default sweep instead of being deep-merged into it
-# (merging would leak the default grid's values into the sweep); --config KEY=VALUE still overrides.
-if workflow.overwrite_configfiles:
-    config.clear()
-    config.update(load_sweep_config(workflow.overwrite_configfiles, workflow.config_settings.config))
-
-# The one validation of the sweep (workflow/schemas/config.schema.yaml through Snakemake's `validate`, which fills
-# in every default; errors name the key and the value): the rules and scripts read the validated config.
+# The sweep files are read again, strictly (UTF-8, no key given twice, bounded aliases; docs/input.md), with the
+# line of every key for messages. A sweep given with --configfile replaces the embedded default sweep instead of
+# being deep-merged into it (merging would leak the default grid's values into the sweep); --config KEY=VALUE still
+# overrides. The one validation of the sweep (workflow/schemas/config.schema.yaml, stricter where the schema is
+# silent; every default filled in; errors name file, line, key and value): the rules and scripts read the
+# validated config.
 try:
-    PLAN = make_plan({**config, "_source": str(workflow.overwrite_configfiles[-1])}
-                     if workflow.overwrite_configfiles else config)
+    _files = workflow.overwrite_configfiles or [os.path.join(workflow.basedir, "config", "config.yaml")]
+    PLAN = make_plan({**load_sweep_config(_files, workflow.config_settings.config), "_source": str(_files[-1]),
+                      "_lines": sweep_lines(_files, workflow.config_settings.config)})
 except ConfigError as e:
     raise WorkflowError(f"calorimeter: {e}") from None
 config.clear()
@@ -28,13 +30,19 @@ logger.info(
     f"calorimeter: sweep {PLAN.sweep}: {len(PLAN.cells)} cells, {len(PLAN.runnable)} planned, "
     f"{len(PLAN.cells) - len(PLAN.runnable)} pruned (see {RESULTS}/{PLAN.sweep}/plan.json)"
 )
+# SWEEP names the plan, tables and figures; each cell lives under its own sweep (a subset's cells stay with the
+# sweep they were selected from: nothing is measured twice and no sweep rewrites another's plan or tables).
 SWEEP = PLAN.sweep
 CELLS = {pc.cell.cell_id: pc for pc in PLAN.runnable}
+CELL_SWEEPS = sorted({pc.cell.sweep for pc in PLAN.cells} | {SWEEP})
+PLAN_DICTS = [pc.to_dict() for pc in PLAN.cells]  # once: the plan rule and every figure's caption use them
 
 
 wildcard_constraints:
-    sweep=SWEEP,
-    cell="|".join(CELLS) if CELLS else "no-runnable-cell",
+    sweep="|".join(re.escape(s) for s in CELL_SWEEPS),
+    # any folder name: which cells exist is decided by the input functions (an alternation of every cell id is
+    # matched against every file of the DAG: quadratic in the number of cells)
+    cell="[^/]+",
 
 
 #: every file of the sweep, as wildcard patterns of the rules (calorimeter.records.paths spells each name once)
@@ -52,6 +60,11 @@ def get_cell(wildcards):
     return CELLS[wildcards.cell]
 
 
+def cell_paths(cid):
+    """The folder of a runnable cell (under its own sweep)."""
+    return CellPaths.of(RESULTS, CELLS[cid].cell.sweep, cid)
+
+
 def figures_only():
     """True under `snakemake figures` (the artifact-evaluation target): tables and figures are rebuilt from the
     records that exist and nothing is trained. Evaluated when the DAG is built (the targets are known then)."""
@@ -62,7 +75,7 @@ def table_cell_ids():
     """Cells whose tables feed the sweep tables: every runnable cell, or under `snakemake figures` only those with
     a record (run.json and steps.parquet)."""
     if figures_only():
-        cells = {cid: sweep_paths().cell(cid) for cid in CELLS}
+        cells = {cid: cell_paths(cid) for cid in CELLS}
         return [cid for cid, c in cells.items() if c.run_json.is_file() and c.steps.is_file()]
     return list(CELLS)
 
@@ -78,7 +91,7 @@ def get_cell_table_files(table):
     """Input function: one table's per-cell Parquet files."""
 
     def files(wildcards):
-        return [str(sweep_paths().cell(cid).table(table)) for cid in table_cell_ids()]
+        return [str(cell_paths(cid).table(table)) for cid in table_cell_ids()]
 
     return files
 
@@ -100,7 +113,7 @@ def figure_params_cells(name):
     """Cells a figure draws, from the plan's parameters (named in its report caption)."""
     from calorimeter.figures.selection import figure_cells
 
-    return figure_cells(name, [pc.to_dict() for pc in PLAN.cells])
+    return figure_cells(name, PLAN_DICTS)
 
 
 def get_final_outputs():

@@ -14,6 +14,7 @@ data quality); records written under older names are read through :mod:`calorime
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -487,20 +488,21 @@ def _quality_notes(gpus: pd.DataFrame) -> list[str]:
             for g in gpus.itertuples(index=False) if isinstance(g.quality_notes, str) and g.quality_notes]
 
 
-def cell_tables(cell_dir: str | Path, record: dict[str, Any] | None = None) -> CellTables:
-    """Every table of one cell folder (see the module docstring)."""
+def cell_tables(cell_dir: str | Path, record: dict[str, Any] | None = None, skip: Collection[str] = ()
+                ) -> CellTables:
+    """Every table of one cell folder (see the module docstring); files named in ``skip`` are treated as missing
+    (a damaged file, see :mod:`calorimeter.analysis.damaged`)."""
     paths = CellPaths(Path(cell_dir))
     record = upgrade_record(record) if record is not None else load_record(paths.root)
     cid = record["cell"].get("cell_id") or record["cell_id"]
     row = record_row(record)
     ranks = rank_table(record)
-    steps = _read_parquet(paths.steps)
-    tele = _read_parquet(paths.telemetry)
-    kern_raw = _read_parquet(paths.kernels)
+    steps, tele, kern_raw = (_read_parquet(path) if path.name not in skip else None
+                             for path in (paths.steps, paths.telemetry, paths.kernels))
     notes = []
     meta: Any = None
     meta_path = paths.telemetry_json
-    if meta_path.is_file():
+    if meta_path.is_file() and meta_path.name not in skip:
         try:
             meta = json.loads(meta_path.read_text())
             row["unavailable_metrics"] = ",".join(sorted({str(u.get("metric")) for u in _find(meta, "unavailable")

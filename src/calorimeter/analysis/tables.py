@@ -23,11 +23,20 @@ from calorimeter.records.legacy import upgrade_plan_cell
 from calorimeter.records.paths import TABLE_NAMES
 
 
-def concat_cell_tables(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """Concatenate per-cell Parquet files of one table (empty ones skipped), in the given order."""
+def concat_cell_tables(paths: Iterable[str | Path], notes: list[str] | None = None) -> pd.DataFrame:
+    """Concatenate per-cell Parquet files of one table (empty ones skipped), in the given order.
+
+    A file that cannot be read is skipped; ``notes`` (when given) gets one line naming it.
+    """
     frames = []
     for p in paths:
-        df = pd.read_parquet(p)
+        try:
+            df = pd.read_parquet(p)
+        except Exception as e:  # noqa: BLE001 - a damaged per-cell table must not stop the sweep's table
+            if notes is None:
+                raise
+            notes.append(f"{p}: unreadable ({type(e).__name__}); skipped")
+            continue
         if not df.empty and len(df.columns) > 1:
             frames.append(df)
     if not frames:
@@ -59,9 +68,16 @@ def runs_table(plan_cells: list[dict[str, Any]], cell_runs: pd.DataFrame) -> pd.
         cell_runs: concatenated per-cell ``runs`` rows.
     """
     have = {r["cell_id"]: r for r in cell_runs.to_dict("records")} if not cell_runs.empty else {}
-    rows = [have.get(c["cell_id"]) or plan_row(c) for c in plan_cells]
+    rows = [_with_plan_params(have[c["cell_id"]], c) if c["cell_id"] in have else plan_row(c) for c in plan_cells]
     df = pd.DataFrame(rows)
     return add_normalized_efficiency(df)
+
+
+def _with_plan_params(row: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
+    """A cell's own run row; parameters it lacks (a damaged record's row has none) come from the plan."""
+    missing = {k: cell.get(k) for k in PARAM_KEYS if row.get(k) is None or (isinstance(row.get(k), float)
+                                                                             and row.get(k) != row.get(k))}
+    return {**row, **missing} if missing else row
 
 
 def add_normalized_efficiency(df: pd.DataFrame) -> pd.DataFrame:

@@ -74,7 +74,7 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
     for res, key in LAUNCHER_RESOURCES.items():
         v = (resources or {}).get(res)
         if v is not None and str(v) != "":
-            out[key] = int(v) if key in _INT else str(v)
+            out[key] = _number(res, v, int) if key in _INT else str(v)
     for res, key in SLURM_RESOURCES.items():
         v = (resources or {}).get(res)
         if v is None or str(v) == "":
@@ -82,8 +82,24 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
         if key in _BOOL:
             out["slurm"][key] = str(v).lower() in ("1", "true", "yes", "on")
         elif key == "mem_gb":
-            out["slurm"][key] = float(v)
+            out["slurm"][key] = _number(res, v, float)
         else:
             out["slurm"][key] = None if str(v).lower() in ("none", "null") else str(v)
     out["telemetry"] = copy.deepcopy(config["telemetry"])
     return out
+
+
+def _number(resource: str, value: Any, kind: type) -> Any:
+    """A profile resource as a finite non-negative int or float, or a ConfigError naming it."""
+    import math
+
+    from calorimeter.plan.config_errors import ConfigError, short
+
+    try:
+        x = kind(value) if kind is float or isinstance(value, int) else int(str(value).strip())
+    except (TypeError, ValueError):
+        x = None
+    if x is None or isinstance(value, bool) or not math.isfinite(x) or x < 0:
+        raise ConfigError(f"resource {resource} of rule train (profile or --set-resources): {short(value)} is not "
+                          f"a finite non-negative {'integer' if kind is int else 'number'}")
+    return x

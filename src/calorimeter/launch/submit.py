@@ -27,6 +27,7 @@ from typing import Any
 import submitit
 
 from calorimeter.launch import slurm as slurm_cli
+from calorimeter.launch.sbatch import SbatchValueError, check_sbatch_parameters
 from calorimeter.launch.task import CellTask
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES, accelerator_of
@@ -115,7 +116,10 @@ def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict
         params["mem"] = f"{max(1, round(float(s['mem_gb']) * 1024))}M"
     if s.get("exclusive"):
         params["exclusive"] = True
-    return kind, params
+    try:
+        return kind, check_sbatch_parameters(params)
+    except SbatchValueError as e:
+        raise CellConfigError(f"cell {cell.cell_id}: {e}") from None
 
 
 def make_executor(kind: str, params: dict[str, Any], folder: Path, max_requeues: int) -> submitit.Executor:

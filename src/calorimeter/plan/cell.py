@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 
@@ -168,7 +168,9 @@ class Cell:
 
     def to_dict(self) -> dict[str, Any]:
         """Parameters plus derived values, for records and tables."""
-        d = asdict(self)
+        # fields are plain values: a shallow read gives what asdict() gives, without its deep copies (planning and
+        # the workflow call this once per cell and figure)
+        d = {f.name: getattr(self, f.name) for f in _FIELDS}
         d["pp_split"] = list(self.pp_split) if self.pp_split else None
         d.update(cell_id=self.cell_id, config_id=self.config_id, world_size=self.world_size, dp=self.dp,
                  grad_accum=self.grad_accum, parallel_label=self.parallel_label,
@@ -183,6 +185,9 @@ class Cell:
         if kw.get("pp_split") is not None:
             kw["pp_split"] = tuple(kw["pp_split"])
         return cls(**kw)
+
+
+_FIELDS = fields(Cell)
 
 
 def _slug(path: str) -> str:

@@ -65,7 +65,10 @@ def get_profile(name: str) -> HardwareProfile:
     try:
         return PROFILES[name]
     except KeyError:
-        raise KeyError(f"unknown hardware {name!r}; known: auto, {', '.join(sorted(PROFILES))}") from None
+        from calorimeter.plan.config_errors import short, suggest
+
+        raise KeyError(f"unknown hardware {short(name)}{suggest(name, ['auto', *PROFILES])}; known: auto, "
+                       f"{', '.join(sorted(PROFILES))}") from None
 
 
 def accelerator_of(hardware: str) -> str:

@@ -132,7 +132,10 @@ def get_model(name: str) -> ModelSpec:
     try:
         return CATALOGUE[name]
     except KeyError:
-        raise KeyError(f"unknown model {name!r}; known models: {', '.join(sorted(CATALOGUE))}") from None
+        from calorimeter.plan.config_errors import short, suggest
+
+        raise KeyError(f"unknown model {short(name)}{suggest(name, CATALOGUE)}; known models: "
+                       f"{', '.join(sorted(CATALOGUE))}") from None
 
 
 MOE_MIN_CAPACITY = 4

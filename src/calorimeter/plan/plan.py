@@ -9,7 +9,7 @@ from typing import Any
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.checks import build_memory_reasons, divisibility_reasons, engine_reasons, memory_reasons
-from calorimeter.plan.config import load_config, validate_config
+from calorimeter.plan.config import ConfigError, load_config, validate_config
 from calorimeter.plan.flops import iteration_flops
 from calorimeter.plan.grid import expand
 from calorimeter.plan.hardware import get_profile
@@ -82,16 +82,18 @@ def make_plan(config: dict[str, Any]) -> Plan:
     The plan keeps the validated config: the workflow reads its settings from there, so the config is validated
     once per run.
     """
-    cfg = validate_config({k: v for k, v in config.items() if k != "_source"}, config.get("_source", "config"))
-    if "_source" in config:
-        cfg["_source"] = config["_source"]
-    return _plan(cfg)
+    return _plan(validate_config(config, str(config.get("_source", "config"))))
 
 
 def _plan(cfg: dict[str, Any]) -> Plan:
+    """``Plan.sweep`` names the folder of the plan, tables and figures; cells keep their own sweep (a ``subset_of``
+    sweep has its own name but selects cells of its base sweep, which stay where the base measures them)."""
     cells = [check_cell(c, cfg["memory_check"]) for c in expand(cfg)]
-    sweep = cells[0].cell.sweep if cells else cfg["sweep"]
-    return Plan(sweep, cfg["results_dir"], cfg, cells)
+    name = cfg["sweep"]
+    if "subset_of" in cfg and any(pc.cell.sweep == name for pc in cells):
+        raise ConfigError(f"{cfg.get('_source', 'config')}: sweep {name!r} is the name of the sweep this one is a "
+                          "subset of; a subset writes its own plan and tables: give it another name")
+    return Plan(name, cfg["results_dir"], cfg, cells)
 
 
 def plan_file(path: str | Path) -> Plan:
