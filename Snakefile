@@ -33,4 +33,6 @@ rule all:
     default_target: True
     input:
         get_final_outputs(),
+        # every runnable cell's record: a deleted run.json reruns its cell, even where the sweep's tables exist
+        records=get_cell_records(),
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -366,10 +367,18 @@ def test_figures_are_drawn_without_the_damaged_records(tmp_path: Path) -> None:
     runs = pd.read_parquet(data / "gpu-llama8b" / "tables" / "runs.parquet").set_index("cell_id")
     assert runs.loc[bad_json.name, "status"] == "corrupt" and "run.json: not JSON" in runs.loc[bad_json.name, "reason"]
     assert runs.loc[bad_json.name, "model"] == "llama3-8b"  # parameters from the plan
-    assert runs.loc[bad_tele.name, "status"] == "ok" and runs.loc[bad_tele.name, "mfu"] > 0.5
+    assert runs.loc[bad_tele.name, "status"] == "ok" and runs.loc[bad_tele.name, "mfu_full"] > 0.5
     assert "telemetry.parquet: unusable" in runs.loc[bad_tele.name, "data_notes"]
     assert (data / "gpu-llama8b" / "figures" / "throughput.png").stat().st_size > 10_000
     assert before == {p: p.read_bytes() for p in before}
+    # deleting a cell's record reruns that cell (and only it), although the sweep's tables exist
+    (bad_json / "run.json").unlink()
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile",
+                        str(ROOT / "config" / "reference" / "h200x2-llama8b.yaml"), "--config", f"results_dir={data}"],
+                       cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, capture_output=True, text=True,
+                       timeout=900)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and set(re.findall(r"^Job \d+: train (\S+)$", out, re.M)) == {bad_json.name}, out[-3000:]
 
 
 @pytest.mark.integration

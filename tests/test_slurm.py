@@ -278,7 +278,7 @@ def sweep(slurm_cluster, tmp_path_factory) -> Sweep:
 def test_1_sweep_through_the_profile_matches_a_local_run(sweep: Sweep) -> None:
     t0 = time.time()
     cfg = sweep.write("ABC")
-    r = snakemake("--configfile", str(cfg))
+    r = snakemake("--configfile", str(cfg), timeout=900)
     assert r.returncode == 0, ok(r)
     TIMINGS["1 sweep (3 cells)"] = time.time() - t0
     RUN_S["one rank"] = _elapsed_s(sweep.record("A"))
@@ -299,7 +299,7 @@ def test_1_sweep_through_the_profile_matches_a_local_run(sweep: Sweep) -> None:
     # the same sweep with the local executor (no profile) gives the same cells
     t0 = time.time()
     local = sweep.tmp / "local"
-    r = snakemake("--configfile", str(cfg), "--config", f"results_dir={local}", profile=False)
+    r = snakemake("--configfile", str(cfg), "--config", f"results_dir={local}", profile=False, timeout=900)
     assert r.returncode == 0, ok(r)
     TIMINGS["1 local run"] = time.time() - t0
     local_cells = {p.parent.name: json.loads(p.read_text())["status"]

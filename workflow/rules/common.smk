@@ -116,6 +116,11 @@ def figure_params_cells(name):
     return figure_cells(name, PLAN_DICTS)
 
 
+def get_cell_records():
+    """run.json of every runnable cell (targets of the default target, never of `snakemake figures`)."""
+    return [str(cell_paths(cid).run_json) for cid in CELLS]
+
+
 def get_final_outputs():
     """Targets of the default target: the tables, every figure (calorimeter.figures.FIGURES)."""
     from calorimeter.figures import FIGURES
