@@ -202,7 +202,7 @@ def _env(faults: str | None = None) -> dict[str, str]:
     return env
 
 
-def snakemake(*args: str, faults: str | None = None, profile: bool = True, timeout: float = 300
+def snakemake(*args: str, faults: str | None = None, profile: bool = True, timeout: float = 900
               ) -> subprocess.CompletedProcess:
     """``snakemake --profile slurm ...`` from the repository root, exactly as a cluster user types it."""
     prof = ["--profile", "slurm"] if profile else []
