@@ -43,3 +43,7 @@ def test_mean_and_t_interval_by_hand() -> None:
     assert b["poor_quality_repeats"] == 1
     assert cfg.loc["c", "n_repeats"] == 1  # no config_id: the cell is its own configuration
     assert list(cfg.index) == ["a", "b", "c"]
+    # two sweeps measuring the same configuration (e.g. a variant sweep) are not pooled
+    two = pd.concat([runs().assign(sweep="s1"), runs().assign(sweep="s2")], ignore_index=True)
+    cfg2 = configs_table(two)
+    assert len(cfg2) == 6 and (cfg2[cfg2["config_id"] == "a"]["n_repeats"] == 3).all()

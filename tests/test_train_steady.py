@@ -124,3 +124,31 @@ def test_fixed_warmup_and_cpu_fallback_are_recorded(clock: Clock) -> None:
 def test_fixed_warmup_on_a_gpu_still_measures_long_enough(clock: Clock) -> None:
     s = SteadyState(cell(warmup="fixed", warmup_steps=2, measured_min_s=3.0), lambda: [(0.0, 50.0)], "fake")
     assert run(s, clock, 0.5) == ["warmup"] * 2 + ["measured"] * 6  # ceil(3 s / 0.5 s) = 6 > 5
+
+
+def test_temperature_from_this_hosts_sampler_stream(tmp_path) -> None:
+    """The readings come from the node sampler's stream of this host (found through its metadata), for this GPU,
+    while the sampler is still writing it (no end-of-stream marker yet); another host's stream is ignored."""
+    import json
+    import socket
+
+    from calorimeter.records.paths import RunPaths
+    from calorimeter.telemetry.schema import GPU_SCHEMA
+    from calorimeter.telemetry.streamio import ChunkedStreamWriter
+
+    run = RunPaths(tmp_path)
+    source = steady.sampler_stream_source(tmp_path, nvml_index=1)
+    assert source() == []  # no sampler yet
+    for node, host, temp in ((0, "elsewhere", 90.0), (1, socket.gethostname(), 50.0)):
+        run.node(node).mkdir(parents=True)
+        (run.node(node) / f"sampler-node{node}.json").write_text(
+            json.dumps({"hostname": host, "files": {"gpu_stream": f"gpu-node{node}.arrows"}}))
+        w = ChunkedStreamWriter(run.node(node) / f"gpu-node{node}.arrows", GPU_SCHEMA, flush_interval_s=0.5)
+        for i in range(4):
+            for gpu in (0, 1):
+                w.append({"time_s": 100.0 + i, "monotonic_s": float(i), "gpu_index": gpu, "read_s": 0.0,
+                          "gpu_temp_c": temp + gpu + i if i != 2 else None})
+        w.flush()  # still open, as while the cell trains
+    assert source() == [(100.0, 51.0), (101.0, 52.0), (103.0, 54.0)]  # GPU 1 of this host; the failed read dropped
+    cpu = steady.temperature_source(tmp_path, type("D", (), {"type": "cpu"})())
+    assert cpu == (None, "no GPU temperature on a CPU rank")

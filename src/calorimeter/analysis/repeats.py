@@ -23,6 +23,7 @@ CONFIG_METRICS: dict[str, float] = {
     "samples_per_s": 0.0,
     "tokens_per_s": 0.0,
     "tokens_per_s_per_gpu": 0.0,
+    "tflops_per_gpu": 0.0,
     "mfu_full": 0.0,
     "mfu_causal": 0.0,
     "energy_per_iteration_j": 0.0,
@@ -54,12 +55,15 @@ def config_ids(runs: pd.DataFrame) -> pd.Series:
 
 
 def configs_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration of a runs table, in the order of its first repetition (see the module docstring)."""
+    """One row per configuration of a runs table (per sweep, when the table holds several), in the order of its first
+    repetition (see the module docstring)."""
     if runs.empty or "cell_id" not in runs.columns:
         return pd.DataFrame({"config_id": pd.Series(dtype="object"), "n_repeats": pd.Series(dtype="int64")})
     df = runs.assign(config_id=config_ids(runs))
+    keys = ["sweep", "config_id"] if "sweep" in df.columns else ["config_id"]
     rows = []
-    for cid, g in df.groupby("config_id", sort=False):
+    for key, g in df.groupby(keys, sort=False, dropna=False):
+        cid = key[-1] if isinstance(key, tuple) else key
         ok = g[g["status"] == "ok"] if "status" in g.columns else g
         first = g.iloc[0]
         row: dict = {"config_id": cid, **{k: first.get(k) for k in _KEEP if k in g.columns}}

@@ -46,9 +46,10 @@ def slope_c_per_min(readings: Readings, now_s: float, window_s: float) -> float:
 
 
 def sampler_stream_source(out_dir: Path, nvml_index: int) -> TemperatureSource:
-    """Readings of one GPU from this host's node sampler stream under ``out_dir/telemetry/node*/`` (the stream is
-    found through the sampler metadata's hostname; empty until it appears)."""
-    from calorimeter.telemetry.cell import TELEMETRY_DIR
+    """Readings of one GPU from this host's node sampler stream in the run folder ``out_dir``
+    (:class:`calorimeter.records.paths.RunPaths`; the stream is found through the sampler metadata's hostname; empty
+    until it appears)."""
+    from calorimeter.records.paths import RunPaths
     from calorimeter.telemetry.streamio import read_stream
 
     host = socket.gethostname()
@@ -56,7 +57,7 @@ def sampler_stream_source(out_dir: Path, nvml_index: int) -> TemperatureSource:
 
     def stream() -> Path | None:
         if not found:
-            for meta in sorted((Path(out_dir) / TELEMETRY_DIR).glob("node*/sampler-*.json")):
+            for meta in (m for node in RunPaths(Path(out_dir)).nodes() for m in sorted(node.glob("sampler-*.json"))):
                 try:
                     m = json.loads(meta.read_text())
                 except (OSError, ValueError):
