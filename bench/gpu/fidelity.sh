@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Measurement fidelity on 2x H200 (issue 10), on a lent nvidia-h200-x2 node, about 6 minutes of device time:
-#   bash bench/gpu/fidelity.sh [SECONDS]        (default 340; results in $OUT as they come, see run_reference.sh)
+# Measurement fidelity on 2x H200 (issue 10), on a lent nvidia-h200-x2 node, about 7 minutes of device time:
+#   bash bench/gpu/fidelity.sh [SECONDS]        (default 420; results in $OUT as they come, see run_reference.sh)
+# Each part is bounded by its share of SECONDS: a cut run still brings back every finished cell (300 s: the warm-up
+# variant and about two of the three repetitions).
+# 0. offline wheels (bench/gpu/setup_offline.sh, twice: ~10 s each);
 # 1. the warm-up variant first, on the cold GPUs: Llama-3 8B ZeRO-3 with the fixed 2-step warm-up of the study's
-#    artifact (config/reference/h200x2-fidelity-warmup.yaml, extending h200x2-fidelity.yaml): ~55 s;
-# 2. the same cell 3 times with the steady-state warm-up (config/reference/h200x2-fidelity.yaml): ~90 s each
-#    (~25 s start, ~20-45 s until both GPUs' temperature slope is under 1 C/min, capped at 60 s, >= 15 s measured).
+#    artifact (config/reference/h200x2-fidelity-warmup.yaml, extending h200x2-fidelity.yaml): ~55 s for the cell
+#    (~25 s start, 2 x 3.6 s warm-up, 5 x 3.6 s measured), ~20 s of tables and figures;
+# 2. the same cell 3 times with the steady-state warm-up (config/reference/h200x2-fidelity.yaml): ~75-105 s each
+#    (~25 s start, 20-60 s until both GPUs' temperature slope is under 1 C/min, >= 15 s measured), ~20 s of tables.
 # Every cell samples NVML every 50 ms, including the accumulated throttle time per reason next to the bitmask.
 # Brings back $OUT/fidelity-warmup.tar.gz and $OUT/fidelity.tar.gz (cell records, no raw streams) and their logs;
 # unpack both with bench/gpu/keep_reference.sh into one results/reference/h200x2-fidelity-<date> folder, then
@@ -21,6 +25,6 @@ if [ "${1:-}" = "--cpu" ]; then
   done
   exit 0
 fi
-TOTAL=${1:-340}
-bash bench/gpu/run_reference.sh config/reference/h200x2-fidelity-warmup.yaml fidelity-warmup 70
-bash bench/gpu/run_reference.sh config/reference/h200x2-fidelity.yaml fidelity $((TOTAL - 70))
+TOTAL=${1:-420}
+bash bench/gpu/run_reference.sh config/reference/h200x2-fidelity-warmup.yaml fidelity-warmup 85
+bash bench/gpu/run_reference.sh config/reference/h200x2-fidelity.yaml fidelity $((TOTAL - 85 - 20))
