@@ -12,7 +12,7 @@ if [ -s "$T/run/slurmctld.pid" ] && kill -0 "$(cat "$T/run/slurmctld.pid")" 2>/d
   env -u SLURM_CONF scancel --full --quiet --partition=debug 2>/dev/null || true
   for _ in $(seq 1 40); do [ -z "$(env -u SLURM_CONF squeue -h -p debug 2>/dev/null)" ] && break; sleep 0.25; done
 fi
-for f in "$T"/run/slurmd*.pid; do [ -e "$f" ] && stop "$(basename "$f" .pid)" "$f"; done
+for f in "$T"/run/slurmd.pid "$T"/run/slurmd-*.pid; do [ -e "$f" ] && stop "$(basename "$f" .pid)" "$f"; done
 stop slurmctld "$T/run/slurmctld.pid"
 stop slurmdbd  "$T/run/slurmdbd.pid"
 stop mariadbd  "$T/mysql/mysqld.pid"

@@ -139,7 +139,7 @@ chmod 600 "$T/etc/slurmdbd.conf"          # slurmdbd refuses a group/world-reada
 stop_pid() { local pid; pid=$(cat "$1" 2>/dev/null) || return 0; kill -0 "$pid" 2>/dev/null || return 0; kill "$pid"
              for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.25; done; kill -9 "$pid"; }
 if ! cmp -s "$T/etc/slurm.conf.new" "$T/etc/slurm.conf" || ! cmp -s "$T/etc/gres.conf.new" "$T/etc/gres.conf"; then
-  for f in "$T"/run/slurmd*.pid; do [ -e "$f" ] && stop_pid "$f"; done
+  for f in "$T"/run/slurmd.pid "$T"/run/slurmd-*.pid; do [ -e "$f" ] && stop_pid "$f"; done
   stop_pid "$T/run/slurmctld.pid"
   mv "$T/etc/slurm.conf.new" "$T/etc/slurm.conf"; mv "$T/etc/gres.conf.new" "$T/etc/gres.conf"
 else
