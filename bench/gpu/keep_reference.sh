@@ -14,6 +14,10 @@ tar xzf "$TAR" -C "$TMP"
 mkdir -p "$DEST"
 for sweep in "$TMP"/*/; do
   name=$(basename "$sweep")
+  if [ "$name" = thermal-profiles ]; then  # the hosts' thermal profiles (docs/placement.md): kept whole
+    cp -r "$sweep" "$DEST/"
+    continue
+  fi
   mkdir -p "$DEST/$name"
   cp "$sweep/plan.json" "$DEST/$name/"
   [ -d "$sweep/tables" ] && cp -r "$sweep/tables" "$DEST/$name/"

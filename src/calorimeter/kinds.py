@@ -48,6 +48,9 @@ KINDS: dict[str, CellKind] = {
         CellKind("collectives", "calorimeter.collectives.run:run_collectives", ("collectives.parquet",), False,
                  "time all-reduce, all-gather, reduce-scatter, all-to-all and send/recv over message and group "
                  "sizes (projection calibration)", _collectives_checks),
+        CellKind("thermal-calibration", "calorimeter.placement.calibrate:run_calibration", (), False,
+                 "a standard load on every GPU of the node at once (bf16 matmuls), to profile the host's GPUs for "
+                 "thermal-aware placement (docs/placement.md)"),
     ]
 }
 

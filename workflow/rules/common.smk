@@ -65,6 +65,15 @@ def cell_paths(cid):
     return CellPaths.of(RESULTS, CELLS[cid].cell.sweep, cid)
 
 
+def get_placement_inputs(wildcards):
+    """run.json of the cells a train job waits for (a thermal cell: the sweep's calibration cells). ancient():
+    they order the jobs, a later rerun of them never re-measures this cell."""
+    from calorimeter.placement.policy import prerequisites
+
+    cells = [pc.cell for pc in PLAN.runnable]
+    return [ancient(str(cell_paths(cid).run_json)) for cid in prerequisites(get_cell(wildcards).cell, cells)]
+
+
 def figures_only():
     """True under `snakemake figures` (the artifact-evaluation target): tables and figures are rebuilt from the
     records that exist and nothing is trained. Evaluated when the DAG is built (the targets are known then)."""

@@ -31,6 +31,7 @@ from calorimeter.analysis.window import (
     GpuSamples,
     valid_readings,
 )
+from calorimeter.placement.compare import placement_columns
 from calorimeter.records.atomic import write_parquet_atomic
 from calorimeter.records.legacy import upgrade_record
 from calorimeter.records.paths import TABLE_NAMES, CellPaths
@@ -41,7 +42,7 @@ METRIC_KEYS = ("iteration_time_s", "iteration_time_std_s", "samples_per_s", "tok
 PARAM_KEYS = ("cell_id", "config_id", "repeat", "sweep", "model", "hardware", "nodes", "gpus_per_node", "world_size",
               "tp", "pp", "dp", "ep", "cp", "sequence_parallel", "zero_stage", "recompute", "recompute_layers",
               "overlap", "micro_batch", "global_batch", "grad_accum", "seq_len", "precision", "parallel_label",
-              "optimization_label")
+              "optimization_label", "placement")
 #: run-row columns derived from telemetry and kernels (NaN where not measured)
 TELEMETRY_KEYS = (
     "n_gpus", "energy_per_iteration_j", "energy_per_token_j", "efficiency", "energy_source",
@@ -337,6 +338,7 @@ def record_row(record: dict[str, Any]) -> dict[str, Any]:
     row["config_id"] = row["config_id"] or row["cell_id"]  # records from before repetitions: their own config
     row["repeat"] = int(row["repeat"] or 0)
     row["pp_split"] = str(record["cell"].get("pp_split") or "")
+    row.update(placement_columns(record))
     row["status"] = record["status"]
     row["reason"] = record.get("reason", "") or ""
     row["failure_class"] = record.get("failure_class", "") or ""

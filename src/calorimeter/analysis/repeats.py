@@ -42,7 +42,7 @@ CONFIG_METRICS: dict[str, float] = {
 #: columns copied from the configuration's first repetition
 _KEEP = ("sweep", "model", "hardware", "nodes", "gpus_per_node", "world_size", "tp", "pp", "dp", "ep", "cp",
          "sequence_parallel", "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch",
-         "grad_accum", "seq_len", "precision", "parallel_label", "optimization_label", "pp_split")
+         "grad_accum", "seq_len", "precision", "parallel_label", "optimization_label", "pp_split", "placement")
 
 
 def config_ids(runs: pd.DataFrame) -> pd.Series:

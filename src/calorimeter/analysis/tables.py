@@ -50,6 +50,7 @@ def plan_row(cell: dict[str, Any]) -> dict[str, Any]:
     row["config_id"] = row["config_id"] or row["cell_id"]
     row["repeat"] = int(row["repeat"] or 0)
     row["pp_split"] = str(cell.get("pp_split") or "")
+    row["placement"] = cell.get("placement") or "default"
     row["status"] = "pruned" if cell.get("status") == "pruned" else "not_run"
     row["reason"] = "; ".join(cell.get("reasons") or [])
     row.update(dict.fromkeys(METRIC_KEYS, float("nan")))

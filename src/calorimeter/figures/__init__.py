@@ -21,6 +21,7 @@ from calorimeter.figures import (
     fig15_stages,
     fig17_sm_clock,
     fig17_temperature,
+    placement,
     projection,
     projection_validation,
     scale_compare,
@@ -33,7 +34,7 @@ from calorimeter.figures.common import FigureResult, Tables, save
 #: every figure of the report, by output name, in report order
 FIGURES: dict[str, ModuleType] = {m.NAME: m for m in (
     throughput, fig04_parallelism, fig05_links, fig08_optimization, fig10_kernels, fig13_microbatch, fig15_stages,
-    fig17_temperature, fig17_sm_clock, scale_compare, timeline, throttle, data_quality)}
+    fig17_temperature, fig17_sm_clock, scale_compare, timeline, throttle, data_quality, placement)}
 
 
 #: the projection's figures (``snakemake projection``): drawn from the projection's tables, not the sweep's

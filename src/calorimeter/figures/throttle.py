@@ -20,12 +20,11 @@ from calorimeter.figures.common import (
     order_configs,
     status_band,
 )
-from calorimeter.telemetry.reasons import REASON_NAMES
+from calorimeter.telemetry.reasons import REASON_NAMES, THROTTLING
 
 NAME = "throttle"
 TABLES = ("runs", "gpus")
-#: reasons that slow the clock (``gpu_idle`` and the settings reasons are shown but not counted as throttling)
-THROTTLING = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+# reasons that slow the clock: THROTTLING (``gpu_idle`` and the settings reasons are shown but not counted)
 
 
 def _stack(ax: plt.Axes, x: np.ndarray, frame: pd.DataFrame, reasons: list[str], seen: set[str]) -> None:

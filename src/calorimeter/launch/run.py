@@ -6,6 +6,8 @@ import logging
 from typing import Any
 
 from calorimeter.launch.submit import CellConfigError, LaunchOutcome, launch_cell
+from calorimeter.placement.apply import placement_record
+from calorimeter.placement.profile import keep_cell_profiles
 from calorimeter.plan.cell import Cell
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import CellPaths
@@ -32,7 +34,11 @@ def _record(cell: Cell, outcome: LaunchOutcome, estimates: dict[str, Any] | None
               "launcher_error": outcome.launcher_error, "wall_time_s": outcome.wall_time_s,
               "submitit_folder": str(outcome.attempt.submitit), "reattached": outcome.reattached,
               "requeues": len([e for e in outcome.requeues if e.get("requeued")])}
-    return build_record(cell, outcome.rank_results, launch, estimates, _evidence(outcome))
+    record = build_record(cell, outcome.rank_results, launch, estimates, _evidence(outcome))
+    placement = placement_record(outcome.rank_results)
+    if placement is not None:
+        record["placement"] = placement
+    return record
 
 
 def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: dict[str, Any] | None = None
@@ -69,6 +75,7 @@ def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: 
     if cell.kind != "train":
         record["kind_files"] = _collect_kind_outputs(cell, outcome, paths)
     write_cell_record(paths, outcome.attempt, record, steps_frame(outcome.rank_results))
+    keep_cell_profiles(paths.root, record, settings.get("placement"))
     m = record.get("metrics", {})
     log.info("cell %s: %s %s", cell.cell_id, record["status"],
              f"{m.get('iteration_time_s', float('nan')):.3f} s/iter, {m.get('tokens_per_s_per_gpu', 0):.0f} "

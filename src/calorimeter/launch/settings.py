@@ -68,7 +68,8 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
         resources: the train rule's resources (Snakemake profile), if any.
 
     Returns:
-        ``config["launcher"]`` with the resources applied, plus the sweep's ``telemetry`` block.
+        ``config["launcher"]`` with the resources applied, plus the sweep's ``telemetry`` block and its
+        ``placement`` settings (with the absolute folder of the hosts' thermal profiles).
     """
     out = copy.deepcopy(config["launcher"])
     for res, key in LAUNCHER_RESOURCES.items():
@@ -86,6 +87,9 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
         else:
             out["slurm"][key] = None if str(v).lower() in ("none", "null") else str(v)
     out["telemetry"] = copy.deepcopy(config["telemetry"])
+    from calorimeter.placement.apply import placement_settings
+
+    out["placement"] = placement_settings(config)
     return out
 
 

@@ -69,9 +69,15 @@ class CellTask(submitit.helpers.Checkpointable):
         out: dict[str, Any] = {"t_start_s": t0, "pid": os.getpid(), "restart": restart, "requeues": self.requeues,
                                "job_id": job.job_id, "rank": rank}
         try:
+            from calorimeter.placement.apply import JobPlacement
+
+            # Decided here, where the host is known, and applied before anything starts CUDA.
+            placement = JobPlacement.start(cell, self.settings.get("placement"), Path(self.attempt_dir).parents[1])
             info = init_distributed(accelerator_of(cell.hardware), self.settings["master_port"])
+            placement.agree()
             out.update(world_size=info.world_size, local_rank=info.local_rank, node=info.node,
                        hostname=info.hostname, backend=info.backend, device_info=device_info(info.device))
+            out["placement"] = placement.record(out["device_info"], info.local_rank)
             from calorimeter.kinds import run_kind
             from calorimeter.telemetry.cell import start_cell_sampler, stop_cell_sampler
             from calorimeter.train.errors import CellOOMError
@@ -80,7 +86,7 @@ class CellTask(submitit.helpers.Checkpointable):
             sampler = start_cell_sampler(run, info.node, info.local_rank, telemetry)
             try:
                 inject(cell.cell_id, rank, restart)
-                result = run_kind(cell, run.root, telemetry)  # training, or a calibration kind
+                result = run_kind(placement.cell, run.root, telemetry)  # training, or a calibration kind
                 out.update(status="ok", **result)
                 out["restart"] = restart  # train_cell's record must not hide which run this was
             except CellOOMError as e:

@@ -49,6 +49,8 @@ class Cell:
             ``_r<k>`` appended to the id for k > 0 (``config_id`` is the id without it).
         kind: what the cell runs (:data:`calorimeter.kinds.KINDS`): ``train`` (default) or a calibration kind such
             as ``collectives``; a non-train cell ignores the model and the parallel layout.
+        placement: placement policy (``default``, ``balanced``, ``thermal``; :mod:`calorimeter.placement.policy`):
+            which GPU each rank uses and the layers per pipeline stage, decided in the job.
     """
 
     sweep: str
@@ -84,6 +86,7 @@ class Cell:
     engine: str = "deepspeed"
     repeat: int = 0
     kind: str = "train"
+    placement: str = "default"
 
     @property
     def world_size(self) -> int:
@@ -159,6 +162,8 @@ class Cell:
             parts.append(self.precision)
         if self.dataset:
             parts.append("data-" + _slug(self.dataset))
+        if self.placement != "default":
+            parts.append(f"pl-{self.placement}")
         return "_".join(parts) + (f"_r{self.repeat}" if self.repeat else "")
 
     @property

@@ -89,3 +89,51 @@ def build_memory_reasons(cell: Cell, m: ModelSpec, hw: HardwareProfile) -> list[
         return [f"building the tp={cell.tp} shard before ZeRO-3 partitions it needs {build_b / GB:.1f} GB in fp32, "
                 f"more than the {hw.memory_gb:g} GB of {hw.name}"]
     return []
+
+
+def placement_checks(cell: Cell, m: ModelSpec, hw: HardwareProfile, memory_check: bool = True
+                     ) -> tuple[list[str], list[str], dict[str, float]]:
+    """Plan-time checks of a cell's placement policy: (reasons to prune, notes, estimates).
+
+    ``balanced`` is decided here already (it needs no profile): its split is checked like an explicit ``pp_split``
+    (layers, memory). ``thermal`` is decided in the job from the host's profile, within at most
+    ``placement_max_stage_layers`` blocks per stage (the largest stage the memory estimate lets fit), so every split
+    it can choose passes the memory check; the note says what the plan knows. A policy that cannot apply (pp = 1)
+    is noted: the cell runs with the default placement and its record says so.
+    """
+    import dataclasses
+
+    from calorimeter.placement.policy import decide, flops_stage_costs, static_reason
+    from calorimeter.plan.memory import estimate_memory, max_stage_layers
+
+    if cell.placement == "default":
+        return [], [], {}
+    why = static_reason(cell)
+    if why is not None:
+        return ([why], [], {}) if cell.placement not in ("balanced", "thermal") else \
+            ([], [f"placement {cell.placement}: {why}; runs with the default placement (recorded)"], {})
+    if cell.placement == "balanced" and cell.pp_split:
+        return [f"placement balanced chooses the layers per stage itself: drop pp_split={list(cell.pp_split)} "
+                "(or use placement thermal, which keeps an explicit split and only maps ranks)"], [], {}
+    cap = max_stage_layers(m, cell, hw)
+    estimates = {"placement_max_stage_layers": float(cap)}
+    notes: list[str] = []
+    if cell.placement == "balanced":
+        d = decide(cell, m, flops_stage_costs(m, cell), max_layers=cap)
+        split = d.pp_split
+        assert split is not None
+        checked = dataclasses.replace(cell, pp_split=tuple(split), placement="default")
+        reasons = divisibility_reasons(checked, m)
+        if memory_check:
+            reasons += memory_reasons(estimate_memory(m, checked, hw), hw)
+        estimates["placement_mem_total_gb"] = estimate_memory(m, checked, hw).total_b / GB
+        notes.append(f"placement balanced: split {'/'.join(map(str, split))} from the FLOP model (the job refits it "
+                     "to the measured stage times of this layout's default cell when that has run)")
+        return reasons, notes, estimates
+    worst = dataclasses.replace(cell, pp_split=(cap, *([1] * (cell.pp - 1))), placement="default")
+    estimates["placement_mem_total_gb"] = estimate_memory(m, worst, hw).total_b / GB
+    what = ("rank-to-GPU mapping (the explicit pp_split is kept)" if cell.pp_split else
+            f"mapping and split (at most {cap} layers per stage: memory)")
+    notes.append(f"placement thermal: {what} decided in the job from the host's thermal profile; without a fresh "
+                 "profile it runs as default (recorded)")
+    return [], notes, estimates

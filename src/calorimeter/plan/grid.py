@@ -24,7 +24,7 @@ from calorimeter.plan.models import get_model
 AXES = ("kind", "model", "hardware", "nodes", "gpus_per_node", "parallel", "tp", "pp", "ep", "cp", "sequence_parallel",
         "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch", "seq_len",
         "warmup", "warmup_steps", "warmup_max_steps", "warmup_max_s", "steady_window_s", "steady_slope_c_per_min",
-        "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr")
+        "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr", "placement")
 CELL_FIELDS = {f.name for f in fields(Cell)}
 #: the model field of cells whose kind trains nothing
 NO_MODEL = "-"

@@ -107,3 +107,26 @@ def estimate_memory(m: ModelSpec, cell: Cell, hw: HardwareProfile) -> MemoryEsti
     logits = 4.0 * cell.seq_len * cell.micro_batch * m.vocab_size / cell.tp * (2 if not bf16 else 1.5)
     reserve = RESERVE_GB.get(hw.accelerator, 3.0) * GB
     return MemoryEstimate(weights, grads, optim, activations, logits, reserve)
+
+
+def max_stage_layers(m: ModelSpec, cell: Cell, hw: HardwareProfile) -> int:
+    """Most blocks one pipeline stage may hold with the memory estimate within the device (at least 1).
+
+    The estimate of a split depends on its largest stage (:func:`estimate_memory`), so this is the largest ``n``
+    for which a split whose largest stage holds ``n`` blocks fits; placement policies choose splits within it.
+    """
+    import dataclasses
+
+    pp = max(cell.pp, 1)
+    best = 1
+    for n in range(1, m.num_layers - pp + 2):
+        rest = m.num_layers - n
+        split = (n, *([rest // (pp - 1) + (1 if i < rest % (pp - 1) else 0) for i in range(pp - 1)])) if pp > 1 \
+            else (n,)
+        if pp > 1 and max(split) > n:
+            continue
+        est = estimate_memory(m, dataclasses.replace(cell, pp_split=split), hw)
+        if est.total_b > hw.memory_gb * GB:
+            break
+        best = n
+    return best

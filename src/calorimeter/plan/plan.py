@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from calorimeter.plan.cell import Cell
-from calorimeter.plan.checks import build_memory_reasons, divisibility_reasons, engine_reasons, memory_reasons
+from calorimeter.plan.checks import (
+    build_memory_reasons,
+    divisibility_reasons,
+    engine_reasons,
+    memory_reasons,
+    placement_checks,
+)
 from calorimeter.plan.config import ConfigError, load_config, validate_config
 from calorimeter.plan.flops import iteration_flops
 from calorimeter.plan.grid import expand
@@ -25,10 +31,12 @@ class PlannedCell:
     status: str
     reasons: list[str] = field(default_factory=list)
     estimates: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """Flat dict: parameters, status, reasons, estimates."""
-        return {**self.cell.to_dict(), "status": self.status, "reasons": self.reasons, **self.estimates}
+        """Flat dict: parameters, status, reasons, estimates, notes."""
+        return {**self.cell.to_dict(), "status": self.status, "reasons": self.reasons, **self.estimates,
+                "notes": self.notes}
 
 
 @dataclass
@@ -73,7 +81,12 @@ def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
         fl = iteration_flops(m, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp,
                              padded_vocab=padded_vocab_size(m, cell.tp))
         estimates["model_flops_per_iteration"] = fl.model_flops
-    return PlannedCell(cell, "pruned" if reasons else "planned", reasons, estimates)
+        pl_reasons, notes, pl_estimates = placement_checks(cell, m, hw, memory_check)
+        reasons += pl_reasons
+        estimates.update(pl_estimates)
+    else:
+        notes = []
+    return PlannedCell(cell, "pruned" if reasons else "planned", reasons, estimates, notes)
 
 
 def make_plan(config: dict[str, Any]) -> Plan:
@@ -127,7 +140,7 @@ def plan_row(c: PlannedCell) -> dict[str, str]:
     out["params_b"] = f"{d['params_total'] / 1e9:.2f}" if d.get("params_total") else ""
     if "mem_total_gb" in d:
         out["mem_total_gb"] = f"{d['mem_total_gb']:.1f}"
-    out["reasons"] = "; ".join(c.reasons)
+    out["reasons"] = "; ".join(c.reasons) or "; ".join(c.notes)
     return out
 
 

@@ -55,6 +55,9 @@ CLOCK_EVENT_REASON_BITS: dict[int, str] = _reason_bits()
 
 #: Every named reason, in bit order.
 REASON_NAMES: tuple[str, ...] = tuple(CLOCK_EVENT_REASON_BITS.values())
+#: Reasons that hold the clock below what the load asks for (idle and the clock-setting reasons are not).
+THROTTLING: tuple[str, ...] = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                               "hw_power_brake_slowdown")
 
 
 def _accumulated_fields() -> dict[str, str]:

@@ -1,0 +1,83 @@
+"""Placement policies per layout (beyond the study): throughput and energy per token (mean and 95 % interval over
+repetitions, gain against ``default``), and the per-GPU temperature and SM-clock spread each policy left."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from calorimeter.figures.common import FigureResult, Tables, empty_axes_message, hardware_label, note
+from calorimeter.placement.compare import layout_id, policy_comparison
+
+NAME = "placement"
+TABLES = ("runs", "gpus")
+POLICY_COLORS = {"default": "#bab0ac", "balanced": "#4e79a7", "thermal": "#e15759"}
+PANELS = (
+    ("tokens_per_s_per_gpu", "tokens/s per GPU", True),
+    ("energy_per_token_j", "energy per token (J)", True),
+    ("temp_spread_c", "GPU temperature spread (C)\n(max - min of GPU averages)", False),
+    ("clock_spread_mhz", "SM clock spread (MHz)\n(max - min of GPU averages)", False),
+)
+
+
+def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
+    """The figure (left open) and what it drew (``n_points`` = layout x policy bars)."""
+    runs, gpus = tables["runs"], tables.get("gpus")
+    cmp = policy_comparison(runs, gpus)
+    fig, axes = plt.subplots(1, 4, figsize=(14.0, 4.2))
+    if cmp.empty:
+        for ax in axes:
+            empty_axes_message(ax, "no layout with a placement policy other than default")
+        note(fig, ["no cells with placement balanced or thermal"])
+        return fig, FigureResult(NAME, 0, [], ["no cells with placement balanced or thermal"])
+    layouts = list(dict.fromkeys(cmp["layout_id"]))
+    policies = [p for p in POLICY_COLORS if p in set(cmp["placement"])]
+    w = 0.8 / max(len(policies), 1)
+    missing: list[str] = []
+    for ax, (col, label, has_ci) in zip(axes, PANELS, strict=True):
+        for j, pol in enumerate(policies):
+            sub = cmp[cmp["placement"] == pol].set_index("layout_id").reindex(layouts)
+            x = np.arange(len(layouts)) - 0.4 + (j + 0.5) * w
+            mean = pd.to_numeric(sub[f"{col}_mean"], errors="coerce").to_numpy(dtype=float)
+            ax.bar(x, np.nan_to_num(mean), w, color=POLICY_COLORS[pol], label=pol, gid=f"{col}:{pol}")
+            if has_ci:
+                lo = pd.to_numeric(sub[f"{col}_ci95_low"], errors="coerce").to_numpy(dtype=float)
+                hi = pd.to_numeric(sub[f"{col}_ci95_high"], errors="coerce").to_numpy(dtype=float)
+                ok = np.isfinite(lo) & np.isfinite(hi)
+                ax.errorbar(x[ok], mean[ok], yerr=[mean[ok] - lo[ok], hi[ok] - mean[ok]], fmt="none", ecolor="k",
+                            capsize=2, lw=0.8)
+                if pol != "default":
+                    for xi, (_, r) in zip(x, sub.iterrows(), strict=True):
+                        g, gl, gh = r.get(f"{col}_gain"), r.get(f"{col}_gain_ci95_low"), r.get(f"{col}_gain_ci95_high")
+                        if g is None or not np.isfinite(g):
+                            continue
+                        txt = f"{g:+.1%}" + (f" [{gl:+.1%}, {gh:+.1%}]" if np.isfinite(gl) else " (n=1)")
+                        top = r.get(f"{col}_ci95_high")
+                        y = top if top is not None and np.isfinite(top) else r.get(f"{col}_mean")
+                        ax.text(xi, y, txt, rotation=90, ha="center", va="bottom", fontsize=5, gid="gain")
+            if not np.isfinite(mean).any():
+                missing.append(f"{label.splitlines()[0]} ({pol})")
+        labels = []
+        for lid in layouts:
+            r = cmp[cmp["layout_id"] == lid].iloc[0]
+            labels.append(f"{r['model']}\n{r['parallel_label']}")
+        ax.set_xticks(np.arange(len(layouts)), labels, fontsize=6)
+        ax.set_ylabel(label, fontsize=8)
+        ax.margins(y=0.25)
+        ax.tick_params(axis="y", labelsize=7)
+    axes[0].legend(fontsize=7, frameon=False, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3)
+    splits = "; ".join(f"{r['placement']}: {r['placement_split'] or 'uniform'}"
+                       + (" moved" if r["placement_moved"] else "")
+                       for _, r in cmp.drop_duplicates("placement").iterrows())
+    fig.suptitle(f"Placement policies ({hardware_label(runs[runs['status'] == 'ok'])}; {splits})", fontsize=9)
+    if "placement_applied" in runs.columns:
+        fell = runs[(runs["status"] == "ok") & (runs["placement"].fillna("default") != "default")
+                    & (runs["placement_applied"] == False)]  # noqa: E712 - a column of bools
+        for pol, g in fell.groupby("placement"):
+            missing.append(f"{pol} fell back to default in {len(g)} cell(s), counted as default: "
+                           f"{g['placement_reason'].iloc[0].removeprefix('falls back to default: ')}")
+    note(fig, missing)
+    fig.tight_layout(rect=(0, 0.03, 1, 0.95))
+    cells = list(runs.loc[runs["cell_id"].map(layout_id).isin(layouts), "cell_id"])
+    return fig, FigureResult(NAME, len(cmp), cells, missing)
