@@ -25,12 +25,11 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew (``n_points`` = layout x policy bars)."""
     runs, gpus = tables["runs"], tables.get("gpus")
     cmp = policy_comparison(runs, gpus)
-    fig, axes = plt.subplots(1, 4, figsize=(14.0, 4.2))
     if cmp.empty:
-        for ax in axes:
-            empty_axes_message(ax, "no layout with a placement policy other than default")
-        note(fig, ["no cells with placement balanced or thermal"])
+        fig, ax = plt.subplots(figsize=(8.0, 3.0))
+        empty_axes_message(ax, "no layout with a placement policy other than default")
         return fig, FigureResult(NAME, 0, [], ["no cells with placement balanced or thermal"])
+    fig, axes = plt.subplots(1, 4, figsize=(14.0, 4.2))
     layouts = list(dict.fromkeys(cmp["layout_id"]))
     policies = [p for p in POLICY_COLORS if p in set(cmp["placement"])]
     w = 0.8 / max(len(policies), 1)
@@ -53,9 +52,10 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
                         if g is None or not np.isfinite(g):
                             continue
                         txt = f"{g:+.1%}" + (f" [{gl:+.1%}, {gh:+.1%}]" if np.isfinite(gl) else " (n=1)")
-                        top = r.get(f"{col}_ci95_high")
-                        y = top if top is not None and np.isfinite(top) else r.get(f"{col}_mean")
-                        ax.text(xi, y, txt, rotation=90, ha="center", va="bottom", fontsize=5, gid="gain")
+                        # inside the axes whatever the bar's height: from its foot, on a light box
+                        ax.text(xi, 0.03, txt, rotation=90, ha="center", va="bottom", fontsize=5, gid="gain",
+                                transform=ax.get_xaxis_transform(),
+                                bbox={"facecolor": "white", "alpha": 0.7, "lw": 0, "pad": 0.5})
             if not np.isfinite(mean).any():
                 missing.append(f"{label.splitlines()[0]} ({pol})")
         labels = []
@@ -64,7 +64,6 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
             labels.append(f"{r['model']}\n{r['parallel_label']}")
         ax.set_xticks(np.arange(len(layouts)), labels, fontsize=6)
         ax.set_ylabel(label, fontsize=8)
-        ax.margins(y=0.25)
         ax.tick_params(axis="y", labelsize=7)
     axes[0].legend(fontsize=7, frameon=False, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3)
     splits = "; ".join(f"{r['placement']}: {r['placement_split'] or 'uniform'}"
