@@ -244,3 +244,9 @@ def test_shipped_4_gpu_records_single_pair_has_no_interval() -> None:
     assert share["verdict"] == CANNOT_SAY and "tp1-pp4" in share["configs"]
     html = to_html(evaluate(t), "h200x4")
     assert html.count("<tr") == len(df) + 1
+
+
+def test_a_cpu_sweep_says_why_it_cannot_say() -> None:
+    cpu = [row(hardware="cpu", zero_stage=3, overlap=ov, tokens_per_s=100.0) for ov in (False, True)]
+    r = result(runs(cpu), "overlap_raises_peak_temp")
+    assert r["verdict"] == CANNOT_SAY and "CPU ranks: no GPU telemetry" in r["why"]

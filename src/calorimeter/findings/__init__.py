@@ -51,6 +51,14 @@ def _needs(f: Finding, ev: Evidence, why: str, verdict_: str) -> str:
     return "more repetitions or comparisons to narrow the interval"
 
 
+def cpu_only(runs: pd.DataFrame | None) -> bool:
+    """Whether every measured cell ran on CPU ranks (no GPU telemetry to check most findings with)."""
+    if runs is None or runs.empty or "status" not in runs.columns:
+        return False
+    ok = runs[runs["status"] == "ok"]
+    return not ok.empty and bool((ok["hardware"] == "cpu").all())
+
+
 def evaluate_one(f: Finding, tables: Tables, setting: str = "") -> dict[str, object]:
     """One row of the findings table."""
     try:
@@ -65,7 +73,9 @@ def evaluate_one(f: Finding, tables: Tables, setting: str = "") -> dict[str, obj
         "value": est.value if est else math.nan, "ci95_low": est.low if est else math.nan,
         "ci95_high": est.high if est else math.nan, "n": est.n if est else 0, "n_repeats": ev.n_repeats,
         "interval": est.method if est else "", "direction": direction(est, f.sign, f.threshold),
-        "verdict": v, "why": why if est is not None and math.isfinite(est.value) else (ev.missing or why),
+        "verdict": v, "why": (why if est is not None and math.isfinite(est.value) else (ev.missing or why))
+        + (" (this sweep ran on CPU ranks: no GPU telemetry)" if v == CANNOT_SAY and cpu_only(tables.get("runs"))
+           else ""),
         "needs": _needs(f, ev, why, v), "scope": ev.scope, "configs": "; ".join(ev.configs), "detail": ev.detail,
         "setting": f"{setting}; {STUDY_SETTING}" if setting else STUDY_SETTING,
     }  # fmt: skip
