@@ -4,7 +4,7 @@
 # records, progressively), pcie_calibration.csv and pcie_calibration.log (with NCCL's transport lines).
 #   bash bench/gpu/findings.sh config/reference/h200x2-findings.yaml h200x2-findings 500   # nvidia-h200-x2, ~570 s
 #   bash bench/gpu/findings.sh config/reference/h100x1-findings.yaml h100x1-findings 200   # nvidia-h100-x1, ~270 s
-#   bash bench/gpu/findings.sh config/reference/h200x8-findings.yaml h200x8-findings 520   # nvidia-h200-x8, ~590 s
+#   bash bench/gpu/findings.sh config/reference/h200x8-findings.yaml h200x8-findings 520   # nvidia-h200-x8, ~570 s
 # SECONDS bounds the sweep (run_reference.sh); the calibration adds ~25 s. A cut sweep keeps its finished cells, and a
 # second call on the warm machine runs only the missing ones.
 CONFIG=$1 NAME=$2 SECONDS_LEFT=$3
