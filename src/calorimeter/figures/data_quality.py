@@ -66,7 +66,8 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, frameon=False)
     notes = [(r["cell_id"], r["data_quality"], str(r.get("data_notes") or "")) for _, r in df.iterrows()
              if r["data_quality"] == "poor" or "gpu" in str(r.get("data_notes") or "")]
-    lines = [textwrap.shorten(f"[{q}] {cid}: {n}", 190) for cid, q, n in notes[:MAX_NOTES]]
+    width = int(0.75 * fig.get_figwidth() * 72 / (6 * 0.61))  # monospace 6 pt characters that fit the notes panel
+    lines = [textwrap.shorten(f"[{q}] {cid}: {n}", width) for cid, q, n in notes[:MAX_NOTES]]
     if len(notes) > MAX_NOTES:
         lines.append(f"... and {len(notes) - MAX_NOTES} more cells with notes (runs table, data_notes)")
     ax_notes.text(0, 1, "\n".join(lines) if lines else "every measured cell's samples are complete: nothing to report",
