@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run one config/reference/*.yaml sweep on a lent GPU node and bring compact results back even if the call is cut:
 #   bash bench/gpu/run_reference.sh CONFIG NAME SECONDS [fsdp2|fsdp2-ckpt]
-# Snakemake trains the cells (node sampler at 50 ms, one profiled step each) into /tmp/res-NAME; every 20 s (and at
+# Snakemake trains the cells only (--until train; FULL=1 for tables and figures too) (node sampler at 50 ms, one profiled step each) into /tmp/res-NAME; every 20 s (and at
 # the end) the cells' records (run.json, steps/telemetry/kernels parquet, no raw streams or traces) are tarred to
 # $OUT/NAME.tar.gz and the one-line-per-cell table to $OUT/NAME.log. With "fsdp2", plain FSDP2 on Llama-3 8B at
 # sequence 8192, micro-batch 1, 8 steps runs afterwards (bench/fsdp2_llama_baseline.py) into $OUT/NAME-fsdp2.log;
@@ -22,7 +22,10 @@ T0=$(date +%s)
 python3 -m calorimeter plan "$CONFIG" | cut -c1-100
 BUDGET=$SECONDS_LEFT
 [ -n "$FSDP2" ] && BUDGET=$((SECONDS_LEFT - 110))
-timeout "$BUDGET" python3 -m snakemake --configfile "$CONFIG" --config results_dir="$RES" 2>&1 \
+# Only the cells are trained here (--until train): tables, figures and reports are rebuilt from the kept records on
+# any machine (snakemake figures), so no device second goes to drawing. FULL=1 builds everything on the node too.
+timeout "$BUDGET" python3 -m snakemake --configfile "$CONFIG" --config results_dir="$RES" \
+  $([ -z "${FULL:-}" ] && echo --until train) 2>&1 \
   | grep --line-buffered -E "steps \(|rror|Finished job|cells" | tail -40
 echo "=== sweep done at $(( $(date +%s) - T0 )) s"
 if [ -n "$FSDP2" ]; then

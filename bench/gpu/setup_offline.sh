@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Source this on an offline GPU node: installs the wheels in .whl/ (built here with
 #   python -m calorimeter.launch.wheelhouse --python-version 3.12 --dest .whl --skip <packages the node has>)
-# into /tmp/site and puts the project's source first on PYTHONPATH. The node's own CUDA torch is used.
+# into /tmp/site (once per machine: a later call on the same warm machine reuses it) and puts the project's source
+# first on PYTHONPATH. The node's own CUDA torch is used.
 set -e
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+STAMP=/tmp/site/.installed-$(ls .whl | md5sum | cut -c1-12)
+if [ -z "${SKIP_WHEELS:-}" ] && [ ! -f "$STAMP" ]; then   # SKIP_WHEELS=1: a CPU dry run here
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  touch "$STAMP"
+fi
 export PYTHONPATH="$PWD/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="/tmp/site/bin:$PATH"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-python3 -c "import torch, deepspeed, submitit, snakemake, zeus; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.device_count(), 'deepspeed', deepspeed.__version__)"
+python3 -c "import torch, deepspeed, submitit, snakemake; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.device_count(), 'deepspeed', deepspeed.__version__)"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version,power.limit --format=csv
 set +e
