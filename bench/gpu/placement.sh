@@ -3,9 +3,11 @@
 # a thermal calibration of the host (bf16 matmuls on both GPUs, ~35 s), then Llama-3 8B at pp 2 under the placement
 # policies default / balanced / thermal, repetitions interleaved in time.
 #
-#   bash bench/gpu/placement.sh             # on nvidia-h200-x2: about 450 s of device time, results written to $OUT
-#                                           # every 20 s (placement.tar.gz, placement.log) and the comparison
-#                                           # (placement-compare.txt) at the end
+#   bash bench/gpu/placement.sh [SECONDS]   # on nvidia-h200-x2: the sweep gets SECONDS (default 480; it needs about
+#                                           # 450: setup ~20, calibration ~40, 9 cells of ~40, tables ~30); results go
+#                                           # to $OUT every 20 s (placement.tar.gz, placement.log) and the comparison
+#                                           # (placement-compare.txt) at the end. Repetitions are interleaved, so a
+#                                           # shorter budget (e.g. 330) still returns whole repetitions (then 2).
 #   bash bench/gpu/placement.sh --dry-run   # here, without GPUs: the same sweep on CPU ranks with a tiny model
 #                                           # (thermal must fall back visibly: CPU ranks have no NVML); REPEATS=1
 #                                           # for a shorter one
@@ -33,6 +35,6 @@ if [ "${1:-}" = "--dry-run" ]; then
   exit 0
 fi
 : "${OUT:?set OUT (the device machine sets it)}"
-bash bench/gpu/run_reference.sh "$CONFIG" placement 450
+bash bench/gpu/run_reference.sh "$CONFIG" placement "${1:-480}"
 python3 -m calorimeter.placement.compare "/tmp/res-placement/$SWEEP" 2>&1 | tee "$OUT/placement-compare.txt"
 cp -r /tmp/res-placement/thermal-profiles "$OUT/" 2>/dev/null || true
