@@ -13,6 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "config" / "sweeps"
 
 
+@pytest.fixture(autouse=True)
+def _close_open_figures():
+    """A test that leaves a matplotlib figure open does not leak it into the next test's checks."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
 @pytest.fixture
 def root() -> Path:
     """Repository root."""

@@ -92,6 +92,7 @@ def test_summary_keeps_pruned_and_unrun_cells_and_figure_draws_bands(tmp_path: P
     assert len(pd.read_csv(tmp_path / "s.csv")) == 3
     import matplotlib.pyplot as plt
 
+    open_before = plt.get_fignums()  # figures another test left open are not this one's
     n = render("throughput", {"runs": df}, tmp_path / "f.png", tmp_path / "f.pdf").n_points
     assert n == 3 and (tmp_path / "f.png").stat().st_size > 5000 and (tmp_path / "f.pdf").is_file()
-    assert plt.get_fignums() == []  # figure closed
+    assert plt.get_fignums() == open_before  # the rendered figure was closed

@@ -362,7 +362,8 @@ class GpuSamples:
                     for s in range(1, int(trace.segment.max()) + 1)]
             r = sum(1 for a, b in cuts if b >= begin and a <= end)
             if g or r:
-                notes.append(f"{spec.name}: {g} glitch(es) dropped, {r} reset(s)")
+                said = [f"{g} glitch(es) dropped"] * bool(g) + [f"{r} reset(s)"] * bool(r)
+                notes.append(f"{spec.name}: {', '.join(said)}")
             glitches, resets = glitches + g, resets + r
         pcol = self.power_column()
         power_cov = coverage_s(self.series(pcol)[0], begin, end, self.max_gap_s) / span if pcol and span > 0 else 0.0

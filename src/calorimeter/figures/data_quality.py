@@ -26,8 +26,13 @@ from calorimeter.figures.common import (
 
 NAME = "data_quality"
 TABLES = ("runs",)
-#: notes listed below the bars (the rest are counted)
-MAX_NOTES = 14
+#: lines of notes listed below the bars (cells whose notes do not fit are counted)
+MAX_NOTE_LINES = 14
+
+
+def wrapped(text: str, width: int, max_lines: int = 3) -> list[str]:
+    """A cell's note wrapped to the panel's width, continuation lines indented, at most max_lines lines."""
+    return textwrap.wrap(text, width, subsequent_indent="    ", max_lines=max_lines, placeholder=" [...]")
 
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
@@ -67,9 +72,15 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     notes = [(r["cell_id"], r["data_quality"], str(r.get("data_notes") or "")) for _, r in df.iterrows()
              if r["data_quality"] == "poor" or "gpu" in str(r.get("data_notes") or "")]
     width = int(0.75 * fig.get_figwidth() * 72 / (6 * 0.61))  # monospace 6 pt characters that fit the notes panel
-    lines = [textwrap.shorten(f"[{q}] {cid}: {n}", width) for cid, q, n in notes[:MAX_NOTES]]
-    if len(notes) > MAX_NOTES:
-        lines.append(f"... and {len(notes) - MAX_NOTES} more cells with notes (runs table, data_notes)")
+    lines: list[str] = []
+    shown = 0
+    for cid, q, n in notes:
+        more = wrapped(f"[{q}] {cid}: {n}", width)
+        if len(lines) + len(more) > MAX_NOTE_LINES:
+            break
+        lines, shown = lines + more, shown + 1
+    if shown < len(notes):
+        lines.append(f"... and {len(notes) - shown} more cells with notes (runs table, data_notes)")
     ax_notes.text(0, 1, "\n".join(lines) if lines else "every measured cell's samples are complete: nothing to report",
                   va="top", fontsize=6, family="monospace", transform=ax_notes.transAxes, gid="notes")
     n_poor = int(poor.sum())
