@@ -1,4 +1,4 @@
-"""Command-line interface: ``calorimeter plan|models|run-cell|aggregate|figure``.
+"""Command-line interface: ``calorimeter plan|models|run-cell|aggregate|figure|status|rerun``.
 
 Bad input ends with ``error: <message>`` and exit status 2, never a traceback.
 """
@@ -98,6 +98,68 @@ def _figure(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    import time
+
+    from calorimeter.operate.view import format_table, sweep_status, to_json
+    from calorimeter.plan.plan import plan_file
+
+    if args.results_dir:  # a copy of the results (as snakemake --config results_dir=...)
+        from calorimeter.plan.config import load_sweep_config, sweep_lines
+        from calorimeter.plan.plan import make_plan
+
+        over = {"results_dir": args.results_dir}
+        plan = make_plan({**load_sweep_config([args.sweep], over), "_source": args.sweep,
+                          "_lines": sweep_lines([args.sweep], over)})
+    else:
+        plan = plan_file(args.sweep)
+    states = set(args.state.split(",")) if args.state else None
+    while True:
+        st = sweep_status(plan)
+        text = to_json(st) if args.format == "json" else format_table(st, states)
+        if args.watch:
+            print("\033[H\033[2J", end="")  # clear the terminal between views
+        print(text, flush=True)
+        if not args.watch:
+            return 0
+        time.sleep(args.watch)
+
+
+def _rerun(args: argparse.Namespace) -> int:
+    from calorimeter.operate import rerun
+    from calorimeter.operate.view import cell_folders, sweep_status
+    from calorimeter.plan.plan import plan_file
+
+    if not (args.failed or args.oom or args.cells):
+        raise ConfigError("say which cells to rerun: --failed, --oom and/or --cells GLOB")
+    extra = list(args.passthrough)
+    plan = plan_file(args.sweep)
+    st = sweep_status(plan)
+    chosen = rerun.select(st.cells, args.failed, args.oom, tuple(args.cells or ()))
+    if not chosen:
+        print(f"nothing to rerun in sweep {plan.sweep}: no cell is "
+              + " or ".join(w for w, on in (("failed", args.failed), ("oom", args.oom), ("matched", args.cells))
+                            if on))
+        return 0
+    folders = dict(zip((cs.cell_id for cs in st.cells), cell_folders(plan), strict=True))
+    why = " ".join(f"--{k} {v}" if v is not True else f"--{k}" for k, v in
+                   (("failed", args.failed), ("oom", args.oom), ("cells", " ".join(args.cells or ()))) if v)
+    commands = rerun.snakemake_commands(args.sweep, [str(folders[cs.cell_id].run_json) for cs in chosen], extra)
+    print(f"rerun {len(chosen)} cells of sweep {plan.sweep} ({why}):")
+    for cs in chosen:
+        print(f"  {cs.cell_id}  {cs.state}{f' ({cs.failure_class})' if cs.failure_class else ''}  "
+              f"{cs.attempts} attempts so far")
+    if args.dry_run:
+        print("dry run: nothing set aside; would run:\n" + "\n".join("  " + rerun.shell_line(c) for c in commands))
+        return 0
+    for cs in chosen:
+        print("  set aside: " + rerun.set_aside(folders[cs.cell_id], why).describe())
+    if args.no_run:
+        print("records set aside; now run:\n" + "\n".join("  " + rerun.shell_line(c) for c in commands))
+        return 0
+    return rerun.run_commands(commands)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
     p = argparse.ArgumentParser(prog="calorimeter", description=__doc__.splitlines()[0])
@@ -114,6 +176,26 @@ def build_parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=helptext)
         s.add_argument("sweep")
         s.set_defaults(func=func)
+    st = sub.add_parser("status", help="where every cell of a sweep stands: state, job, attempts, progress, ETA "
+                        "(from the result files and the scheduler; works while Snakemake runs and after it died)")
+    st.add_argument("sweep")
+    st.add_argument("--format", choices=("table", "json"), default="table")
+    st.add_argument("--state", help="only cells in these states, comma-separated (e.g. failed,running)")
+    st.add_argument("--watch", type=float, metavar="SECONDS", help="print the view again every SECONDS")
+    st.add_argument("--results-dir", help="read the cells from this results folder instead of the sweep's "
+                    "(as snakemake --config results_dir=...)")
+    st.set_defaults(func=_status)
+    rr = sub.add_parser("rerun", help="rerun the failed, OOM or chosen cells of a sweep and nothing else (their "
+                        "records are set aside into their attempt folder, never deleted)",
+                        epilog="arguments after -- go to snakemake, e.g. calorimeter rerun config/sweeps/x.yaml "
+                        "--failed -- --profile slurm")
+    rr.add_argument("sweep")
+    rr.add_argument("--failed", action="store_true", help="cells that failed (any class) or were interrupted")
+    rr.add_argument("--oom", action="store_true", help="cells that ran out of memory")
+    rr.add_argument("--cells", nargs="+", metavar="GLOB", help="cells whose id matches (fnmatch)")
+    rr.add_argument("--dry-run", "-n", action="store_true", help="list what would be rerun; change nothing")
+    rr.add_argument("--no-run", action="store_true", help="set the records aside and print the snakemake commands")
+    rr.set_defaults(func=_rerun)
     sr = sub.add_parser("run-cell", help="run one planned cell (what the Snakemake train rule does)")
     sr.add_argument("sweep")
     sr.add_argument("cell", help="cell id (see `calorimeter plan`)")
@@ -123,7 +205,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passthrough = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.passthrough = passthrough
+    if passthrough and args.command != "rerun":
+        parser.error("arguments after -- are for `calorimeter rerun` (passed to snakemake)")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
     try:
         return args.func(args)

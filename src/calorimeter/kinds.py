@@ -80,8 +80,19 @@ def run_kind(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str, 
 
 
 def run_train(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str, Any]:
-    """Kind ``train``: the training loop with the sweep's profiling settings."""
+    """Kind ``train``: the training loop with the sweep's profiling settings; rank 0 writes the run's progress file
+    (one line per finished step, :mod:`calorimeter.records.progress`)."""
+    import torch.distributed as dist
+
+    from calorimeter.plan.hardware import accelerator_of
+    from calorimeter.records.paths import RunPaths
+    from calorimeter.records.progress import ProgressWriter
     from calorimeter.train.loop import train_cell
 
-    return train_cell(cell, run_dir, profile_steps=int(telemetry.get("profile_steps", 0)),
+    profile_steps = int(telemetry.get("profile_steps", 0))
+    progress = None
+    if dist.get_rank() == 0:
+        fixed = cell.warmup == "fixed" or accelerator_of(cell.hardware) == "cpu"
+        progress = ProgressWriter(RunPaths(Path(run_dir)).progress, cell, profile_steps, fixed)
+    return train_cell(cell, run_dir, step_callback=progress, profile_steps=profile_steps,
                       profile_all_ranks=bool(telemetry.get("profile_all_ranks", False)))

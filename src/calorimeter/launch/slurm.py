@@ -64,6 +64,31 @@ def job_state(job_id: str) -> str | None:
     return base_state(rows[-1]["State"]) if rows else None
 
 
+def job_states(job_ids: list[str]) -> dict[str, dict[str, str]]:
+    """Many jobs at once (one squeue and at most one sacct call): job id -> ``state`` and, where known,
+    ``start`` (ISO time the current run started), ``elapsed``, ``nodelist``, ``reason`` (why pending); jobs
+    neither command knows are left out."""
+    ids = sorted({str(j) for j in job_ids})
+    if not ids:
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    for line in (_run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i|%T|%S|%M|%N|%r"]) or "").splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 6 and parts[0] in ids:
+            out[parts[0]] = {"state": parts[1], "start": parts[2], "elapsed": parts[3], "nodelist": parts[4],
+                             "reason": parts[5], "source": "squeue"}
+    rest = [j for j in ids if j not in out]
+    if rest:
+        cmd = ["sacct", "-X", "-j", ",".join(rest), "--noheader", "--parsable2",
+               "--format=JobID,State,Start,Elapsed,NodeList,Reason"]
+        for line in (_run(cmd) or "").splitlines():
+            parts = line.split("|")
+            if len(parts) == 6 and parts[0] in rest:  # the last row of a requeued job is its current run
+                out[parts[0]] = {"state": base_state(parts[1]) or "", "start": parts[2], "elapsed": parts[3],
+                                 "nodelist": parts[4], "reason": parts[5], "source": "sacct"}
+    return out
+
+
 def final_evidence(job_id: str, wait_s: float = 20.0) -> dict[str, Any]:
     """sacct's view of a finished job: final state, exit code, reason and every run (requeues).
 

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES, accelerator_of
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import AttemptPaths, CellPaths
+from calorimeter.records.progress import ProgressLog
 
 log = logging.getLogger(__name__)
 
@@ -183,8 +185,9 @@ def _job_handle(job: dict[str, Any], attempt: AttemptPaths, world_size: int) -> 
     return None  # a local attempt's processes died with the process that started them
 
 
-def _wait(job: submitit.Job, poll_s: float) -> None:
-    """Block until the job is done, forcing a state check (sacct) at least every ``poll_s`` seconds."""
+def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None) -> None:
+    """Block until the job is done, forcing a state check (sacct) at least every ``poll_s`` seconds; ``progress``
+    logs the running cell's steps meanwhile."""
     last = time.time()
     while True:
         force = time.time() - last >= poll_s
@@ -192,6 +195,8 @@ def _wait(job: submitit.Job, poll_s: float) -> None:
             last = time.time()
         if job.done(force_check=force):
             return
+        if progress is not None:
+            progress.tick()
         time.sleep(1.0)
 
 
@@ -279,7 +284,8 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
         executor = make_executor(kind, params, attempt.submitit, int(settings["max_requeues"]))
         job = executor.submit(CellTask(cell.to_dict(), str(attempt.root), settings))
         write_json_atomic(attempt.job_json, {
-            "job_id": str(job.job_id), "executor": kind, "submitted_s": t0, "cell_id": cell.cell_id,
+            "job_id": str(job.job_id), "executor": kind, "submitted_s": t0, "host": socket.gethostname(),
+            "cell_id": cell.cell_id,
             "cell_key": cell_key(cell), "world_size": cell.world_size,
             "submitit_folder": str(attempt.submitit), "launcher": settings})
         log.info("cell %s: submitted job %s (%s, %d nodes x %d ranks)", cell.cell_id, job.job_id, kind, cell.nodes,
@@ -287,7 +293,7 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
     _link_latest(paths, attempt)
     error = None
     try:
-        _wait(job, float(settings["poll_s"]))
+        _wait(job, float(settings["poll_s"]), ProgressLog(attempt, cell.cell_id))
         job.results()
     except Exception as e:  # noqa: BLE001 - the ranks' own files say what happened; this is the launcher's view
         error = f"{type(e).__name__}: {str(e).strip()[-2000:]}"

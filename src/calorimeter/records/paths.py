@@ -17,6 +17,7 @@ Layout (``results/<sweep>/``)::
     cells/<cell_id>/cell_tables/<table>.parquet   that cell's rows of each sweep table
     cells/<cell_id>/latest -> attempts/<UTC>      the newest attempt
     cells/<cell_id>/attempts/<UTC>/               one attempt (see :class:`AttemptPaths`), never deleted
+    cells/<cell_id>/attempts/<UTC>/staging/restart<k>/progress.jsonl   rank 0's progress, one line per step
 
 The paths accept Snakemake wildcards as parts (``CellPaths.of(results, "{sweep}", "{cell}").run_json``), so the
 workflow's rules spell their files through the same object.
@@ -117,6 +118,8 @@ class AttemptPaths:
     ``staging/`` (``rank-<r>.json`` of every rank; ``restart<k>/`` the telemetry and traces of run ``k``),
     ``interrupted/restart-<k>/`` (rank results of runs that were requeued and restarted), ``requeues.jsonl``
     (one line per preemption or time-limit signal), ``run.json`` + ``steps.parquet`` (the attempt's record).
+    ``calorimeter rerun`` moves the cell's top-level record here (``set_aside.json`` says when and why): the attempt
+    folder then holds the whole record under the cell folder's names and reads as a :class:`CellPaths`.
     """
 
     root: Path
@@ -127,6 +130,7 @@ class AttemptPaths:
     requeues = _file("requeues.jsonl", "One JSON line per preemption or time-limit signal.")
     run_json = _file(RUN_JSON, "The attempt's record.")
     steps = _file(STEPS_PARQUET, "The attempt's step timings.")
+    set_aside = _file("set_aside.json", "When and why `calorimeter rerun` moved the cell's record here.")
 
     @property
     def name(self) -> str:
@@ -145,6 +149,11 @@ class AttemptPaths:
         """Telemetry and traces of one run of the job (``restart`` = how often it was requeued before)."""
         return RunPaths(self.staging / f"restart{restart}")
 
+    def runs(self) -> list[RunPaths]:
+        """Every run of the job present (one per requeue), oldest first."""
+        found = [p for p in self.staging.glob("restart*") if p.name.removeprefix("restart").isdigit()]
+        return [RunPaths(p) for p in sorted(found, key=lambda p: int(p.name.removeprefix("restart")))]
+
     def interrupted(self, restart: int) -> Path:
         """Rank results of a run that was requeued, set aside."""
         return self.root / "interrupted" / f"restart-{restart}"
@@ -158,6 +167,7 @@ class RunPaths:
     root: Path
 
     traces = _file("traces", "torch.profiler traces of the traced ranks.")
+    progress = _file("progress.jsonl", "Rank 0's progress: one JSON line per finished step (records.progress).")
 
     def node(self, node: int) -> Path:
         """The sampler streams of one node."""

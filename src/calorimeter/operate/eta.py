@@ -1,0 +1,178 @@
+"""How long the rest of a sweep takes: the plan's FLOPs per iteration, scaled by what the finished cells achieved.
+
+For each hardware profile, the finished ``ok`` training cells give (medians over them):
+
+* the achieved model FLOP/s per device (``model_flops_per_iteration / iteration_time_s / world_size``);
+* the time around the steps (launch, start-up, collection): wall time minus the warm-up and the stepped time;
+* with ``warmup: steady``, the warm-up's length in seconds.
+
+A cell left then takes: that overhead + its steps' time, each step ``model_flops_per_iteration / (world_size x
+FLOP/s per device)``; with a fixed warm-up (CPU ranks, ``warmup: fixed``) ``warmup_steps + measured_steps +
+profile_steps`` steps, with a steady one the warm-up's seconds + ``max(measured_steps steps, measured_min_s)`` +
+the profiled steps. A running cell takes what its progress file says is left (or its estimate minus its time so
+far). Non-training kinds take the median wall time of their kind's finished cells. The sweep's ETA divides the work
+left by the cells running now (at least one; a local sweep runs one cell at a time) and is never shorter than the
+longest running cell's remaining time. Cells of a hardware or kind without a finished cell have no estimate and are
+counted apart. It is an estimate: layouts differ in efficiency.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from calorimeter.operate.state import CellStatus
+from calorimeter.plan.hardware import accelerator_of
+from calorimeter.plan.plan import PlannedCell
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What the finished cells of one hardware profile achieved."""
+
+    flops_per_s_per_device: float
+    overhead_s: float
+    warmup_s: float
+    cells: int
+
+
+@dataclass
+class Eta:
+    """The estimate for the rest of a sweep."""
+
+    seconds: float | None
+    cells_left: int
+    cells_without_estimate: int
+    running: int
+    parallel: int
+    based_on: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able."""
+        return {"eta_s": self.seconds, "cells_left": self.cells_left,
+                "cells_without_estimate": self.cells_without_estimate, "running": self.running,
+                "parallel": self.parallel, "based_on_finished_cells": self.based_on}
+
+    def describe(self) -> str:
+        """One line for the terminal."""
+        if not self.cells_left:
+            return "ETA: nothing left to run"
+        where = f"{self.cells_left} cells left, {self.running} running"
+        if self.seconds is None:
+            return f"ETA: unknown until a cell of each hardware and kind finishes ({where})"
+        if self.cells_without_estimate:
+            return (f"ETA: at least ~{format_duration(self.seconds)} ({where}, {self.parallel} at a time; "
+                    f"{self.cells_without_estimate} cells have no estimate until a cell of their hardware and kind "
+                    "finishes)")
+        return (f"ETA: ~{format_duration(self.seconds)} ({where}, {self.parallel} at a time; from "
+                f"{self.based_on} finished cells)")
+
+
+def format_duration(seconds: float | None) -> str:
+    """``45 s``, ``12 min``, ``3.4 h``."""
+    if seconds is None or seconds != seconds:
+        return "-"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _is_fixed(pc: PlannedCell) -> bool:
+    return pc.cell.warmup == "fixed" or accelerator_of(pc.cell.hardware) == "cpu"
+
+
+def _finished_sample(rec: dict[str, Any]) -> tuple[float, float, float] | None:
+    """(FLOP/s per device, overhead s, warm-up s) of one finished ok training record."""
+    m, cell = rec.get("metrics") or {}, rec.get("cell") or {}
+    wall = ((rec.get("provenance") or {}).get("launcher") or {}).get("wall_time_s")
+    it, flops, world = m.get("iteration_time_s"), m.get("model_flops_per_iteration"), cell.get("world_size")
+    if not all(isinstance(x, int | float) and x > 0 for x in (wall, it, flops, world)):
+        return None
+    steps = [s.get("phase") for s in rec.get("loss") or []]
+    warm = float((rec.get("warmup") or {}).get("seconds") or 0.0)
+    if not warm:
+        warm = steps.count("warmup") * it
+    stepped = warm + (steps.count("measured") + steps.count("profiled")) * it
+    if (rec.get("provenance") or {}).get("launcher", {}).get("reattached"):
+        return flops / it / world, math.nan, warm  # its wall time covers only the wait after re-attaching
+    return flops / it / world, max(wall - stepped, 0.0), warm
+
+
+def bases(statuses: list[CellStatus]) -> dict[str, Basis]:
+    """Per hardware profile: what its finished ok training cells achieved (medians)."""
+    samples: dict[str, list[tuple[float, float, float]]] = {}
+    for cs in statuses:
+        rec = cs.record
+        if cs.state != "ok" or rec is None or (rec.get("cell") or {}).get("kind", "train") != "train":
+            continue
+        s = _finished_sample(rec)
+        if s is not None:
+            samples.setdefault(str(rec["cell"].get("hardware")), []).append(s)
+    out = {}
+    for hw, ss in samples.items():
+        overheads = [o for _, o, _ in ss if o == o]
+        out[hw] = Basis(statistics.median(f for f, _, _ in ss), statistics.median(overheads) if overheads else 0.0,
+                        statistics.median(w for _, _, w in ss), len(ss))
+    return out
+
+
+def cell_estimate_s(pc: PlannedCell, basis: Basis | None, profile_steps: int) -> float | None:
+    """Seconds a training cell takes from submission to record (None without a basis)."""
+    c = pc.cell
+    flops = pc.estimates.get("model_flops_per_iteration")
+    if basis is None or not flops or basis.flops_per_s_per_device <= 0:
+        return None
+    step = float(flops) / (c.world_size * basis.flops_per_s_per_device)
+    if _is_fixed(pc):
+        train = (c.warmup_steps + c.measured_steps + profile_steps) * step
+    else:
+        train = min(basis.warmup_s, c.warmup_max_s) + max(c.measured_steps * step, c.measured_min_s) \
+            + profile_steps * step
+    return basis.overhead_s + train
+
+
+def estimate(cells: list[PlannedCell], statuses: list[CellStatus], profile_steps: int) -> Eta:
+    """The ETA of the cells still to run (planned, queued, running); failed and interrupted cells wait for a rerun
+    and are not counted."""
+    by_hw = bases(statuses)
+    kind_walls: dict[str, list[float]] = {}
+    for cs in statuses:
+        rec = cs.record
+        if cs.state == "ok" and rec is not None and (rec.get("cell") or {}).get("kind", "train") != "train" \
+                and isinstance(cs.elapsed_s, int | float):
+            kind_walls.setdefault(rec["cell"]["kind"], []).append(float(cs.elapsed_s))
+    left: list[float] = []
+    running_left: list[float] = []
+    missing = 0
+    n_left = n_running = 0
+    for pc, cs in zip(cells, statuses, strict=True):
+        if cs.state not in ("planned", "queued", "running"):
+            continue
+        n_left += 1
+        if pc.cell.kind == "train":
+            est = cell_estimate_s(pc, by_hw.get(pc.cell.hardware), profile_steps)
+        else:
+            walls = kind_walls.get(pc.cell.kind)
+            est = statistics.median(walls) if walls else None
+        if cs.state == "running":
+            n_running += 1
+            if cs.progress is not None and cs.progress.steps:
+                est = cs.progress.remaining_s()
+            elif est is not None:
+                est = max(est - (cs.elapsed_s or 0.0), 0.0)
+            if est is not None:
+                running_left.append(est)
+        if est is None:
+            missing += 1
+        else:
+            left.append(est)
+    parallel = max(n_running, 1)
+    based_on = sum(b.cells for b in by_hw.values()) + sum(len(w) for w in kind_walls.values())
+    seconds = None
+    if left:
+        seconds = max(sum(left) / parallel, max(running_left, default=0.0))
+    return Eta(seconds, n_left, missing, n_running, parallel, based_on)

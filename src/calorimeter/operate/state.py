@@ -1,0 +1,221 @@
+"""Where each cell of a sweep stands, from its folder (record, attempts, progress file) and the scheduler.
+
+States (:data:`STATES`):
+
+``pruned``       the plan never submits it (reasons given);
+``planned``      runnable, not started (no attempt yet, or its record was set aside by ``calorimeter rerun``);
+``queued``       its SLURM job waits (the scheduler's reason given);
+``running``      its job runs: a SLURM job in state RUNNING, or a live local job on this host (progress shown);
+``interrupted``  an attempt is open but nothing runs it any more: the local launcher died with its ranks, or the
+                 SLURM job ended while no Snakemake watched; the next ``snakemake`` run collects its results (job
+                 finished) or submits the cell again;
+``ok``, ``oom``, ``failed``  the record (``run.json``) says so, with its failure class (``failed``: ``failed`` or
+                 ``timeout``); also ``failed`` with class ``transient`` (the last attempt ended without a
+                 deterministic result: cancelled, node failure, ...; no record, the next run submits it again) and
+                 class ``damaged`` (``run.json`` cannot be read);
+``unknown``      an open attempt whose state cannot be seen from here (SLURM commands missing, or a local job on
+                 another host that has written no progress lately).
+
+Nothing here needs Snakemake: the answer is the same while it runs and after it died.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from calorimeter.plan.plan import PlannedCell
+from calorimeter.records.paths import AttemptPaths, CellPaths
+from calorimeter.records.progress import Progress, attempt_progress
+
+STATES = ("running", "queued", "interrupted", "failed", "oom", "ok", "planned", "unknown", "pruned")
+#: SLURM states of a job that waits to start
+SLURM_WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "STOPPED",
+                 "CONFIGURING", "SPECIAL_EXIT", "RESIZING"}
+SLURM_RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
+#: a local job on another host counts as running while its progress file moved this recently
+FRESH_PROGRESS_S = 600.0
+
+
+@dataclass
+class CellStatus:
+    """One cell's state (module docstring) and what is known about its newest attempt."""
+
+    cell_id: str
+    state: str
+    failure_class: str | None = None
+    reason: str = ""
+    job_id: str | None = None
+    executor: str | None = None
+    attempts: int = 0
+    elapsed_s: float | None = None
+    progress: Progress | None = None
+    restart: int | None = None
+    note: str = ""
+    record: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able (the record itself left out)."""
+        return {"cell_id": self.cell_id, "state": self.state, "failure_class": self.failure_class,
+                "reason": self.reason, "job_id": self.job_id, "executor": self.executor, "attempts": self.attempts,
+                "elapsed_s": self.elapsed_s, "restart": self.restart,
+                "progress": self.progress.to_dict() if self.progress is not None else None, "note": self.note}
+
+
+def list_attempts(cell: CellPaths) -> list[AttemptPaths]:
+    """Attempts of a cell, oldest first (the launcher's definition)."""
+    from calorimeter.launch.submit import attempts
+
+    return attempts(cell)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def local_job_alive(job: dict[str, Any]) -> bool | None:
+    """Whether a local attempt's submitit controller (pid = job id) still runs; None when it ran on another host."""
+    host = job.get("host")
+    if host and host != socket.gethostname():
+        return None
+    try:
+        cmdline = Path(f"/proc/{int(job['job_id'])}/cmdline").read_bytes()
+    except (OSError, ValueError, KeyError):
+        return False
+    return b"submitit" in cmdline  # a reused pid runs something else
+
+
+def _record_status(cs: CellStatus, rec: dict[str, Any]) -> None:
+    launch = (rec.get("provenance") or {}).get("launcher") or {}
+    cs.state = rec["status"] if rec["status"] in ("ok", "oom", "failed") else "failed"
+    cs.failure_class = rec.get("failure_class") or rec["status"]
+    cs.reason = str(rec.get("reason") or "")
+    cs.job_id = str(launch["job_id"]) if launch.get("job_id") else None
+    cs.executor = launch.get("executor")
+    cs.elapsed_s = launch.get("wall_time_s")
+    cs.record = rec
+
+
+def _open_attempt(cs: CellStatus, attempt: AttemptPaths, job: dict[str, Any], now: float,
+                  scheduler: dict[str, dict[str, str]] | None) -> None:
+    """State of an attempt whose job was submitted and has no record yet."""
+    cs.job_id, cs.executor = str(job.get("job_id")), job.get("executor")
+    submitted = job.get("submitted_s")
+    cs.elapsed_s = now - float(submitted) if isinstance(submitted, int | float) else None
+    found = attempt_progress(attempt)
+    if found is not None:
+        cs.restart, cs.progress = found
+    if cs.executor == "slurm":
+        if scheduler is None:
+            cs.state, cs.note = "unknown", "SLURM commands not available here"
+            return
+        info = scheduler.get(cs.job_id)
+        state = (info or {}).get("state", "")
+        if state in SLURM_WAITING:
+            cs.state, cs.note = "queued", f"SLURM {state}" + (f" ({info['reason']})" if info.get("reason") and
+                                                               info["reason"] != "None" else "")
+        elif state in SLURM_RUNNING:
+            cs.state, cs.note = "running", f"SLURM {state} on {info.get('nodelist') or '?'}"
+        else:
+            cs.state = "interrupted"
+            cs.note = (f"SLURM job {cs.job_id} ended {state or '(unknown to squeue and sacct)'} while no Snakemake "
+                       "watched: the next snakemake run " + ("collects its results" if state == "COMPLETED" else
+                                                             "submits the cell again"))
+        return
+    alive = local_job_alive(job)
+    if alive is None:  # another host: trust a progress file that moves
+        fresh = cs.progress is not None and now - cs.progress.t_last_s < FRESH_PROGRESS_S
+        cs.state = "running" if fresh else "unknown"
+        cs.note = f"local job on host {job.get('host')}" + ("" if fresh else ", no progress lately")
+    elif alive:
+        cs.state = "running"
+    else:
+        cs.state = "interrupted"
+        done = _all_ranks_ok(attempt, int(job.get("world_size") or 0))
+        cs.note = ("launcher died after the ranks finished: the next snakemake run collects it" if done else
+                   "launcher died with its ranks: the next snakemake run submits it again")
+        last = cs.progress.t_last_s if cs.progress is not None else math.nan
+        cs.elapsed_s = last - float(submitted) if isinstance(submitted, int | float) and last == last else None
+
+
+def _all_ranks_ok(attempt: AttemptPaths, world_size: int) -> bool:
+    results = [_read_json(p) for p in attempt.rank_jsons()]
+    return world_size > 0 and len(results) >= world_size and all(r and r.get("status") == "ok" for r in results)
+
+
+def cell_status(pc: PlannedCell, paths: CellPaths, scheduler: dict[str, dict[str, str]] | None,
+                now: float | None = None) -> CellStatus:
+    """The state of one planned cell.
+
+    Args:
+        pc: the cell and its plan status.
+        paths: its folder.
+        scheduler: SLURM's view of the jobs (:func:`slurm_view`), None where SLURM cannot be asked.
+        now: the time (``time.time()``).
+    """
+    from calorimeter.analysis.damaged import load_record
+
+    now = time.time() if now is None else now
+    cs = CellStatus(pc.cell.cell_id, "planned")
+    if pc.status != "planned":
+        cs.state, cs.reason = "pruned", "; ".join(pc.reasons)
+        return cs
+    atts = list_attempts(paths)
+    cs.attempts = len(atts)
+    rec, why = load_record(paths.root)
+    if rec is not None:
+        _record_status(cs, rec)
+        return cs
+    if why != "missing":
+        cs.state, cs.failure_class, cs.reason = "failed", "damaged", f"{paths.run_json}: {why}"
+        return cs
+    if not atts:
+        return cs
+    newest = atts[-1]
+    if newest.set_aside.is_file():
+        cs.note = f"record set aside by calorimeter rerun into attempts/{newest.name}; waits to run again"
+        return cs
+    closed = _read_json(newest.run_json)
+    if closed is not None:  # ended without a record at the top: transient (or abandoned)
+        _record_status(cs, closed)
+        cs.state, cs.record = "failed", None
+        cs.note = "no record: the next snakemake run submits it again"
+        return cs
+    job = _read_json(newest.job_json)
+    if job is None:
+        cs.state, cs.note = "unknown", f"attempt {newest.name} has no readable job.json (being submitted?)"
+        return cs
+    _open_attempt(cs, newest, job, now, scheduler)
+    return cs
+
+
+def open_job_ids(cells: list[CellPaths]) -> list[str]:
+    """Job ids of the SLURM attempts still open (job.json, no run.json) among these cells."""
+    ids = []
+    for paths in cells:
+        atts = list_attempts(paths)
+        if atts and not atts[-1].run_json.exists() and not paths.run_json.exists():
+            job = _read_json(atts[-1].job_json)
+            if job and job.get("executor") == "slurm" and job.get("job_id"):
+                ids.append(str(job["job_id"]))
+    return ids
+
+
+def slurm_view(job_ids: list[str]) -> dict[str, dict[str, str]] | None:
+    """SLURM's state of these jobs in one squeue (and sacct) call; None where SLURM cannot be asked."""
+    from calorimeter.launch import slurm
+
+    if not job_ids:
+        return {}
+    if not slurm.available():
+        return None
+    return slurm.job_states(job_ids)
