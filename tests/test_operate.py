@@ -357,3 +357,52 @@ def test_status_of_the_shipped_4gpu_sweep() -> None:
     r = run_cli("status", "config/reference/h200x4.yaml", "--results-dir", "results/reference/h200x4-2026-11-21")
     assert r.returncode == 0, r.stderr
     assert "14 cells: 14 ok" in r.stdout and "ETA: nothing left to run" in r.stdout
+
+
+def test_status_of_a_results_folder_reads_its_plan_json(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``calorimeter status results/<sweep>``: the plan from plan.json (no sweep file needed), the same states."""
+    from calorimeter.operate.source import load_plan
+
+    folder = ROOT / "results" / "reference" / "h200x4-2026-11-21"
+    plan = load_plan(str(folder))  # the top folder holds one sweep: that one
+    assert plan.sweep == "h200x4-parallelism" and len(plan.cells) == 14
+    from_file = plan_file(ROOT / "config" / "reference" / "h200x4.yaml")
+    assert [pc.cell.cell_id for pc in plan.cells] == [pc.cell.cell_id for pc in from_file.cells]
+    assert all(pc.estimates["model_flops_per_iteration"] > 0 for pc in plan.cells)
+    rc, out, err = _cli(capsys, "status", str(folder / "h200x4-parallelism"), "--json")
+    assert rc == 0, err
+    assert json.loads(out)["counts"] == {"ok": 14}
+    # what cannot be a results folder is named, with what to do
+    rc, out, err = _cli(capsys, "status", str(tmp_path))
+    assert rc == 2 and "no plan.json" in err and "sweep file" in err
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for sub in "ab":
+        (tmp_path / sub / "plan.json").write_text(json.dumps({"sweep": sub, "cells": []}))
+    rc, out, err = _cli(capsys, "status", str(tmp_path))
+    assert rc == 2 and "holds 2 sweeps (a, b)" in err
+    (tmp_path / "a" / "plan.json").write_text("{")
+    rc, out, err = _cli(capsys, "status", str(tmp_path / "a"))
+    assert rc == 2 and "not a plan" in err
+    rc, out, err = _cli(capsys, "rerun", str(tmp_path / "b"), "--failed")
+    assert rc == 2 and "needs the sweep file" in err
+
+
+def test_status_state_filter_is_checked(sweep: Path, capsys: pytest.CaptureFixture) -> None:
+    rc, out, err = _cli(capsys, "status", str(sweep), "--state", "failed,runing")
+    assert rc == 2 and "--state 'runing': not a cell state (did you mean 'running'?)" in err
+
+
+def test_a_set_aside_cell_that_did_not_run_again_is_selected_again(sweep: Path) -> None:
+    """Records set aside, then Snakemake never ran (locked, stopped): the same rerun command picks them again."""
+    plan = plan_file(sweep)
+    pcs, folders = plan.cells, cell_folders(plan)
+    _finish(pcs[1], folders[1], "20260101T000000Z", [_rank(status="oom", error="out of memory")])
+    _finish(pcs[2], folders[2], "20260101T000000Z", [_rank(status="failed", error="ValueError: bug")])
+    for i in (1, 2):
+        rerun.set_aside(folders[i], "--failed --oom")
+    cells = sweep_status(plan).cells
+    assert [(c.state, c.aside_state) for c in cells[1:3]] == [("planned", "oom"), ("planned", "failed")]
+    assert [c.cell_id for c in rerun.select(cells, failed=True)] == [cells[2].cell_id]
+    assert [c.cell_id for c in rerun.select(cells, oom=True)] == [cells[1].cell_id]
+    assert "failed record set aside" in cells[2].note

@@ -1,10 +1,17 @@
-"""calorimeter status and rerun on a real local sweep (Snakemake, submitit local ranks, DeepSpeed on CPU):
+"""calorimeter status and rerun on a real local sweep (Snakemake, submitit local ranks, DeepSpeed on CPU).
 
-1. a cell fails (injected), another succeeds: status says so with job ids and the failure class;
-2. ``calorimeter rerun --failed`` trains that cell only (the finished one keeps every byte), keeps the failed attempt
-   (its record set aside and still readable) and rebuilds the tables;
-3. a long cell runs: status shows it running with its step and tokens/s from rank 0's progress file, the train
-   rule's log shows its steps; Snakemake killed (with its ranks): status still answers, from the files alone.
+Three cells: A is never asked for, B fails (injected), C is long. Snakemake trains B then C in the background:
+
+1. while it runs, status shows B failed (with job id, attempts, class) and C running with its step and tokens/s
+   from rank 0's progress file; the train rule's log shows C's steps;
+2. Snakemake killed with its ranks (SIGKILL of its session): status still answers from the files alone (C
+   interrupted); ``rerun --failed --dry-run`` lists B and C, and changes nothing;
+3. ``calorimeter rerun --failed`` trains exactly B and C (A never), keeps every earlier attempt (B's failed record
+   set aside and still readable as a cell), and rebuilds the tables. C fails again here (injected) so that the test
+   does not wait for its 5000 steps.
+
+The status of finished local cells (all ``ok``, ETA nothing left, a results folder) is checked on the default sweep
+(tests/test_workflow.py), so that no cell is trained twice for it.
 """
 
 from __future__ import annotations
@@ -28,8 +35,8 @@ from calorimeter.plan.plan import plan_file
 
 pytestmark = pytest.mark.integration
 
-CELLS = {"A": {"model": "tiny-gpt", "zero_stage": 0}, "B": {"model": "tiny-llama", "zero_stage": 0},
-         "C": {"model": "tiny-gpt", "zero_stage": 1, "measured_steps": 5000}}
+CELLS = {"A": {"model": "tiny-llama", "zero_stage": 1}, "B": {"model": "tiny-llama", "zero_stage": 0},
+         "C": {"model": "tiny-gpt", "zero_stage": 0, "measured_steps": 5000}}
 
 
 def _env(faults: str | None = None) -> dict[str, str]:
@@ -46,7 +53,7 @@ def _run(*args: str, faults: str | None = None, timeout: float = 900) -> subproc
 
 
 def _status(cfg: Path) -> dict:
-    r = _run("-m", "calorimeter", "status", str(cfg), "--format", "json", timeout=120)
+    r = _run("-m", "calorimeter", "status", str(cfg), "--json", timeout=120)
     assert r.returncode == 0, r.stderr
     return {c["cell_id"]: c for c in json.loads(r.stdout)["cells"]}
 
@@ -56,7 +63,7 @@ def _checksums(d: Path) -> dict[str, str]:
             if p.is_file() and not p.is_symlink()}
 
 
-def test_status_and_rerun_of_a_local_sweep(tmp_path: Path) -> None:
+def test_status_and_rerun_of_a_local_sweep_with_a_killed_snakemake(tmp_path: Path) -> None:
     cfg = tmp_path / "sweep.yaml"
     cfg.write_text(yaml.safe_dump({
         "sweep": "opslocal", "hardware": "cpu", "results_dir": str(tmp_path / "results"),
@@ -67,44 +74,16 @@ def test_status_and_rerun_of_a_local_sweep(tmp_path: Path) -> None:
     ids = dict(zip(CELLS, (pc.cell.cell_id for pc in plan_file(cfg).cells), strict=True))
     cells = tmp_path / "results" / "opslocal" / "cells"
     record = lambda x: cells / ids[x] / "run.json"  # noqa: E731
-
-    # 1. A succeeds, B fails (injected): only their records are asked for (no tables or figures yet)
-    r = _run("-m", "snakemake", str(record("A")), str(record("B")), "--configfile", str(cfg),
-             faults=f"{ids['B']}=fail")
-    assert r.returncode == 0, r.stderr[-4000:]
-    st = _status(cfg)
-    assert (st[ids["A"]]["state"], st[ids["B"]]["state"], st[ids["C"]]["state"]) == ("ok", "failed", "planned")
-    assert st[ids["B"]]["failure_class"] == "failed" and "injected" in st[ids["B"]]["reason"]
-    assert st[ids["B"]]["job_id"] and st[ids["B"]]["attempts"] == 1 and st[ids["A"]]["elapsed_s"] > 0
-    a_files = _checksums(cells / ids["A"])
-
-    # 2. rerun the failed cells: B only, then the tables and figures
     t0 = time.time()
-    r = _run("-m", "calorimeter", "rerun", str(cfg), "--failed")
-    rerun_s = time.time() - t0
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    out = r.stdout + r.stderr
-    assert re.findall(r"^Job \d+: train (\S+)$", out, re.M) == [ids["B"]], out[-4000:]
-    assert _checksums(cells / ids["A"]) == a_files
-    st = _status(cfg)
-    assert st[ids["B"]]["state"] == "ok" and st[ids["B"]]["attempts"] == 2
-    first = sorted((cells / ids["B"] / "attempts").iterdir())[0]
-    old = json.loads((first / "run.json").read_text())
-    assert old["status"] == "failed" and json.loads((first / "set_aside.json").read_text())["why"] == "--failed"
-    from calorimeter.analysis.cell import cell_tables
 
-    assert cell_tables(first).runs.loc[0, "status"] == "failed"  # the set-aside record reads as a cell
-    runs = pd.read_parquet(tmp_path / "results" / "opslocal" / "tables" / "runs.parquet").set_index("cell_id")
-    assert runs.loc[ids["B"], "status"] == "ok" and runs.loc[ids["C"], "status"] == "not_run"
-    print(f"\nrerun --failed of one cell, with tables and figures: {rerun_s:.0f} s")
-
-    # 3. a long cell: running with progress, then Snakemake killed with its ranks
-    log = tmp_path / "snakemake-c.log"
+    # 1. B (fails at once) then C (long) in the background; status while it runs
+    log = tmp_path / "snakemake.log"
     with log.open("w") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "snakemake", str(record("C")), "--configfile", str(cfg)],
-                                cwd=ROOT, env=_env(), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen([sys.executable, "-m", "snakemake", str(record("B")), str(record("C")),
+                                 "--configfile", str(cfg)], cwd=ROOT, env=_env(f"{ids['B']}=fail"), stdout=fh,
+                                stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.time() + 600
+        deadline, c = time.time() + 600, {}
         while time.time() < deadline:
             c = _status(cfg)[ids["C"]]
             if c["state"] == "running" and (c["progress"] or {}).get("steps_done", 0) >= 3:
@@ -115,22 +94,66 @@ def test_status_and_rerun_of_a_local_sweep(tmp_path: Path) -> None:
             raise AssertionError(f"cell C shows no progress: {c}\n{log.read_text()[-3000:]}")
         p = c["progress"]
         assert p["steps_expected"] == 1 + 5000 and p["steps_expected_exact"] and p["tokens_per_s"] > 0, p
+        assert p["phase"] == "measured" and p["remaining_s"] > 0, p
         assert c["job_id"] and c["attempts"] == 1 and c["elapsed_s"] > 0
+        st = _status(cfg)
+        b = st[ids["B"]]
+        assert (b["state"], b["failure_class"]) == ("failed", "failed") and "injected" in b["reason"], b
+        assert b["job_id"] and b["attempts"] == 1 and b["elapsed_s"] > 0
+        assert st[ids["A"]]["state"] == "planned"
         r = _run("-m", "calorimeter", "status", str(cfg), timeout=120)
-        assert re.search(rf"{re.escape(ids['C'])}\s+running\s.*step \d+/5001 measured", r.stdout), r.stdout
-        print(r.stdout)
-        time.sleep(12)  # the launcher logs the progress at most every 10 s
+        assert re.search(rf"{re.escape(ids['C'])}\s+running\s.*step \d+/5001 measured, .* tokens/s", r.stdout), \
+            r.stdout
+        assert "3 cells: 1 running, 1 failed, 1 planned" in r.stdout, r.stdout
+        assert f"calorimeter rerun {cfg} --failed" in r.stdout
+        print(f"\nstatus while Snakemake runs:\n{r.stdout}")
+        time.sleep(11)  # the launcher logs the progress at most every 10 s
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # Snakemake, the train script and the cell's ranks
         proc.wait(timeout=60)
     assert re.search(rf"cell {re.escape(ids['C'])}: step \d+/5001 measured, .* tokens/s", log.read_text())
+
+    # 2. Snakemake died: the same view from the files
     time.sleep(1)
     st = _status(cfg)
     c = st[ids["C"]]
     assert c["state"] == "interrupted" and "launcher died" in c["note"], c
     assert c["progress"]["steps_done"] >= 3
-    assert (st[ids["A"]]["state"], st[ids["B"]]["state"]) == ("ok", "ok")
+    assert (st[ids["A"]]["state"], st[ids["B"]]["state"]) == ("planned", "failed")
+    b_files = _checksums(cells / ids["B"])
     r = _run("-m", "calorimeter", "rerun", str(cfg), "--failed", "--dry-run", timeout=120)
-    assert r.returncode == 0 and f"  {ids['C']}  interrupted" in r.stdout and ids["B"] not in r.stdout, r.stdout
+    assert r.returncode == 0, r.stderr
+    assert f"  {ids['C']}  interrupted" in r.stdout and f"  {ids['B']}  failed (failed)" in r.stdout, r.stdout
+    assert ids["A"] not in r.stdout
+    assert _checksums(cells / ids["B"]) == b_files  # a dry run changes nothing
     r = _run("-m", "snakemake", "--unlock", "--configfile", str(cfg), timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+
+    # 3. rerun the failed cells: B and C only (C fails again, injected), then the tables and figures
+    t1 = time.time()
+    r = _run("-m", "calorimeter", "rerun", str(cfg), "--failed", faults=f"{ids['C']}=fail")
+    rerun_s = time.time() - t1
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]  # a deterministic failure is a result: recorded, the rule succeeds
+    assert sorted(re.findall(r"^Job \d+: train (\S+)$", out, re.M)) == sorted([ids["B"], ids["C"]]), out[-4000:]
+    assert not (cells / ids["A"]).exists()  # nothing else ran
+    st = _status(cfg)
+    assert (st[ids["B"]]["state"], st[ids["B"]]["attempts"]) == ("ok", 2), st[ids["B"]]
+    assert (st[ids["C"]]["state"], st[ids["C"]]["attempts"]) == ("failed", 2), st[ids["C"]]
+    # B's failed attempt keeps every byte of its record, set aside, and still reads as a cell
+    first = sorted((cells / ids["B"] / "attempts").iterdir())[0]
+    kept = _checksums(first)
+    for name, digest in b_files.items():
+        if not name.startswith("attempts/"):  # the top-level record, now in the attempt
+            assert kept[name] == digest, name
+        else:
+            assert _checksums(cells / ids["B"])[name] == digest, name
+    assert json.loads((first / "set_aside.json").read_text())["why"] == "--failed"
+    from calorimeter.analysis.cell import cell_tables
+
+    assert cell_tables(first).runs.loc[0, "status"] == "failed"
+    runs = pd.read_parquet(tmp_path / "results" / "opslocal" / "tables" / "runs.parquet").set_index("cell_id")
+    assert runs.loc[ids["B"], "status"] == "ok" and runs.loc[ids["A"], "status"] == "not_run"
+    assert runs.loc[ids["C"], "status"] == "failed"
+    print(f"rerun --failed of two cells (one trained), with tables and figures: {rerun_s:.0f} s; "
+          f"whole test {time.time() - t0:.0f} s")

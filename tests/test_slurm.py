@@ -259,6 +259,20 @@ def _elapsed_s(rec: dict) -> float:
     return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
 
 
+def status(cfg: Path) -> dict[str, dict]:
+    """``calorimeter status <sweep> --json``: cell id -> its status."""
+    r = subprocess.run([sys.executable, "-m", "calorimeter", "status", str(cfg), "--json"], cwd=ROOT, env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, ok(r)
+    return {c["cell_id"]: c for c in json.loads(r.stdout)["cells"]}
+
+
+def calorimeter(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """``calorimeter ...`` from the repository root."""
+    return subprocess.run([sys.executable, "-m", "calorimeter", *args], cwd=ROOT, env=_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
 def ok(r: subprocess.CompletedProcess) -> str:
     return f"exit {r.returncode}\n--- stdout\n{r.stdout[-6000:]}\n--- stderr\n{r.stderr[-6000:]}"
 
@@ -320,6 +334,9 @@ def test_2_cancelled_job_then_rerun_submits_only_that_cell(sweep: Sweep) -> None
     try:
         jid = wait_for_jobs(sweep, "D", {"RUNNING"})["D"]
         time.sleep(3)  # mid-run: the ranks are up and sleeping
+        d = status(cfg)[sweep.ids["D"]]  # calorimeter status while Snakemake runs: SLURM's view of the open job
+        assert (d["state"], d["job_id"], d["attempts"]) == ("running", jid, 1), d
+        assert d["note"].startswith("SLURM RUNNING on node"), d
         subprocess.run(["scancel", jid], check=True)
         rc = proc.wait(timeout=240)
     finally:
@@ -331,13 +348,19 @@ def test_2_cancelled_job_then_rerun_submits_only_that_cell(sweep: Sweep) -> None
     rec = sweep.latest_attempt_record("D")
     assert rec["status"] == "transient" and rec["failure_class"] == "transient", rec["reason"]
     assert rec["evidence"]["slurm"]["state"] == "CANCELLED" and "CANCELLED" in rec["reason"]
+    st = status(cfg)
+    assert {x: (st[sweep.ids[x]]["state"], st[sweep.ids[x]]["failure_class"]) for x in "ABCDE"} == {
+        **{x: ("ok", "ok") for x in "ABC"}, "D": ("failed", "transient"), "E": ("oom", "oom")}, st
+    assert st[sweep.ids["D"]]["job_id"] == jid
     sweep.assert_unchanged()
     # the rerun would train D only (E ended oom, A-C are done)
     r = snakemake("--configfile", str(cfg), "-n")
     assert r.returncode == 0, ok(r)
     assert planned_trains(r) == {sweep.ids["D"]}, ok(r)
-    r = snakemake("--configfile", str(cfg))
+    # ... and `calorimeter rerun --failed` through the profile trains it (then the tables and figures)
+    r = calorimeter("rerun", str(cfg), "--failed", "--", "--profile", "slurm")
     assert r.returncode == 0, ok(r)
+    assert planned_trains(r) == {sweep.ids["D"]} and f"  {sweep.ids['D']}  failed (transient)" in r.stdout, ok(r)
     assert sweep.record("D")["status"] == "ok"
     assert len(list((sweep.cell_dir("D") / "attempts").iterdir())) == 2  # the cancelled attempt is kept
     assert sweep.jobs() == Counter({"A": 1, "B": 1, "C": 1, "D": 2, "E": 1})
@@ -351,8 +374,14 @@ def test_4_injected_oom_is_recorded_and_never_resubmitted(sweep: Sweep) -> None:
     assert rec["status"] == "oom" and rec["failure_class"] == "oom", rec
     assert "injected" in rec["reason"]
     assert rec["evidence"]["slurm"]["state"] in ("FAILED", "COMPLETED")
-    r = snakemake("--configfile", str(sweep.write("ABCDE")), "-n")
+    cfg = sweep.write("ABCDE")
+    r = snakemake("--configfile", str(cfg), "-n")
     assert r.returncode == 0 and planned_trains(r) == set(), ok(r)
+    # the OOM cell is what `calorimeter rerun --oom` would run, and only it
+    r = calorimeter("rerun", str(cfg), "--oom", "--dry-run", "--", "--profile", "slurm")
+    assert r.returncode == 0, ok(r)
+    assert re.findall(r"^  (\S+)  oom", r.stdout, re.M) == [sweep.ids["E"]], ok(r)
+    assert "snakemake " + str(sweep.cell_dir("E") / "run.json") in r.stdout and "--profile slurm" in r.stdout
     assert sweep.jobs()["E"] == 1
     sweep.snapshot("E")
 
@@ -394,6 +423,12 @@ def test_5_killed_snakemake_reattaches_without_duplicates(sweep: Sweep) -> None:
     for jid in jobs.values():
         st = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T"], capture_output=True, text=True).stdout.strip()
         assert st in ("RUNNING", "PENDING", "COMPLETING"), st
+    # calorimeter status after Snakemake died: the jobs, from the cell folders and SLURM
+    st = status(cfg)
+    for x in "GH":
+        c = st[sweep.ids[x]]
+        assert c["state"] in ("running", "queued") and c["job_id"] == jobs[x], c
+    assert all(st[sweep.ids[x]]["state"] == "ok" for x in "ABCDF")
     r = snakemake("--configfile", str(cfg), "--unlock")
     assert r.returncode == 0, ok(r)
     r = snakemake("--configfile", str(cfg), faults=faults)
@@ -421,6 +456,18 @@ def test_6_finished_cells_keep_their_files_and_a_changed_value_reruns_only_its_c
     assert planned_trains(r) == {sweep.ids["B"]}, ok(r)
     sweep.assert_unchanged()
     assert set(sweep.checksums) == set("ABCDEFGH")
+    # `calorimeter rerun --cells`: B's record moves into its attempt (every byte kept), and only B would run
+    r = calorimeter("rerun", str(cfg), "--cells", sweep.ids["B"], "--no-run", "--", "--profile", "slurm")
+    assert r.returncode == 0, ok(r)
+    attempt = next((sweep.cell_dir("B") / "attempts").iterdir())
+    now_cell, now_attempt = _checksums(sweep.cell_dir("B")), _checksums(attempt)
+    for name, digest in sweep.checksums["B"].items():
+        kept = now_cell if name.startswith(("attempts/", "latest")) else now_attempt  # the record: in its attempt
+        assert kept.get(name) == digest, name
+    assert not (sweep.cell_dir("B") / "run.json").exists()
+    assert status(cfg)[sweep.ids["B"]]["state"] == "planned"
+    r = snakemake("--configfile", str(cfg), "-n")
+    assert r.returncode == 0 and planned_trains(r) == {sweep.ids["B"]}, ok(r)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -472,8 +519,12 @@ def test_7_two_node_cells_place_ranks_node_by_node_with_one_sampler_per_node(mul
         # the cell's tables carry the placement: one steps row per rank and step, every rank present
         steps = pd.read_parquet(multinode.cell_dir(x) / "cell_tables" / "steps.parquet")
         assert sorted(steps["rank"].unique()) == list(range(2 * gpn))
+        # rank 0 (on node1) wrote the progress file, one line per step
+        progress = (staging.parent / "progress.jsonl").read_text().splitlines()
+        assert len(progress) == 1 + DEFAULTS["warmup_steps"] + DEFAULTS["measured_steps"], progress
     runs = pd.read_parquet(multinode.results / multinode.name / "tables" / "runs.parquet").set_index("cell_id")
     assert (runs.loc[[multinode.ids["M"], multinode.ids["N"]], "status"] == "ok").all()
+    assert {c["state"] for c in status(cfg).values()} == {"ok"}
     assert multinode.jobs() == Counter({"M": 1, "N": 1})
     multinode.snapshot("MN")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, SWEEPS
+from conftest import ROOT, SWEEPS, run_cli
 
 from calorimeter.plan import plan_file
 
@@ -79,6 +79,7 @@ def test_default_sweep_end_to_end(tmp_path: Path) -> None:
         assert meta["status"] == "stopped" and meta["unavailable"]
     assert (sweep / "summary.csv").is_file()
     assert (sweep / "figures" / "throughput.png").stat().st_size > 10_000
+    _status_of_the_finished_sweep(tmp_path, plan)
     report = sweep / "report.html"
     r = snakemake("--config", f"results_dir={tmp_path}", "--report", str(report))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -88,3 +89,26 @@ def test_default_sweep_end_to_end(tmp_path: Path) -> None:
     r = snakemake("--config", f"results_dir={tmp_path}")
     assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr
     assert before == {p: p.stat().st_mtime_ns for p in sweep.glob("cells/*/run.json")}
+
+
+def _status_of_the_finished_sweep(results: Path, plan) -> None:
+    """``calorimeter status`` of the default sweep once it ran (from the sweep file and from its results folder):
+    every cell ok with its job and one attempt, nothing left; rank 0's progress file counted every step."""
+    from calorimeter.records.paths import AttemptPaths
+    from calorimeter.records.progress import attempt_progress
+
+    r = run_cli("status", "config/config.yaml", "--results-dir", str(results), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["counts"] == {"ok": len(plan.cells)} and doc["eta"]["cells_left"] == 0, doc["counts"]
+    for c in doc["cells"]:
+        assert c["job_id"] and c["attempts"] == 1 and c["elapsed_s"] > 0 and c["failure_class"] == "ok", c
+        cell = plan.get(c["cell_id"]).cell
+        restart, progress = attempt_progress(AttemptPaths((results / "default" / "cells" / c["cell_id"] /
+                                                           "latest").resolve()))
+        steps = cell.warmup_steps + cell.measured_steps + 1  # and the profiled step
+        assert (restart, progress.steps, progress.expected, progress.exact) == (0, steps, steps, True)
+        assert progress.tokens_per_s > 0
+    r = run_cli("status", str(results / "default"))
+    assert r.returncode == 0, r.stderr
+    assert f"{len(plan.cells)} cells: {len(plan.cells)} ok" in r.stdout and "ETA: nothing left" in r.stdout

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from calorimeter.plan.config import ConfigError
 
@@ -101,39 +102,54 @@ def _figure(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     import time
 
+    from calorimeter.operate.source import load_plan
     from calorimeter.operate.view import format_table, sweep_status, to_json
-    from calorimeter.plan.plan import plan_file
 
-    if args.results_dir:  # a copy of the results (as snakemake --config results_dir=...)
-        from calorimeter.plan.config import load_sweep_config, sweep_lines
-        from calorimeter.plan.plan import make_plan
+    plan = load_plan(args.sweep, args.results_dir)
+    states = _states(args.state)
+    fmt = "json" if args.json else args.format
+    try:
+        while True:
+            st = sweep_status(plan)
+            text = to_json(st) if fmt == "json" else format_table(st, states)
+            if args.watch:
+                print("\033[H\033[2J", end="")  # clear the terminal between views
+            print(text, flush=True)
+            if not args.watch:
+                return 0
+            time.sleep(args.watch)
+    except KeyboardInterrupt:  # the way out of --watch
+        return 0
 
-        over = {"results_dir": args.results_dir}
-        plan = make_plan({**load_sweep_config([args.sweep], over), "_source": args.sweep,
-                          "_lines": sweep_lines([args.sweep], over)})
-    else:
-        plan = plan_file(args.sweep)
-    states = set(args.state.split(",")) if args.state else None
-    while True:
-        st = sweep_status(plan)
-        text = to_json(st) if args.format == "json" else format_table(st, states)
-        if args.watch:
-            print("\033[H\033[2J", end="")  # clear the terminal between views
-        print(text, flush=True)
-        if not args.watch:
-            return 0
-        time.sleep(args.watch)
+
+def _states(text: str | None) -> set[str] | None:
+    """``--state failed,running`` checked against the known states."""
+    from calorimeter.operate.state import STATES
+    from calorimeter.plan.config_errors import short, suggest
+
+    if not text:
+        return None
+    states = {s.strip() for s in text.split(",") if s.strip()}
+    for s in sorted(states):
+        if s not in STATES:
+            raise ConfigError(f"--state {short(s)}: not a cell state{suggest(s, list(STATES))} (states: "
+                              f"{', '.join(STATES)})")
+    return states
 
 
 def _rerun(args: argparse.Namespace) -> int:
     from calorimeter.operate import rerun
+    from calorimeter.operate.source import load_plan
     from calorimeter.operate.view import cell_folders, sweep_status
-    from calorimeter.plan.plan import plan_file
 
+    if Path(args.sweep).is_dir():
+        raise ConfigError(f"{args.sweep} is a folder: rerun needs the sweep file (Snakemake runs it again)")
     if not (args.failed or args.oom or args.cells):
         raise ConfigError("say which cells to rerun: --failed, --oom and/or --cells GLOB")
     extra = list(args.passthrough)
-    plan = plan_file(args.sweep)
+    if args.results_dir:
+        extra += ["--config", f"results_dir={args.results_dir}"]
+    plan = load_plan(args.sweep, args.results_dir)
     st = sweep_status(plan)
     chosen = rerun.select(st.cells, args.failed, args.oom, tuple(args.cells or ()))
     if not chosen:
@@ -178,12 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
         s.set_defaults(func=func)
     st = sub.add_parser("status", help="where every cell of a sweep stands: state, job, attempts, progress, ETA "
                         "(from the result files and the scheduler; works while Snakemake runs and after it died)")
-    st.add_argument("sweep")
+    st.add_argument("sweep", help="the sweep file, or its results folder (results/<sweep>, with plan.json)")
     st.add_argument("--format", choices=("table", "json"), default="table")
+    st.add_argument("--json", action="store_true", help="the same as --format json")
     st.add_argument("--state", help="only cells in these states, comma-separated (e.g. failed,running)")
     st.add_argument("--watch", type=float, metavar="SECONDS", help="print the view again every SECONDS")
-    st.add_argument("--results-dir", help="read the cells from this results folder instead of the sweep's "
-                    "(as snakemake --config results_dir=...)")
+    st.add_argument("--results-dir", help="with a sweep file: its results are in this folder instead of its "
+                    "results_dir (as snakemake --config results_dir=...)")
     st.set_defaults(func=_status)
     rr = sub.add_parser("rerun", help="rerun the failed, OOM or chosen cells of a sweep and nothing else (their "
                         "records are set aside into their attempt folder, never deleted)",
@@ -195,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     rr.add_argument("--cells", nargs="+", metavar="GLOB", help="cells whose id matches (fnmatch)")
     rr.add_argument("--dry-run", "-n", action="store_true", help="list what would be rerun; change nothing")
     rr.add_argument("--no-run", action="store_true", help="set the records aside and print the snakemake commands")
+    rr.add_argument("--results-dir", help="the sweep's results are in this folder instead of its results_dir "
+                    "(passed on to snakemake as --config results_dir=...)")
     rr.set_defaults(func=_rerun)
     sr = sub.add_parser("run-cell", help="run one planned cell (what the Snakemake train rule does)")
     sr.add_argument("sweep")

@@ -59,15 +59,20 @@ class Eta:
         """One line for the terminal."""
         if not self.cells_left:
             return "ETA: nothing left to run"
-        where = f"{self.cells_left} cells left, {self.running} running"
+        where = f"{n_cells(self.cells_left)} left, {self.running} running"
         if self.seconds is None:
             return f"ETA: unknown until a cell of each hardware and kind finishes ({where})"
         if self.cells_without_estimate:
             return (f"ETA: at least ~{format_duration(self.seconds)} ({where}, {self.parallel} at a time; "
-                    f"{self.cells_without_estimate} cells have no estimate until a cell of their hardware and kind "
-                    "finishes)")
+                    f"{n_cells(self.cells_without_estimate)} without an estimate until a cell of their hardware and "
+                    "kind finishes)")
         return (f"ETA: ~{format_duration(self.seconds)} ({where}, {self.parallel} at a time; from "
-                f"{self.based_on} finished cells)")
+                f"{n_cells(self.based_on)} finished)")
+
+
+def n_cells(n: int) -> str:
+    """``1 cell``, ``2 cells``."""
+    return f"{n} cell" if n == 1 else f"{n} cells"
 
 
 def format_duration(seconds: float | None) -> str:

@@ -2,7 +2,8 @@
 
 1. Select the cells (:func:`select`): ``--failed`` (state ``failed``, every class: failed, timeout, transient,
    damaged record; and ``interrupted``), ``--oom``, ``--cells GLOB`` (cell ids, any state but running or queued);
-   pruned cells are never run.
+   pruned cells are never run. A cell an earlier rerun set aside that has not run since (Snakemake could not start,
+   or was stopped) counts as its set-aside record's state: the same command selects it again.
 2. Set each selected cell's record aside (:func:`set_aside`): the top-level ``run.json``, ``steps.parquet``,
    telemetry, kernel and kind files and ``cell_tables/`` move into the attempt that measured them
    (``attempts/<UTC>/``, which already keeps a copy of ``run.json`` and ``steps.parquet``), ``run.json`` last, with
@@ -57,7 +58,7 @@ def select(statuses: list[CellStatus], failed: bool = False, oom: bool = False,
         if not any(fnmatch.fnmatchcase(i, g) for i in ids):
             raise ConfigError(f"--cells {short(g)} matches no cell of the sweep{suggest(g, ids)}")
     chosen = [cs for cs in statuses
-              if (failed and cs.state in FAILED_STATES) or (oom and cs.state == "oom")
+              if (failed and _state(cs) in FAILED_STATES) or (oom and _state(cs) == "oom")
               or any(fnmatch.fnmatchcase(cs.cell_id, g) for g in globs)]
     pruned = [cs for cs in chosen if cs.state == "pruned"]
     if pruned and globs:
@@ -68,6 +69,12 @@ def select(statuses: list[CellStatus], failed: bool = False, oom: bool = False,
         raise ConfigError(f"{len(active)} chosen cells are {active[0].state} now (e.g. {active[0].cell_id}, job "
                           f"{active[0].job_id}): wait for them, or cancel their jobs first")
     return chosen
+
+
+def _state(cs: CellStatus) -> str:
+    """A cell's state for selection: a cell whose record an earlier rerun set aside (and which has not run again
+    since, e.g. Snakemake could not start) counts as that record's state, so the same command selects it again."""
+    return cs.aside_state if cs.state == "planned" and cs.aside_state else cs.state
 
 
 @dataclass

@@ -58,13 +58,16 @@ class CellStatus:
     restart: int | None = None
     note: str = ""
     record: dict[str, Any] | None = None
+    #: a ``planned`` cell whose record ``calorimeter rerun`` set aside: that record's state (ok, oom, failed)
+    aside_state: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able (the record itself left out)."""
         return {"cell_id": self.cell_id, "state": self.state, "failure_class": self.failure_class,
                 "reason": self.reason, "job_id": self.job_id, "executor": self.executor, "attempts": self.attempts,
                 "elapsed_s": self.elapsed_s, "restart": self.restart,
-                "progress": self.progress.to_dict() if self.progress is not None else None, "note": self.note}
+                "progress": self.progress.to_dict() if self.progress is not None else None, "note": self.note,
+                "set_aside_state": self.aside_state}
 
 
 def list_attempts(cell: CellPaths) -> list[AttemptPaths]:
@@ -182,7 +185,11 @@ def cell_status(pc: PlannedCell, paths: CellPaths, scheduler: dict[str, dict[str
         return cs
     newest = atts[-1]
     if newest.set_aside.is_file():
-        cs.note = f"record set aside by calorimeter rerun into attempts/{newest.name}; waits to run again"
+        aside, _ = load_record(newest.root)
+        if aside is not None:
+            cs.aside_state = aside["status"] if aside["status"] in ("ok", "oom") else "failed"
+        cs.note = (f"{cs.aside_state or 'its'} record set aside by calorimeter rerun into attempts/{newest.name}; "
+                   "waits to run again")
         return cs
     closed = _read_json(newest.run_json)
     if closed is not None:  # ended without a record at the top: transient (or abandoned)

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from calorimeter.operate.eta import Eta, estimate, format_duration
+from calorimeter.operate.eta import Eta, estimate, format_duration, n_cells
 from calorimeter.operate.state import STATES, CellStatus, cell_status, open_job_ids, slurm_view
 from calorimeter.plan.plan import Plan
 from calorimeter.records.paths import CellPaths
@@ -74,7 +74,7 @@ def format_table(st: SweepStatus, states: set[str] | None = None) -> str:
     lines = [fmt(COLUMNS), *(fmt(r) for r in rows)]
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.time_s))
     counts = ", ".join(f"{n} {s}" for s, n in st.counts.items())
-    lines.append(f"sweep {st.plan.sweep} at {when}: {len(st.cells)} cells: {counts}")
+    lines.append(f"sweep {st.plan.sweep} at {when}: {n_cells(len(st.cells))}: {counts}")
     lines.append(st.eta.describe())
     lines.extend(hints(st))
     return "\n".join(lines)
@@ -82,20 +82,20 @@ def format_table(st: SweepStatus, states: set[str] | None = None) -> str:
 
 def hints(st: SweepStatus) -> list[str]:
     """What to do next about failed and interrupted cells."""
-    c, src = st.counts, st.plan.config.get("_source", "<sweep file>")
+    c, src = st.counts, st.plan.config.get("_source") or "<sweep file>"
     out = []
     if not st.slurm_reachable:
         out.append("note: SLURM commands are not available here: open SLURM attempts are shown as unknown")
     failed = [cs for cs in st.cells if cs.state == "failed"]
     if failed:
         classes = Counter(cs.failure_class for cs in failed)
-        out.append(f"rerun the {len(failed)} failed cells ({', '.join(f'{n} {k}' for k, n in classes.items())}): "
+        out.append(f"rerun the failed {n_cells(len(failed))} ({', '.join(f'{n} {k}' for k, n in classes.items())}): "
                    f"calorimeter rerun {src} --failed")
     if c.get("oom"):
-        out.append(f"rerun the {c['oom']} OOM cells (after changing what made them run out of memory): "
+        out.append(f"rerun the OOM {n_cells(c['oom'])} (after changing what made them run out of memory): "
                    f"calorimeter rerun {src} --oom")
     if c.get("interrupted"):
-        out.append(f"{c['interrupted']} interrupted cells: run the sweep's snakemake command again (after "
+        out.append(f"{n_cells(c['interrupted'])} interrupted: run the sweep's snakemake command again (after "
                    "--unlock if it asks) to collect or resubmit them")
     return out
 
