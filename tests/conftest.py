@@ -27,8 +27,18 @@ def root() -> Path:
     return ROOT
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def subprocess_env(faults: str | None = None) -> dict[str, str]:
+    """The environment of a subprocess that runs this checkout's package, with the injected faults ``faults``
+    (``CALORIMETER_TEST_FAULTS``, calorimeter.launch.faults) or none."""
+    env = {k: v for k, v in os.environ.items() if k != "CALORIMETER_TEST_FAULTS"}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    if faults:
+        env["CALORIMETER_TEST_FAULTS"] = faults
+    return env
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120, faults: str | None = None
+            ) -> subprocess.CompletedProcess:
     """Run ``python -m calorimeter`` and capture its output."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run([sys.executable, "-m", "calorimeter", *args], cwd=cwd or ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "calorimeter", *args], cwd=cwd or ROOT, env=subprocess_env(faults),
                           capture_output=True, text=True, timeout=timeout)

@@ -406,3 +406,29 @@ def test_a_set_aside_cell_that_did_not_run_again_is_selected_again(sweep: Path) 
     assert [c.cell_id for c in rerun.select(cells, failed=True)] == [cells[2].cell_id]
     assert [c.cell_id for c in rerun.select(cells, oom=True)] == [cells[1].cell_id]
     assert "failed record set aside" in cells[2].note
+
+
+def test_slurm_view_asks_squeue_once_then_sacct_for_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One squeue call for every open job; sacct only for the jobs squeue no longer knows (its last row: the
+    current run of a requeued job)."""
+    from calorimeter.launch import slurm
+
+    calls = []
+
+    def fake(cmd, timeout=30):
+        calls.append(cmd[0])
+        if cmd[0] == "squeue":
+            assert "-j" in cmd and cmd[cmd.index("-j") + 1] == "5,7,9"
+            return "5|RUNNING|2026-01-01T00:00:00|1:02|node[1-2]|None\n7|PENDING|N/A|0:00||Resources\n"
+        return ("9|REQUEUED|2026-01-01T00:00:00|00:01:00|node1|None\n"
+                "9|CANCELLED by 0|2026-01-01T00:02:00|00:00:03|node1|None\n")
+
+    monkeypatch.setattr(slurm, "_run", fake)
+    view = slurm.job_states(["9", "5", "7", "5"])
+    assert calls == ["squeue", "sacct"]
+    assert {j: v["state"] for j, v in view.items()} == {"5": "RUNNING", "7": "PENDING", "9": "CANCELLED"}
+    assert view["7"]["reason"] == "Resources" and view["5"]["nodelist"] == "node[1-2]"
+    calls.clear()
+    monkeypatch.setattr(slurm, "_run", lambda cmd, timeout=30: calls.append(cmd[0]) or None)  # squeue refuses
+    assert slurm.job_states(["5"]) == {} and calls == ["squeue", "sacct"]
+    assert slurm.job_states([]) == {}

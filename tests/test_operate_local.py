@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, run_cli, subprocess_env
 
 from calorimeter.plan.plan import plan_file
 
@@ -39,21 +39,13 @@ CELLS = {"A": {"model": "tiny-llama", "zero_stage": 1}, "B": {"model": "tiny-lla
          "C": {"model": "tiny-gpt", "zero_stage": 0, "measured_steps": 5000}}
 
 
-def _env(faults: str | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "CALORIMETER_TEST_FAULTS"}
-    env["PYTHONPATH"] = str(ROOT / "src")
-    if faults:
-        env["CALORIMETER_TEST_FAULTS"] = faults
-    return env
-
-
 def _run(*args: str, faults: str | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(faults), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=subprocess_env(faults), capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def _status(cfg: Path) -> dict:
-    r = _run("-m", "calorimeter", "status", str(cfg), "--json", timeout=120)
+    r = run_cli("status", str(cfg), "--json")
     assert r.returncode == 0, r.stderr
     return {c["cell_id"]: c for c in json.loads(r.stdout)["cells"]}
 
@@ -80,7 +72,7 @@ def test_status_and_rerun_of_a_local_sweep_with_a_killed_snakemake(tmp_path: Pat
     log = tmp_path / "snakemake.log"
     with log.open("w") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "snakemake", str(record("B")), str(record("C")),
-                                 "--configfile", str(cfg)], cwd=ROOT, env=_env(f"{ids['B']}=fail"), stdout=fh,
+                                 "--configfile", str(cfg)], cwd=ROOT, env=subprocess_env(f"{ids['B']}=fail"), stdout=fh,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline, c = time.time() + 600, {}
@@ -101,7 +93,7 @@ def test_status_and_rerun_of_a_local_sweep_with_a_killed_snakemake(tmp_path: Pat
         assert (b["state"], b["failure_class"]) == ("failed", "failed") and "injected" in b["reason"], b
         assert b["job_id"] and b["attempts"] == 1 and b["elapsed_s"] > 0
         assert st[ids["A"]]["state"] == "planned"
-        r = _run("-m", "calorimeter", "status", str(cfg), timeout=120)
+        r = run_cli("status", str(cfg))
         assert re.search(rf"{re.escape(ids['C'])}\s+running\s.*step \d+/5001 measured, .* tokens/s", r.stdout), \
             r.stdout
         assert "3 cells: 1 running, 1 failed, 1 planned" in r.stdout, r.stdout
@@ -121,7 +113,7 @@ def test_status_and_rerun_of_a_local_sweep_with_a_killed_snakemake(tmp_path: Pat
     assert c["progress"]["steps_done"] >= 3
     assert (st[ids["A"]]["state"], st[ids["B"]]["state"]) == ("planned", "failed")
     b_files = _checksums(cells / ids["B"])
-    r = _run("-m", "calorimeter", "rerun", str(cfg), "--failed", "--dry-run", timeout=120)
+    r = run_cli("rerun", str(cfg), "--failed", "--dry-run")
     assert r.returncode == 0, r.stderr
     assert f"  {ids['C']}  interrupted" in r.stdout and f"  {ids['B']}  failed (failed)" in r.stdout, r.stdout
     assert ids["A"] not in r.stdout
@@ -131,7 +123,7 @@ def test_status_and_rerun_of_a_local_sweep_with_a_killed_snakemake(tmp_path: Pat
 
     # 3. rerun the failed cells: B and C only (C fails again, injected), then the tables and figures
     t1 = time.time()
-    r = _run("-m", "calorimeter", "rerun", str(cfg), "--failed", faults=f"{ids['C']}=fail")
+    r = run_cli("rerun", str(cfg), "--failed", faults=f"{ids['C']}=fail", timeout=900)
     rerun_s = time.time() - t1
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]  # a deterministic failure is a result: recorded, the rule succeeds

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, run_cli, subprocess_env
 
 from calorimeter.plan.plan import plan_file
 
@@ -194,19 +194,11 @@ def _checksums(d: Path) -> dict[str, str]:
     return out
 
 
-def _env(faults: str | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "CALORIMETER_TEST_FAULTS"}
-    env["PYTHONPATH"] = str(ROOT / "src")
-    if faults:
-        env["CALORIMETER_TEST_FAULTS"] = faults
-    return env
-
-
 def snakemake(*args: str, faults: str | None = None, profile: bool = True, timeout: float = 900
               ) -> subprocess.CompletedProcess:
     """``snakemake --profile slurm ...`` from the repository root, exactly as a cluster user types it."""
     prof = ["--profile", "slurm"] if profile else []
-    return subprocess.run([sys.executable, "-m", "snakemake", *prof, *args], cwd=ROOT, env=_env(faults),
+    return subprocess.run([sys.executable, "-m", "snakemake", *prof, *args], cwd=ROOT, env=subprocess_env(faults),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -214,7 +206,7 @@ def snakemake_bg(log: Path, *args: str, faults: str | None = None) -> subprocess
     """Snakemake in its own session (so that it and its job scripts can be killed together, like a lost login)."""
     with log.open("w") as fh:
         return subprocess.Popen([sys.executable, "-m", "snakemake", "--profile", "slurm", *args], cwd=ROOT,
-                                env=_env(faults), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+                                env=subprocess_env(faults), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def planned_trains(r: subprocess.CompletedProcess) -> set[str]:
@@ -261,16 +253,9 @@ def _elapsed_s(rec: dict) -> float:
 
 def status(cfg: Path) -> dict[str, dict]:
     """``calorimeter status <sweep> --json``: cell id -> its status."""
-    r = subprocess.run([sys.executable, "-m", "calorimeter", "status", str(cfg), "--json"], cwd=ROOT, env=_env(),
-                       capture_output=True, text=True, timeout=120)
+    r = run_cli("status", str(cfg), "--json")
     assert r.returncode == 0, ok(r)
     return {c["cell_id"]: c for c in json.loads(r.stdout)["cells"]}
-
-
-def calorimeter(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    """``calorimeter ...`` from the repository root."""
-    return subprocess.run([sys.executable, "-m", "calorimeter", *args], cwd=ROOT, env=_env(), capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def ok(r: subprocess.CompletedProcess) -> str:
@@ -358,7 +343,7 @@ def test_2_cancelled_job_then_rerun_submits_only_that_cell(sweep: Sweep) -> None
     assert r.returncode == 0, ok(r)
     assert planned_trains(r) == {sweep.ids["D"]}, ok(r)
     # ... and `calorimeter rerun --failed` through the profile trains it (then the tables and figures)
-    r = calorimeter("rerun", str(cfg), "--failed", "--", "--profile", "slurm")
+    r = run_cli("rerun", str(cfg), "--failed", "--", "--profile", "slurm", timeout=900)
     assert r.returncode == 0, ok(r)
     assert planned_trains(r) == {sweep.ids["D"]} and f"  {sweep.ids['D']}  failed (transient)" in r.stdout, ok(r)
     assert sweep.record("D")["status"] == "ok"
@@ -378,7 +363,7 @@ def test_4_injected_oom_is_recorded_and_never_resubmitted(sweep: Sweep) -> None:
     r = snakemake("--configfile", str(cfg), "-n")
     assert r.returncode == 0 and planned_trains(r) == set(), ok(r)
     # the OOM cell is what `calorimeter rerun --oom` would run, and only it
-    r = calorimeter("rerun", str(cfg), "--oom", "--dry-run", "--", "--profile", "slurm")
+    r = run_cli("rerun", str(cfg), "--oom", "--dry-run", "--", "--profile", "slurm")
     assert r.returncode == 0, ok(r)
     assert re.findall(r"^  (\S+)  oom", r.stdout, re.M) == [sweep.ids["E"]], ok(r)
     assert "snakemake " + str(sweep.cell_dir("E") / "run.json") in r.stdout and "--profile slurm" in r.stdout
@@ -457,7 +442,7 @@ def test_6_finished_cells_keep_their_files_and_a_changed_value_reruns_only_its_c
     sweep.assert_unchanged()
     assert set(sweep.checksums) == set("ABCDEFGH")
     # `calorimeter rerun --cells`: B's record moves into its attempt (every byte kept), and only B would run
-    r = calorimeter("rerun", str(cfg), "--cells", sweep.ids["B"], "--no-run", "--", "--profile", "slurm")
+    r = run_cli("rerun", str(cfg), "--cells", sweep.ids["B"], "--no-run", "--", "--profile", "slurm")
     assert r.returncode == 0, ok(r)
     attempt = next((sweep.cell_dir("B") / "attempts").iterdir())
     now_cell, now_attempt = _checksums(sweep.cell_dir("B")), _checksums(attempt)

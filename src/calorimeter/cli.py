@@ -112,7 +112,7 @@ def _status(args: argparse.Namespace) -> int:
         while True:
             st = sweep_status(plan)
             text = to_json(st) if fmt == "json" else format_table(st, states)
-            if args.watch:
+            if args.watch and fmt != "json":  # JSON views follow each other (one document each)
                 print("\033[H\033[2J", end="")  # clear the terminal between views
             print(text, flush=True)
             if not args.watch:
