@@ -337,6 +337,7 @@ def test_2_cancelled_job_then_rerun_submits_only_that_cell(sweep: Sweep) -> None
     assert {x: (st[sweep.ids[x]]["state"], st[sweep.ids[x]]["failure_class"]) for x in "ABCDE"} == {
         **{x: ("ok", "ok") for x in "ABC"}, "D": ("failed", "transient"), "E": ("oom", "oom")}, st
     assert st[sweep.ids["D"]]["job_id"] == jid
+    print("\n" + run_cli("status", str(cfg)).stdout)  # the table, for the record of a run with -s
     sweep.assert_unchanged()
     # the rerun would train D only (E ended oom, A-C are done)
     r = snakemake("--configfile", str(cfg), "-n")

@@ -89,14 +89,14 @@ def hints(st: SweepStatus) -> list[str]:
     failed = [cs for cs in st.cells if cs.state == "failed"]
     if failed:
         classes = Counter(cs.failure_class for cs in failed)
-        out.append(f"rerun the failed {n_cells(len(failed))} ({', '.join(f'{n} {k}' for k, n in classes.items())}): "
-                   f"calorimeter rerun {src} --failed")
+        out.append(f"{n_cells(len(failed))} failed ({', '.join(f'{n} {k}' for k, n in classes.items())}): rerun "
+                   f"with: calorimeter rerun {src} --failed")
     if c.get("oom"):
-        out.append(f"rerun the OOM {n_cells(c['oom'])} (after changing what made them run out of memory): "
-                   f"calorimeter rerun {src} --oom")
+        out.append(f"{n_cells(c['oom'])} out of memory: after changing what made them run out of memory, rerun "
+                   f"with: calorimeter rerun {src} --oom")
     if c.get("interrupted"):
         out.append(f"{n_cells(c['interrupted'])} interrupted: run the sweep's snakemake command again (after "
-                   "--unlock if it asks) to collect or resubmit them")
+                   f"--unlock if it asks) to collect or resubmit, or: calorimeter rerun {src} --failed")
     return out
 
 
