@@ -19,7 +19,7 @@ for sweep in "$TMP"/*/; do
     continue
   fi
   mkdir -p "$DEST/$name"
-  cp "$sweep/plan.json" "$DEST/$name/"
+  [ -f "$sweep/plan.json" ] && cp "$sweep/plan.json" "$DEST/$name/"  # absent from a train-only run: rebuilt from the config
   [ -d "$sweep/tables" ] && cp -r "$sweep/tables" "$DEST/$name/"
   for cell in "$sweep"/cells/*/; do
     id=$(basename "$cell")

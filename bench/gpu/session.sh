@@ -47,8 +47,10 @@ for item in "$@"; do
   case $name in
     engine)
       mkdir -p "$STATE/engine"; P=$(pack_loop "$STATE/engine" engine)
-      python3 bench/engine_speed.py --out "$STATE/engine" --work /tmp/engine_speed --gpus "$NGPU" \
-        --budget-s "$((budget - 15))" 2>&1 | grep -vE "^\s*$" | tail -25 | tee -a "$LOG"
+      # to a file, never a pipe that a leftover rank could hold open (bench/gpu/run_reference.sh says why)
+      timeout --kill-after=10 "$budget" python3 bench/engine_speed.py --out "$STATE/engine" --work /tmp/engine_speed \
+        --gpus "$NGPU" --budget-s "$((budget - 15))" > "$STATE/engine/run.log" 2>&1
+      grep -vE "^\s*$" "$STATE/engine/run.log" | tail -25 | tee -a "$LOG"
       kill "$P" 2>/dev/null; pack "$STATE/engine" engine; touch "$STATE/engine.done" ;;
     pcie)
       mkdir -p "$STATE/pcie"
