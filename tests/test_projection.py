@@ -145,6 +145,15 @@ def test_curve_lookup_interpolates_extrapolates_and_composes() -> None:
     assert c.call_time(CommOp("all_reduce", "sync", 2**14, 4, 1, 1))[0] == pytest.approx(2e-5)
 
 
+def test_a_point_slower_than_a_larger_message_is_capped_by_it() -> None:
+    # all-gather at 2^24 B measured slower than at 2^25 B (one slow call in its batch): the larger bounds it
+    c = curves([("all_gather", "sync", 2, 2**23, 1e-4, "collectives"), ("all_gather", "sync", 2, 2**24, 6e-4,
+                                                                          "collectives"),
+                ("all_gather", "sync", 2, 2**25, 2e-4, "collectives")])
+    ag = lambda size: c.call_time(CommOp("all_gather", "tp", size, 2, 1, 1))[0]  # noqa: E731
+    assert ag(2**24) == pytest.approx(2e-4) and ag(2**23) == pytest.approx(1e-4) and ag(2**25) == pytest.approx(2e-4)
+
+
 def test_inter_node_collectives_are_assumed_and_slower() -> None:
     c = curves([("all_gather", "sync", 8, 2**26, 2e-4, "trace")])
     intra, _ = c.call_time(CommOp("all_gather", "dp", 2**26, 8, 1, 1))

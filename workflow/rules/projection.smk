@@ -9,11 +9,11 @@
 #
 # `snakemake projection --configfile <sweep>.yaml` trains nothing: it reads committed or existing sweep tables.
 
-from calorimeter.projection.sweep import DEFAULT_CALIBRATION, DEFAULT_FOLDS
+from calorimeter.projection.sweep import DEFAULT_CALIBRATION, DEFAULT_COLLECTIVES, DEFAULT_FOLDS
 
 PROJECTION = config.get("projection") or {}
 PROJ_CALIBRATION = list(PROJECTION.get("calibration") or DEFAULT_CALIBRATION)
-PROJ_COLLECTIVES = list(PROJECTION.get("collectives") or [])
+PROJ_COLLECTIVES = list(PROJECTION.get("collectives") or DEFAULT_COLLECTIVES)
 PROJ_FOLDS = list(PROJECTION.get("validation") or DEFAULT_FOLDS)
 PROJ_SOURCE_TABLES = ("runs", "kernels", "gpus")
 PROJ_FOLD_SOURCES = sorted({s for f in PROJ_FOLDS for s in (*f["train"], *f["test"])})

@@ -3,7 +3,7 @@
 Columns: ``kind`` (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv), ``group`` (ranks per group; every
 disjoint group of that size runs at once, as tensor-parallel groups do in training), ``size_bytes`` (nccl-tests'
 convention: the full buffer, i.e. the gathered output of all-gather, the input of reduce-scatter, each rank's send
-buffer of all-to-all), ``time_s`` (median over the timed calls of the slowest rank's time per call),
+buffer of all-to-all), ``time_s`` (the slowest rank's mean time per call over its timed batch),
 ``algbw_gbyte_s`` (size / time), ``busbw_gbyte_s`` (times nccl-tests' factor), ``iterations``, ``backend``,
 ``dtype``, ``nodes``, ``error`` (why a point is missing: e.g. not supported by the backend).
 """

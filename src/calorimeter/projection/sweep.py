@@ -20,6 +20,12 @@ DEFAULT_CALIBRATION: tuple[str, ...] = (
     "results/reference/h200x8-2026-11-21/h200x8-parallelism",
 )
 
+#: the default collective curves: the committed NCCL sweep (``kind: collectives``) on 2x H200; group sizes other
+#: than 2 carry its bus bandwidth over (projection.collectives), and traced collectives fill sizes it does not cover
+DEFAULT_COLLECTIVES: tuple[str, ...] = (
+    "results/reference/h200x2-collectives-2026-11-23/h200x2-collectives",
+)
+
 #: the default validation: predict the 8-GPU H200 cells from the 2- and 4-GPU sets, and the reverse
 DEFAULT_FOLDS: tuple[dict, ...] = (
     {"name": "8 GPUs from 2+4", "train": list(DEFAULT_CALIBRATION[:3]), "test": [DEFAULT_CALIBRATION[3]]},
