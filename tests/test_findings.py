@@ -184,7 +184,33 @@ def test_microbatch_slopes_and_throughput_ratio() -> None:
     assert power["verdict"] == AGREES and power["value"] == pytest.approx(30, abs=1) and power["n"] == 16
     fsdp, pp = result(t, "microbatch_speeds_up_fsdp"), result(t, "microbatch_no_gain_pp")
     assert fsdp["value"] == pytest.approx(1.2, rel=0.02) and fsdp["verdict"] == AGREES
+    # the direction agrees; the study's >3x from micro-batch 1 to 4 (1.73x per doubling) is above the interval
+    assert "1.73 x/doubling lies above the whole interval" in fsdp["why"]
     assert pp["value"] == pytest.approx(0.9, rel=0.02) and pp["verdict"] == AGREES
+
+
+def test_pipeline_depth_compares_tp_with_pp_at_the_same_data_parallel_degree() -> None:
+    """TP2 vs PP2 (dp 1) is the claim's comparison; a dp2 layout on the same GPUs is not TP-heavy and stays out."""
+    rows = [row(tp=2, dp=1, sequence_parallel=True, sm_clock_avg_mhz=1950.0 + k, repeat=k) for k in range(2)]
+    rows += [row(pp=2, dp=1, sm_clock_avg_mhz=1850.0 + k, repeat=k) for k in range(2)]
+    rows += [row(sm_clock_avg_mhz=1600.0 + 10 * k, repeat=k) for k in range(2)]  # ZeRO-1 dp2: far lower clock
+    r = result(runs(rows), "deep_pp_throttles_more")
+    assert r["value"] == pytest.approx(-100.0) and r["n"] == 4 and "dp2" not in r["configs"]
+    assert r["verdict"] == AGREES
+
+
+def test_kernel_shares_leave_out_single_gpu_cells() -> None:
+    """One GPU has no communication kernels: its compute share of 1 is no evidence for a distributed claim."""
+    one = row(world_size=1, gpus_per_node=1, dp=1)
+    two = row()
+    kernels = pd.DataFrame({"cell_id": [one["cell_id"], two["cell_id"], two["cell_id"]],
+                            "is_comm": [False, False, True], "sum_s": [1.0, 0.6, 0.4]})
+    t = {**runs([one]), "kernels": kernels}
+    r = result(t, "dense_compute_share_over_half")
+    assert math.isnan(r["value"]) and "two GPUs or more" in r["why"]
+    t = {**runs([one, two]), "kernels": kernels}
+    r = result(t, "dense_compute_share_over_half")
+    assert r["value"] == pytest.approx(0.6) and r["configs"] == two["config_id"]
 
 
 def test_hardware_ratio_reads_only_the_named_comparison_sweep() -> None:

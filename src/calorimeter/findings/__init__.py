@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from calorimeter.findings.catalog import FINDINGS, Evidence, Finding, Tables
-from calorimeter.findings.stats import CANNOT_SAY, direction, verdict
+from calorimeter.findings.stats import CANNOT_SAY, Estimate, direction, verdict
 
 #: the study's setting, for the ``setting`` column (shared notes, paper-findings.md section 2)
 STUDY_SETTING = ("study: GPT3-175B, Llama3-70B, Mixtral-8x7B/8x22B on 32 H200 (4 nodes x 8) and 64 H100, GBS 128, "
@@ -59,6 +59,17 @@ def cpu_only(runs: pd.DataFrame | None) -> bool:
     return not ok.empty and bool((ok["hardware"] == "cpu").all())
 
 
+def magnitude_note(f: Finding, est: Estimate | None) -> str:
+    """``; ...`` when the study states a number (``Finding.study_number``) that the whole 95% interval misses: the
+    verdict is on the direction, this says whether the size matches."""
+    if not math.isfinite(f.study_number) or est is None or not est.has_interval:
+        return ""
+    if est.low <= f.study_number <= est.high:
+        return f"; the study's {f.study_number:.3g} {f.unit} lies within the interval"
+    side = "above" if f.study_number > est.high else "below"
+    return f"; the study's {f.study_number:.3g} {f.unit} lies {side} the whole interval: the size differs"
+
+
 def evaluate_one(f: Finding, tables: Tables, setting: str = "") -> dict[str, object]:
     """One row of the findings table."""
     try:
@@ -67,6 +78,7 @@ def evaluate_one(f: Finding, tables: Tables, setting: str = "") -> dict[str, obj
         ev = Evidence(missing=f"check failed: {type(e).__name__}: {e}")
     est = ev.estimate
     v, why = verdict(est, f.sign, f.threshold, f.tolerance)
+    why += magnitude_note(f, est)
     return {
         "finding": f.id, "claim": f.claim, "study_value": f.study_value, "provenance": f.provenance,
         "figure": f.figure, "metric": f.metric, "unit": f.unit,

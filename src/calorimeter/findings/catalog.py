@@ -39,6 +39,10 @@ POWER_CAP = ("throttle_sw_power_cap_frac", "throttle_sw_power_cap")
 TEMP_RESOLUTION_C = 1.0
 #: the clock tolerance of "no throttling effect": one SM clock step of Hopper (15 MHz)
 CLOCK_TOLERANCE_MHZ = 15.0
+#: what a tp x pp layout comparison varies (the data-parallel degree stays fixed)
+TP_PP_PARAMS = tuple(p for p in LAYOUT_PARAMS if p != "dp")
+
+
 @dataclass
 class Evidence:
     """What the sweep says about one finding.
@@ -78,6 +82,8 @@ class Finding:
         check: the computation on the sweep's tables (``runs``, ``gpus``, ``kernels``, and ``compare``: the runs
             tables of the sweeps the configuration names for cross-sweep findings).
         needs: what the study's setting has that one node does not (said when the sweep cannot answer).
+        study_number: the study's number on this metric's scale where it states one beyond the direction (the
+            verdict is on ``threshold``; ``why`` says when the whole interval misses this number).
     """
 
     id: str
@@ -92,6 +98,7 @@ class Finding:
     threshold: float = 0.0
     tolerance: float = 0.0
     needs: str = ""
+    study_number: float = math.nan
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -178,10 +185,11 @@ def _mb_slope(metric: tuple[str, ...], resolution: float = 0.0, log: bool = Fals
 
 def _layout_depth_clock(t: Tables) -> Evidence:
     """Slope of the mean SM clock per doubling of pipeline depth across tp x pp layouts of one model (dense
-    ZeRO-0/1 layouts; everything else fixed)."""
+    ZeRO-0/1 layouts; everything else fixed, the data-parallel degree included: the claim trades tensor for
+    pipeline parallelism, so a pp = 1 layout that is data-parallel instead of TP-heavy is no baseline for it)."""
     cf = configs(_runs(t), ("sm_clock_avg_mhz",),
                  where=lambda d: (column(d, "zero_stage") < 3) & (column(d, "ep") <= 1))
-    groups = [g for g in matched(cf, LAYOUT_PARAMS) if len({c.params["pp"] for c in g}) > 1]
+    groups = [g for g in matched(cf, TP_PP_PARAMS) if len({c.params["pp"] for c in g}) > 1]
     if not groups:
         return Evidence(missing="no model measured over two or more pipeline depths (tp x pp layouts of one node or "
                         "more, everything else fixed)")
@@ -257,10 +265,13 @@ def _compute_share(moe: bool) -> Callable[[Tables], Evidence]:
             s = ((comm if moe else tot - comm) / tot.where(tot > 0)).reindex(df["cell_id"])
             return pd.Series(s.to_numpy(), index=df.index)
 
-        where = (lambda d: _is_moe(d) & (column(d, "tp") > 1)) if moe else (lambda d: ~_is_moe(d))
+        # one GPU has nothing to communicate: its share says nothing about distributed training
+        multi = lambda d: column(d, "world_size") > 1  # noqa: E731
+        where = (lambda d: _is_moe(d) & (column(d, "tp") > 1) & multi(d)) if moe else (lambda d: ~_is_moe(d) & multi(d))
         cf = configs(runs, share, where=where)
         if not cf:
-            return Evidence(missing=("no traced MoE cell with tp > 1" if moe else "no traced dense cell"))
+            return Evidence(missing=("no traced MoE cell with tp > 1" if moe else "no traced dense cell on two GPUs or "
+                                     "more"))
         pick = max(cf, key=lambda c: c.mean) if moe else min(cf, key=lambda c: c.mean)
         detail = "; ".join(f"{c.config_id}: {c.mean:.3f}" for c in sorted(cf, key=lambda c: c.mean))
         what = "highest communication" if moe else "lowest compute"
@@ -368,7 +379,7 @@ FINDINGS: tuple[Finding, ...] = (
             ">3x from mb 1 to 4 (= >1.73x per doubling)", "[S3, unverified]", "Fig. 13",
             "tokens/s ratio per doubling of the micro-batch, FSDP (ZeRO-3, pp = 1) configurations", "x/doubling",
             +1, _mb_slope(("tokens_per_s",), log=True, where=_FSDP, what=" (FSDP)"), threshold=1.0,
-            tolerance=0.02, needs="micro-batch sweep of an FSDP configuration"),
+            tolerance=0.02, needs="micro-batch sweep of an FSDP configuration", study_number=3.0**0.5),
     Finding("microbatch_no_gain_pp",
             "In pipeline-heavy configurations (TP2-PP16) the micro-batch benefit vanishes or reverses.",
             "<= 1x", "[S3, unverified]", "Fig. 13",
