@@ -18,6 +18,7 @@ from calorimeter.analysis.cell import cell_tables  # noqa: E402
 from calorimeter.analysis.repeats import configs_table  # noqa: E402
 from calorimeter.analysis.tables import runs_table  # noqa: E402
 from calorimeter.figures import data_quality, fig04_parallelism, throughput  # noqa: E402
+from calorimeter.figures.common import CUT_NOTE, config_label  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +74,31 @@ def test_panels_draw_intervals_and_data_quality_lists_the_reset(tables) -> None:
     assert "[poor] golden-b" in notes and "1 reset(s)" in notes
     assert res.missing == ["1 cells with poor data"]
     plt.close(fig)
+
+
+def test_long_intervals_are_cut_at_axes_that_fit_the_points(tables) -> None:
+    """Two repetitions give t-intervals of 12.7 standard errors: the axes keep fitting the points (never negative
+    throughput or power), the interval is cut there, and the figure says so."""
+    cfg = tables["configs"].copy()
+    golden = cfg["config_id"] == builders.cell_dict()["cell_id"]
+    for m, spread in (("tokens_per_s_per_gpu", 1e9), ("power_avg_w", 1e5), ("temp_avg_c", 1e3)):
+        cfg.loc[golden, f"{m}_ci95_low"] = cfg.loc[golden, f"{m}_mean"] - spread
+        cfg.loc[golden, f"{m}_ci95_high"] = cfg.loc[golden, f"{m}_mean"] + spread
+    wide = {**tables, "configs": cfg}
+    fig, res = throughput.draw(wide)
+    lo, hi = fig.axes[0].get_ylim()
+    assert lo == 0 and hi < 5 * cfg["tokens_per_s_per_gpu_mean"].max() and CUT_NOTE in res.missing
+    plt.close(fig)
+    fig, res = fig04_parallelism.draw(wide)
+    power = next(ax for ax in fig.axes if ax.get_gid() == f"panel:power_avg_w:{cfg['model'].iloc[0]}")
+    assert power.get_ylim()[0] >= 0 and power.get_ylim()[1] < 1e4 and CUT_NOTE in res.missing
+    plt.close(fig)
+    fig, res = fig04_parallelism.draw(tables)  # the fixture's own intervals fit: nothing cut, nothing said
+    assert CUT_NOTE not in res.missing
+    plt.close(fig)
+
+
+def test_repetitions_drawn_one_by_one_are_labelled_apart() -> None:
+    r = {"parallel_label": "TP1-PP1-DP2", "zero_stage": 3, "dp": 2}
+    assert config_label({**r, "repeat": 0}, short=True) == config_label(r, short=True) == "T1-P1-D2"
+    assert config_label({**r, "repeat": 1}, short=True) == "T1-P1-D2 r1"

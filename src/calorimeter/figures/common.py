@@ -57,14 +57,62 @@ class FigureResult:
 
 def config_label(row: pd.Series | dict, short: bool = False) -> str:
     """Label of a cell's parallel layout from its parameters: ``TP4-PP8``, ``EP8-TP1-PP1``, ``TP8-FSDP``, with the
-    ZeRO stage where it is not implied and the node count where it is not one."""
+    ZeRO stage where it is not implied and the node count where it is not one; `` r<k>`` for repetition k > 0
+    (figures that draw every repetition would otherwise show two identical labels)."""
     lab = str(row["parallel_label"])
     z = int(row["zero_stage"]) if row.get("zero_stage") == row.get("zero_stage") else None
     if z in (0, 2) and int(row.get("dp") or 1) > 1:
         lab += f"-Z{z}"
     if short:
         lab = lab.replace("TP", "T").replace("PP", "P").replace("EP", "E").replace("-DP", "-D")
-    return lab
+    rep = pd.to_numeric(pd.Series([row.get("repeat")]), errors="coerce").fillna(0).iloc[0]
+    return lab + (f" r{int(rep)}" if rep > 0 else "")
+
+
+def data_limits(values: list[np.ndarray], bars: list[tuple[np.ndarray, np.ndarray | None]] = (),
+                floor: float | None = None, margin: float = 0.08) -> tuple[float, float] | None:
+    """y limits that fit the drawn points and their error bars (``(points, yerr)``), the bars only as far as the
+    points' own span (at least a quarter of their magnitude) beyond them; ``margin`` of the range on each side, not
+    below ``floor``; None without a finite value. Two repetitions give t-intervals of 12.7 standard errors: axes
+    scaled to them (negative power, negative tokens/s) would squash the points, so such intervals are cut."""
+    v = np.concatenate([np.asarray(a, dtype=float).ravel() for a in values]) if values else np.array([])
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return None
+    lo, hi = float(v.min()), float(v.max())
+    reach = max(hi - lo, 0.25 * max(abs(lo), abs(hi)), 1e-9)
+    for p, e in bars:
+        if e is None:
+            continue
+        p = np.asarray(p, dtype=float)
+        blo, bhi = (p - e[0])[np.isfinite(p)], (p + e[1])[np.isfinite(p)]
+        if blo.size:
+            lo, hi = min(lo, max(float(blo.min()), float(v.min()) - reach)), max(hi, min(float(bhi.max()),
+                                                                                    float(v.max()) + reach))
+    pad = (hi - lo) * margin if hi > lo else max(abs(hi) * 0.05, 1e-9)
+    lo, hi = lo - pad, hi + pad
+    if floor is not None:
+        lo = max(lo, floor)
+    return lo, hi
+
+
+def cut_intervals(lims: tuple[float, float] | None, points: list[np.ndarray], errs: list[np.ndarray | None]) -> bool:
+    """Whether any error bar (``yerr`` rows [below, above] of ``points``) reaches beyond ``lims``."""
+    if lims is None:
+        return False
+    for p, e in zip(points, errs, strict=True):
+        if e is None:
+            continue
+        p = np.asarray(p, dtype=float)
+        lo, hi = p - e[0], p + e[1]
+        if (np.isfinite(lo) & (lo < lims[0] - 1e-9)).any() or (np.isfinite(hi) & (hi > lims[1] + 1e-9)).any():
+            return True
+    return False
+
+
+#: the note of a figure whose error bars were cut at its axes
+CUT_NOTE = ("95% intervals cut at the axes (few repetitions give wide t-intervals: 12.7 standard errors each side "
+            "with 2)")
 
 
 def config_key(row: pd.Series | dict) -> tuple:

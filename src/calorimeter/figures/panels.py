@@ -16,10 +16,13 @@ import pandas as pd
 from calorimeter.figures.common import (
     AVG_COLOR,
     COMPARED_PARAMS,
+    CUT_NOTE,
     EFF_COLOR,
     PEAK_COLOR,
     config_key,
     config_label,
+    cut_intervals,
+    data_limits,
     differs,
     empty_axes_message,
     finite,
@@ -117,6 +120,8 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
     if ok_all.any() and not np.isfinite(eff_all[ok_all]).any():
         missing.append("efficiency (no energy measured)")
     handles: dict[str, object] = {}
+    drawn: list[list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = [[], [], []]  # (avg, peak, avg yerr)
+    cut = False
     for c, model in enumerate(models):
         d = df[df["model"] == model]
         m = len(d)
@@ -129,6 +134,7 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
             ax.set_gid(f"panel:{avg}:{model}")
             a, p = _series(d, avg, scale), _series(d, pk, scale)
             err = interval(d, avg, scale)
+            drawn[r].append((a, p, err))
             if err is not None:  # repetitions: the average's 95% interval
                 ax.errorbar(x, a, yerr=err, fmt="none", ecolor=AVG_COLOR, capsize=2, lw=0.8, gid="avg_ci95")
             for s0, s1 in segments:  # lines are broken between configurations
@@ -151,8 +157,9 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
             handles.setdefault(eff_label, le)
             ax2.tick_params(labelsize=6, colors=EFF_COLOR)
             if np.isfinite(eff).any():
-                top = float(np.nanmax(eff))
-                ax2.set_ylim(0, top * 1.1 if top > 0 else 1.0)
+                lims = data_limits([eff, np.zeros(1)], [(eff, eff_err)], floor=0.0, margin=0.1)
+                ax2.set_ylim(*(lims if lims is not None and lims[1] > 0 else (0.0, 1.0)))
+                cut |= cut_intervals(ax2.get_ylim(), [eff], [eff_err])
             if c == len(models) - 1:
                 ax2.set_ylabel(eff_label + (" (own axis per model)" if len(models) > 1 else ""), fontsize=7,
                                color=EFF_COLOR)
@@ -176,6 +183,14 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
         bottom_ax.set_xticks(x, ticks, rotation=90, fontsize=6)
         bottom_ax.set_xlabel(xlabel, fontsize=7)
         bottom_ax.set_xlim(-0.6, max(m, 2) - 0.4)
+    for r, (avg, _pk, _lab, _scale) in enumerate(PANELS):  # axes fit the points; long intervals are cut
+        lims = data_limits([v for a, p, _ in drawn[r] for v in (a, p)], [(a, e) for a, _, e in drawn[r]],
+                           floor=0.0 if "power" in avg else None)
+        if lims is not None:
+            axes[r][0].set_ylim(*lims)  # shared by the row's models
+            cut |= cut_intervals(lims, [a for a, _, _ in drawn[r]], [e for _, _, e in drawn[r]])
+    if cut:
+        missing.append(CUT_NOTE)
     fig.suptitle(f"{title} ({hardware_label(df)})", fontsize=10)
     legend_ax.legend(list(handles.values()), list(handles.keys()), loc="center", ncol=3, fontsize=7, frameon=False)
     bottom = note(fig, missing, differs(df, knobs))

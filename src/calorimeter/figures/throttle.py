@@ -102,7 +102,10 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     ax.set_ylabel("time share", fontsize=8)
     ax.set_xlabel("GPU (node:index)", fontsize=8)
     if seen:
-        axes[0].legend(fontsize=6, ncol=5, loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
+        acc = [ln for ln in axes[0].get_lines() if str(ln.get_gid()).startswith("accumulated:")]
+        # the ticks are as wide as a bar; in the legend that would run over their label
+        scale = min(1.0, 8.0 / max([ln.get_markersize() for ln in acc] or [8.0]))
+        axes[0].legend(fontsize=6, ncol=5, loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False, markerscale=scale)
     fig.suptitle(f"Throttle attribution ({hardware_label(df)})", fontsize=10)
     bottom = note(fig, res.missing)
     fig.tight_layout(rect=(0, bottom, 1, 1))

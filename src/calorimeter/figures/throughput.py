@@ -6,7 +6,18 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from calorimeter.figures.common import STATUS_COLORS, FigureResult, Tables, collapse_repeats, drawn_cells, interval
+from calorimeter.figures.common import (
+    CUT_NOTE,
+    STATUS_COLORS,
+    FigureResult,
+    Tables,
+    collapse_repeats,
+    cut_intervals,
+    data_limits,
+    drawn_cells,
+    interval,
+    note,
+)
 
 NAME = "throughput"
 TABLES = ("runs", "configs")
@@ -39,20 +50,25 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(6.0, 0.55 * len(df) + 2), 6.0), sharex=True)
     tps = df["tokens_per_s_per_gpu"].astype(float)
     low = df[lower_key].astype(float) * (100 if have_mfu else 1)
-    ax1.bar(x, tps.fillna(0), color="#4e79a7", yerr=interval(df, "tokens_per_s_per_gpu"), capsize=3,
-            error_kw={"gid": "ci95"})
-    ax2.bar(x, low.fillna(0), color="#f28e2b", yerr=interval(df, lower_key, 100 if have_mfu else 1), capsize=3,
-            error_kw={"gid": "ci95"})
+    err1, err2 = interval(df, "tokens_per_s_per_gpu"), interval(df, lower_key, 100 if have_mfu else 1)
+    ax1.bar(x, tps.fillna(0), color="#4e79a7", yerr=err1, capsize=3, error_kw={"gid": "ci95"})
+    ax2.bar(x, low.fillna(0), color="#f28e2b", yerr=err2, capsize=3, error_kw={"gid": "ci95"})
+    cut = False
+    for ax, v, e, room in ((ax1, tps, err1, 0.3), (ax2, low, err2, 0.08)):  # from zero; long intervals are cut
+        lims = data_limits([np.append(v.to_numpy(dtype=float), 0.0)], [(v.to_numpy(dtype=float), e)], floor=0.0,
+                           margin=room)
+        if lims is not None:
+            ax.set_ylim(*lims)
+            cut |= cut_intervals(lims, [v.to_numpy(dtype=float)], [e])
     for ax in (ax1, ax2):
         for i, row in df.iterrows():
             if row["status"] != "ok":
                 ax.axvspan(i - 0.45, i + 0.45, color=STATUS_COLORS.get(row["status"], "#d3d3d3"), alpha=0.5)
                 if ax is ax1:
                     ax.text(i, 0, row["status"].upper(), rotation=90, ha="center", va="bottom", fontsize=7)
-    for i, v in enumerate(tps):
+    for i, v in enumerate(tps):  # beside the error bar, not on it
         if np.isfinite(v):
-            ax1.text(i, v, f" {v:,.0f}", ha="center", va="bottom", fontsize=6, rotation=90)
-    ax1.margins(y=0.25)
+            ax1.text(i + 0.22, v, f" {v:,.0f}", ha="center", va="bottom", fontsize=6, rotation=90)
     unit = "rank" if (df["hardware"] == "cpu").all() else "GPU"
     ax1.set_ylabel(f"tokens/s per {unit}")
     ax2.set_ylabel(lower_label.replace("GPU", unit))
@@ -73,5 +89,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     if not have_mfu:
         ax2.text(0.99, 0.95, "MFU n/a: no dense peak for this hardware", transform=ax2.transAxes, ha="right",
                  va="top", fontsize=7)
-    fig.tight_layout()
-    return fig, FigureResult(NAME, len(df), drawn_cells(df))
+    missing = [CUT_NOTE] if cut else []
+    bottom = note(fig, missing)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    return fig, FigureResult(NAME, len(df), drawn_cells(df), missing)
