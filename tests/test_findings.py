@@ -272,6 +272,30 @@ def test_shipped_4_gpu_records_single_pair_has_no_interval() -> None:
     assert html.count("<tr") == len(df) + 1
 
 
+def test_shipped_findings_sweeps_2x_h200_and_1x_h100() -> None:
+    """The findings sweeps of 2026-11-23 (README there): the verdicts its table states."""
+    ref = REFERENCE / "findings-2026-11-23"
+    t = read_tables(ref / "h200x2-findings" / "tables")
+    t["compare"] = read_tables(ref / "h100x1-findings" / "tables")["runs"]
+    df = evaluate(t).set_index("finding")
+    over = df.loc["overlap_raises_peak_temp"]  # ZeRO-3 +3/+2, ZeRO-1 -1/-1, TP2+SP -1 degC
+    assert over["value"] == pytest.approx(0.4) and over["n"] == 5 and over["verdict"] == CANNOT_SAY
+    depth = df.loc["deep_pp_throttles_more"]  # TP2+SP vs PP2 with and without recompute; the dp2 layout is no side
+    assert depth["value"] == pytest.approx(-148.3, abs=0.1) and depth["n"] == 4 and depth["verdict"] == AGREES
+    assert "dp2" not in depth["configs"]
+    fsdp = df.loc["microbatch_speeds_up_fsdp"]
+    assert fsdp["value"] == pytest.approx(1.354, abs=0.001) and fsdp["verdict"] == AGREES
+    assert "lies above the whole interval" in fsdp["why"]
+    assert df.loc["gpus_thermally_asymmetric", "verdict"] == AGREES
+    assert "hottest GPU index 0 in 16 of 16" in df.loc["gpus_thermally_asymmetric", "detail"]
+    ratio = df.loc["h100_scale_out_wins_compute_bound"]  # 33768 / 31414 and 29070 / 27042 tokens/s
+    assert ratio["value"] == pytest.approx(1.075, abs=0.001) and ratio["verdict"] == AGREES
+    assert df.loc["h200_energy_per_token", "value"] == pytest.approx(0.947, abs=0.001)
+    assert "-1x1_" not in df.loc["dense_compute_share_over_half", "configs"]
+    shipped = pd.read_csv(ref / "h200x2-findings" / "findings.csv").set_index("finding")
+    assert (shipped["verdict"] == df["verdict"]).all()  # the committed table is the code's
+
+
 def test_a_cpu_sweep_says_why_it_cannot_say() -> None:
     cpu = [row(hardware="cpu", zero_stage=3, overlap=ov, tokens_per_s=100.0) for ov in (False, True)]
     r = result(runs(cpu), "overlap_raises_peak_temp")

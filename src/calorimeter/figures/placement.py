@@ -28,6 +28,8 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     if cmp.empty:
         fig, ax = plt.subplots(figsize=(8.0, 3.0))
         empty_axes_message(ax, "no layout with a placement policy other than default")
+        ax.set_axis_off()  # no data: no meaningless 0-1 axes
+        fig.suptitle("Placement policies: nothing to compare in this sweep", fontsize=9)
         return fig, FigureResult(NAME, 0, [], ["no cells with placement balanced or thermal"])
     fig, axes = plt.subplots(1, 4, figsize=(14.0, 4.2))
     layouts = list(dict.fromkeys(cmp["layout_id"]))

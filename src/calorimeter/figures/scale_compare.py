@@ -83,7 +83,8 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
         ax.margins(y=0.1)
     axes[0].legend(fontsize=7, frameon=False, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=min(len(names), 3))
     axes[-1].set_xticks(np.arange(len(models)), models, fontsize=8)
-    fig.suptitle(f"Scale comparison: {' vs. '.join(map(str, sweeps))}", fontsize=10)
+    fig.suptitle(f"Scale comparison: {' vs. '.join(map(str, sweeps))}\nbars: each system's highest-tokens/s "
+                 "configuration (labelled, all three panels); dots: every measured configuration", fontsize=9)
     bottom = note(fig, res.missing)
     fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig, res
