@@ -2,35 +2,39 @@
 #
 # `snakemake figures --configfile <sweep>.yaml` is the artifact-evaluation target: it rebuilds every table and
 # figure from the cell records that exist and never runs training (see README "Figures and artifact evaluation").
+# One job draws every figure of a sweep: the figures share their tables, and one Python process reading them once
+# takes seconds where one process per figure took minutes (each paid the imports and the table reads again).
 
 from calorimeter.figures import FIGURES
 
-for _fig, _module in FIGURES.items():
+FIGURE_TABLES = sorted({t for _module in FIGURES.values() for t in _module.TABLES})
 
-    rule:
-        name:
-            f"figure_{_fig}"
-        input:
-            **{t: str(SWEEP_FILES.table(t)) for t in _module.TABLES},
-            compare=compare_runs() if _fig == "scale_compare" else [],
-        output:
-            png=report(
-                str(SWEEP_FILES.figure(_fig, "png")),
-                caption=f"../report/{_fig}.rst",
-                category="Figures",
-            ),
-            pdf=str(SWEEP_FILES.figure(_fig, "pdf")),
-            json=str(SWEEP_FILES.figure(_fig, "json")),
-        params:
-            figure=_fig,
-            cells=figure_params_cells(_fig),  # for the caption: the cells it draws
-        log:
-            str(SWEEP_FILES.log(f"figure_{_fig}")),
-        localrule: True
-        conda:
-            "../../envs/analysis.yaml"
-        script:
-            "../scripts/figure.py"
+
+rule draw_figures:
+    input:
+        **{t: str(SWEEP_FILES.table(t)) for t in FIGURE_TABLES},
+        compare=compare_runs(),
+    output:
+        **{
+            f"{_fig}_{ext}": (
+                report(str(SWEEP_FILES.figure(_fig, "png")), caption=f"../report/{_fig}.rst", category="Figures")
+                if ext == "png"
+                else str(SWEEP_FILES.figure(_fig, ext))
+            )
+            for _fig in FIGURES
+            for ext in ("png", "pdf", "json")
+        },
+    params:
+        figures=list(FIGURES),
+        # for the captions: the cells each figure draws (cells_<figure>)
+        **{f"cells_{_fig}": figure_params_cells(_fig) for _fig in FIGURES},
+    log:
+        str(SWEEP_FILES.log("figures")),
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/figure.py"
 
 
 rule figures:

@@ -1,7 +1,8 @@
-"""Snakemake script of the figure_* rules: render one figure of calorimeter.figures.FIGURES from the tables."""
+"""Snakemake script of the draw_figures rule: every figure of calorimeter.figures.FIGURES from the sweep's tables."""
 
 import json
 import sys
+import traceback
 from pathlib import Path
 
 import pandas as pd
@@ -10,10 +11,20 @@ from calorimeter.figures import FIGURES, render
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 sys.stderr = open(sm.log[0], "w", buffering=1)  # noqa: SIM115
-tables = {name: pd.read_parquet(sm.input[name]) for name in FIGURES[sm.params.figure].TABLES}
+tables = {name: pd.read_parquet(sm.input[name]) for name in {t for f in FIGURES.values() for t in f.TABLES}}
 extra = [pd.read_parquet(p) for p in sm.input.get("compare", [])]
-if extra:  # other sweeps' runs tables (scale-up vs. scale-out)
-    tables["runs"] = pd.concat([tables["runs"], *[e for e in extra if not e.empty]], ignore_index=True)
-res = render(sm.params.figure, tables, Path(sm.output.png), Path(sm.output.pdf))
-Path(sm.output.json).write_text(json.dumps(res.to_dict(), indent=1) + "\n")
-print(f"{res.n_points} points; missing: {res.missing}", file=sys.stderr)
+failed = []
+for name in sm.params.figures:
+    mine = {t: tables[t] for t in FIGURES[name].TABLES}
+    if name == "scale_compare" and extra:  # other sweeps' runs tables (scale-up vs. scale-out)
+        mine["runs"] = pd.concat([mine["runs"], *[e for e in extra if not e.empty]], ignore_index=True)
+    try:
+        res = render(name, mine, Path(sm.output[f"{name}_png"]), Path(sm.output[f"{name}_pdf"]))
+    except Exception:  # noqa: BLE001 - every other figure is still drawn; the job fails at the end, naming it
+        failed.append(name)
+        print(f"{name}: FAILED\n{traceback.format_exc()}", file=sys.stderr)
+        continue
+    Path(sm.output[f"{name}_json"]).write_text(json.dumps(res.to_dict(), indent=1) + "\n")
+    print(f"{name}: {res.n_points} points; missing: {res.missing}", file=sys.stderr)
+if failed:
+    raise SystemExit(f"figures that could not be drawn: {', '.join(failed)} (traceback in {sm.log[0]})")
