@@ -154,6 +154,16 @@ def test_a_point_slower_than_a_larger_message_is_capped_by_it() -> None:
     assert ag(2**24) == pytest.approx(2e-4) and ag(2**23) == pytest.approx(1e-4) and ag(2**25) == pytest.approx(2e-4)
 
 
+def test_a_big_message_never_reads_a_small_message_curve_of_a_nearer_group() -> None:
+    # group 2 measured up to 256 MiB; group 4 only an 8-byte all-reduce from a trace: 860 MB over 8 ranks reads group 2
+    c = curves([("all_reduce", "sync", 2, 2**28, 2e-3, "collectives"), ("all_reduce", "sync", 2, 2**20, 3e-5,
+                                                                          "collectives"),
+                ("all_reduce", "sync", 4, 8, 2.5e-5, "trace")])
+    t, src = c.call_time(CommOp("all_reduce", "dp", 860e6, 8, 1, 1))
+    assert t == pytest.approx(2e-3 * 860e6 / 2**28 * (2 * 7 / 8) / (2 * 1 / 2)) and "group 2 for 8" in src
+    assert "group 4 for 8" in c.call_time(CommOp("all_reduce", "sync", 8, 8, 1, 1))[1]  # a small one: the nearer group
+
+
 def test_inter_node_collectives_are_assumed_and_slower() -> None:
     c = curves([("all_gather", "sync", 8, 2**26, 2e-4, "trace")])
     intra, _ = c.call_time(CommOp("all_gather", "dp", 2**26, 8, 1, 1))
