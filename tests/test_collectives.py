@@ -135,3 +135,5 @@ def test_collectives_cell_runs_through_the_workflow(tmp_path: Path) -> None:
     assert record["kind_files"] == [COLLECTIVES_PARQUET]
     assert len(pd.read_parquet(cell / COLLECTIVES_PARQUET)) > 20
     assert not read_collective_points(tmp_path / "res" / "cpu-collectives").empty
+    runs = pd.read_parquet(tmp_path / "res" / "cpu-collectives" / "tables" / "runs.parquet")
+    assert list(runs["kind"]) == ["collectives"]  # the runs table says what the cell ran

@@ -86,6 +86,7 @@ def test_summary_keeps_pruned_and_unrun_cells_and_figure_draws_bands(tmp_path: P
         files.append(f)
     df = summarize(plan, files)
     assert list(df["status"]) == ["ok", "oom", "pruned"]
+    assert list(df["kind"]) == ["train"] * 3  # recorded, OOM and pruned rows all say what the cell runs
     assert "refuses pipeline parallelism with ZeRO-3" in df.loc[2, "reason"]
     assert math.isnan(df.loc[1, "tokens_per_s_per_gpu"]) and df.loc[0, "tokens_per_s_per_gpu"] > 0
     write_table(df, tmp_path / "s.parquet", tmp_path / "s.csv")

@@ -39,7 +39,7 @@ from calorimeter.telemetry.kernels import CATEGORIES, COMM_CATEGORIES
 
 METRIC_KEYS = ("iteration_time_s", "iteration_time_std_s", "samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
                "tflops_per_gpu", "model_tflops_per_gpu", "mfu_full", "mfu_causal", "hfu", "measured_steps")
-PARAM_KEYS = ("cell_id", "config_id", "repeat", "sweep", "model", "hardware", "nodes", "gpus_per_node", "world_size",
+PARAM_KEYS = ("cell_id", "config_id", "repeat", "sweep", "kind", "model", "hardware", "nodes", "gpus_per_node", "world_size",
               "tp", "pp", "dp", "ep", "cp", "sequence_parallel", "zero_stage", "recompute", "recompute_layers",
               "overlap", "micro_batch", "global_batch", "grad_accum", "seq_len", "precision", "parallel_label",
               "optimization_label", "placement")
@@ -337,6 +337,7 @@ def record_row(record: dict[str, Any]) -> dict[str, Any]:
     row = {k: record["cell"].get(k) for k in PARAM_KEYS}
     row["config_id"] = row["config_id"] or row["cell_id"]  # records from before repetitions: their own config
     row["repeat"] = int(row["repeat"] or 0)
+    row["kind"] = row["kind"] or "train"  # records from before cell kinds trained
     row["pp_split"] = str(record["cell"].get("pp_split") or "")
     row.update(placement_columns(record))
     row["status"] = record["status"]

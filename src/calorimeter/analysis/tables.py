@@ -49,6 +49,7 @@ def plan_row(cell: dict[str, Any]) -> dict[str, Any]:
     row = {k: cell.get(k) for k in PARAM_KEYS}
     row["config_id"] = row["config_id"] or row["cell_id"]
     row["repeat"] = int(row["repeat"] or 0)
+    row["kind"] = row["kind"] or "train"
     row["pp_split"] = str(cell.get("pp_split") or "")
     row["placement"] = cell.get("placement") or "default"
     row["status"] = "pruned" if cell.get("status") == "pruned" else "not_run"
