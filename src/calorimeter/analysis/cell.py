@@ -39,10 +39,10 @@ from calorimeter.telemetry.kernels import CATEGORIES, COMM_CATEGORIES
 
 METRIC_KEYS = ("iteration_time_s", "iteration_time_std_s", "samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
                "tflops_per_gpu", "model_tflops_per_gpu", "mfu_full", "mfu_causal", "hfu", "measured_steps")
-PARAM_KEYS = ("cell_id", "config_id", "repeat", "sweep", "kind", "model", "hardware", "nodes", "gpus_per_node", "world_size",
-              "tp", "pp", "dp", "ep", "cp", "sequence_parallel", "zero_stage", "recompute", "recompute_layers",
-              "overlap", "micro_batch", "global_batch", "grad_accum", "seq_len", "precision", "parallel_label",
-              "optimization_label", "placement")
+PARAM_KEYS = ("cell_id", "config_id", "repeat", "sweep", "kind", "model", "hardware", "nodes", "gpus_per_node",
+              "world_size", "tp", "pp", "dp", "ep", "cp", "sequence_parallel", "zero_stage", "recompute",
+              "recompute_layers", "overlap", "micro_batch", "global_batch", "grad_accum", "seq_len", "precision",
+              "parallel_label", "optimization_label", "placement")
 #: run-row columns derived from telemetry and kernels (NaN where not measured)
 TELEMETRY_KEYS = (
     "n_gpus", "energy_per_iteration_j", "energy_per_token_j", "efficiency", "energy_source",
