@@ -17,6 +17,11 @@ so every rerun also proves that finished cells are left alone:
 8. a two-node job hitting its time limit is requeued with every setting of its task (telemetry included) and
    completes.
 
+``calorimeter status`` and ``calorimeter rerun`` are checked inside scenarios 2 (running, then failed transient;
+``rerun --failed -- --profile slurm`` trains only that cell), 4 (``rerun --oom --dry-run``), 5 (jobs left by a
+killed Snakemake), 6 (``rerun --cells --no-run`` keeps the record byte for byte in its attempt) and 7 (rank 0's
+progress file on a two-node cell), so that they add no cell of their own.
+
 Skipped (with the reason) only where SLURM cannot be set up at all (not root, no apt-get); with CI=true it fails.
 """
 
