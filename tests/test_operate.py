@@ -239,6 +239,19 @@ def test_eta_scales_the_finished_cells_by_the_plans_flops(sweep: Path) -> None:
     assert st.eta.seconds == pytest.approx(expect)
     assert (st.eta.cells_left, st.eta.running, st.eta.based_on, st.eta.cells_without_estimate) == (7, 0, 1, 0)
     assert st.eta.describe().startswith(f"ETA: ~{format_duration(expect)} (7 cells left")
+    # a running cell: the larger of its progress (steps left at its own step time) and its estimate minus its time
+    from calorimeter.records.progress import Progress
+
+    running = st.cells[1]
+    est1 = 19.7 + 4 * pcs[1].estimates["model_flops_per_iteration"] / rate
+    running.state, running.elapsed_s, running.progress = "running", est1 - 5.0, Progress(
+        header={"tokens_per_step": 64}, steps=1, expected=4, exact=True)
+    running.progress.recent.append(3.0)  # 3 steps left at 3 s: 9 s > the 5 s its estimate has left
+    eta = estimate(plan.cells, st.cells, 1)
+    assert (eta.running, eta.cells_left) == (1, 7)
+    assert eta.seconds == pytest.approx(expect - est1 + 9.0)
+    running.progress.recent[0] = 0.1  # 0.3 s by its steps: the estimate's 5 s left (collection, record) count
+    assert estimate(plan.cells, st.cells, 1).seconds == pytest.approx(expect - est1 + 5.0)
     # nothing finished: no estimate, said so
     empty = estimate(plan.cells, [cell_status(pc, CellPaths(Path("/nonexistent")), {}) for pc in plan.cells], 0)
     assert empty.seconds is None and "unknown until" in empty.describe()

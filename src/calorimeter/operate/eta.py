@@ -9,11 +9,11 @@ For each hardware profile, the finished ``ok`` training cells give (medians over
 A cell left then takes: that overhead + its steps' time, each step ``model_flops_per_iteration / (world_size x
 FLOP/s per device)``; with a fixed warm-up (CPU ranks, ``warmup: fixed``) ``warmup_steps + measured_steps +
 profile_steps`` steps, with a steady one the warm-up's seconds + ``max(measured_steps steps, measured_min_s)`` +
-the profiled steps. A running cell takes what its progress file says is left (or its estimate minus its time so
-far). Non-training kinds take the median wall time of their kind's finished cells. The sweep's ETA divides the work
-left by the cells running now (at least one; a local sweep runs one cell at a time) and is never shorter than the
-longest running cell's remaining time. Cells of a hardware or kind without a finished cell have no estimate and are
-counted apart. It is an estimate: layouts differ in efficiency.
+the profiled steps. A running cell takes the larger of what its progress file says is left and its estimate minus
+its time so far (:func:`running_left_s`). Non-training kinds take the median wall time of their kind's finished
+cells. The sweep's ETA divides the work left by the cells running now (at least one; a local sweep runs one cell at
+a time) and is never shorter than the longest running cell's remaining time. Cells of a hardware or kind without
+a finished cell have no estimate and are counted apart. It is an estimate: layouts differ in efficiency.
 """
 
 from __future__ import annotations
@@ -140,6 +140,17 @@ def cell_estimate_s(pc: PlannedCell, basis: Basis | None, profile_steps: int) ->
     return basis.overhead_s + train
 
 
+def running_left_s(cs: CellStatus, estimate_s: float | None) -> float | None:
+    """Seconds a running cell has left: the larger of what its progress says (its own step time for each step left;
+    the steps only) and its estimate minus its time so far (which holds the time around the steps: collecting the
+    ranks' results, writing the record)."""
+    by_estimate = max(estimate_s - (cs.elapsed_s or 0.0), 0.0) if estimate_s is not None else None
+    if cs.progress is None or not cs.progress.steps:
+        return by_estimate
+    by_progress = cs.progress.remaining_s()
+    return by_progress if by_estimate is None else max(by_progress, by_estimate)
+
+
 def estimate(cells: list[PlannedCell], statuses: list[CellStatus], profile_steps: int) -> Eta:
     """The ETA of the cells still to run (planned, queued, running); failed and interrupted cells wait for a rerun
     and are not counted."""
@@ -165,10 +176,7 @@ def estimate(cells: list[PlannedCell], statuses: list[CellStatus], profile_steps
             est = statistics.median(walls) if walls else None
         if cs.state == "running":
             n_running += 1
-            if cs.progress is not None and cs.progress.steps:
-                est = cs.progress.remaining_s()
-            elif est is not None:
-                est = max(est - (cs.elapsed_s or 0.0), 0.0)
+            est = running_left_s(cs, est)
             if est is not None:
                 running_left.append(est)
         if est is None:
