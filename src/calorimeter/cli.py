@@ -139,6 +139,7 @@ def _states(text: str | None) -> set[str] | None:
 
 def _rerun(args: argparse.Namespace) -> int:
     from calorimeter.operate import rerun
+    from calorimeter.operate.eta import n_cells
     from calorimeter.operate.source import load_plan
     from calorimeter.operate.view import cell_folders, sweep_status
 
@@ -161,10 +162,10 @@ def _rerun(args: argparse.Namespace) -> int:
     why = " ".join(f"--{k} {v}" if v is not True else f"--{k}" for k, v in
                    (("failed", args.failed), ("oom", args.oom), ("cells", " ".join(args.cells or ()))) if v)
     commands = rerun.snakemake_commands(args.sweep, [str(folders[cs.cell_id].run_json) for cs in chosen], extra)
-    print(f"rerun {len(chosen)} cells of sweep {plan.sweep} ({why}):")
+    print(f"rerun {n_cells(len(chosen))} of sweep {plan.sweep} ({why}):")
     for cs in chosen:
         print(f"  {cs.cell_id}  {cs.state}{f' ({cs.failure_class})' if cs.failure_class else ''}  "
-              f"{cs.attempts} attempts so far")
+              f"{cs.attempts} attempt{'' if cs.attempts == 1 else 's'} so far")
     if args.dry_run:
         print("dry run: nothing set aside; would run:\n" + "\n".join("  " + rerun.shell_line(c) for c in commands))
         return 0
