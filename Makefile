@@ -31,13 +31,16 @@ report: setup
 dryrun: setup
 	@for f in config/sweeps/*.yaml; do echo ">> $$f"; $(BIN)/snakemake -n --quiet rules --configfile $$f || exit 1; done
 
-# Every test (unit, integration: DeepSpeed ranks and Snakemake runs, slurm: the local cluster).
+# Every test (unit, integration: DeepSpeed ranks and Snakemake runs, slurm: the local cluster), on TEST_WORKERS
+# pytest-xdist workers: the SLURM scenarios (mostly waiting on the cluster) run in order on one of them while the
+# others take the CPU-bound tests. TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 3
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The unit tests only (pytest markers in pyproject.toml): under 2 minutes on 2 cores.
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not integration and not slurm"
+	$(BIN)/python -m pytest -q -n 2 -m "not integration and not slurm"
 
 ruff: setup
 	$(BIN)/ruff check src tests workflow bench
