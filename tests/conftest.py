@@ -13,13 +13,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "config" / "sweeps"
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The SLURM scenarios share one local cluster and build on each other: one xdist worker runs them in order."""
-    for item in items:
-        if item.get_closest_marker("slurm"):
-            item.add_marker(pytest.mark.xdist_group("slurm"))
-
-
 @pytest.fixture(autouse=True)
 def _close_open_figures():
     """A test that leaves a matplotlib figure open does not leak it into the next test's checks."""

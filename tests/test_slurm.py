@@ -46,7 +46,9 @@ from conftest import ROOT, run_cli, subprocess_env
 
 from calorimeter.plan.plan import plan_file
 
-pytestmark = [pytest.mark.slurm, pytest.mark.integration]
+# xdist_group: the scenarios share one local cluster and build on each other, so `make test`'s pytest-xdist workers
+# (--dist loadgroup) give all of them to one worker, in this order
+pytestmark = [pytest.mark.slurm, pytest.mark.integration, pytest.mark.xdist_group("slurm")]
 
 SLURM_DIR = os.environ.get("CALORIMETER_SLURM_DIR", "/tmp/calorimeter-slurm")
 TIMINGS: dict[str, float] = {}
