@@ -46,9 +46,9 @@ from conftest import ROOT, run_cli, subprocess_env
 
 from calorimeter.plan.plan import plan_file
 
-# xdist_group: the scenarios share one local cluster and build on each other, so `make test`'s pytest-xdist workers
-# (--dist loadgroup) give all of them to one worker, in this order
-pytestmark = [pytest.mark.slurm, pytest.mark.integration, pytest.mark.xdist_group("slurm")]
+# The scenarios share one local cluster and build on each other: `make test`'s pytest-xdist workers run one test file
+# per worker (--dist loadfile), so they run in this order on one worker. Keep them in this one file.
+pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 
 SLURM_DIR = os.environ.get("CALORIMETER_SLURM_DIR", "/tmp/calorimeter-slurm")
 TIMINGS: dict[str, float] = {}
