@@ -50,3 +50,14 @@ def test_requeues_stop_at_the_bound_and_are_logged(task: CellTask) -> None:
     events = [json.loads(line) for line in AttemptPaths(Path(task.attempt_dir)).requeues.read_text().splitlines()]
     assert [(e["requeues"], e["requeued"], e["job_id"]) for e in events] == [(0, True, "4242"), (1, True, "4242"),
                                                                             (2, False, "4242")]
+
+
+def test_log_tails_name_the_projects_files_relative_to_the_checkout(tmp_path: Path) -> None:
+    from calorimeter.launch import submit
+
+    attempt = AttemptPaths(tmp_path)
+    attempt.submitit.mkdir(parents=True)
+    kernels = Path(submit.__file__).resolve().parents[1] / "train" / "kernels.py"
+    (attempt.submitit / "7_0_log.err").write_text(f"{kernels}:236: UserWarning: x\n/opt/torch/x.py:1: W\n")
+    assert submit._log_tails(attempt, "7") == {
+        "7_0_log.err": ["src/calorimeter/train/kernels.py:236: UserWarning: x", "/opt/torch/x.py:1: W"]}

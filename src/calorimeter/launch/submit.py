@@ -222,15 +222,20 @@ def _collect(attempt: AttemptPaths) -> list[dict[str, Any]]:
     return sorted(results, key=lambda r: int(r.get("rank", 0)))
 
 
+#: the checkout this code runs from (``<root>/src/calorimeter/launch``): log lines name its files relative to it
+_CHECKOUT = str(Path(__file__).resolve().parents[3]) + os.sep
+
+
 def _log_tails(attempt: AttemptPaths, job_id: str, lines: int = 15) -> dict[str, list[str]]:
-    """Last lines of each rank's submitit stderr (the evidence of a failure)."""
+    """Last lines of each rank's submitit stderr (the evidence of a failure); the project's own files are named
+    relative to the checkout (a record must not carry the machine's path to it)."""
     out = {}
     for f in sorted(attempt.submitit.glob(f"{job_id}_*_log.err")):
         try:
             text = f.read_text(errors="replace").splitlines()
         except OSError:
             continue
-        out[f.name] = [t[-400:] for t in text[-lines:]]
+        out[f.name] = [t.replace(_CHECKOUT, "")[-400:] for t in text[-lines:]]
     return out
 
 
