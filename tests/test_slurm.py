@@ -112,7 +112,7 @@ def slurm_cluster():
         t0 = time.time()
         r = subprocess.run(["bash", str(ROOT / "tests" / "slurm" / "up.sh")], capture_output=True, text=True,
                            timeout=900, env={**os.environ, "CALORIMETER_SLURM_DIR": SLURM_DIR})
-        assert r.returncode == 0, f"tests/slurm/up.sh failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+        assert r.returncode == 0, f"tests/slurm/up.sh failed:\n{r.stdout[-3000:]}\n{r.stderr[-8000:]}"
         started = True
         TIMINGS["cluster up"] = time.time() - t0
     yield

@@ -16,8 +16,19 @@ N=${CALORIMETER_SLURM_NODES:-2}
 NODES=$(seq -f 'node%g' 1 "$N" | paste -sd' ')
 export SLURM_CONF=$T/etc/slurm.conf
 ts() { date +%s.%N; }; T0=$(ts); lap() { printf 'slurm-up: %-24s %6.2fs\n' "$1" "$(awk "BEGIN{print $(ts) - $T0}")"; }
-waitfor() { local what=$1; shift; for _ in $(seq 1 150); do "$@" >>"$T/log/waitfor.log" 2>&1 && return 0; sleep 0.2; done
-            echo "slurm-up: TIMEOUT waiting for $what (see $T/log)" >&2; exit 1; }
+# waitfor WHAT CMD...: poll CMD until it succeeds, for up to CALORIMETER_SLURM_WAIT_S seconds (default 240: on a loaded
+# 2-core machine, slurmctld and two slurmd may need more than 30 s to register); on a timeout, print what the daemons
+# said (node states, the ends of their logs) so that a failed CI run explains itself.
+WAIT_S=${CALORIMETER_SLURM_WAIT_S:-240}
+diagnose() { { echo "--- sinfo -N -l"; env -u SLURM_CONF timeout 20 sinfo -N -l 2>&1 || true
+               echo "--- uptime: $(uptime)"
+               for f in "$T"/log/slurmctld.log "$T"/log/slurmd-*.log "$T"/log/slurmdbd.log "$T"/log/waitfor.log; do
+                 [ -e "$f" ] && { echo "--- tail $f"; tail -n 25 "$f"; }; done; } >&2; }
+waitfor() { local what=$1 end=$(( $(date +%s) + WAIT_S )); shift
+            until "$@" >>"$T/log/waitfor.log" 2>&1; do
+              [ "$(date +%s)" -lt "$end" ] || { echo "slurm-up: TIMEOUT (${WAIT_S} s) waiting for $what (see $T/log)" >&2
+                                                diagnose; exit 1; }
+              sleep 0.2; done; }
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 [ "$(id -u)" = 0 ] || { echo "slurm-up: needs root" >&2; exit 2; }
@@ -152,7 +163,9 @@ alive "$T/run/slurmdbd.pid" || slurmdbd
 waitfor slurmdbd sacctmgr -n show cluster
 sacctmgr -n -P show cluster format=cluster | grep -qx calorimeter || sacctmgr -i add cluster calorimeter >>"$T/log/waitfor.log" || true
 lap "slurmdbd + cluster"
-alive "$T/run/slurmctld.pid" || slurmctld
+# A fresh slurmctld starts with a clean state (-c): jobs left in $T/state by an interrupted earlier run (or a copied
+# /tmp) would otherwise be recovered and hold the nodes, which then never show idle.
+alive "$T/run/slurmctld.pid" || slurmctld -c
 waitfor slurmctld scontrol ping
 for node in $NODES; do
   mkdir -p "$T/spool/$node"
