@@ -118,3 +118,24 @@ def test_breakdown_traces_orders_ranks_numerically(tmp_path: Path) -> None:
     # gpu_memcpy counted only when asked for
     df2 = breakdown_traces([tmp_path / "rank-0.json"], cats=("kernel", "gpu_memcpy"))
     assert df2.loc[0, "n_kernels"] == 7 and df2.loc[0, "busy_s"] == pytest.approx(370e-6)
+
+
+def test_step_breakdown_of_the_committed_2x_h200_cells_shows_where_tp_overlap_lost() -> None:
+    """bench/step_breakdown.py on the committed findings tables: one row per traced rank (both pipeline stages), and
+    the TP2 ring overlap's measured story: less exposed communication, more GPU idle time per step."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("step_breakdown", root / "bench" / "step_breakdown.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    df = mod.breakdown(root / "results/reference/findings-2026-11-23/h200x2-findings")
+    pp2 = df.xs("llama3-8b-8l_h200-1x2_tp1-pp2-dp1_z1_rc-none_ov-off_mb1-gb16-s2048", level="cell_id")
+    assert list(pp2.index) == [0, 1]
+    tp2 = {ov: df.xs(f"llama3-8b-8l_h200-1x2_tp2-pp1-dp1-sp_z1_rc-none_ov-{ov}_mb1-gb16-s2048", level="cell_id").iloc[0]
+           for ov in ("off", "on")}
+    assert tp2["on"].comm_exposed_s < 0.6 * tp2["off"].comm_exposed_s  # 0.055 vs 0.100 s
+    assert tp2["on"].idle_min_s > 1.5 * tp2["off"].idle_min_s  # 0.351 vs 0.176 s: host-bound
+    assert (df.idle_min_s >= 0).all() and (df.idle_min_s <= df.step_s).all()
+    assert ((df.idle_min_s - (df.step_s - df.busy_s).clip(lower=0)).abs() < 1e-12).all()
