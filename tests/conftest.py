@@ -13,6 +13,20 @@ ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "config" / "sweeps"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest work first: files with SLURM scenarios, then files with integration tests, then the unit tests, each
+    file kept whole and in its own order. Under ``make test`` (pytest-xdist, ``--dist loadfile``) the files are handed
+    to workers in this order, so the SLURM file (the longest, mostly waiting on the cluster) starts at once instead of
+    after most of the suite."""
+    rank: dict[Path, int] = {}
+    for item in items:
+        path = Path(str(item.fspath))
+        r = 0 if item.get_closest_marker("slurm") else 1 if item.get_closest_marker("integration") else 2
+        rank[path] = min(rank.get(path, 2), r)
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (rank[Path(str(item.fspath))], order[id(item)]))
+
+
 @pytest.fixture(autouse=True)
 def _close_open_figures():
     """A test that leaves a matplotlib figure open does not leak it into the next test's checks."""
