@@ -15,6 +15,7 @@ same whatever its number of traced ranks. They are the measured GPU's rates unde
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -110,9 +111,7 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
     """
     if not rows:
         raise ValueError("no traced rank to calibrate compute on")
-    per_cell: dict[str, int] = {}
-    for cid, _, _ in rows:
-        per_cell[cid] = per_cell.get(cid, 0) + 1
+    per_cell = Counter(cid for cid, _, _ in rows)  # rows per cell, for the weights
     coef: dict[str, dict[str, float]] = {}
     err: dict[str, float] = {}
     for cat, feats in CATEGORY_FEATURES.items():

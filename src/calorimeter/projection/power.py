@@ -14,6 +14,7 @@ iteration is then the sum over the cell's GPUs of power x iteration time.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,9 +68,7 @@ def fit_power(rows: list[tuple[str, dict[str, float], float]], cap_w: float) -> 
     """
     if not rows:
         raise ValueError("no GPU with measured power to calibrate the power model on")
-    per_cell: dict[str, int] = {}
-    for cid, _, _ in rows:
-        per_cell[cid] = per_cell.get(cid, 0) + 1
+    per_cell = Counter(cid for cid, _, _ in rows)  # rows per cell, for the weights
     x = np.array([[1.0, u["u_gemm"], u["u_other"], u["u_comm"]] for _, u, _ in rows])
     y = np.array([p for _, _, p in rows])
     w = np.array([1.0 / np.sqrt(per_cell[cid]) for cid, _, _ in rows])
