@@ -369,7 +369,9 @@ def main(argv: list[str] | None = None) -> int:
         "env": {"torch": torch.__version__, "cuda": torch.version.cuda, "device": str(device),
                 "name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                 "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-                "liger": K.liger_available(), "args": {k: str(v) for k, v in vars(args).items()}}}
+                "liger": K.liger_available(),
+                # the output folder is where it ran, not a fact of the result (and a machine path)
+                "args": {k: str(v) for k, v in vars(args).items() if k != "out"}}}
     _save(args.out, results)
     variants = _variants(args, device)
     parts = args.parts.split(",")
