@@ -20,11 +20,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     after most of the suite."""
     rank: dict[Path, int] = {}
     for item in items:
-        path = Path(str(item.fspath))
         r = 0 if item.get_closest_marker("slurm") else 1 if item.get_closest_marker("integration") else 2
-        rank[path] = min(rank.get(path, 2), r)
-    order = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (rank[Path(str(item.fspath))], order[id(item)]))
+        rank[item.path] = min(rank.get(item.path, 2), r)
+    items.sort(key=lambda item: rank[item.path])  # a stable sort keeps each file's order
 
 
 @pytest.fixture(autouse=True)
