@@ -35,6 +35,6 @@ if [ "${1:-}" = "--dry-run" ]; then
   exit 0
 fi
 : "${OUT:?set OUT (the device machine sets it)}"
-bash bench/gpu/run_reference.sh "$CONFIG" placement "${1:-480}"
+FULL=1 bash bench/gpu/run_reference.sh "$CONFIG" placement "${1:-480}"  # FULL: tables too, for the comparison
 python3 -m calorimeter.placement.compare "/tmp/res-placement/$SWEEP" 2>&1 | tee "$OUT/placement-compare.txt"
 cp -r /tmp/res-placement/thermal-profiles "$OUT/" 2>/dev/null || true

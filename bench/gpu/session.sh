@@ -5,7 +5,7 @@
 #   bash bench/gpu/session.sh DEADLINE_S STEP=SECONDS [STEP=SECONDS ...]
 # Steps:
 #   engine            bench/engine_speed.py (issue 15: FSDP2 and the DeepSpeed variants side by side) -> $OUT/engine.tar.gz
-#   placement         config/reference/h200x2-placement.yaml + calorimeter.placement.compare     -> $OUT/placement.tar.gz
+#   placement         config/reference/h200x2-placement.yaml through bench/gpu/run_reference.sh   -> $OUT/placement.tar.gz
 #   pcie              bench/gpu/pcie_calibration.py (NVML link counters against known transfers)   -> $OUT/pcie.tar.gz
 #   <name>            config/reference/<name>.yaml through bench/gpu/run_reference.sh              -> $OUT/<name>.tar.gz
 # Every step's result is one tarball in $OUT, rewritten every 20 s while it runs; its log lines are appended to
@@ -71,11 +71,9 @@ for item in "$@"; do
       P=$!
       wait $RUN; kill $P 2>/dev/null
       cp "$STATE/logs-$name/$name.tar.gz" "$OUT/$name.tar.gz" 2>/dev/null
+      cp "$STATE/logs-$name/$name.snakemake.log" "$STATE/$name.stdout" "$OUT/" 2>/dev/null
       tail -30 "$STATE/logs-$name/$name.log" 2>/dev/null | tee -a "$LOG"
-      if [ "$name" = placement ]; then
-        sweep=$(python3 -c "import yaml; print(yaml.safe_load(open('$config'))['sweep'])")
-        python3 -m calorimeter.placement.compare "/tmp/res-$name/$sweep" 2>&1 | tee -a "$LOG"
-      fi
+      # no tables here (records only): compare placement policies after unpacking (docs/placement.md)
       # done when every planned cell of the sweep has a record
       if python3 - "$config" "/tmp/res-$name" <<'EOF'
 import sys

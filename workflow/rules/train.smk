@@ -36,3 +36,12 @@ rule train:
         "../../envs/calorimeter.yaml"
     script:
         "../scripts/train_cell.py"
+
+
+rule records:
+    # `snakemake records`: train every runnable cell that has no record and stop there (no tables, no figures): what
+    # a GPU node runs when its records are aggregated elsewhere (bench/gpu/run_reference.sh). Not `--until train`:
+    # Snakemake 9.27 then never schedules a train job that waits on another (a thermal cell on its calibration).
+    input:
+        get_cell_records(),
+    localrule: True
