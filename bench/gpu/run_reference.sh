@@ -27,8 +27,9 @@ BUDGET=$SECONDS_LEFT
 # Snakemake writes to a file, not a pipe: the cells' local job processes inherit its output, and a pipe held open by
 # a cell still running at the time limit kept the whole call waiting until the device call itself was cut. At the
 # limit, the cells still running are stopped too (their GPUs are needed by the next step).
-timeout --kill-after=10 "$BUDGET" python3 -m snakemake --configfile "$CONFIG" --config results_dir="$RES" \
-  $([ -z "${FULL:-}" ] && echo records) > "$RES.snakemake.log" 2>&1
+# (the target before --config, which would take it for one more name=value)
+timeout --kill-after=10 "$BUDGET" python3 -m snakemake $([ -z "${FULL:-}" ] && echo records) --configfile "$CONFIG" \
+  --config results_dir="$RES" > "$RES.snakemake.log" 2>&1
 cp "$RES.snakemake.log" "$OUT/$NAME.snakemake.log" 2>/dev/null
 pkill -f "submitit.core._submit" 2>/dev/null; pkill -f "calorimeter.telemetry.sampler" 2>/dev/null
 grep -E "steps \(|rror|Finished job|cells" "$RES.snakemake.log" | tail -40
