@@ -25,8 +25,10 @@ clean_gpus() {
   rm -rf .snakemake/locks
   sleep 2
 }
-pack_loop() {  # pack_loop DIR NAME: tar DIR into $OUT/NAME.tar.gz every 20 s (background)
-  ( while sleep 20; do tar czf "$OUT/$2.tar.tmp" -C "$1" . 2>/dev/null && mv "$OUT/$2.tar.tmp" "$OUT/$2.tar.gz"; done ) &
+pack_loop() {  # pack_loop DIR NAME: tar DIR into $OUT/NAME.tar.gz every 20 s (background); prints its pid
+  # its output away from the caller's $(...), which would otherwise wait for the loop to end (it never does)
+  ( while sleep 20; do tar czf "$OUT/$2.tar.tmp" -C "$1" . 2>/dev/null; mv "$OUT/$2.tar.tmp" "$OUT/$2.tar.gz"; done ) \
+    > /dev/null 2>&1 &
   echo $!
 }
 pack() { tar czf "$OUT/$2.tar.tmp" -C "$1" . 2>/dev/null && mv "$OUT/$2.tar.tmp" "$OUT/$2.tar.gz"; }
