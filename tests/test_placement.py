@@ -446,6 +446,14 @@ def test_policy_comparison_gain_and_interval() -> None:
     assert "gain; n=3" in claim_text(cmp.loc["thermal"].rename("thermal").to_frame().T.reset_index()
                                      .rename(columns={"index": "placement"}).iloc[0])
     assert "no claim" in claim_text(cmp.reset_index().iloc[1])
+    # energy per token: lower is better, so a significant drop is a gain and a rise a loss
+    row = pd.Series({"placement": "thermal", "model": "m", "parallel_label": "PP2", "n": 3,
+                     "energy_per_token_j_gain": -0.012, "energy_per_token_j_gain_ci95_low": -0.016,
+                     "energy_per_token_j_gain_ci95_high": -0.008})
+    assert "(gain; n=3)" in claim_text(row, "energy_per_token_j")
+    row[["energy_per_token_j_gain", "energy_per_token_j_gain_ci95_low", "energy_per_token_j_gain_ci95_high"]] = [
+        0.012, 0.008, 0.016]
+    assert "(loss; n=3)" in claim_text(row, "energy_per_token_j")
     assert np.isnan(relative_gain(np.array([1.0]), np.array([1.0, 2.0]))[1])
 
 

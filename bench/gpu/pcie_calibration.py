@@ -33,6 +33,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from calorimeter.telemetry.counters import unwrap_counter
+
 COUNTERS = ("pcie_rx_bytes", "pcie_tx_bytes", "nvlink_rx_kib", "nvlink_tx_kib")
 
 
@@ -97,7 +99,10 @@ def main() -> None:
         row = {"phase": name, "rank": rank, "world": world, "seconds": secs, "bytes": size}
         for c in COUNTERS:
             scale = 1024.0 if c.endswith("_kib") else 1.0
-            row[c.replace("_kib", "_bytes")] = (after[c] - before[c]) * scale
+            # the PCIe byte counters are 32-bit: 2 GiB can wrap them once (read as -1.98 GB on 2026-11-23)
+            width = 32 if c.startswith("pcie") else 64
+            seq = unwrap_counter([before[c], after[c]], width)
+            row[c.replace("_kib", "_bytes")] = (seq[-1] - seq[0]) * scale
         for k in ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx"):
             row[f"expected_{k}"] = expect.get(k, 0.0)
         gathered = [None] * world

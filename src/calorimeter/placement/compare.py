@@ -136,7 +136,10 @@ def claim_text(row: pd.Series, metric: str = "tokens_per_s_per_gpu") -> str:
         return f"{name}: not measured"
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return f"{name}: {g:+.1%} (one repetition: no interval, no claim)"
-    verdict = "gain" if lo > 0 else ("loss" if hi < 0 else "no significant difference")
+    # the change's sign says "more"; whether more is better is the metric's (METRICS: energy per token, lower)
+    better_up = METRICS.get(metric, True)
+    significant = lo > 0 or hi < 0
+    verdict = ("gain" if (lo > 0) == better_up else "loss") if significant else "no significant difference"
     return f"{name}: {g:+.1%} [95% CI {lo:+.1%}, {hi:+.1%}] ({verdict}; n={row['n']})"
 
 
