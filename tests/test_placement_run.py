@@ -52,3 +52,31 @@ def test_placement_policies_on_cpu_ranks(tmp_path: Path) -> None:
     assert runs.loc["balanced", "placement_split"] == "2/2"
     assert (sweep / "figures" / "placement.png").stat().st_size > 10_000
     assert not (tmp_path / "res" / "thermal-profiles").exists()  # CPU cells profile nothing
+
+
+@pytest.mark.integration
+def test_records_target_trains_a_thermal_cell_after_its_calibration(tmp_path: Path) -> None:
+    """`snakemake records` (what a GPU node runs, bench/gpu/run_reference.sh) trains every cell, including one that
+    waits on another (a thermal cell on the sweep's calibration), and builds no table. Under `--until train`
+    Snakemake 9.27 ran the calibration and never the thermal cell (this test then fails: 1 record of 2)."""
+    sweep_cfg = {**SWEEP, "sweep": "records-cpu",
+                 "grid": [{"kind": "thermal-calibration", "warmup_steps": 1, "measured_steps": 2},
+                          {"parallel": {"pp": 2}, "placement": "thermal"}]}
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text(yaml.safe_dump(sweep_cfg))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, "-m", "snakemake", "records", "--configfile", str(cfg), "--config",
+                        f"results_dir={tmp_path}/res", "-c2"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    sweep = tmp_path / "res" / "records-cpu"
+    recs = {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("cells/*/run.json")}
+    assert len(recs) == 2, sorted(recs)
+    cal_id = next(k for k in recs if k.startswith("thermal-calibration"))
+    th_id = next(k for k in recs if k != cal_id)
+    assert recs[cal_id]["status"] == "ok" and recs[th_id]["status"] == "ok"
+    assert recs[th_id]["cell"]["placement"] == "thermal"
+    # the thermal cell ran after its calibration (ordered by the train rule's input)
+    steps = {k: pd.read_parquet(sweep / "cells" / k / "steps.parquet") for k in recs}
+    assert steps[th_id]["t_begin_s"].min() > steps[cal_id]["t_end_s"].max()
+    assert not (sweep / "tables").exists()  # records only
