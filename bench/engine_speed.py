@@ -20,7 +20,8 @@ Llama-3 8B, sequence 8192, micro-batch 1, global batch 8 (grad-accumulation 4 at
 3 measured + 1 profiled step. In order (2 GPUs): ``z3-today``, ``z3-after`` (ZeRO-3 dp2 before/after), ``z1-after``
 (ZeRO-1 dp2: out of memory before, when the loss made an fp32 copy of the logits), ``fsdp2``
 (bench/fsdp2_llama_baseline.py, 8 steps), ``tp-today``, ``tp-after-ov``, ``tp-after-noov`` (TP2 + SP: today, after
-with overlap on and off), ``z2-after``. About 55 s each on 2x H200 (FSDP2 45), ~430 s in all; a variant whose
+with overlap on and off), ``z2-after``, ``pp2-today``, ``pp2-after`` (1F1B over 8 micro-batches). About 55 s each on
+2x H200 (FSDP2 45), ~540 s in all; a variant whose
 estimate no longer fits ``--budget-s`` is skipped and says so.
 """
 
@@ -77,6 +78,7 @@ def plan(dry_run: bool, gpus: int) -> list[Group]:
     today = {"attention": "default", "fused": "eager"}
     z3 = {**base, "zero_stage": 3, "overlap": True}
     tp = {**base, "tp": gpus, "sequence_parallel": True, "zero_stage": 1}
+    pp = {**base, "pp": gpus, "zero_stage": 1}
     variants = [
         Variant("z3-today", "dense-z3", "today", z3, **today),
         Variant("z3-after", "dense-z3", "after", z3),
@@ -85,6 +87,8 @@ def plan(dry_run: bool, gpus: int) -> list[Group]:
         Variant("tp-after-ov", "tp-sp", "after", {**tp, "overlap": True}),
         Variant("tp-after-noov", "tp-sp-noov", "after", {**tp, "overlap": False}),
         Variant("z2-after", "dense-z2", "after", {**base, "zero_stage": 2, "overlap": True}),
+        Variant("pp2-today", "pp2", "today", pp, **today),
+        Variant("pp2-after", "pp2", "after", pp),
     ]
     # One process per variant: in one process a variant's memory was not all returned to the next (2x H200,
     # 2026-11-23: z3-after and z2-after ran out of memory at 146 GB after z3-today; z1-after alone peaked at 130 GB).
