@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 15 on a 2x H200 node (kind nvidia-h200-x2), one call of about 6 minutes (340 s + ~20 s of installs):
+# Issue 15 on a 2x H200 node (kind nvidia-h200-x2), one call of about 9.5 minutes (540 s + ~20 s of installs):
 #   bash bench/gpu/engine_speed.sh [BUDGET_S]
-# plain FSDP2, the dense Llama-3 8B cells (ZeRO-3/-2/-1 dp2) and TP2 + SP with overlap off/on, before (today's
-# kernels, no TP overlap) and after, side by side (bench/engine_speed.py). Needs .whl/ with the offline wheels
-# (bench/gpu/setup_offline.sh) and, for the Liger kernels, liger_kernel-*.whl in it (pure Python; without it the
+# plain FSDP2, the dense Llama-3 8B cells (ZeRO-3/-2/-1 dp2), TP2 + SP with overlap off/on and PP2, before (today's
+# kernels, no TP overlap) and after, each variant in its own process, side by side (bench/engine_speed.py). Needs
+# .whl/ with the offline wheels (bench/gpu/setup_offline.sh) and, for the Liger kernels, liger_kernel-*.whl in it (pure Python; without it the
 # engine uses torch.compile and records so). Results in $OUT: engine_speed.jsonl (one line per variant, written
 # as each finishes), summary.md (the before/after table and the issue's targets), variants.tar.gz (per-rank
 # records), groups.log, fsdp2.log: all five go to results/reference/h200x2-engine-speed-<date>/ with a README made
@@ -13,5 +13,5 @@ export PYTHONUNBUFFERED=1
 python3 -c "import liger_kernel.ops" 2>/dev/null && echo "liger_kernel: yes" || echo "liger_kernel: no (torch.compile)"
 nvidia-smi --query-gpu=index,name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 python3 bench/engine_speed.py --out "$OUT" --work /tmp/engine_speed --gpus "$(nvidia-smi -L | wc -l)" \
-  --budget-s "${1:-340}"
+  --budget-s "${1:-540}"
 nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
