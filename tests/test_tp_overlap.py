@@ -22,15 +22,16 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration
 
 
-def _worker(out: Path) -> None:
+def _worker(out: Path, mode: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from calorimeter.train.tp_overlap import Ring, all_gather_linear, linear_reduce_scatter
+    from calorimeter.train.tp_overlap import Ring, SymmMemTP, all_gather_linear, linear_reduce_scatter
 
     dist.init_process_group("gloo")
     rank, tp = dist.get_rank(), dist.get_world_size()
-    ring = Ring(dist.new_group(list(range(tp))))
+    group = dist.new_group(list(range(tp)))
+    ring = Ring(group) if mode == "ring" else SymmMemTP(group)
     gen = torch.Generator().manual_seed(7)
     s, b, h, f = 4 * tp, 2, 6, 5 * tp  # sequence, batch, hidden, ffn (split over tp)
     n, fl = s // tp, f // tp
@@ -50,7 +51,10 @@ def _worker(out: Path) -> None:
     xs = x[rows].clone().requires_grad_()
     w1s, b1s = w1[cols].clone().requires_grad_(), b1[cols].clone().requires_grad_()
     w2s, b2s = w2[:, cols].clone().requires_grad_(), b2.clone().requires_grad_()
-    hidden = all_gather_linear(xs, w1s, b1s, ring)  # (s, b, f/tp)
+    # (s, b, f/tp); the bias added in place, as the model's next ops change a linear's output in place (autograd
+    # refuses that on an output that is a view: the fused ops' reference returns one)
+    hidden = all_gather_linear(xs, w1s, None, ring)
+    hidden.add_(b1s)
     ys = linear_reduce_scatter(hidden, w2s, b2s, ring)  # (s/tp, b, h)
     (ys * gy[rows]).sum().backward()
     b2_grad = b2s.grad.clone()
@@ -78,12 +82,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("tp", [2, 3])
-def test_ring_linears_match_collectives_and_gemm(tmp_path: Path, tp: int) -> None:
+@pytest.mark.parametrize(("mode", "tp"), [("ring", 2), ("ring", 3), ("symm_mem", 2)])
+def test_overlapped_linears_match_collectives_and_gemm(tmp_path: Path, mode: str, tp: int) -> None:
+    """The ring, and the symmetric-memory path's wiring (on gloo: PyTorch's reference of the fused ops)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(tp),
            "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, __file__, str(tmp_path)], env={**env, "RANK": str(r)},
+    procs = [subprocess.Popen([sys.executable, __file__, str(tmp_path), mode], env={**env, "RANK": str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(tp)]
     for p in procs:
         out, _ = p.communicate(timeout=120)
@@ -95,5 +100,17 @@ def test_ring_linears_match_collectives_and_gemm(tmp_path: Path, tp: int) -> Non
         assert all(e < 1e-12 for e in got.values()), (r, got)
 
 
+def test_unknown_tp_overlap_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from calorimeter.train.tp_overlap import ENV_TP_OVERLAP, tp_overlap_mode
+
+    monkeypatch.delenv(ENV_TP_OVERLAP, raising=False)
+    assert tp_overlap_mode() == "ring"
+    monkeypatch.setenv(ENV_TP_OVERLAP, "symm_mem")
+    assert tp_overlap_mode() == "symm_mem"
+    monkeypatch.setenv(ENV_TP_OVERLAP, "nvls")
+    with pytest.raises(ValueError, match="CALORIMETER_TP_OVERLAP='nvls'"):
+        tp_overlap_mode()
+
+
 if __name__ == "__main__":
-    _worker(Path(sys.argv[1]))
+    _worker(Path(sys.argv[1]), sys.argv[2])

@@ -22,11 +22,22 @@ The math is Megatron-core's (same layouts, same sums; the reduce-scatter's parti
 ``tests/test_parallel_equivalence.py`` checks losses and every gradient against the single-rank model on CPU ranks
 (gloo). On CUDA the tensor-parallel group's NCCL streams get high priority (Megatron-core's
 ``high_priority_stream_groups``) so the transfer kernels are scheduled ahead of the GEMM they hide under.
+
+A second mechanism, chosen with ``CALORIMETER_TP_OVERLAP=symm_mem`` (default ``ring``; a benchmark override like
+``CALORIMETER_FUSED``, recorded in run.json): PyTorch's symmetric-memory async tensor parallelism
+(``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``), whose shards move as peer copies
+from symmetric buffers (copy engines, no SMs) pipelined with the GEMMs. On 2x H200 the ring's NCCL send/recv kernels
+ran beside the GEMMs for only 28% of their time (docs/knobs.md); this is the path without that contention. It keeps
+the gathered input of a column-parallel linear from the forward pass for its weight gradient (more activation memory
+than the ring, which gathers it again). On CPU ranks it runs PyTorch's own reference implementation of the same two
+ops (collective, then GEMM), which is what the equivalence tests check; NVLink multicast stays off
+(``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``). Not yet measured on GPUs.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import torch
@@ -198,24 +209,122 @@ class _LinearReduceScatter(torch.autograd.Function):
         return grad_x, grad_w.view_as(weight), None
 
 
-def all_gather_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, ring: Ring) -> torch.Tensor:
+class SymmMemTP:
+    """The tensor-parallel group's fused all-gather + GEMM and GEMM + reduce-scatter from PyTorch's symmetric memory.
+
+    On CUDA: ``torch.ops.symm_mem.fused_*`` (symmetric memory enabled for the group once). Elsewhere: PyTorch's
+    reference implementation of the same ops (a functional collective, then the GEMM), so that CPU ranks compute what
+    the fused ops compute. Shared by copies of the module that holds it, like :class:`Ring`.
+    """
+
+    def __init__(self, group: Any) -> None:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        self.group = group
+        self.size = dist.get_world_size(group)
+        self.group_name = group.group_name
+        self.cuda = dist.get_backend(group) == "nccl"
+        if self.cuda:
+            symm_mem.enable_symm_mem_for_group(self.group_name)
+            ops = torch.ops.symm_mem
+            self._ag, self._rs = ops.fused_all_gather_matmul, ops.fused_matmul_reduce_scatter
+        else:
+            self._ag, self._rs = (symm_mem._fused_all_gather_matmul_fallback,
+                                  symm_mem._fused_matmul_reduce_scatter_fallback)
+
+    def __deepcopy__(self, memo: dict[int, object]) -> SymmMemTP:
+        return self
+
+    def all_gather_matmul(self, x: torch.Tensor, weight_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(all_gather(x), all_gather(x) @ weight_t)`` along dim 0."""
+        gathered, outs = self._ag(x, [weight_t], 0, self.group_name, return_A=True)
+        return gathered, _not_a_view(outs[0])
+
+    def matmul_reduce_scatter(self, x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
+        """``reduce_scatter(x @ weight_t)`` (sum) along dim 0."""
+        return _not_a_view(self._rs(x, weight_t, "sum", 0, self.group_name))
+
+
+def _not_a_view(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a tensor of its own (same storage): the ops may return a view (e.g. ``movedim(0, 0)``) of a result,
+    and autograd forbids in-place changes of a custom Function's output that is a view (the next layer's ops make
+    them)."""
+    return t.detach() if t._is_view() else t
+
+
+class _SymmAllGatherLinear(torch.autograd.Function):
+    """``y = all_gather_seq(x) @ W^T`` with :class:`SymmMemTP`; backward: GEMM + reduce-scatter, weight gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, tp: SymmMemTP) -> torch.Tensor:
+        gathered, y = tp.all_gather_matmul(x.contiguous(), weight.t())
+        ctx.save_for_backward(gathered, weight)
+        ctx.tp = tp
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        gathered, weight = ctx.saved_tensors
+        grad_y = grad_y.contiguous()
+        grad_x = ctx.tp.matmul_reduce_scatter(grad_y, weight)
+        grad_w = _mm(grad_y.reshape(-1, grad_y.shape[-1]).t(), gathered.reshape(-1, gathered.shape[-1]))
+        return grad_x, grad_w.view_as(weight), None
+
+
+class _SymmLinearReduceScatter(torch.autograd.Function):
+    """``y = reduce_scatter_seq(x @ W^T)`` with :class:`SymmMemTP`; backward: all-gather + GEMM, weight gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, tp: SymmMemTP) -> torch.Tensor:
+        x = x.contiguous()
+        ctx.save_for_backward(x, weight)
+        ctx.tp = tp
+        return tp.matmul_reduce_scatter(x, weight.t())
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        x, weight = ctx.saved_tensors
+        gathered, grad_x = ctx.tp.all_gather_matmul(grad_y.contiguous(), weight)
+        grad_w = _mm(gathered.reshape(-1, gathered.shape[-1]).t(), x.reshape(-1, x.shape[-1]))
+        return grad_x, grad_w.view_as(weight), None
+
+
+#: the overlap mechanisms of ``overlap: true`` under tp > 1 with SP, and the environment override that picks one
+TP_OVERLAP_MODES = ("ring", "symm_mem")
+ENV_TP_OVERLAP = "CALORIMETER_TP_OVERLAP"
+
+
+def tp_overlap_mode() -> str:
+    """The mechanism ``CALORIMETER_TP_OVERLAP`` names (default ``ring``); an unknown name is an error."""
+    mode = os.environ.get(ENV_TP_OVERLAP, "ring")
+    if mode not in TP_OVERLAP_MODES:
+        raise ValueError(f"{ENV_TP_OVERLAP}={mode!r}: expected one of {', '.join(TP_OVERLAP_MODES)}")
+    return mode
+
+
+def all_gather_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                      comm: Ring | SymmMemTP) -> torch.Tensor:
     """Column-parallel linear of a sequence-sharded ``x`` ``(s/tp, b, in)`` -> ``(s, b, out/tp)``."""
-    y = _AllGatherLinear.apply(x, weight, ring)
+    fn = _AllGatherLinear if isinstance(comm, Ring) else _SymmAllGatherLinear
+    y = fn.apply(x, weight, comm)
     return y + bias if bias is not None else y
 
 
 def linear_reduce_scatter(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                          ring: Ring) -> torch.Tensor:
+                          comm: Ring | SymmMemTP) -> torch.Tensor:
     """Row-parallel linear ``(s, b, in/tp)`` -> sequence shard ``(s/tp, b, out)`` (the bias added to the shard)."""
-    y = _LinearReduceScatter.apply(x, weight, ring)
+    fn = _LinearReduceScatter if isinstance(comm, Ring) else _SymmLinearReduceScatter
+    y = fn.apply(x, weight, comm)
     return y + bias if bias is not None else y
 
 
-def tp_ring() -> Ring:
-    """The ring of Megatron-core's tensor-parallel group (``parallel_state`` must be initialised)."""
+def tp_ring() -> Ring | SymmMemTP:
+    """The overlap mechanism (:func:`tp_overlap_mode`) on Megatron-core's tensor-parallel group (``parallel_state``
+    must be initialised)."""
     from megatron.core import parallel_state
 
-    return Ring(parallel_state.get_tensor_model_parallel_group())
+    group = parallel_state.get_tensor_model_parallel_group()
+    return SymmMemTP(group) if tp_overlap_mode() == "symm_mem" else Ring(group)
 
 
 
