@@ -61,3 +61,15 @@ def test_log_tails_name_the_projects_files_relative_to_the_checkout(tmp_path: Pa
     (attempt.submitit / "7_0_log.err").write_text(f"{kernels}:236: UserWarning: x\n/opt/torch/x.py:1: W\n")
     assert submit._log_tails(attempt, "7") == {
         "7_0_log.err": ["src/calorimeter/train/kernels.py:236: UserWarning: x", "/opt/torch/x.py:1: W"]}
+
+
+def test_rendezvous_port_is_the_same_for_every_rank_and_below_the_ephemeral_range() -> None:
+    from calorimeter.launch.distributed import RENDEZVOUS_PORTS, job_master_port
+
+    ports = {job_master_port(str(j)) for j in range(2000)}
+    assert job_master_port("12993") == job_master_port("12993")  # every rank of a job draws the same
+    assert min(ports) >= RENDEZVOUS_PORTS[0] and max(ports) <= RENDEZVOUS_PORTS[1] and len(ports) > 1500
+    # below the host's ephemeral ports, where another process's outgoing connection can hold a port
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    if ephemeral.is_file():
+        assert RENDEZVOUS_PORTS[1] < int(ephemeral.read_text().split()[0])

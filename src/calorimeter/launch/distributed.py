@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import random
 from dataclasses import dataclass
 
 import submitit
@@ -23,17 +24,32 @@ class RankInfo:
     device: str
 
 
+#: the ports a job's rendezvous is drawn from when the sweep sets none: below Linux's ephemeral range (32768-60999 by
+#: default), which submitit's own draw (20000-60000) overlaps, so that no outgoing connection of another process on
+#: the host can hold the port (seen: rank 0 failed with EADDRINUSE and rank 1 waited its whole store timeout)
+RENDEZVOUS_PORTS = (20000, 32767)
+
+
+def job_master_port(job_id: str) -> int:
+    """The rendezvous port of a job: drawn from :data:`RENDEZVOUS_PORTS` seeded by the job id, so that every rank of
+    the job, on every node, draws the same one."""
+    return random.Random(job_id).randint(*RENDEZVOUS_PORTS)
+
+
 def init_distributed(accelerator: str, master_port: int | None = None, timeout_s: float = 600.0) -> RankInfo:
     """Join the job's process group: NCCL on CUDA (one device per local rank), gloo on CPU.
 
     Rank, node and local rank come from submitit's :class:`submitit.JobEnvironment` (the local executor's or
     SLURM's variables); submitit's ``TorchDistributedEnvironment`` exports them for torch's ``env://``
-    rendezvous, with ``master_port`` when the sweep sets one (else a port derived from the job id).
+    rendezvous, with ``master_port`` when the sweep sets one, else ``MASTER_PORT`` when the environment has one, else
+    :func:`job_master_port`.
 
     Raises:
         RuntimeError: outside a submitit job, or when the hardware profile needs GPUs that torch does not see.
     """
     job = submitit.JobEnvironment()
+    if master_port is None and "MASTER_PORT" not in os.environ:
+        master_port = job_master_port(str(job.job_id))
     if master_port is not None:
         os.environ["MASTER_PORT"] = str(master_port)
     env = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
