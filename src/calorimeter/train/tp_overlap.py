@@ -80,6 +80,11 @@ def _rows(x: torch.Tensor, i: int, n: int) -> torch.Tensor:
     return x[i * n:(i + 1) * n]
 
 
+def _weight_grad(grad_out: torch.Tensor, inp: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``grad_out^T @ inp`` over every leading dimension, shaped as ``weight`` (a linear's weight gradient)."""
+    return _mm(grad_out.reshape(-1, grad_out.shape[-1]).t(), inp.reshape(-1, inp.shape[-1])).view_as(weight)
+
+
 def _mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``a @ b`` of ``a`` with leading dimensions ``(..., k)`` and ``b`` 2-D, into ``out`` when given."""
     flat = a.reshape(-1, a.shape[-1])
@@ -183,8 +188,7 @@ class _AllGatherLinear(torch.autograd.Function):
 
         grad_x = ring_matmul_reduce_scatter(grad_y, weight, ring, on_step=gather_step)
         _wait(state["works"])
-        grad_w = _mm(grad_y.reshape(-1, grad_y.shape[-1]).t(), gathered.reshape(-1, gathered.shape[-1]))
-        return grad_x, grad_w.view_as(weight), None
+        return grad_x, _weight_grad(grad_y, gathered, weight), None
 
 
 class _LinearReduceScatter(torch.autograd.Function):
@@ -205,8 +209,7 @@ class _LinearReduceScatter(torch.autograd.Function):
         n = grad_y.shape[0]
         gathered = grad_y.new_empty((ring.size * n, *grad_y.shape[1:]))
         grad_x = ring_all_gather_matmul(grad_y, weight, ring, gathered=gathered)
-        grad_w = _mm(gathered.reshape(-1, gathered.shape[-1]).t(), x.reshape(-1, x.shape[-1]))
-        return grad_x, grad_w.view_as(weight), None
+        return grad_x, _weight_grad(gathered, x, weight), None
 
 
 class SymmMemTP:
@@ -267,8 +270,7 @@ class _SymmAllGatherLinear(torch.autograd.Function):
         gathered, weight = ctx.saved_tensors
         grad_y = grad_y.contiguous()
         grad_x = ctx.tp.matmul_reduce_scatter(grad_y, weight)
-        grad_w = _mm(grad_y.reshape(-1, grad_y.shape[-1]).t(), gathered.reshape(-1, gathered.shape[-1]))
-        return grad_x, grad_w.view_as(weight), None
+        return grad_x, _weight_grad(grad_y, gathered, weight), None
 
 
 class _SymmLinearReduceScatter(torch.autograd.Function):
@@ -285,8 +287,7 @@ class _SymmLinearReduceScatter(torch.autograd.Function):
     def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
         x, weight = ctx.saved_tensors
         gathered, grad_x = ctx.tp.all_gather_matmul(grad_y.contiguous(), weight)
-        grad_w = _mm(gathered.reshape(-1, gathered.shape[-1]).t(), x.reshape(-1, x.shape[-1]))
-        return grad_x, grad_w.view_as(weight), None
+        return grad_x, _weight_grad(gathered, x, weight), None
 
 
 #: the overlap mechanisms of ``overlap: true`` under tp > 1 with SP, and the environment override that picks one
