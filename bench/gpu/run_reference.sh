@@ -22,8 +22,8 @@ T0=$(date +%s)
 python3 -m calorimeter plan "$CONFIG" | cut -c1-100
 BUDGET=$SECONDS_LEFT
 [ -n "$FSDP2" ] && BUDGET=$((SECONDS_LEFT - 110))
-# Only the cells are trained here (target `records`, workflow/rules/train.smk): tables, figures and reports are rebuilt from the kept records on
-# any machine (snakemake figures), so no device second goes to drawing. FULL=1 builds everything on the node too.
+# Only the cells are trained here (target `records`, workflow/rules/train.smk): tables, figures and reports are
+# rebuilt from the kept records on any machine (snakemake figures), so no device second goes to drawing. FULL=1 builds everything on the node too.
 # Snakemake writes to a file, not a pipe: the cells' local job processes inherit its output, and a pipe held open by
 # a cell still running at the time limit kept the whole call waiting until the device call itself was cut. At the
 # limit, the cells still running are stopped too (their GPUs are needed by the next step).

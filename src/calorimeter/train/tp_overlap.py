@@ -223,11 +223,8 @@ class SymmMemTP:
     def __init__(self, group: Any) -> None:
         import torch.distributed._symmetric_memory as symm_mem
 
-        self.group = group
-        self.size = dist.get_world_size(group)
         self.group_name = group.group_name
-        self.cuda = dist.get_backend(group) == "nccl"
-        if self.cuda:
+        if dist.get_backend(group) == "nccl":
             symm_mem.enable_symm_mem_for_group(self.group_name)
             ops = torch.ops.symm_mem
             self._ag, self._rs = ops.fused_all_gather_matmul, ops.fused_matmul_reduce_scatter
