@@ -2,8 +2,8 @@
 # Run one config/reference/*.yaml sweep on a lent GPU node and bring compact results back even if the call is cut:
 #   bash bench/gpu/run_reference.sh CONFIG NAME SECONDS [fsdp2|fsdp2-ckpt]
 # Snakemake trains the cells only (target `records`; FULL=1 for tables and figures too; node sampler at 50 ms, one
-# profiled step each) into /tmp/res-NAME, for at most SECONDS; every 20 s (and at the end) the cells' records (run.json, steps/telemetry/kernels parquet, no raw streams or traces) are tarred to
-# $OUT/NAME.tar.gz and the one-line-per-cell table to $OUT/NAME.log. With "fsdp2", plain FSDP2 on Llama-3 8B at
+# profiled step each) into /tmp/res-NAME, for at most SECONDS; every 20 s (and at the end) the cells' records
+# (run.json, steps/telemetry/kernels parquet, no raw streams or traces) are tarred to $OUT/NAME.tar.gz and the one-line-per-cell table to $OUT/NAME.log. With "fsdp2", plain FSDP2 on Llama-3 8B at
 # sequence 8192, micro-batch 1, 8 steps runs afterwards (bench/fsdp2_llama_baseline.py) into $OUT/NAME-fsdp2.log;
 # "fsdp2-ckpt" runs it with activation checkpointing (the counterpart of full recomputation).
 CONFIG=$1 NAME=$2 SECONDS_LEFT=$3 FSDP2=${4:-}
@@ -23,7 +23,8 @@ python3 -m calorimeter plan "$CONFIG" | cut -c1-100
 BUDGET=$SECONDS_LEFT
 [ -n "$FSDP2" ] && BUDGET=$((SECONDS_LEFT - 110))
 # Only the cells are trained here (target `records`, workflow/rules/train.smk): tables, figures and reports are
-# rebuilt from the kept records on any machine (snakemake figures), so no device second goes to drawing. FULL=1 builds everything on the node too.
+# rebuilt from the kept records on any machine (snakemake figures), so no device second goes to drawing. FULL=1
+# builds everything on the node too.
 # Snakemake writes to a file, not a pipe: the cells' local job processes inherit its output, and a pipe held open by
 # a cell still running at the time limit kept the whole call waiting until the device call itself was cut. At the
 # limit, the cells still running are stopped too (their GPUs are needed by the next step).
