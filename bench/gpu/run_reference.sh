@@ -4,7 +4,8 @@
 # Snakemake trains the cells only (target `records`; FULL=1 for tables and figures too; node sampler at 50 ms, one
 # profiled step each) into /tmp/res-NAME, for at most SECONDS; every 20 s (and at the end) the cells' records
 # (run.json, steps/telemetry/kernels parquet, no raw streams or traces) are tarred to $OUT/NAME.tar.gz and the
-# one-line-per-cell table to $OUT/NAME.log. With "fsdp2", plain FSDP2 on Llama-3 8B at sequence 8192, micro-batch 1, 8 steps runs afterwards (bench/fsdp2_llama_baseline.py) into $OUT/NAME-fsdp2.log;
+# one-line-per-cell table to $OUT/NAME.log. With "fsdp2", plain FSDP2 on Llama-3 8B at sequence 8192,
+# micro-batch 1, 8 steps runs afterwards (bench/fsdp2_llama_baseline.py) into $OUT/NAME-fsdp2.log;
 # "fsdp2-ckpt" runs it with activation checkpointing (the counterpart of full recomputation).
 CONFIG=$1 NAME=$2 SECONDS_LEFT=$3 FSDP2=${4:-}
 source bench/gpu/setup_offline.sh
