@@ -10,6 +10,7 @@ import pytest
 from calorimeter.telemetry import (
     breakdown_traces,
     categorize_kernel,
+    copies_as_comm,
     kernel_breakdown,
     kernel_events,
     kernel_table,
@@ -39,6 +40,8 @@ from calorimeter.telemetry import (
         ("triton_red_fused_native_layer_norm_0", "normalization"),
         ("triton_poi_fused_add_mul_0", "memory_elementwise"),
         ("Memcpy DtoD (Device -> Device)", "memory_elementwise"),
+        ("Memcpy PtoP (Device -> Device)", "other_comm"),
+        ("void c10d::symmetric_memory::barrier_kernel(unsigned int**, int, int, int, unsigned long)", "other_comm"),
         ("my_custom_thing", "other"),
     ],
 )
@@ -139,3 +142,23 @@ def test_step_breakdown_of_the_committed_2x_h200_cells_shows_where_tp_overlap_lo
     assert tp2["on"].idle_min_s > 1.5 * tp2["off"].idle_min_s  # 0.351 vs 0.176 s: host-bound
     assert (df.idle_min_s >= 0).all() and (df.idle_min_s <= df.step_s).all()
     assert ((df.idle_min_s - (df.step_s - df.busy_s).clip(lower=0)).abs() < 1e-12).all()
+
+
+def test_copies_count_as_communication_in_the_strict_view() -> None:
+    """Peer copies are communication in both views; a local-looking copy (``Memcpy DtoD``, as a copy from mapped peer
+    memory may be recorded) only in the strict one."""
+    trace = _trace()
+    trace["traceEvents"] += [
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD (Device -> Device)", "ts": 160, "dur": 20, "pid": 0,
+         "tid": 9, "args": {"device": 0, "stream": 9}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy PtoP (Device -> Device)", "ts": 400, "dur": 30, "pid": 0,
+         "tid": 9, "args": {"device": 0, "stream": 9}},
+    ]
+    evs = kernel_events(trace, ("kernel", "gpu_memcpy"))
+    default, strict = kernel_breakdown(evs), kernel_breakdown(evs, copies_as_comm)
+    # default: the DtoD copy [160,180) and the HtoD copy [500,510) are compute, the peer copy [400,430) exposed
+    # communication
+    assert default.compute_s == pytest.approx(270e-6) and default.comm_exposed_s == pytest.approx(150e-6)
+    # strict: both copies (and the HtoD copy [500,510)) are communication, all of them exposed
+    assert strict.compute_s == pytest.approx(240e-6) and strict.comm_exposed_s == pytest.approx(180e-6)
+    assert strict.union_s["other_comm"] == pytest.approx(60e-6)

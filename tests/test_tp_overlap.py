@@ -72,6 +72,8 @@ def _worker(out: Path, mode: str) -> None:
         "w2": err(w2s.grad, ref[3].grad[:, cols]),
         "b2": err(b2_grad, ref[4].grad),
     }
+    # the SM carveout of the ring's GEMMs (CALORIMETER_TP_SM_CARVEOUT) is restored after them
+    result["carveout_after"] = torch._C._get_sm_carveout_experimental()
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 
@@ -82,12 +84,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize(("mode", "tp"), [("ring", 2), ("ring", 3), ("symm_mem", 2)])
-def test_overlapped_linears_match_collectives_and_gemm(tmp_path: Path, mode: str, tp: int) -> None:
-    """The ring, and the symmetric-memory path's wiring (on gloo: PyTorch's reference of the fused ops)."""
+@pytest.mark.parametrize(("mode", "tp", "carveout"),
+                         [("ring", 2, "0"), ("ring", 3, "0"), ("ring", 2, "16"), ("symm_mem", 2, "0")])
+def test_overlapped_linears_match_collectives_and_gemm(tmp_path: Path, mode: str, tp: int, carveout: str) -> None:
+    """The ring (with and without an SM carveout for its GEMMs), and the symmetric-memory path's wiring (on gloo:
+    PyTorch's reference of the fused ops)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(tp),
-           "OMP_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", "CALORIMETER_TP_SM_CARVEOUT": carveout}
     procs = [subprocess.Popen([sys.executable, __file__, str(tmp_path), mode], env={**env, "RANK": str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(tp)]
     for p in procs:
@@ -97,6 +101,7 @@ def test_overlapped_linears_match_collectives_and_gemm(tmp_path: Path, mode: str
         got = json.loads((tmp_path / f"rank{r}.json").read_text())
         s = 4 * tp
         assert got.pop("shapes") == [[s, 2, 5], [4, 2, 6]]
+        assert got.pop("carveout_after") is None
         assert all(e < 1e-12 for e in got.values()), (r, got)
 
 
@@ -110,6 +115,19 @@ def test_unknown_tp_overlap_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv(ENV_TP_OVERLAP, "nvls")
     with pytest.raises(ValueError, match="CALORIMETER_TP_OVERLAP='nvls'"):
         tp_overlap_mode()
+
+
+def test_sm_carveout_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from calorimeter.train.tp_overlap import ENV_TP_SM_CARVEOUT, tp_sm_carveout
+
+    monkeypatch.delenv(ENV_TP_SM_CARVEOUT, raising=False)
+    assert tp_sm_carveout() == 0
+    monkeypatch.setenv(ENV_TP_SM_CARVEOUT, "16")
+    assert tp_sm_carveout() == 16
+    for bad in ("-4", "sixteen", "200"):
+        monkeypatch.setenv(ENV_TP_SM_CARVEOUT, bad)
+        with pytest.raises(ValueError, match=f"CALORIMETER_TP_SM_CARVEOUT='{bad}'"):
+            tp_sm_carveout()
 
 
 if __name__ == "__main__":

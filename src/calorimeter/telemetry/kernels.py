@@ -14,7 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,9 @@ _COLLECTIVES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("alltoall", "all_to_all"), "all_to_all"),
     (("sendrecv", "send_recv", "broadcast", "_send", "_recv"), "send_recv"),
 )
-_COMM_MARKERS = ("nccl", "rccl", "userbuffers", "pushsend", "pushrecv")
+# PyTorch's symmetric memory (async tensor parallelism) moves shards as copy-engine peer copies ("Memcpy PtoP") and
+# synchronises ranks with its own kernels (``c10d::symmetric_memory::barrier_kernel``, signal pads): communication.
+_COMM_MARKERS = ("nccl", "rccl", "userbuffers", "pushsend", "pushrecv", "symmetric_memory", "memcpy ptop")
 _GEMM_ATTN = (
     "gemm", "gemv", "matmul", "xmma", "cutlass", "cublas", "wgmma", "nvjet", "sdpa",
     "flash", "fmha", "attention", "attn", "triton_tem_",
@@ -74,7 +76,8 @@ def categorize_kernel(name: str) -> str:
     """Category of a GPU kernel from its name (case-insensitive, first rule that matches wins).
 
     Rules: NCCL/RCCL/userbuffers kernels -> the collective in their name (AllReduce,
-    ReduceScatter, AllGather, AllToAll, SendRecv/Broadcast) else ``other_comm``; GEMM and
+    ReduceScatter, AllGather, AllToAll, SendRecv/Broadcast) else ``other_comm``; PyTorch
+    symmetric-memory kernels and peer copies (``Memcpy PtoP``) -> ``other_comm``; GEMM and
     attention kernels (gemm, xmma, cutlass, cublas, nvjet, flash, fmha, sdpa, ...) ->
     ``gemm_attention``; norms -> ``normalization``; elementwise, copies, reductions, softmax,
     optimizer, remaining Triton kernels -> ``memory_elementwise``; anything else -> ``other``.
@@ -200,11 +203,24 @@ class KernelBreakdown:
         return row
 
 
-def kernel_breakdown(events: Sequence[KernelEvent]) -> KernelBreakdown:
+def copies_as_comm(name: str) -> str:
+    """:func:`categorize_kernel`, except that every memory copy (``Memcpy ...``) counts as ``other_comm``.
+
+    The strict view for copy-engine communication: a peer copy from memory mapped into the local address space may be
+    recorded as ``Memcpy DtoD``, indistinguishable by name from a local copy; counting every copy as communication
+    bounds its exposed time from above.
+    """
+    return "other_comm" if name.lower().startswith("memcpy") else categorize_kernel(name)
+
+
+def kernel_breakdown(events: Sequence[KernelEvent],
+                     categorize: Callable[[str], str] = categorize_kernel) -> KernelBreakdown:
     """Summed and interval-union kernel times of one GPU's kernels.
 
     Args:
         events: Kernel events of a single GPU (all streams).
+        categorize: Category of a kernel name (default :func:`categorize_kernel`; :func:`copies_as_comm` for the
+            strict view of copy-engine communication).
 
     Returns:
         A :class:`KernelBreakdown` (seconds).
@@ -214,7 +230,7 @@ def kernel_breakdown(events: Sequence[KernelEvent]) -> KernelBreakdown:
         return out
     by_cat: dict[str, list[tuple[float, float]]] = {c: [] for c in CATEGORIES}
     for ev in events:
-        cat = categorize_kernel(ev.name)
+        cat = categorize(ev.name)
         by_cat[cat].append((ev.start_us, ev.end_us))
         out.sum_s[cat] += ev.dur_us * 1e-6
         out.count[cat] += 1
@@ -284,12 +300,14 @@ def trace_rank(path: str | Path, trace: dict[str, Any] | None = None) -> int | N
     return int(digits[-1]) if digits else None
 
 
-def breakdown_traces(paths: Iterable[str | Path], cats: Sequence[str] = ("kernel",)) -> pd.DataFrame:
+def breakdown_traces(paths: Iterable[str | Path], cats: Sequence[str] = ("kernel",),
+                     categorize: Callable[[str], str] = categorize_kernel) -> pd.DataFrame:
     """Kernel breakdown of several traces, one row per (rank, device), ranks in numeric order.
 
     Args:
         paths: Chrome trace files (e.g. ``rank-0.json`` ... ``rank-31.json``).
-        cats: Event categories counted as kernels.
+        cats: Event categories counted as kernels (add ``"gpu_memcpy"`` for copies, peer copies included).
+        categorize: Category of a kernel name (:func:`kernel_breakdown`).
 
     Returns:
         Columns ``rank, device, file`` then :meth:`KernelBreakdown.as_row`'s columns.
@@ -302,7 +320,7 @@ def breakdown_traces(paths: Iterable[str | Path], cats: Sequence[str] = ("kernel
         devices = sorted({ev.device for ev in events}, key=str) or [None]
         for dev in devices:
             evs = [ev for ev in events if dev is None or ev.device == dev]
-            rows.append({"rank": rank, "device": dev, "file": str(path), **kernel_breakdown(evs).as_row()})
+            rows.append({"rank": rank, "device": dev, "file": str(path), **kernel_breakdown(evs, categorize).as_row()})
     df = pd.DataFrame(rows)
     if df.empty:
         return df

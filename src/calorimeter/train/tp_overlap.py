@@ -31,13 +31,18 @@ ran beside the GEMMs for only 28% of their time (docs/knobs.md); this is the pat
 the gathered input of a column-parallel linear from the forward pass for its weight gradient (more activation memory
 than the ring, which gathers it again). On CPU ranks it runs PyTorch's own reference implementation of the same two
 ops (collective, then GEMM), which is what the equivalence tests check; NVLink multicast stays off
-(``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``). Not yet measured on GPUs.
+(``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``).
+
+``CALORIMETER_TP_SM_CARVEOUT=N`` (default 0) makes the ring's GEMMs leave ``N`` SMs to the NCCL transfer beside them
+(cuBLASLt's SM count target): the other way around the contention above, at the cost of slower GEMMs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -57,6 +62,7 @@ class Ring:
         self.rank = dist.get_rank(group)
         self.next = dist.get_global_rank(group, (self.rank + 1) % self.size)
         self.prev = dist.get_global_rank(group, (self.rank - 1) % self.size)
+        self.sm_carveout = tp_sm_carveout()
 
     def __deepcopy__(self, memo: dict[int, object]) -> Ring:
         return self
@@ -65,6 +71,20 @@ class Ring:
         """Start sending ``send`` to the next rank and receiving the previous rank's into ``recv``; returns works."""
         return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, self.next, self.group),
                                        dist.P2POp(dist.irecv, recv, self.prev, self.group)])
+
+    @contextlib.contextmanager
+    def gemm_beside_transfer(self) -> Iterator[None]:
+        """GEMMs issued inside leave ``sm_carveout`` SMs free for the transfer in flight (cuBLASLt's SM count target,
+        ``torch._C._set_sm_carveout_experimental``); nothing changes when it is 0."""
+        if not self.sm_carveout:
+            yield
+            return
+        before = torch._C._get_sm_carveout_experimental()
+        torch._C._set_sm_carveout_experimental(self.sm_carveout)
+        try:
+            yield
+        finally:
+            torch._C._set_sm_carveout_experimental(before)
 
     def chunk(self, t: int, offset: int = 0) -> int:
         """Index of the shard this rank handles at step ``t`` (``offset=-1``: reduce-scatter order)."""
@@ -117,7 +137,8 @@ def ring_all_gather_matmul(x: torch.Tensor, weight_t: torch.Tensor, ring: Ring,
         if t < ring.size - 1:
             nxt = _rows(gathered, ring.chunk(t + 1), n) if gathered is not None else torch.empty_like(x)
             works = ring.shift(cur, nxt)
-        _mm(cur, weight_t, _rows(out, ring.chunk(t), n))
+        with ring.gemm_beside_transfer():
+            _mm(cur, weight_t, _rows(out, ring.chunk(t), n))
         if works:
             _wait(works)
             cur = nxt
@@ -143,7 +164,8 @@ def ring_matmul_reduce_scatter(x: torch.Tensor, weight_t: torch.Tensor, ring: Ri
     recv: torch.Tensor | None = None
     works: list[Any] = []
     for t in range(ring.size):
-        part = _mm(_rows(x, ring.chunk(t, -1), n), weight_t)
+        with ring.gemm_beside_transfer():
+            part = _mm(_rows(x, ring.chunk(t, -1), n), weight_t)
         if on_step is not None:
             on_step(t)
         if works:
@@ -290,6 +312,16 @@ class _SymmLinearReduceScatter(torch.autograd.Function):
 #: the overlap mechanisms of ``overlap: true`` under tp > 1 with SP, and the environment override that picks one
 TP_OVERLAP_MODES = ("ring", "symm_mem")
 ENV_TP_OVERLAP = "CALORIMETER_TP_OVERLAP"
+ENV_TP_SM_CARVEOUT = "CALORIMETER_TP_SM_CARVEOUT"
+
+
+def tp_sm_carveout() -> int:
+    """SMs the ring's GEMMs leave free for the transfer beside them (``CALORIMETER_TP_SM_CARVEOUT``, default 0: all
+    SMs to the GEMM); anything but a whole number from 0 to 64 is an error."""
+    raw = os.environ.get(ENV_TP_SM_CARVEOUT, "0")
+    if not raw.isdigit() or int(raw) > 64:
+        raise ValueError(f"{ENV_TP_SM_CARVEOUT}={raw!r}: expected a whole number of SMs from 0 to 64")
+    return int(raw)
 
 
 def tp_overlap_mode() -> str:
