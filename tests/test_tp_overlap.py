@@ -26,7 +26,7 @@ def _worker(out: Path, mode: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from calorimeter.train.tp_overlap import Ring, SymmMemTP, all_gather_linear, linear_reduce_scatter
+    from calorimeter.train.tp_overlap import Ring, SymmMemTP, _on_one_host, all_gather_linear, linear_reduce_scatter
 
     dist.init_process_group("gloo")
     rank, tp = dist.get_rank(), dist.get_world_size()
@@ -72,8 +72,7 @@ def _worker(out: Path, mode: str) -> None:
         "w2": err(w2s.grad, ref[3].grad[:, cols]),
         "b2": err(b2_grad, ref[4].grad),
     }
-    # the SM carveout of the ring's GEMMs (CALORIMETER_TP_SM_CARVEOUT) is restored after them
-    result["carveout_after"] = torch._C._get_sm_carveout_experimental()
+    result["one_host"] = _on_one_host(group.group_name)
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 
@@ -84,14 +83,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize(("mode", "tp", "carveout"),
-                         [("ring", 2, "0"), ("ring", 3, "0"), ("ring", 2, "16"), ("symm_mem", 2, "0")])
-def test_overlapped_linears_match_collectives_and_gemm(tmp_path: Path, mode: str, tp: int, carveout: str) -> None:
-    """The ring (with and without an SM carveout for its GEMMs), and the symmetric-memory path's wiring (on gloo:
-    PyTorch's reference of the fused ops)."""
+@pytest.mark.parametrize(("mode", "tp"), [("ring", 2), ("ring", 3), ("symm_mem", 2)])
+def test_overlapped_linears_match_collectives_and_gemm(tmp_path: Path, mode: str, tp: int) -> None:
+    """The ring, and the symmetric-memory path's wiring (on gloo: PyTorch's reference of the fused ops)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(tp),
-           "OMP_NUM_THREADS": "1", "CALORIMETER_TP_SM_CARVEOUT": carveout}
+           "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, __file__, str(tmp_path), mode], env={**env, "RANK": str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(tp)]
     for p in procs:
@@ -101,7 +98,7 @@ def test_overlapped_linears_match_collectives_and_gemm(tmp_path: Path, mode: str
         got = json.loads((tmp_path / f"rank{r}.json").read_text())
         s = 4 * tp
         assert got.pop("shapes") == [[s, 2, 5], [4, 2, 6]]
-        assert got.pop("carveout_after") is None
+        assert got.pop("one_host") is True
         assert all(e < 1e-12 for e in got.values()), (r, got)
 
 
@@ -109,7 +106,7 @@ def test_unknown_tp_overlap_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> 
     from calorimeter.train.tp_overlap import ENV_TP_OVERLAP, tp_overlap_mode
 
     monkeypatch.delenv(ENV_TP_OVERLAP, raising=False)
-    assert tp_overlap_mode() == "ring"
+    assert tp_overlap_mode() == "ring"  # auto, without torch.distributed
     monkeypatch.setenv(ENV_TP_OVERLAP, "symm_mem")
     assert tp_overlap_mode() == "symm_mem"
     monkeypatch.setenv(ENV_TP_OVERLAP, "nvls")
@@ -117,17 +114,27 @@ def test_unknown_tp_overlap_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> 
         tp_overlap_mode()
 
 
-def test_sm_carveout_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    from calorimeter.train.tp_overlap import ENV_TP_SM_CARVEOUT, tp_sm_carveout
+@pytest.mark.parametrize(("backend", "one_host", "want"),
+                         [("nccl", True, "symm_mem"), ("nccl", False, "ring"), ("gloo", True, "ring")])
+def test_auto_overlap_takes_symmetric_memory_on_one_nccl_host(monkeypatch: pytest.MonkeyPatch, backend: str,
+                                                               one_host: bool, want: str) -> None:
+    import torch.distributed as dist
+    from megatron.core import parallel_state
 
-    monkeypatch.delenv(ENV_TP_SM_CARVEOUT, raising=False)
-    assert tp_sm_carveout() == 0
-    monkeypatch.setenv(ENV_TP_SM_CARVEOUT, "16")
-    assert tp_sm_carveout() == 16
-    for bad in ("-4", "sixteen", "200"):
-        monkeypatch.setenv(ENV_TP_SM_CARVEOUT, bad)
-        with pytest.raises(ValueError, match=f"CALORIMETER_TP_SM_CARVEOUT='{bad}'"):
-            tp_sm_carveout()
+    from calorimeter.train import tp_overlap
+
+    class Group:
+        group_name = "tp-group"
+
+    monkeypatch.delenv(tp_overlap.ENV_TP_OVERLAP, raising=False)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(parallel_state, "model_parallel_is_initialized", lambda: True)
+    monkeypatch.setattr(parallel_state, "get_tensor_model_parallel_group", lambda: Group())
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: backend)
+    monkeypatch.setattr(tp_overlap, "_on_one_host", lambda name: one_host and name == "tp-group")
+    assert tp_overlap.tp_overlap_mode() == want
+    monkeypatch.setenv(tp_overlap.ENV_TP_OVERLAP, "ring")  # an explicit choice wins
+    assert tp_overlap.tp_overlap_mode() == "ring"
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from calorimeter.train.parallel import (  # noqa: E402
     destroy_model_parallel,
     init_model_parallel,
 )
-from calorimeter.train.tp_overlap import tp_overlap_mode, tp_sm_carveout  # noqa: E402
+from calorimeter.train.tp_overlap import tp_overlap_mode  # noqa: E402
 
 BUCKET_ELEMENTS = 500_000_000
 """Gradient reduce / all-gather bucket size in elements (DeepSpeed's default), the same with overlap on or off."""
@@ -338,7 +338,6 @@ def engine_record(cell: Cell, par: TPConfig, kern: Kernels, kernel_info: dict[st
         "overlap": {
             "deepspeed_overlap_comm": cell.overlap,
             "tp_comm_overlap": tp_overlap_mode() if par.overlap else ("none" if par.enabled else "n/a"),
-            "tp_sm_carveout": tp_sm_carveout() if par.overlap and tp_overlap_mode() == "ring" else 0,
         },
         "torch": torch.__version__,
     }

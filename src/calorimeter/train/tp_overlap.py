@@ -23,26 +23,24 @@ The math is Megatron-core's (same layouts, same sums; the reduce-scatter's parti
 (gloo). On CUDA the tensor-parallel group's NCCL streams get high priority (Megatron-core's
 ``high_priority_stream_groups``) so the transfer kernels are scheduled ahead of the GEMM they hide under.
 
-A second mechanism, chosen with ``CALORIMETER_TP_OVERLAP=symm_mem`` (default ``ring``; a benchmark override like
-``CALORIMETER_FUSED``, recorded in run.json): PyTorch's symmetric-memory async tensor parallelism
+A second mechanism, what ``overlap: true`` uses where the tensor-parallel group is NCCL on one host
+(:func:`tp_overlap_mode`; ``CALORIMETER_TP_OVERLAP=ring|symm_mem`` forces one, a benchmark override like
+``CALORIMETER_FUSED``; the choice is recorded in run.json): PyTorch's symmetric-memory async tensor parallelism
 (``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``), whose shards move as peer copies
 from symmetric buffers (copy engines, no SMs) pipelined with the GEMMs. On 2x H200 the ring's NCCL send/recv kernels
-ran beside the GEMMs for only 28% of their time (docs/knobs.md); this is the path without that contention. It keeps
+ran beside the GEMMs for only 28% of their time (docs/knobs.md); this is the path without that contention: on 2x
+H200 (TP2 + SP, s=8192) it cut exposed communication from 0.351 to 0.081 s per step, copies counted as
+communication (results/reference/h200x2-engine-speed-2026-11-23c). It keeps
 the gathered input of a column-parallel linear from the forward pass for its weight gradient (more activation memory
 than the ring, which gathers it again). On CPU ranks it runs PyTorch's own reference implementation of the same two
 ops (collective, then GEMM), which is what the equivalence tests check; NVLink multicast stays off
 (``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``).
-
-``CALORIMETER_TP_SM_CARVEOUT=N`` (default 0) makes the ring's GEMMs leave ``N`` SMs to the NCCL transfer beside them
-(cuBLASLt's SM count target): the other way around the contention above, at the cost of slower GEMMs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -62,7 +60,6 @@ class Ring:
         self.rank = dist.get_rank(group)
         self.next = dist.get_global_rank(group, (self.rank + 1) % self.size)
         self.prev = dist.get_global_rank(group, (self.rank - 1) % self.size)
-        self.sm_carveout = tp_sm_carveout()
 
     def __deepcopy__(self, memo: dict[int, object]) -> Ring:
         return self
@@ -71,20 +68,6 @@ class Ring:
         """Start sending ``send`` to the next rank and receiving the previous rank's into ``recv``; returns works."""
         return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, self.next, self.group),
                                        dist.P2POp(dist.irecv, recv, self.prev, self.group)])
-
-    @contextlib.contextmanager
-    def gemm_beside_transfer(self) -> Iterator[None]:
-        """GEMMs issued inside leave ``sm_carveout`` SMs free for the transfer in flight (cuBLASLt's SM count target,
-        ``torch._C._set_sm_carveout_experimental``); nothing changes when it is 0."""
-        if not self.sm_carveout:
-            yield
-            return
-        before = torch._C._get_sm_carveout_experimental()
-        torch._C._set_sm_carveout_experimental(self.sm_carveout)
-        try:
-            yield
-        finally:
-            torch._C._set_sm_carveout_experimental(before)
 
     def chunk(self, t: int, offset: int = 0) -> int:
         """Index of the shard this rank handles at step ``t`` (``offset=-1``: reduce-scatter order)."""
@@ -137,8 +120,7 @@ def ring_all_gather_matmul(x: torch.Tensor, weight_t: torch.Tensor, ring: Ring,
         if t < ring.size - 1:
             nxt = _rows(gathered, ring.chunk(t + 1), n) if gathered is not None else torch.empty_like(x)
             works = ring.shift(cur, nxt)
-        with ring.gemm_beside_transfer():
-            _mm(cur, weight_t, _rows(out, ring.chunk(t), n))
+        _mm(cur, weight_t, _rows(out, ring.chunk(t), n))
         if works:
             _wait(works)
             cur = nxt
@@ -164,8 +146,7 @@ def ring_matmul_reduce_scatter(x: torch.Tensor, weight_t: torch.Tensor, ring: Ri
     recv: torch.Tensor | None = None
     works: list[Any] = []
     for t in range(ring.size):
-        with ring.gemm_beside_transfer():
-            part = _mm(_rows(x, ring.chunk(t, -1), n), weight_t)
+        part = _mm(_rows(x, ring.chunk(t, -1), n), weight_t)
         if on_step is not None:
             on_step(t)
         if works:
@@ -247,6 +228,9 @@ class SymmMemTP:
 
         self.group_name = group.group_name
         if dist.get_backend(group) == "nccl":
+            if not _on_one_host(self.group_name):
+                raise ValueError(f"{ENV_TP_OVERLAP}=symm_mem: the tensor-parallel group spans hosts; symmetric memory "
+                                 "needs every rank of the group on one host (use ring)")
             symm_mem.enable_symm_mem_for_group(self.group_name)
             ops = torch.ops.symm_mem
             self._ag, self._rs = ops.fused_all_gather_matmul, ops.fused_matmul_reduce_scatter
@@ -312,24 +296,39 @@ class _SymmLinearReduceScatter(torch.autograd.Function):
 #: the overlap mechanisms of ``overlap: true`` under tp > 1 with SP, and the environment override that picks one
 TP_OVERLAP_MODES = ("ring", "symm_mem")
 ENV_TP_OVERLAP = "CALORIMETER_TP_OVERLAP"
-ENV_TP_SM_CARVEOUT = "CALORIMETER_TP_SM_CARVEOUT"
-
-
-def tp_sm_carveout() -> int:
-    """SMs the ring's GEMMs leave free for the transfer beside them (``CALORIMETER_TP_SM_CARVEOUT``, default 0: all
-    SMs to the GEMM); anything but a whole number from 0 to 64 is an error."""
-    raw = os.environ.get(ENV_TP_SM_CARVEOUT, "0")
-    if not raw.isdigit() or int(raw) > 64:
-        raise ValueError(f"{ENV_TP_SM_CARVEOUT}={raw!r}: expected a whole number of SMs from 0 to 64")
-    return int(raw)
 
 
 def tp_overlap_mode() -> str:
-    """The mechanism ``CALORIMETER_TP_OVERLAP`` names (default ``ring``); an unknown name is an error."""
-    mode = os.environ.get(ENV_TP_OVERLAP, "ring")
-    if mode not in TP_OVERLAP_MODES:
-        raise ValueError(f"{ENV_TP_OVERLAP}={mode!r}: expected one of {', '.join(TP_OVERLAP_MODES)}")
-    return mode
+    """The mechanism of ``overlap: true`` under tp > 1 with SP: ``CALORIMETER_TP_OVERLAP`` when set (``ring`` or
+    ``symm_mem``; anything else is an error), else ``auto``: ``symm_mem`` where the tensor-parallel group is NCCL on
+    one host (measured on 2x H200: exposed communication 0.351 -> 0.081 s per step, the ring 0.372 s), ``ring``
+    elsewhere (CPU ranks, a group spanning hosts, or before ``parallel_state`` is initialised)."""
+    mode = os.environ.get(ENV_TP_OVERLAP, "auto")
+    if mode not in ("auto", *TP_OVERLAP_MODES):
+        raise ValueError(f"{ENV_TP_OVERLAP}={mode!r}: expected auto or one of {', '.join(TP_OVERLAP_MODES)}")
+    if mode != "auto":
+        return mode
+    if not dist.is_initialized():
+        return "ring"
+    from megatron.core import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():
+        return "ring"
+    group = parallel_state.get_tensor_model_parallel_group()
+    return "symm_mem" if dist.get_backend(group) == "nccl" and _on_one_host(group.group_name) else "ring"
+
+
+@functools.cache
+def _on_one_host(group_name: str) -> bool:
+    """Whether every rank of the group runs on this host (one collective per group; every rank of the group asks)."""
+    import socket
+
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    group = _resolve_process_group(group_name)
+    hosts: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(hosts, socket.gethostname(), group=group)
+    return len(set(hosts)) == 1
 
 
 def all_gather_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
