@@ -19,11 +19,14 @@ FSDP2; exposed communication of every TP layout at most half of today's).
 Llama-3 8B, sequence 8192, micro-batch 1, global batch 8 (grad-accumulation 4 at dp2, 8 at tp2), bf16, 2 warm-up +
 3 measured + 1 profiled step. In order (2 GPUs): ``z3-today``, ``z3-after`` (ZeRO-3 dp2 before/after), ``z1-after``
 (ZeRO-1 dp2: out of memory before, when the loss made an fp32 copy of the logits), ``fsdp2``
-(bench/fsdp2_llama_baseline.py, 8 steps), ``tp-today``, ``tp-after-ov``, ``tp-after-symm``, ``tp-after-noov``
-(TP2 + SP: today, after with the ring overlap, with symmetric-memory async TP, and without overlap), ``z2-after``,
-``pp2-today``, ``pp2-after`` (1F1B over 8 micro-batches). About 55 s each on 2x H200 (FSDP2 45), ~600 s in all (two
-calls: ``--only``); a variant whose
-estimate no longer fits ``--budget-s`` is skipped and says so.
+(bench/fsdp2_llama_baseline.py at the same global batch: 6 optimizer steps of 4 micro-batches), ``tp-today``,
+``tp-after-ov``, ``tp-after``, ``tp-after-noov`` (TP2 + SP: today, after with the ring overlap, after with what
+``overlap: true`` takes by default, PyTorch's symmetric-memory async TP on one NCCL host, and after without
+overlap), ``z2-today``, ``z2-after``, ``pp2-today``, ``pp2-after`` (1F1B over 8 micro-batches),
+``pp2-after-gb128`` (the study's global batch, 128 micro-batches a step: 1 warm-up + 2 measured steps, not
+profiled). About 55 s each on 2x H200
+(FSDP2 60, gb128 200), ~890 s in all (two calls: ``--only``); a variant whose estimate no longer fits ``--budget-s``
+is skipped and says so.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ class Variant:
     attention: str = "auto"
     fused: str = "auto"
     tp_overlap: str = "auto"  # CALORIMETER_TP_OVERLAP: the mechanism of overlap under tp > 1 with SP
+    profile: bool = True  # trace one more step with torch.profiler (the kernel breakdown)
+    estimate_s: float = 55.0  # on 2x H200, start to end
 
 
 @dataclass
@@ -87,16 +92,20 @@ def plan(dry_run: bool, gpus: int) -> list[Group]:
         Variant("z1-after", "dense-z1", "after", {**base, "zero_stage": 1, "overlap": True}),
         Variant("tp-today", "tp-sp", "today", {**tp, "overlap": False}, **today),
         Variant("tp-after-ov", "tp-sp", "after", {**tp, "overlap": True}, tp_overlap="ring"),
-        Variant("tp-after-symm", "tp-sp", "after", {**tp, "overlap": True}, tp_overlap="symm_mem"),
+        Variant("tp-after", "tp-sp", "after", {**tp, "overlap": True}),  # auto: symmetric memory on one NCCL host
         Variant("tp-after-noov", "tp-sp-noov", "after", {**tp, "overlap": False}),
+        Variant("z2-today", "dense-z2", "today", {**base, "zero_stage": 2, "overlap": True}, **today),
         Variant("z2-after", "dense-z2", "after", {**base, "zero_stage": 2, "overlap": True}),
         Variant("pp2-today", "pp2", "today", pp, **today),
         Variant("pp2-after", "pp2", "after", pp),
+        # the study's global batch: 128 micro-batches a step, so the pipeline bubble is the study's (~55 s a step)
+        Variant("pp2-after-gb128", "pp2-gb128", "after",
+                {**pp, "global_batch": 128, "warmup_steps": 1, "measured_steps": 2}, profile=False, estimate_s=200),
     ]
     # One process per variant: in one process a variant's memory was not all returned to the next (2x H200,
     # 2026-11-23: z3-after and z2-after ran out of memory at 146 GB after z3-today; z1-after alone peaked at 130 GB).
-    groups = [Group(v.name, [v], estimate_s=55) for v in variants]
-    groups.insert(3, Group("fsdp2", estimate_s=45))  # most important first: dense before/after, FSDP2, then TP
+    groups = [Group(v.name, [v], estimate_s=v.estimate_s) for v in variants]
+    groups.insert(3, Group("fsdp2", estimate_s=60))  # most important first: dense before/after, FSDP2, then TP
     if dry_run:
         groups = [g for g in groups if g.name != "fsdp2"]
         for g in groups:
@@ -130,7 +139,7 @@ def _worker(out: Path, work: Path, group: Group) -> None:
                                "overrides": {"attention": v.attention, "fused": v.fused,
                                              "tp_overlap": v.tp_overlap}}
         try:
-            record = train_cell(cell, vdir, profile_steps=1)
+            record = train_cell(cell, vdir, profile_steps=1 if v.profile else 0)
             status = "ok"
         except CellOOMError as e:
             record, status = {"steps": [], "peak_memory_bytes": e.peak_memory_bytes, "error": str(e)}, "oom"
@@ -150,7 +159,7 @@ def _worker(out: Path, work: Path, group: Group) -> None:
                 row["losses"] = [s["loss"] for s in records[0]["steps"]]
                 row["engine"] = records[0]["engine"]
                 row["peak_memory_gb"] = max(r["peak_memory_bytes"] or 0 for r in records) / 1e9
-                row["kernels"] = _trace_breakdown(vdir)
+                row["kernels"] = _trace_breakdown(vdir) if v.profile else {"error": "not profiled"}
             else:
                 row["errors"] = [{"rank": i, "status": r["status"], "error": r.get("error"),
                                   "traceback": r.get("traceback")} for i, r in enumerate(records)
@@ -280,10 +289,11 @@ def _run(cmd: list[str], env: dict[str, str], timeout_s: float, log: Path) -> tu
 
 def _fsdp2(out: Path, gpus: int, env: dict[str, str], timeout_s: float) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(gpus),
-           str(ROOT / "bench" / "fsdp2_llama_baseline.py"), "8192", "1", "8"]
+           str(ROOT / "bench" / "fsdp2_llama_baseline.py"), "8192", "1", "6", f"accum={8 // gpus}"]
     t0 = time.time()
     rc, text = _run(cmd, env, timeout_s, out / "fsdp2.log")
-    row: dict[str, Any] = {"variant": "fsdp2", "layout": "fsdp2", "phase": "peer", "wall_s": time.time() - t0}
+    row: dict[str, Any] = {"variant": "fsdp2", "layout": "fsdp2", "phase": "peer", "wall_s": time.time() - t0,
+                           "global_batch": 8}
     m = re.search(r"RESULT .*step ([\d.]+)s tokens/s/GPU (\d+) TFLOP/s/GPU (\d+) MFU ([\d.]+)% peak mem ([\d.]+)",
                   text)
     if rc == 0 and m:
@@ -335,14 +345,20 @@ def summarize(rows: list[dict[str, Any]]) -> str:
         lines.append(f"- best dense after: {best['variant']} {best['metrics']['mfu_full']:.1%} MFU "
                      f"(target >= 55%: {'met' if best['metrics']['mfu_full'] >= 0.55 else 'MISSED'}); "
                      f"{ratio:.3f}x FSDP2 (target >= 1.10: {'met' if ratio >= 1.10 else 'MISSED'})")
-    if "z3-today" in ok and "z3-after" in ok:
-        a, b = ok["z3-today"]["metrics"]["mfu_full"], ok["z3-after"]["metrics"]["mfu_full"]
-        lines.append(f"- ZeRO-3 dp: {a:.1%} -> {b:.1%} MFU ({b / a:.3f}x)")
+    for today in [r for r in ok.values() if r["phase"] == "today"]:
+        for after in [r for r in ok.values() if r["phase"] == "after" and r["layout"] == today["layout"]]:
+            a, b = _mfu_or(today), _mfu_or(after)
+            lines.append(f"- {today['layout']}: {today['variant']} {a:.1%} -> {after['variant']} {b:.1%} MFU "
+                         f"({b / a:.3f}x)")
+    if "pp2-after" in ok and "pp2-after-gb128" in ok:
+        a, b = _mfu_or(ok["pp2-after"]), _mfu_or(ok["pp2-after-gb128"])
+        lines.append(f"- pp2 at the study's global batch: gb 8 {a:.1%} -> gb 128 {b:.1%} MFU ({b / a:.3f}x; 1F1B "
+                     f"bubble (p-1)/(m+p-1): 1/9 of the step at gb 8, 1/129 at gb 128)")
     if "tp-today" in ok:
         # today's exposed communication (collective kernels, copies as compute) against each after-variant's strict
         # view (every copy counted as communication): the comparison can only understate the gain
         before = ((ok["tp-today"].get("kernels") or {}).get("ranks") or [{}])[0]
-        for name in ("tp-after-ov", "tp-after-symm", "tp-after-noov"):
+        for name in ("tp-after-ov", "tp-after-symm", "tp-after", "tp-after-noov"):
             if name not in ok:
                 continue
             kern = ok[name].get("kernels") or {}
