@@ -210,6 +210,7 @@ def _trace_breakdown(vdir: Path) -> dict[str, Any]:
 
     from calorimeter.records.paths import RunPaths
     from calorimeter.telemetry.kernels import (
+        TRACE_EVENT_CATEGORIES,
         breakdown_traces,
         copies_as_comm,
         kernel_events,
@@ -220,7 +221,7 @@ def _trace_breakdown(vdir: Path) -> dict[str, Any]:
     traces = sorted(RunPaths(vdir).traces.glob("rank-*.json*"))
     if not traces:
         return {"error": "no trace"}
-    cats = ("kernel", "gpu_memcpy")
+    cats = TRACE_EVENT_CATEGORIES
     out: dict[str, Any] = {"ranks": [], "strict": []}
     for view, categorize in (("ranks", None), ("strict", copies_as_comm)):
         df = breakdown_traces(traces, cats, **({"categorize": categorize} if categorize else {}))

@@ -300,13 +300,18 @@ def trace_rank(path: str | Path, trace: dict[str, Any] | None = None) -> int | N
     return int(digits[-1]) if digits else None
 
 
-def breakdown_traces(paths: Iterable[str | Path], cats: Sequence[str] = ("kernel",),
+#: Trace events a breakdown counts: kernels and copies (peer copies are the communication of PyTorch's symmetric-memory
+#: tensor parallelism; local copies are GPU work like any kernel).
+TRACE_EVENT_CATEGORIES: tuple[str, ...] = ("kernel", "gpu_memcpy")
+
+
+def breakdown_traces(paths: Iterable[str | Path], cats: Sequence[str] = TRACE_EVENT_CATEGORIES,
                      categorize: Callable[[str], str] = categorize_kernel) -> pd.DataFrame:
     """Kernel breakdown of several traces, one row per (rank, device), ranks in numeric order.
 
     Args:
         paths: Chrome trace files (e.g. ``rank-0.json`` ... ``rank-31.json``).
-        cats: Event categories counted as kernels (add ``"gpu_memcpy"`` for copies, peer copies included).
+        cats: Event categories counted (default :data:`TRACE_EVENT_CATEGORIES`; ``("kernel",)`` for kernels only).
         categorize: Category of a kernel name (:func:`kernel_breakdown`).
 
     Returns:

@@ -29,8 +29,8 @@ A second mechanism, what ``overlap: true`` uses where the tensor-parallel group 
 (``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``), whose shards move as peer copies
 from symmetric buffers (copy engines, no SMs) pipelined with the GEMMs. On 2x H200 the ring's NCCL send/recv kernels
 ran beside the GEMMs for only 28% of their time (docs/knobs.md); this is the path without that contention: on 2x
-H200 (TP2 + SP, s=8192) it cut exposed communication from 0.351 to 0.081 s per step, copies counted as
-communication (results/reference/h200x2-engine-speed-2026-11-23c). It keeps
+H200 (TP2 + SP, s=8192) it cut exposed communication from 0.351 s per step to 0.079-0.104 s with every copy counted
+as communication (results/reference/h200x2-engine-speed-2026-11-23c). It keeps
 the gathered input of a column-parallel linear from the forward pass for its weight gradient (more activation memory
 than the ring, which gathers it again). On CPU ranks it runs PyTorch's own reference implementation of the same two
 ops (collective, then GEMM), which is what the equivalence tests check; NVLink multicast stays off
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from typing import Any
 
 import torch
@@ -231,7 +232,9 @@ class SymmMemTP:
             if not _on_one_host(self.group_name):
                 raise ValueError(f"{ENV_TP_OVERLAP}=symm_mem: the tensor-parallel group spans hosts; symmetric memory "
                                  "needs every rank of the group on one host (use ring)")
-            symm_mem.enable_symm_mem_for_group(self.group_name)
+            with warnings.catch_warnings():  # needed before torch 2.9 (pyproject allows 2.6); deprecated since
+                warnings.simplefilter("ignore", FutureWarning)
+                symm_mem.enable_symm_mem_for_group(self.group_name)
             ops = torch.ops.symm_mem
             self._ag, self._rs = ops.fused_all_gather_matmul, ops.fused_matmul_reduce_scatter
         else:
@@ -301,7 +304,7 @@ ENV_TP_OVERLAP = "CALORIMETER_TP_OVERLAP"
 def tp_overlap_mode() -> str:
     """The mechanism of ``overlap: true`` under tp > 1 with SP: ``CALORIMETER_TP_OVERLAP`` when set (``ring`` or
     ``symm_mem``; anything else is an error), else ``auto``: ``symm_mem`` where the tensor-parallel group is NCCL on
-    one host (measured on 2x H200: exposed communication 0.351 -> 0.081 s per step, the ring 0.372 s), ``ring``
+    one host (measured on 2x H200: exposed communication 0.351 -> 0.079-0.104 s per step, the ring 0.372 s), ``ring``
     elsewhere (CPU ranks, a group spanning hosts, or before ``parallel_state`` is initialised)."""
     mode = os.environ.get(ENV_TP_OVERLAP, "auto")
     if mode not in ("auto", *TP_OVERLAP_MODES):
