@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Engine speed, side by side in one call: plain FSDP2, the best dense Llama-3 8B cells and the TP layouts, each
-before (today's kernels, no tensor-parallel overlap) and after (chosen kernels, ``overlap`` = ring TP overlap).
+before (today's kernels, no tensor-parallel overlap) and after (chosen kernels, ``overlap: true``'s TP overlap).
 
     python bench/engine_speed.py --out DIR [--gpus 2] [--budget-s 340]      # on a GPU node (bench/gpu/engine_speed.sh)
     python bench/engine_speed.py --out DIR --dry-run                         # CPU: tiny-llama, 2 gloo ranks
@@ -12,9 +12,9 @@ and appends one JSON line to ``DIR/engine_speed.jsonl`` as soon as it is done: M
 convention, the study's), tokens/s/GPU, the kernels and overlap used (as recorded in run.json), and the kernel-trace
 breakdown of the profiled step of rank 0 (busy, compute, communication, exposed communication = communication not
 under any compute kernel, per collective). Per-rank records go to ``--work`` (tarred to ``DIR/variants.tar.gz``
-after each group), logs to ``DIR/groups.log`` and ``DIR/fsdp2.log``. ``DIR/summary.md`` is rewritten after every
-group: before/after per layout, the ratio to FSDP2 and the targets of issue 15 (best dense >= 55% MFU and >= 1.10x
-FSDP2; exposed communication of every TP layout at most half of today's).
+after each variant), logs to ``DIR/variants.log`` and ``DIR/fsdp2.log``. ``DIR/summary.md`` is rewritten after
+every variant: before/after per layout, the ratio to FSDP2 and the targets of issue 15 (best dense >= 55% MFU and
+>= 1.10x FSDP2; exposed communication of every TP layout at most half of today's).
 
 Llama-3 8B, sequence 8192, micro-batch 1, global batch 8 (grad-accumulation 4 at dp2, 8 at tp2), bf16, 2 warm-up +
 3 measured + 1 profiled step. In order (2 GPUs): ``z3-today``, ``z3-after`` (ZeRO-3 dp2 before/after), ``z1-after``
@@ -24,15 +24,14 @@ Llama-3 8B, sequence 8192, micro-batch 1, global batch 8 (grad-accumulation 4 at
 ``overlap: true`` takes by default, PyTorch's symmetric-memory async TP on one NCCL host, and after without
 overlap), ``z2-today``, ``z2-after``, ``pp2-today``, ``pp2-after`` (1F1B over 8 micro-batches),
 ``pp2-after-gb128`` (the study's global batch, 128 micro-batches a step: 1 warm-up + 2 measured steps, not
-profiled). About 55 s each on 2x H200
-(FSDP2 60, gb128 200), ~890 s in all (two calls: ``--only``); a variant whose estimate no longer fits ``--budget-s``
-is skipped and says so.
+profiled). About 55 s each on 2x H200 (FSDP2 60, gb128 200), ~890 s in all (two calls: ``--only``); a variant
+whose estimate no longer fits ``--budget-s`` is skipped and says so, and one that runs past 4 times its estimate is
+stopped.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import os
@@ -42,7 +41,7 @@ import sys
 import tarfile
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,18 +63,10 @@ class Variant:
     estimate_s: float = 55.0  # on 2x H200, start to end
 
 
-@dataclass
-class Group:
-    name: str
-    variants: list[Variant] = field(default_factory=list)
-    estimate_s: float = 0.0
-    env: dict[str, str] = field(default_factory=dict)
-
-
-def plan(dry_run: bool, gpus: int) -> list[Group]:
-    """The groups and variants of one call."""
+def plan(dry_run: bool, gpus: int) -> list[Variant]:
+    """The variants of one call, in order (``fsdp2``: the peer baseline, bench/fsdp2_llama_baseline.py)."""
     # Fixed short runs (no steady-temperature warm-up: it may take minutes per cell), variants back to back: the
-    # first of a group runs on the coolest GPU, and "today" comes first, which if anything favours today.
+    # first runs on the coolest GPU, and "today" comes first, which if anything favours today.
     base = dict(sweep="engine-speed", model="llama3-8b", hardware="h200", nodes=1, gpus_per_node=gpus,
                 micro_batch=1, global_batch=8, seq_len=8192, warmup="fixed", warmup_steps=2, measured_steps=3,
                 measured_min_s=0.0, precision="bf16", lr=1e-4)
@@ -102,23 +93,19 @@ def plan(dry_run: bool, gpus: int) -> list[Group]:
         Variant("pp2-after-gb128", "pp2-gb128", "after",
                 {**pp, "global_batch": 128, "warmup_steps": 1, "measured_steps": 2}, profile=False, estimate_s=200),
     ]
-    # One process per variant: in one process a variant's memory was not all returned to the next (2x H200,
-    # 2026-11-23: z3-after and z2-after ran out of memory at 146 GB after z3-today; z1-after alone peaked at 130 GB).
-    groups = [Group(v.name, [v], estimate_s=v.estimate_s) for v in variants]
-    groups.insert(3, Group("fsdp2", estimate_s=60))  # most important first: dense before/after, FSDP2, then TP
+    # most important first: dense before/after, FSDP2, then TP
+    variants.insert(3, Variant("fsdp2", "fsdp2", "peer", {}, estimate_s=60))
     if dry_run:
-        groups = [g for g in groups if g.name != "fsdp2"]
-        for g in groups:
-            g.estimate_s = 60
-    return groups
+        variants = [replace(v, estimate_s=60) for v in variants if v.name != "fsdp2"]
+    return variants
 
 
 # --------------------------------------------------------------------------------------------------------------
-# worker: one torchrun process per rank, every variant of a group in turn
+# worker: one torchrun process per rank and variant (in one process a variant's memory was not all returned to the
+# next: 2x H200, 2026-11-23, z3-after and z2-after ran out of memory at 146 GB after z3-today; z1-after alone 130 GB)
 # --------------------------------------------------------------------------------------------------------------
 
-def _worker(out: Path, work: Path, group: Group) -> None:
-    import torch
+def _worker(out: Path, work: Path, v: Variant) -> None:
     import torch.distributed as dist
 
     from calorimeter.plan.cell import Cell
@@ -128,50 +115,43 @@ def _worker(out: Path, work: Path, group: Group) -> None:
     from calorimeter.train.loop import train_cell
 
     _join_torchrun_group(timeout_s=180)
-    rank = dist.get_rank()
-    for v in group.variants:
-        os.environ["CALORIMETER_ATTENTION"], os.environ["CALORIMETER_FUSED"] = v.attention, v.fused
-        os.environ["CALORIMETER_TP_OVERLAP"] = v.tp_overlap
-        cell = Cell.from_dict(v.cell)
-        vdir = work / v.name
-        t0 = time.time()
-        row: dict[str, Any] = {"variant": v.name, "layout": v.layout, "phase": v.phase, "cell_id": cell.cell_id,
-                               "overrides": {"attention": v.attention, "fused": v.fused,
-                                             "tp_overlap": v.tp_overlap}}
-        try:
-            record = train_cell(cell, vdir, profile_steps=1 if v.profile else 0)
-            status = "ok"
-        except CellOOMError as e:
-            record, status = {"steps": [], "peak_memory_bytes": e.peak_memory_bytes, "error": str(e)}, "oom"
-        except Exception as e:  # noqa: BLE001 - recorded; the group goes on if the ranks are still in step
-            record, status = {"steps": [], "error": f"{type(e).__name__}: {e}"[:800],
-                              "traceback": traceback.format_exc()[-3000:]}, "failed"
-        records: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(records, {"status": status, **{k: record.get(k) for k in (
-            "steps", "peak_memory_bytes", "engine", "error", "traceback", "traced", "stage", "tp_rank")}})
-        if rank == 0:
-            row["status"] = "ok" if all(r["status"] == "ok" for r in records) else next(
-                r["status"] for r in records if r["status"] != "ok")
-            row["wall_s"] = time.time() - t0
-            if row["status"] == "ok":
-                peak = PROFILES[cell.hardware].peak_bf16_tflops if cell.hardware in PROFILES else None
-                row["metrics"] = throughput_metrics(cell, step_times_s([r["steps"] for r in records]), peak)
-                row["losses"] = [s["loss"] for s in records[0]["steps"]]
-                row["engine"] = records[0]["engine"]
-                row["peak_memory_gb"] = max(r["peak_memory_bytes"] or 0 for r in records) / 1e9
-                row["kernels"] = _trace_breakdown(vdir) if v.profile else {"error": "not profiled"}
-            else:
-                row["errors"] = [{"rank": i, "status": r["status"], "error": r.get("error"),
-                                  "traceback": r.get("traceback")} for i, r in enumerate(records)
-                                 if r["status"] != "ok"][:2]
-            with (out / "engine_speed.jsonl").open("a") as fh:
-                fh.write(json.dumps(row, default=str) + "\n")
-            print("RESULT " + _line(row), flush=True)
-        del record
-        gc.collect()
-        if device_is_cuda():
-            torch.cuda.empty_cache()
-        dist.barrier()
+    os.environ["CALORIMETER_ATTENTION"], os.environ["CALORIMETER_FUSED"] = v.attention, v.fused
+    os.environ["CALORIMETER_TP_OVERLAP"] = v.tp_overlap
+    cell = Cell.from_dict(v.cell)
+    vdir = work / v.name
+    t0 = time.time()
+    row: dict[str, Any] = {"variant": v.name, "layout": v.layout, "phase": v.phase, "cell_id": cell.cell_id,
+                           "overrides": {"attention": v.attention, "fused": v.fused, "tp_overlap": v.tp_overlap}}
+    try:
+        record = train_cell(cell, vdir, profile_steps=1 if v.profile else 0)
+        status = "ok"
+    except CellOOMError as e:
+        record, status = {"steps": [], "peak_memory_bytes": e.peak_memory_bytes, "error": str(e)}, "oom"
+    except Exception as e:  # noqa: BLE001 - recorded, if the ranks are still in step
+        record, status = {"steps": [], "error": f"{type(e).__name__}: {e}"[:800],
+                          "traceback": traceback.format_exc()[-3000:]}, "failed"
+    records: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(records, {"status": status, **{k: record.get(k) for k in (
+        "steps", "peak_memory_bytes", "engine", "error", "traceback", "traced", "stage", "tp_rank")}})
+    if dist.get_rank() == 0:
+        row["status"] = "ok" if all(r["status"] == "ok" for r in records) else next(
+            r["status"] for r in records if r["status"] != "ok")
+        row["wall_s"] = time.time() - t0
+        if row["status"] == "ok":
+            peak = PROFILES[cell.hardware].peak_bf16_tflops if cell.hardware in PROFILES else None
+            row["metrics"] = throughput_metrics(cell, step_times_s([r["steps"] for r in records]), peak)
+            row["losses"] = [s["loss"] for s in records[0]["steps"]]
+            row["engine"] = records[0]["engine"]
+            row["peak_memory_gb"] = max(r["peak_memory_bytes"] or 0 for r in records) / 1e9
+            row["kernels"] = _trace_breakdown(vdir) if v.profile else {"error": "not profiled"}
+        else:
+            row["errors"] = [{"rank": i, "status": r["status"], "error": r.get("error"),
+                              "traceback": r.get("traceback")} for i, r in enumerate(records)
+                             if r["status"] != "ok"][:2]
+        with (out / "engine_speed.jsonl").open("a") as fh:
+            fh.write(json.dumps(row, default=str) + "\n")
+        print("RESULT " + _line(row), flush=True)
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -189,12 +169,6 @@ def _join_torchrun_group(timeout_s: float) -> None:
     else:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
-
-
-def device_is_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def _trace_breakdown(vdir: Path) -> dict[str, Any]:
@@ -378,18 +352,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--gpus", type=int, default=2)
-    ap.add_argument("--budget-s", type=float, default=340.0, help="skip groups whose estimate no longer fits")
-    ap.add_argument("--only", default="", help="comma-separated group names")
+    ap.add_argument("--budget-s", type=float, default=340.0, help="skip variants whose estimate no longer fits")
+    ap.add_argument("--only", default="", help="comma-separated variant names")
     ap.add_argument("--dry-run", action="store_true", help="CPU: tiny-llama on 2 gloo ranks, no FSDP2")
     ap.add_argument("--work", type=Path, default=None,
-                    help="per-variant records (default OUT/variants); tarred to OUT/variants.tar.gz after each group")
+                    help="per-variant records (default OUT/variants); tarred to OUT/variants.tar.gz after each variant")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.work or args.out / "variants"
-    groups = plan(args.dry_run, args.gpus)
+    variants = plan(args.dry_run, args.gpus)
     if args.worker:
-        _worker(args.out, work, next(g for g in groups if g.name == args.worker))
+        _worker(args.out, work, next(v for v in variants if v.name == args.worker))
         return 0
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
            "PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -399,34 +373,32 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.time()
     rows: list[dict[str, Any]] = []
     jsonl = args.out / "engine_speed.jsonl"
-    for g in groups:
-        if args.only and g.name not in args.only.split(","):
+    for v in variants:
+        if args.only and v.name not in args.only.split(","):
             continue
         left = args.budget_s - (time.time() - t_start)
-        if g.estimate_s > left:
-            print(f"== skipping group {g.name}: estimate {g.estimate_s:.0f} s > {left:.0f} s left", flush=True)
-            rows.append({"variant": g.name, "layout": g.name, "status": f"skipped (budget, {left:.0f} s left)"})
+        if v.estimate_s > left:
+            print(f"== skipping {v.name}: estimate {v.estimate_s:.0f} s > {left:.0f} s left", flush=True)
+            rows.append({"variant": v.name, "layout": v.layout, "status": f"skipped (budget, {left:.0f} s left)"})
             continue
-        print(f"== group {g.name} ({len(g.variants) or 1} variants, ~{g.estimate_s:.0f} s)", flush=True)
+        print(f"== {v.name} (~{v.estimate_s:.0f} s)", flush=True)
         before = len(jsonl.read_text().splitlines()) if jsonl.exists() else 0
-        if g.name == "fsdp2":
-            _fsdp2(args.out, args.gpus, env, min(left, 2 * g.estimate_s))
+        if v.name == "fsdp2":
+            _fsdp2(args.out, args.gpus, env, min(left, 2 * v.estimate_s))
         else:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.gpus),
                    "--master_port", str(29500 + len(rows) % 50), str(Path(__file__).resolve()), "--out",
-                   str(args.out), "--work", str(work), "--gpus", str(args.gpus), "--worker", g.name]
+                   str(args.out), "--work", str(work), "--gpus", str(args.gpus), "--worker", v.name]
             cmd += ["--dry-run"] if args.dry_run else []
             # a hung variant (a rank waiting on a dead peer) must not take the rest of the call
-            rc, text = _run(cmd, {**env, **g.env}, min(left, 4 * g.estimate_s), args.out / "groups.log")
+            rc, text = _run(cmd, env, min(left, 4 * v.estimate_s), args.out / "variants.log")
             for line in text.splitlines():
                 if line.startswith("RESULT") or "Error" in line:
                     print(line[:400], flush=True)
             if rc != 0:
-                print(f"== group {g.name} exited with {rc} (see groups.log)", flush=True)
+                print(f"== {v.name} exited with {rc} (see variants.log)", flush=True)
         new = [json.loads(x) for x in jsonl.read_text().splitlines()[before:]] if jsonl.exists() else []
-        done = {r["variant"] for r in new}
-        rows += new + [{"variant": v.name, "layout": v.layout, "status": "not run (group ended early)"}
-                       for v in g.variants if v.name not in done]
+        rows += new or [{"variant": v.name, "layout": v.layout, "status": "not run (its process ended early)"}]
         (args.out / "summary.md").write_text(summarize(rows))
         if work.exists():
             with tarfile.open(args.out / "variants.tar.gz.tmp", "w:gz") as tar:

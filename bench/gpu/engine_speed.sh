@@ -7,7 +7,7 @@
 # (bench/engine_speed.py). Needs .whl/ with the offline wheels (bench/gpu/setup_offline.sh) and, for the Liger
 # kernels, liger_kernel-*.whl in it (pure Python; without it the engine uses torch.compile and records so).
 # Results in $OUT: engine_speed.jsonl (one line per variant, written as each finishes), summary.md (the before/after
-# table and the targets), variants.tar.gz (per-rank records), groups.log, fsdp2.log: all five go to
+# table and the targets), variants.tar.gz (per-rank records), variants.log, fsdp2.log: all five go to
 # results/reference/h200x2-engine-speed-<date>/ with a README made from summary.md (the table printed last).
 source bench/gpu/setup_offline.sh
 export PYTHONUNBUFFERED=1
