@@ -124,7 +124,7 @@ def _paired(prs: list[tuple[Config, Config]], what: str, resolution: float = 0.0
 
 def overlap_effective(df: pd.DataFrame) -> pd.Series:
     """Rows where ``overlap`` changes anything (docs/knobs.md): ZeRO's overlapped reduction and prefetch need dp > 1;
-    the tensor-parallel ring overlap needs tp > 1 with sequence parallelism."""
+    the tensor-parallel overlap needs tp > 1 with sequence parallelism."""
     sp = df["sequence_parallel"].fillna(False).astype(bool) if "sequence_parallel" in df.columns else False
     return ((column(df, "zero_stage") >= 1) & (column(df, "dp") > 1)) | ((column(df, "tp") > 1) & sp)
 

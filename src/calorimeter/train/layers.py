@@ -108,22 +108,22 @@ def row_shard(full: torch.Tensor) -> torch.Tensor:
 
 
 def _column_class(par: TPConfig) -> type:
-    """Megatron-core's ``ColumnParallelLinear``, or its ring-overlapped subclass under SP with ``overlap``."""
+    """Megatron-core's ``ColumnParallelLinear``, or its overlapped subclass under SP with ``overlap``."""
     if par.sp and par.overlap:
-        from calorimeter.train.tp_overlap import ring_layer_classes
+        from calorimeter.train.tp_overlap import overlap_layer_classes
 
-        return ring_layer_classes()[0]
+        return overlap_layer_classes()[0]
     from megatron.core.tensor_parallel import ColumnParallelLinear
 
     return ColumnParallelLinear
 
 
 def _row_class(par: TPConfig) -> type:
-    """Megatron-core's ``RowParallelLinear``, or its ring-overlapped subclass under SP with ``overlap``."""
+    """Megatron-core's ``RowParallelLinear``, or its overlapped subclass under SP with ``overlap``."""
     if par.sp and par.overlap:
-        from calorimeter.train.tp_overlap import ring_layer_classes
+        from calorimeter.train.tp_overlap import overlap_layer_classes
 
-        return ring_layer_classes()[1]
+        return overlap_layer_classes()[1]
     from megatron.core.tensor_parallel import RowParallelLinear
 
     return RowParallelLinear
@@ -137,7 +137,7 @@ class ColumnLinear(nn.Module):
         par: tensor-parallel layout; with ``sp`` the input ``(seq/tp, b, h)`` is gathered along the sequence first
             (Megatron's ``gather_from_sequence_parallel_region``, whose backward reduce-scatters), and the layer's
             own input-gradient all-reduce is disabled; with ``sp`` and ``overlap`` the gather runs under the GEMM
-            (:func:`~calorimeter.train.tp_overlap.ring_layer_classes`).
+            (:func:`~calorimeter.train.tp_overlap.overlap_layer_classes`).
         gated: the weight is ``[gate; up]`` (SwiGLU's fused fc1): each rank takes its rows of both halves, so its
             local output still splits as ``[gate_shard, up_shard]``.
     """
@@ -172,7 +172,7 @@ class RowLinear(nn.Module):
 
     Its output is all-reduced over tp, or reduce-scattered along the sequence with SP (then the replicated bias is
     added to a sequence shard and Megatron marks it ``sequence_parallel``); with SP and ``overlap`` the
-    reduce-scatter runs under the GEMM (:func:`~calorimeter.train.tp_overlap.ring_layer_classes`).
+    reduce-scatter runs under the GEMM (:func:`~calorimeter.train.tp_overlap.overlap_layer_classes`).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool, init_std: float, par: TPConfig) -> None:

@@ -1,4 +1,5 @@
-"""Sequence-parallel linears whose all-gather / reduce-scatter run under their GEMMs (ring "collective matmul").
+"""Sequence-parallel linears whose all-gather / reduce-scatter run under their GEMMs ("collective matmul"): a ring of
+point-to-point sends, or PyTorch's symmetric memory.
 
 Under sequence parallelism every column-parallel linear starts with an all-gather of the sequence-sharded input and
 every row-parallel linear ends with a reduce-scatter of its output along the sequence. Issued as whole collectives
@@ -350,7 +351,7 @@ def linear_reduce_scatter(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     return y + bias if bias is not None else y
 
 
-def tp_ring() -> Ring | SymmMemTP:
+def tp_comm() -> Ring | SymmMemTP:
     """The overlap mechanism (:func:`tp_overlap_mode`) on Megatron-core's tensor-parallel group (``parallel_state``
     must be initialised)."""
     from megatron.core import parallel_state
@@ -359,34 +360,34 @@ def tp_ring() -> Ring | SymmMemTP:
     return SymmMemTP(group) if tp_overlap_mode() == "symm_mem" else Ring(group)
 
 
-
 @functools.cache
-def ring_layer_classes() -> tuple[type, type]:
-    """Megatron-core's ``ColumnParallelLinear`` / ``RowParallelLinear`` with ring-overlapped forward and backward.
+def overlap_layer_classes() -> tuple[type, type]:
+    """Megatron-core's ``ColumnParallelLinear`` / ``RowParallelLinear`` with overlapped forward and backward (the
+    mechanism of :func:`tp_comm`, chosen when a layer is built).
 
-    Built on first use (importing Megatron-core is slow and not needed by the ring functions themselves). Same
+    Built on first use (importing Megatron-core is slow and not needed by the overlap functions themselves). Same
     parameters, attributes and outputs as Megatron's layers under sequence parallelism: the column-parallel one takes
     the sequence-sharded input ``(s/tp, b, in)`` and returns ``(s, b, out/tp)``; the row-parallel one returns the
     sequence shard ``(s/tp, b, out)`` of the reduced output.
     """
     from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
-    class RingColumnParallelLinear(ColumnParallelLinear):
+    class OverlapColumnParallelLinear(ColumnParallelLinear):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.ring = tp_ring()
+            self.comm = tp_comm()
 
         def forward(self, input_: torch.Tensor, weight: torch.Tensor | None = None,
                     runtime_gather_output: bool | None = None) -> tuple[torch.Tensor, None]:
             w = self.weight if weight is None else weight
-            return all_gather_linear(input_, w, self.bias, self.ring), None
+            return all_gather_linear(input_, w, self.bias, self.comm), None
 
-    class RingRowParallelLinear(RowParallelLinear):
+    class OverlapRowParallelLinear(RowParallelLinear):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.ring = tp_ring()
+            self.comm = tp_comm()
 
         def forward(self, input_: torch.Tensor) -> tuple[torch.Tensor, None]:
-            return linear_reduce_scatter(input_, self.weight, self.bias, self.ring), None
+            return linear_reduce_scatter(input_, self.weight, self.bias, self.comm), None
 
-    return RingColumnParallelLinear, RingRowParallelLinear
+    return OverlapColumnParallelLinear, OverlapRowParallelLinear
