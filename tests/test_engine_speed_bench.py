@@ -77,3 +77,41 @@ def test_committed_tp_overlap_rows_record_their_mechanism(call: str) -> None:
     for r in _rows(call):
         if r["variant"] in want:
             assert r["engine"]["overlap"]["tp_comm_overlap"] == want[r["variant"]], r["variant"]
+
+
+def test_trace_breakdown_reads_each_trace_once_into_both_views(tmp_path: Path) -> None:
+    """Two ranks' traces (2 and 10: numeric order is not the files' order): both views per rank, the first rank's
+    events kept, traces deleted. Rank 2 has a local-looking copy [160,180) and a peer copy [400,430) beside a kernel
+    timeline whose exposed communication is 120 µs: the default view counts the peer copy (150 µs), the strict one
+    both copies (170 µs)."""
+    import gzip
+
+    import pandas as pd
+
+    from calorimeter.records.paths import RunPaths
+
+    def trace(rank: int) -> dict[str, Any]:
+        ev = [("sm90_xmma_gemm_bf16", 0, 100, "kernel"), ("ncclDevKernel_AllReduce_Sum", 50, 100, "kernel"),
+              ("vectorized_layer_norm_kernel", 100, 20, "kernel"), ("elementwise_kernel", 140, 20, "kernel"),
+              ("flash_fwd_kernel", 200, 100, "kernel"), ("ncclKernel_SendRecv", 250, 150, "kernel")]
+        if rank == 2:
+            ev += [("Memcpy DtoD (Device -> Device)", 160, 20, "gpu_memcpy"),
+                   ("Memcpy PtoP (Device -> Device)", 400, 30, "gpu_memcpy"),
+                   ("fused_all_gather_matmul", 0, 300, "gpu_user_annotation")]
+        return {"traceEvents": [{"ph": "X", "cat": c, "name": n, "ts": t, "dur": d, "pid": 0, "tid": 7,
+                                 "args": {"device": 0, "stream": 7}} for n, t, d, c in ev]}
+
+    traces = RunPaths(tmp_path).traces
+    traces.mkdir(parents=True)
+    for rank in (10, 2):
+        with gzip.open(traces / f"rank-{rank}.json.gz", "wt") as fh:
+            json.dump(trace(rank), fh)
+    out = _bench()._trace_breakdown(tmp_path)
+    assert [r["rank"] for r in out["ranks"]] == [2, 10] == [r["rank"] for r in out["strict"]]
+    assert out["ranks"][0]["comm_exposed_s"] == pytest.approx(150e-6)
+    assert out["strict"][0]["comm_exposed_s"] == pytest.approx(170e-6)
+    assert out["ranks"][1]["comm_exposed_s"] == pytest.approx(120e-6) == out["strict"][1]["comm_exposed_s"]
+    assert out["top_kernels_rank0"][0]["name"] == "ncclKernel_SendRecv"
+    events = pd.read_csv(tmp_path / "events-rank0.csv.gz")
+    assert len(events) == 9 and set(events["cat"]) == {"kernel", "gpu_memcpy", "gpu_user_annotation"}
+    assert not list(traces.glob("rank-*"))

@@ -305,14 +305,12 @@ def trace_rank(path: str | Path, trace: dict[str, Any] | None = None) -> int | N
 TRACE_EVENT_CATEGORIES: tuple[str, ...] = ("kernel", "gpu_memcpy")
 
 
-def breakdown_traces(paths: Iterable[str | Path], cats: Sequence[str] = TRACE_EVENT_CATEGORIES,
-                     categorize: Callable[[str], str] = categorize_kernel) -> pd.DataFrame:
+def breakdown_traces(paths: Iterable[str | Path], cats: Sequence[str] = TRACE_EVENT_CATEGORIES) -> pd.DataFrame:
     """Kernel breakdown of several traces, one row per (rank, device), ranks in numeric order.
 
     Args:
         paths: Chrome trace files (e.g. ``rank-0.json`` ... ``rank-31.json``).
         cats: Event categories counted (default :data:`TRACE_EVENT_CATEGORIES`; ``("kernel",)`` for kernels only).
-        categorize: Category of a kernel name (:func:`kernel_breakdown`).
 
     Returns:
         Columns ``rank, device, file`` then :meth:`KernelBreakdown.as_row`'s columns.
@@ -325,7 +323,7 @@ def breakdown_traces(paths: Iterable[str | Path], cats: Sequence[str] = TRACE_EV
         devices = sorted({ev.device for ev in events}, key=str) or [None]
         for dev in devices:
             evs = [ev for ev in events if dev is None or ev.device == dev]
-            rows.append({"rank": rank, "device": dev, "file": str(path), **kernel_breakdown(evs, categorize).as_row()})
+            rows.append({"rank": rank, "device": dev, "file": str(path), **kernel_breakdown(evs).as_row()})
     df = pd.DataFrame(rows)
     if df.empty:
         return df
