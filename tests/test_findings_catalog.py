@@ -241,3 +241,22 @@ def test_each_finding_reaches_each_verdict(finding: str, expected: str) -> None:
         assert r["dof"] >= 2 and r["experimental_unit"]
     else:
         assert r["why"] and r["needs"]
+
+
+def test_reevaluation_lists_changed_verdicts_and_records_the_version(tmp_path) -> None:
+    from calorimeter.findings.reevaluate import main, reevaluate
+
+    folder = tmp_path / "ref" / "sweep-a"
+    (folder / "tables").mkdir(parents=True)
+    overlap_temp(4.0, bad=True)["runs"].to_parquet(folder / "tables" / "runs.parquet")  # transient windows
+    old = evaluate(overlap_temp(4.0)).drop(columns=["catalog_version"])  # as a version-1 table would have it
+    old.to_csv(folder / "findings.csv", index=False)
+    (ch,) = reevaluate(tmp_path / "ref", tmp_path / "config")
+    assert ch.old_version == 1
+    diff = ch.changed().set_index("finding")
+    assert diff.loc["overlap_raises_peak_temp", "before"] == AGREES
+    assert diff.loc["overlap_raises_peak_temp", "after"] == CANNOT_SAY and "steady" in diff.loc[
+        "overlap_raises_peak_temp", "why"]
+    main([str(tmp_path / "ref"), "--config-dir", str(tmp_path / "config"), "--write"])
+    assert (pd.read_csv(folder / "findings.csv")["catalog_version"] == CATALOG_VERSION).all()
+    assert reevaluate(tmp_path / "ref", tmp_path / "config")[0].changed().empty
