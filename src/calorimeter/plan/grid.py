@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from calorimeter.plan.cell import Cell
+from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.config import ConfigError, load_config, subset_base_path
 from calorimeter.plan.config_errors import locate, short, suggest
 from calorimeter.plan.hardware import HardwareProfile, detect_profile, get_profile
@@ -24,7 +24,7 @@ from calorimeter.plan.models import get_model
 AXES = ("kind", "model", "hardware", "nodes", "gpus_per_node", "parallel", "tp", "pp", "ep", "cp", "sequence_parallel",
         "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch", "seq_len",
         "warmup", "warmup_steps", "warmup_max_steps", "warmup_max_s", "steady_window_s", "steady_slope_c_per_min",
-        "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr", "placement")
+        "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr", "placement", "lora_rank")
 CELL_FIELDS = {f.name for f in fields(Cell)}
 #: the model field of cells whose kind trains nothing
 NO_MODEL = "-"
@@ -61,13 +61,13 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str, source: str 
     values.update(par)
     model_name = values.pop("model", None)
     kind = values.get("kind", "train")
-    if model_name is None and kind != "train":
+    if model_name is None and kind not in TRAINING_KINDS:
         model_name = NO_MODEL
     if model_name is None:
         raise ConfigError(f"{locate(source, lines, where)}: {where}: no 'model' (set it in the block or in "
                           "'defaults')")
     try:
-        model = get_model(model_name) if kind == "train" else None  # a calibration kind trains no model
+        model = get_model(model_name) if kind in TRAINING_KINDS else None  # a calibration kind trains no model
     except KeyError as e:
         raise ConfigError(f"{at('model')}: {e.args[0]}") from None
     hw_name = values.pop("hardware")
