@@ -166,7 +166,21 @@ def expand(config: dict[str, Any], _chain: tuple[Path, ...] = ()) -> list[Cell]:
                 rep = dataclasses.replace(cell, repeat=k)
                 cells[rep.cell_id] = rep
     # repetitions interleaved in time: every configuration's first run before any second one, and so on
+    if any(c.repeat for c in cells.values()):
+        return sorted(cells.values(), key=lambda c: run_order_key(c, sweep))
     return sorted(cells.values(), key=lambda c: c.repeat)
+
+
+def run_order_key(cell: Cell, seed: str) -> tuple[int, str, bool]:
+    """Where a cell of a repeated sweep runs: by repetition, and within a repetition in an order shuffled anew for
+    each repetition (seeded by ``seed``, the sweep's name, and the repetition: the plan's cell order records it and
+    the same sweep always gets the same order), so that drift within a pass is not confounded with the compared
+    configurations; a layout's default placement stays first among its placement policies."""
+    import hashlib
+
+    layout = dataclasses.replace(cell, placement="default", repeat=0).cell_id
+    h = hashlib.sha256(f"{seed}:{cell.repeat}:{layout}".encode()).hexdigest()
+    return cell.repeat, h, cell.placement != "default"
 
 
 def _subset(config: dict[str, Any], chain: tuple[Path, ...]) -> list[Cell]:
