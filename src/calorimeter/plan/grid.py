@@ -171,16 +171,17 @@ def expand(config: dict[str, Any], _chain: tuple[Path, ...] = ()) -> list[Cell]:
     return sorted(cells.values(), key=lambda c: c.repeat)
 
 
-def run_order_key(cell: Cell, seed: str) -> tuple[int, str, bool]:
+def run_order_key(cell: Cell, seed: str) -> tuple[int, bool, str, bool]:
     """Where a cell of a repeated sweep runs: by repetition, and within a repetition in an order shuffled anew for
     each repetition (seeded by ``seed``, the sweep's name, and the repetition: the plan's cell order records it and
     the same sweep always gets the same order), so that drift within a pass is not confounded with the compared
-    configurations; a layout's default placement stays first among its placement policies."""
+    configurations; calibration kinds run first in their pass (training cells may need their profile), and a
+    layout's default placement stays first among its placement policies."""
     import hashlib
 
     layout = dataclasses.replace(cell, placement="default", repeat=0).cell_id
     h = hashlib.sha256(f"{seed}:{cell.repeat}:{layout}".encode()).hexdigest()
-    return cell.repeat, h, cell.placement != "default"
+    return cell.repeat, cell.kind in TRAINING_KINDS, h, cell.placement != "default"
 
 
 def _subset(config: dict[str, Any], chain: tuple[Path, ...]) -> list[Cell]:
