@@ -110,7 +110,8 @@ def is_moe(df: pd.DataFrame) -> pd.Series:
     return df["model"].map(lambda m: CATALOGUE[m].is_moe if m in CATALOGUE else "mixtral" in str(m))
 
 
-_DP = lambda d: (column(d, "pp") == 1) & (column(d, "dp") > 1)  # noqa: E731 - data-parallel / FSDP layouts
+#: data-parallel / FSDP layouts: no pipeline (one GPU is their dp = 1 limit: the same work per GPU, no stages)
+_DP = lambda d: column(d, "pp") == 1  # noqa: E731
 _DEEP_PP = lambda d: column(d, "pp") >= 4  # noqa: E731 - "deep" pipelines (the study's are 16-32 stages)
 _FSDP = lambda d: (column(d, "pp") == 1) & (column(d, "zero_stage") == 3)  # noqa: E731
 _PP = lambda d: column(d, "pp") > 1  # noqa: E731
@@ -162,12 +163,14 @@ FINDINGS: tuple[Finding, ...] = (
     Finding("recompute_more_throttling_dp",
             "... but increases throttling in data-parallel / FSDP configurations (Llama3-70B).",
             "direction only", "[S2]", "Fig. 8",
-            "mean SM clock, recompute full - none, pp = 1 layouts with dp > 1 (negative = more throttling)", "MHz",
+            "mean SM clock, recompute full - none, layouts without a pipeline (pp = 1: data-parallel, FSDP, or one "
+            "GPU) (negative = more throttling)", "MHz",
             Claim(-1, 0.0, CLOCK_STEP_MHZ),
             ck.knob(("sm_clock_avg_mhz",), "recompute", lambda v: v == "full", lambda v: v == "none",
-                    "recompute (full - none)", "no recompute full/none pair of a data-parallel layout (pp = 1, "
-                    "dp > 1)", _CLOCK, _DP, also=("recompute_layers",)),
-            _CLOCK, needs="2 GPUs of one node: ZeRO-3 dp2 recompute none/full, >= 3 repetitions, at the power cap"),
+                    "recompute (full - none)", "no recompute full/none pair of a layout without a pipeline (pp = 1)",
+                    _CLOCK, _DP, also=("recompute_layers",)),
+            _CLOCK, needs="1 GPU (the dp = 1 limit) or 2 GPUs of one node (ZeRO-3 dp2): recompute none/full, >= 3 "
+            "repetitions, at the power cap below the clock ceiling"),
     Finding("microbatch_raises_peak_power",
             "Peak power rises with micro-batch size, whether or not throughput improves.",
             "direction only", "[Abs; S2]", "Fig. 13",
