@@ -150,7 +150,7 @@ def _clusters(metric: str, a_hw: str, a_factor: int, r: float, bad: bool) -> dic
         nodes = (1 if bad else 2) * (a_factor if hw == a_hw else 1)
         for k in reps():
             rows.append(row(hardware=hw, nodes=nodes, gpus_per_node=8, world_size=8 * nodes, dp=8 * nodes, repeat=k,
-                            **{metric: noisy(1000.0 * (r if hw == a_hw else 1.0))}))
+                            exposed_comm_frac=0.3, **{metric: noisy(1000.0 * (r if hw == a_hw else 1.0))}))
     return tables(rows)
 
 
@@ -260,3 +260,10 @@ def test_reevaluation_lists_changed_verdicts_and_records_the_version(tmp_path) -
     main([str(tmp_path / "ref"), "--config-dir", str(tmp_path / "config"), "--write"])
     assert (pd.read_csv(folder / "findings.csv")["catalog_version"] == CATALOG_VERSION).all()
     assert reevaluate(tmp_path / "ref", tmp_path / "config")[0].changed().empty
+
+
+def test_energy_per_token_needs_communication_bound_jobs() -> None:
+    t = energy(0.8)
+    t["runs"]["exposed_comm_frac"] = 0.05  # compute-bound: the opposite regime of the claim
+    r = verdict_of(t, "h200_energy_per_token")
+    assert r["verdict"] == CANNOT_SAY and "communication-bound" in r["why"]

@@ -27,6 +27,7 @@ from calorimeter.findings import checks as ck
 from calorimeter.findings.checks import TEMP_RESOLUTION_C, Evidence, Tables
 from calorimeter.findings.preconditions import (
     CLOCK_STEP_MHZ,
+    COMM_BOUND,
     GPU,
     MULTI_NODE,
     POWER_CAPPED,
@@ -273,8 +274,9 @@ FINDINGS: tuple[Finding, ...] = (
             Claim(-1, 1.0, 0.02),
             ck.cluster_ratio(("energy_per_token_j",), "h200", "h100", 1.0, "no configuration measured on several "
                              "nodes of both H200 and H100 (the claim is about communication-bound jobs over nodes)",
-                             (GPU, MULTI_NODE)),
-            (GPU, MULTI_NODE), needs="several nodes of each: the study's 4-8-node configurations, >= 3 repetitions"),
+                             (GPU, MULTI_NODE, COMM_BOUND)),
+            (GPU, MULTI_NODE, COMM_BOUND), needs="several nodes of each: the study's 4-8-node configurations, "
+            "traced (exposed communication >= 20% of the step), >= 3 repetitions"),
     Finding("tp_pp_underuse_pcie",
             "TP combined with PP produces sparse, uncoordinated SendRecv that under-utilises PCIe/NIC bandwidth.",
             "qualitative", "[Abs; S3]", "Fig. 5",

@@ -83,6 +83,10 @@ POWER_CAPPED = Precondition(f"GPUs at the power cap (>= {POWER_CAP_MIN_FRAC:.0%}
 GPU = Precondition("measured on GPUs", _gpu)
 REAL_MODEL = Precondition("a real model (not a test-suite toy)", _real_model)
 MULTI_NODE = Precondition("two or more nodes (inter-node communication)", lambda d: column(d, "nodes") > 1)
+#: a job is communication-bound when at least this share of its step is communication not hidden behind compute
+COMM_BOUND_MIN_FRAC = 0.2
+COMM_BOUND = Precondition(f"communication-bound: >= {COMM_BOUND_MIN_FRAC:.0%} of the step exposed communication "
+                          "(kernel trace)", lambda d: column(d, "exposed_comm_frac") >= COMM_BOUND_MIN_FRAC)
 
 
 def screen(runs: pd.DataFrame | None, *conds: Precondition) -> tuple[pd.DataFrame, str]:
