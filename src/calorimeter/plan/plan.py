@@ -71,8 +71,9 @@ def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
     if cell.kind != "train":  # a training kind (lora): its own checks first, then the training checks
         from calorimeter.kinds import kind_reasons
 
-        if kind_reasons(cell):
-            return PlannedCell(cell, "pruned", kind_reasons(cell), {})
+        own = kind_reasons(cell)
+        if own:
+            return PlannedCell(cell, "pruned", own, {})
     m = get_model(cell.model)
     hw = get_profile(cell.hardware)
     reasons = divisibility_reasons(cell, m)
