@@ -3,6 +3,7 @@ LoRA cell trained on a CPU rank through the per-rank entry and recorded like a t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -123,3 +124,16 @@ def test_a_lora_cell_trains_on_a_cpu_rank_and_records_like_training(tmp_path: Pa
     assert rec["metrics"]["tokens_per_s"] > 0 and rec["cell"]["kind"] == "lora"
     assert rec["metrics"]["model_flops_per_iteration"] == pytest.approx(
         iteration_flops(get_model("tiny-llama"), 64, 2, lora_rank=4).model_flops)
+
+
+def test_a_frozen_base_needs_no_gradients_or_optimizer_state() -> None:
+    from calorimeter.plan.hardware import get_profile
+    from calorimeter.plan.memory import estimate_memory
+
+    m, hw = get_model("llama3-8b"), get_profile("h100")
+    train = Cell(sweep="s", model="llama3-8b", hardware="h100", nodes=1, gpus_per_node=1, seq_len=4096,
+                 precision="bf16")
+    lora = dataclasses.replace(train, kind="lora")
+    t, lo = estimate_memory(m, train, hw), estimate_memory(m, lora, hw)
+    assert lo.gradients_b == lo.optimizer_b == 0 and lo.weights_b == t.weights_b and lo.activations_b == t.activations_b
+    assert check_cell(train).status == "pruned" and check_cell(lora).status == "planned"  # full Llama-3 8B, 80 GB
