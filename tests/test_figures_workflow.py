@@ -47,7 +47,7 @@ def test_figures_target_never_trains_and_renders_every_figure(tmp_path: Path) ->
         assert (tmp_path / plan.sweep / "figures" / f"{name}.png").stat().st_size > 5000, name
     assert not list(cdir.glob("*/attempts"))
     findings = pd.read_csv(tmp_path / plan.sweep / "findings.csv")
-    assert len(findings) > 10 and set(findings["verdict"]) <= {"agrees", "disagrees", "cannot say"}
+    assert len(findings) > 10 and set(findings["verdict"]) <= {"agrees", "partly", "disagrees", "cannot say"}
     report = tmp_path / "report.html"
     r = _snakemake("figures", "--config", f"results_dir={tmp_path}", "--report", str(report))
     assert r.returncode == 0, r.stderr[-3000:]

@@ -41,3 +41,14 @@ def test_measurement_settings_reach_the_cell_and_are_validated() -> None:
         make_plan({**CPU, "grid": [{"model": "tiny-gpt", "warmup": "sometimes"}]})
     with pytest.raises(ConfigError, match="repeats"):
         make_plan({**CPU, "grid": [{"model": "tiny-gpt", "repeats": 0}]})
+
+
+def test_each_repetition_runs_in_its_own_seeded_shuffled_order() -> None:
+    cfg = {**CPU, "grid": [{"model": "tiny-gpt", "micro_batch": [1, 2, 4, 8], "global_batch": 16, "repeats": 3}]}
+    ids = [pc.cell.cell_id for pc in make_plan(cfg).cells]
+    passes = [[i.rsplit("_r", 1)[0] if k else i for i in ids[4 * k:4 * k + 4]] for k in range(3)]
+    assert not any(i.endswith(("_r1", "_r2")) for i in ids[:4]) and all(i.endswith("_r1") for i in ids[4:8])
+    assert all(i.endswith("_r2") for i in ids[8:])  # repetitions interleaved in time
+    assert all(sorted(p) == sorted(passes[0]) for p in passes)  # every pass runs every configuration once
+    assert len({tuple(p) for p in passes}) > 1  # ... in its own order
+    assert ids == [pc.cell.cell_id for pc in make_plan(cfg).cells]  # seeded: the same sweep, the same order

@@ -40,6 +40,12 @@ def _collectives_checks(cell: Cell) -> list[str]:
     return [] if cell.world_size >= 2 else [f"a collectives cell needs at least 2 ranks, has {cell.world_size}"]
 
 
+def _lora_checks(cell: Cell) -> list[str]:
+    from calorimeter.train.lora import lora_reasons
+
+    return lora_reasons(cell)
+
+
 KINDS: dict[str, CellKind] = {
     k.name: k
     for k in [
@@ -48,6 +54,9 @@ KINDS: dict[str, CellKind] = {
         CellKind("collectives", "calorimeter.collectives.run:run_collectives", ("collectives.parquet",), False,
                  "time all-reduce, all-gather, reduce-scatter, all-to-all and send/recv over message and group "
                  "sizes (projection calibration)", _collectives_checks),
+        CellKind("lora", "calorimeter.train.lora:run_lora", (), True,
+                 "LoRA fine-tuning (peft adapters on the block projections, base model frozen) with the training "
+                 "loop of `train`", _lora_checks),
         CellKind("thermal-calibration", "calorimeter.placement.calibrate:run_calibration", (), False,
                  "a standard load on every GPU of the node at once (bf16 matmuls), to profile the host's GPUs for "
                  "thermal-aware placement (docs/placement.md)"),
@@ -79,9 +88,10 @@ def run_kind(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str, 
     return entry(cell, Path(run_dir), telemetry)
 
 
-def run_train(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str, Any]:
+def run_train(cell: Cell, run_dir: Path, telemetry: dict[str, Any], model_hook: Any = None) -> dict[str, Any]:
     """Kind ``train``: the training loop with the sweep's profiling settings; rank 0 writes the run's progress file
-    (one line per finished step, :mod:`calorimeter.records.progress`)."""
+    (one line per finished step, :mod:`calorimeter.records.progress`). ``model_hook`` (kind ``lora``) changes the
+    built model before the optimizer sees it."""
     import torch.distributed as dist
 
     from calorimeter.plan.hardware import accelerator_of
@@ -95,4 +105,4 @@ def run_train(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str,
         fixed = cell.warmup == "fixed" or accelerator_of(cell.hardware) == "cpu"
         progress = ProgressWriter(RunPaths(Path(run_dir)).progress, cell, profile_steps, fixed)
     return train_cell(cell, run_dir, step_callback=progress, profile_steps=profile_steps,
-                      profile_all_ranks=bool(telemetry.get("profile_all_ranks", False)))
+                      profile_all_ranks=bool(telemetry.get("profile_all_ranks", False)), model_hook=model_hook)

@@ -34,6 +34,8 @@ logger.info(
 # sweep they were selected from: nothing is measured twice and no sweep rewrites another's plan or tables).
 SWEEP = PLAN.sweep
 CELLS = {pc.cell.cell_id: pc for pc in PLAN.runnable}
+#: each cell's place in the plan's order (repetitions interleaved, shuffled per repetition: plan/grid.py)
+CELL_ORDER = {cid: i for i, cid in enumerate(CELLS)}
 CELL_SWEEPS = sorted({pc.cell.sweep for pc in PLAN.cells} | {SWEEP})
 PLAN_DICTS = [pc.to_dict() for pc in PLAN.cells]  # once: the plan rule and every figure's caption use them
 

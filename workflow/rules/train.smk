@@ -21,10 +21,10 @@ rule train:
     # A local cell has the machine to itself: a measurement must not share GPUs, cores or the power budget with
     # another cell. Under SLURM the profile sets this rule's threads to 0 (set-threads): it only waits on its job.
     threads: workflow.cores
-    # repetitions interleaved in time: every cell's first run before any second one; within a repetition a
-    # layout's default placement before its other policies, which fit their stage costs to its kernel times
-    # (docs/placement.md)
-    priority: lambda wc: -10 * get_cell(wc).cell.repeat - int(get_cell(wc).cell.placement != "default")
+    # the plan's order: repetitions interleaved in time (every cell's first run before any second one, shuffled per
+    # repetition); within a repetition a layout's default placement before its other policies, which fit their
+    # stage costs to its kernel times (docs/placement.md)
+    priority: lambda wc: -CELL_ORDER[wc.cell]
     resources:
         runtime=config["launcher"]["timeout_min"],
         # one per cell waiting on its job: cap concurrent cells with --resources slurm_slots=N

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from calorimeter.findings.stats import AGREES, CANNOT_SAY, DISAGREES
+from calorimeter.findings.stats import AGREES, CANNOT_SAY, DISAGREES, PARTLY, VERDICTS
 from calorimeter.records.atomic import write_atomic
 
-VERDICT_COLORS = {AGREES: "#d9f2d9", DISAGREES: "#f8d7da", CANNOT_SAY: "#eeeeee"}
+VERDICT_COLORS = {AGREES: "#d9f2d9", PARTLY: "#fff3cd", DISAGREES: "#f8d7da", CANNOT_SAY: "#eeeeee"}
 
 
 def fmt_number(v: object) -> str:
@@ -37,7 +37,7 @@ def fmt_estimate(row: pd.Series) -> str:
 def to_html(df: pd.DataFrame, title: str) -> str:
     """A self-contained HTML page: one row per finding, coloured by verdict."""
     counts = df["verdict"].value_counts()
-    head = ", ".join(f"{counts.get(v, 0)} {v}" for v in (AGREES, DISAGREES, CANNOT_SAY))
+    head = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
     rows = []
     for _, r in df.iterrows():
         e = html.escape
@@ -47,20 +47,25 @@ def to_html(df: pd.DataFrame, title: str) -> str:
             f"<td>{e(r['claim'])}<br><i>{e(r['study_value'])}</i> {e(r['provenance'])}</td>"
             f"<td>{e(r['metric'])}</td>"
             f"<td>{e(fmt_estimate(r))}<br><small>{e(str(r['interval']))}; "
-            f"repeats &ge; {int(r['n_repeats'])}</small></td>"
+            f"repeats &ge; {int(r['n_repeats'])}; {e(str(r.get('preconditions', '')))}</small></td>"
             f"<td><b>{e(r['verdict'])}</b><br><small>{e(str(r['why']))}</small></td>"
             f"<td><small>{e(str(r['needs']))}</small></td>"
             f"<td><small>{e(str(r['scope']))}<br>{e(str(r['detail']))}</small></td></tr>")
     setting = html.escape(str(df["setting"].iloc[0])) if len(df) else ""
+    version = str(df["catalog_version"].iloc[0]) if len(df) and "catalog_version" in df.columns else "1"
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(title) + "</title>"
         "<style>body{font-family:sans-serif;font-size:13px}table{border-collapse:collapse}"
         "td,th{border:1px solid #bbb;padding:4px;vertical-align:top}th{background:#ddd}</style></head><body>"
         f"<h2>{html.escape(title)}</h2><p>{head}. {setting}.</p>"
-        "<p>Verdict: <b>agrees</b> when this sweep's whole 95% interval lies on the study's side, <b>disagrees</b> "
-        "when it lies on the other side or within the stated tolerance of no effect, <b>cannot say</b> otherwise "
-        "(the last column says what is missing). Intervals: Student t over pairs, cells or points; a single "
-        "measurement has none.</p>"
+        "<p>Verdict (catalogue version " + html.escape(version) + "): <b>agrees</b> when this sweep's whole 95% "
+        "interval lies beyond the finding's tolerance on the study's side and, for a claim with a size, is "
+        "compatible with it; <b>partly</b> when the direction agrees and the size does not; <b>disagrees</b> when "
+        "the interval excludes the claimed effect (the other side, an effect smaller than the tolerance, or the "
+        "stated size); <b>cannot say</b> otherwise (the last column says what is missing). Intervals: Student t "
+        "over repetitions (the experimental unit), at least 2 degrees of freedom; only cells that meet the "
+        "finding's preconditions (steady windows, power cap below the clock ceiling, the claim's regime) are "
+        "compared.</p>"
         "<table><tr><th>finding</th><th>study (statement, number, source)</th><th>this sweep measures</th>"
         "<th>this sweep (95% interval)</th><th>verdict</th><th>what is missing</th><th>evidence</th></tr>"
         + "".join(rows) + "</table></body></html>\n"

@@ -6,6 +6,7 @@ repetitions existed). Its measured values are the values of its repetitions with
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calorimeter.findings.stats import Estimate, mean_interval, welch_difference
+from calorimeter.findings.stats import Effect, mean_interval, welch, within_slope
 
 #: parameters that define a configuration; a comparison holds every one of them fixed but its knob
 #: (columns a table does not have are skipped: ``placement``, ``kind`` and ``engine`` are newer)
@@ -112,34 +113,76 @@ def pairs(cfgs: list[Config], knob: str, a: Callable[[Any], bool], b: Callable[[
     return out
 
 
-def pair_effect(prs: list[tuple[Config, Config]], resolution: float = 0.0,
-                transform: Callable[[np.ndarray], np.ndarray] | None = None) -> Estimate:
-    """Mean of (a - b) over the pairs, with its 95% interval.
+def pair_effect(prs: list[tuple[Config, Config]], resolution: float = 0.0, ratio: bool = False,
+                in_time: bool = True) -> Effect:
+    """The effect of a knob (a - b; with ``ratio`` a / b) over configuration pairs, with the repetition as the
+    experimental unit.
 
-    Each pair contributes one difference per repetition index both sides have (repetitions are interleaved in time:
-    repetition k of every configuration ran in the same pass, so its differences are paired); the interval is a
-    t-interval over all those differences. A pair whose sides share no repetition index contributes the
-    difference of its means; a single pair without common indices gets Welch's interval over its repetitions.
-    ``transform`` (e.g. ``np.log``) is applied to the values first (then the effect is a log ratio).
+    * Paired in time (every pair has repetition indices both sides ran: repetitions are interleaved, repetition k of
+      every configuration in the same pass): one number per repetition index, the mean over the pairs of a - b (of
+      log a - log b with ``ratio``), and its t-interval over those repetitions (``R - 1`` degrees of freedom; the
+      layouts are averaged within a repetition, never counted as units of their own).
+    * Otherwise (or without ``in_time``: e.g. two sweeps on two machines): per repetition index the mean over the
+      pairs of each side (the geometric mean with ``ratio``), and Welch's interval between the two sides'
+      repetitions.
     """
-    f = transform or (lambda x: x)
     if not prs:
-        return Estimate(float("nan"), method="no pair")
-    diffs: list[float] = []
-    paired = 0
-    for a, b in prs:
-        ra, rb = a.by_repeat(), b.by_repeat()
-        common = sorted(set(ra) & set(rb))
-        if common:
-            diffs += [float(f(np.asarray(ra[k])) - f(np.asarray(rb[k]))) for k in common]
-            paired += 1
-        else:
-            diffs.append(float(np.mean(f(np.asarray(a.values))) - np.mean(f(np.asarray(b.values)))))
-    if len(prs) == 1 and not paired:
-        a, b = prs[0]
-        return welch_difference(f(np.asarray(a.values)), f(np.asarray(b.values)), resolution)
-    what = f"differences ({len(prs)} pair(s) x repetitions)" if len(diffs) > len(prs) else "pairs"
-    return mean_interval(diffs, resolution * np.sqrt(2), what)  # a difference of two quantized readings
+        return Effect(float("nan"), method="no pair", unit="repetitions")
+    f = np.log if ratio else (lambda x: x)
+    by_a, by_b = [a.by_repeat() for a, _ in prs], [b.by_repeat() for _, b in prs]
+    if in_time and all(set(ra) & set(rb) for ra, rb in zip(by_a, by_b, strict=True)):
+        per_rep: dict[int, list[float]] = {}
+        for ra, rb in zip(by_a, by_b, strict=True):
+            for k in sorted(set(ra) & set(rb)):
+                if ratio and (ra[k] <= 0 or rb[k] <= 0):
+                    continue
+                per_rep.setdefault(k, []).append(float(f(ra[k]) - f(rb[k])))
+        d = [float(np.mean(v)) for v in per_rep.values()]
+        what = f"repetitions (each the mean over {len(prs)} pair(s))" if len(prs) > 1 else "paired repetitions"
+        if ratio:  # mean log ratio, carried back: a ratio with its interval above 0
+            return mean_interval(d, 0.0, what).map(math.exp, scale="log")
+        return mean_interval(d, resolution * np.sqrt(2 / len(prs)), what)  # quantization of a mean of differences
+    side_a, side_b = _side(by_a, ratio), _side(by_b, ratio)
+    unit = f"repetitions (each the mean over {len(prs)} configuration(s))" if len(prs) > 1 else "repetitions"
+    return welch(side_a, side_b, ratio=ratio, resolution=resolution, unit=unit)
+
+
+def _side(by_rep: list[dict[int, float]], ratio: bool) -> list[float]:
+    """Per repetition index, the mean over configurations (geometric with ``ratio``) of one side of the pairs."""
+    per: dict[int, list[float]] = {}
+    for r in by_rep:
+        for k, v in r.items():
+            if not ratio or v > 0:
+                per.setdefault(k, []).append(float(np.log(v)) if ratio else float(v))
+    return [float(np.exp(np.mean(v))) if ratio else float(np.mean(v)) for v in per.values()]
+
+
+def slope_effect(groups: list[list[Config]], x: Callable[[Config], float], log: bool = False,
+                 resolution: float = 0.0) -> Effect:
+    """Slope of the metric (of ``log2`` of it with ``log``, then carried back as a factor ``2**slope``) on ``x`` of
+    each configuration, within groups (one intercept per group), with the repetition as the experimental unit:
+    one slope per repetition index that every group ran at two or more ``x`` values, and the t-interval over
+    those slopes (``R - 1`` degrees of freedom). Misfit of the straight line goes into the mean, not the interval.
+    """
+    reps = sorted({k for g in groups for c in g for k in c.by_repeat()})
+    slopes, sxx = [], []
+    for k in reps:
+        pts = []
+        for g in groups:
+            have = [(x(c), c.by_repeat()[k]) for c in g if k in c.by_repeat() and (not log or c.by_repeat()[k] > 0)]
+            if len({p for p, _ in have}) >= 2:
+                xs = np.array([p for p, _ in have])
+                ys = np.array([np.log2(v) if log else v for _, v in have])
+                pts.append((xs, ys))
+        if pts:
+            s = within_slope(pts)
+            if np.isfinite(s.value):
+                slopes.append(s.value)
+                sxx.append(sum(float(((xs - xs.mean()) ** 2).sum()) for xs, _ in pts))
+    # a quantized sensor adds resolution**2 / 12 / Sxx to each slope's variance
+    q = resolution / np.sqrt(np.mean(sxx)) if sxx and not log else 0.0
+    est = mean_interval(slopes, q, f"repetitions (each a slope within {len(groups)} group(s))")
+    return est.map(lambda v: 2.0**v, scale="log") if log else est
 
 
 def min_repeats(cfgs: Sequence[Config]) -> int:

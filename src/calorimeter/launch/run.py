@@ -8,7 +8,7 @@ from typing import Any
 from calorimeter.launch.submit import CellConfigError, LaunchOutcome, launch_cell
 from calorimeter.placement.apply import placement_record
 from calorimeter.placement.profile import keep_cell_profiles
-from calorimeter.plan.cell import Cell
+from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import CellPaths
 from calorimeter.records.record import TransientCellError, build_record, steps_frame, write_cell_record
@@ -72,7 +72,7 @@ def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: 
         raise TransientCellError(f"cell {cell.cell_id}: transient: {record['reason']} "
                                  f"(evidence in {outcome.attempt.run_json})")
     record["telemetry_files"] = _collect_telemetry(outcome, paths, record)
-    if cell.kind != "train":
+    if cell.kind not in TRAINING_KINDS:
         record["kind_files"] = _collect_kind_outputs(cell, outcome, paths)
     write_cell_record(paths, outcome.attempt, record, steps_frame(outcome.rank_results))
     keep_cell_profiles(paths.root, record, settings.get("placement"))

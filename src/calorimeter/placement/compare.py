@@ -2,9 +2,8 @@
 
 A *layout* is everything that defines a cell except its placement and repetition: the cell id without the
 ``_pl-<policy>`` part and the ``_r<k>`` suffix. For each layout and policy the repetitions give a mean and a
-95 % t-interval; the gain of a policy over ``default`` is the difference of the means relative to the default mean,
-with a Welch t-interval of the difference divided by the default mean (the default mean's own uncertainty enters
-through the Welch variance, not through the division: the ratio interval is approximate, stated in the note).
+95 % t-interval; the gain of a policy over ``default`` is the ratio of the means minus 1, with the comparison core's
+Welch interval of that ratio (:func:`calorimeter.findings.stats.welch`: log scale, both means' uncertainty).
 With a single repetition on either side the interval is NaN: a gain without an interval is not claimed.
 """
 
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calorimeter.findings.stats import mean_interval, welch_difference
+from calorimeter.findings.stats import mean_interval, welch
 
 #: the study's placement result, from a secondary source only (shared/notes/paper-findings.md, S3)
 STUDY_CLAIM = ("study (secondary source): asymmetric stage placement +4% efficiency on Llama3-70B (PP 4, 21/19 "
@@ -34,11 +33,8 @@ def mean_ci(values: np.ndarray) -> tuple[float, float, float]:
 
 def relative_gain(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     """(mean(a) / mean(b) - 1, 95 % Welch interval low, high) of a policy ``a`` against the default ``b``."""
-    d = welch_difference(a, b)
-    mb = float(np.nanmean(b)) if np.isfinite(b).any() else math.nan
-    if not mb > 0:
-        return math.nan, math.nan, math.nan
-    return d.value / mb, d.low / mb, d.high / mb
+    r = welch(a, b, ratio=True)
+    return r.value - 1.0, r.low - 1.0, r.high - 1.0
 
 
 def layout_id(cell_id: str) -> str:

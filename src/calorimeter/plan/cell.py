@@ -51,6 +51,7 @@ class Cell:
             as ``collectives``; a non-train cell ignores the model and the parallel layout.
         placement: placement policy (``default``, ``balanced``, ``thermal``; :mod:`calorimeter.placement.policy`):
             which GPU each rank uses and the layers per pipeline stage, decided in the job.
+        lora_rank: kind ``lora``: rank of the LoRA adapters (:mod:`calorimeter.train.lora`); ignored otherwise.
     """
 
     sweep: str
@@ -87,6 +88,7 @@ class Cell:
     repeat: int = 0
     kind: str = "train"
     placement: str = "default"
+    lora_rank: int = 16
 
     @property
     def world_size(self) -> int:
@@ -136,7 +138,7 @@ class Cell:
         them reruns the same cell rather than creating a new one. A non-train cell is named by its kind and
         machine: ``collectives_h200-1x8``.
         """
-        if self.kind != "train":
+        if self.kind not in TRAINING_KINDS:
             return f"{self.kind}_{self.hardware}-{self.nodes}x{self.gpus_per_node}" + (
                 f"_r{self.repeat}" if self.repeat else "")
         par = f"tp{self.tp}-pp{self.pp}-dp{self.dp}"
@@ -164,6 +166,8 @@ class Cell:
             parts.append("data-" + _slug(self.dataset))
         if self.placement != "default":
             parts.append(f"pl-{self.placement}")
+        if self.kind == "lora":
+            parts.append(f"lora-r{self.lora_rank}")
         return "_".join(parts) + (f"_r{self.repeat}" if self.repeat else "")
 
     @property
@@ -193,6 +197,8 @@ class Cell:
 
 
 _FIELDS = fields(Cell)
+#: kinds that train the cell's model with its layout (the others are calibrations without a model)
+TRAINING_KINDS = ("train", "lora")
 
 
 def _slug(path: str) -> str:

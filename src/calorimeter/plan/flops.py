@@ -11,6 +11,9 @@ Per sequence of length s, the forward pass of one transformer layer costs (multi
 plus the output logits ``2 s h V`` once. Training costs 3x the forward (forward + backward of activations and
 weights). Recomputation adds one more forward of what it recomputes: every recomputed layer for ``full``, the
 attention core for ``selective``. This is Narayanan et al. (SC'21), eq. 3, generalised to GQA, SwiGLU and MoE.
+LoRA fine-tuning (``lora_rank`` r) of a frozen base costs 2x the forward of its linear layers and logits (no weight
+gradients), 3x of the attention core (its backward has no weights anyway), plus 3x the forward of the adapters,
+``2 s r (in + out)`` for each adapted projection (qkv, output, MLP up/gate and down).
 
 ``model_flops`` excludes recomputation (MFU, as in PaLM); ``hardware_flops`` includes it (Megatron's
 "TFLOP/s/GPU" with the recomputation term, and HFU). The metrics name the convention: ``mfu_full`` (Megatron's, the
@@ -53,7 +56,7 @@ def layer_forward_flops(m: ModelSpec, seq_len: int, causal: bool = False) -> tup
 
 def iteration_flops(m: ModelSpec, seq_len: int, global_batch: int, recompute: str = "none",
                     recompute_layers: int | None = None, pp: int = 1, padded_vocab: int | None = None,
-                    causal: bool = False) -> IterationFlops:
+                    causal: bool = False, lora_rank: int | None = None) -> IterationFlops:
     """FLOPs of one training iteration.
 
     Args:
@@ -65,11 +68,18 @@ def iteration_flops(m: ModelSpec, seq_len: int, global_batch: int, recompute: st
         pp: pipeline stages (to turn ``recompute_layers`` per stage into a model total).
         padded_vocab: vocabulary after padding (default the model's).
         causal: count the attention core of the causal convention (half of the full one).
+        lora_rank: LoRA fine-tuning with adapters of this rank on a frozen base (dense models; None: training).
     """
     dense, core = layer_forward_flops(m, seq_len, causal)
     layer_fwd = dense + core
     logits_fwd = 2.0 * seq_len * m.hidden_size * (padded_vocab or m.vocab_size)
-    model = 3.0 * (m.num_layers * layer_fwd + logits_fwd)
+    if lora_rank:
+        h, kv = m.hidden_size, m.num_query_groups * m.head_dim
+        fc1_out = m.ffn_hidden_size * (2 if m.gated_mlp else 1)
+        adapters = 2.0 * seq_len * lora_rank * ((h + h + 2 * kv) + (h + h) + (h + fc1_out) + (m.ffn_hidden_size + h))
+        model = m.num_layers * (2.0 * dense + 3.0 * core + 3.0 * adapters) + 2.0 * logits_fwd
+    else:
+        model = 3.0 * (m.num_layers * layer_fwd + logits_fwd)
     if recompute == "full":
         n = m.num_layers if recompute_layers is None else min(m.num_layers, recompute_layers * pp)
         extra = n * layer_fwd

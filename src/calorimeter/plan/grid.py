@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from calorimeter.plan.cell import Cell
+from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.config import ConfigError, load_config, subset_base_path
 from calorimeter.plan.config_errors import locate, short, suggest
 from calorimeter.plan.hardware import HardwareProfile, detect_profile, get_profile
@@ -24,7 +24,7 @@ from calorimeter.plan.models import get_model
 AXES = ("kind", "model", "hardware", "nodes", "gpus_per_node", "parallel", "tp", "pp", "ep", "cp", "sequence_parallel",
         "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch", "seq_len",
         "warmup", "warmup_steps", "warmup_max_steps", "warmup_max_s", "steady_window_s", "steady_slope_c_per_min",
-        "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr", "placement")
+        "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr", "placement", "lora_rank")
 CELL_FIELDS = {f.name for f in fields(Cell)}
 #: the model field of cells whose kind trains nothing
 NO_MODEL = "-"
@@ -61,13 +61,13 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str, source: str 
     values.update(par)
     model_name = values.pop("model", None)
     kind = values.get("kind", "train")
-    if model_name is None and kind != "train":
+    if model_name is None and kind not in TRAINING_KINDS:
         model_name = NO_MODEL
     if model_name is None:
         raise ConfigError(f"{locate(source, lines, where)}: {where}: no 'model' (set it in the block or in "
                           "'defaults')")
     try:
-        model = get_model(model_name) if kind == "train" else None  # a calibration kind trains no model
+        model = get_model(model_name) if kind in TRAINING_KINDS else None  # a calibration kind trains no model
     except KeyError as e:
         raise ConfigError(f"{at('model')}: {e.args[0]}") from None
     hw_name = values.pop("hardware")
@@ -166,7 +166,22 @@ def expand(config: dict[str, Any], _chain: tuple[Path, ...] = ()) -> list[Cell]:
                 rep = dataclasses.replace(cell, repeat=k)
                 cells[rep.cell_id] = rep
     # repetitions interleaved in time: every configuration's first run before any second one, and so on
+    if any(c.repeat for c in cells.values()):
+        return sorted(cells.values(), key=lambda c: run_order_key(c, sweep))
     return sorted(cells.values(), key=lambda c: c.repeat)
+
+
+def run_order_key(cell: Cell, seed: str) -> tuple[int, bool, str, bool]:
+    """Where a cell of a repeated sweep runs: by repetition, and within a repetition in an order shuffled anew for
+    each repetition (seeded by ``seed``, the sweep's name, and the repetition: the plan's cell order records it and
+    the same sweep always gets the same order), so that drift within a pass is not confounded with the compared
+    configurations; calibration kinds run first in their pass (training cells may need their profile), and a
+    layout's default placement stays first among its placement policies."""
+    import hashlib
+
+    layout = dataclasses.replace(cell, placement="default", repeat=0).cell_id
+    h = hashlib.sha256(f"{seed}:{cell.repeat}:{layout}".encode()).hexdigest()
+    return cell.repeat, cell.kind in TRAINING_KINDS, h, cell.placement != "default"
 
 
 def _subset(config: dict[str, Any], chain: tuple[Path, ...]) -> list[Cell]:

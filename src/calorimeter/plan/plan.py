@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calorimeter.plan.cell import Cell
+from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.checks import (
     build_memory_reasons,
     divisibility_reasons,
@@ -63,11 +63,17 @@ class Plan:
 
 def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
     """Run every check on one cell."""
-    if cell.kind != "train":  # a calibration kind: no model, no layout; only its own checks
+    if cell.kind not in TRAINING_KINDS:  # a calibration kind: no model, no layout; only its own checks
         from calorimeter.kinds import kind_reasons
 
         reasons = kind_reasons(cell)
         return PlannedCell(cell, "pruned" if reasons else "planned", reasons, {})
+    if cell.kind != "train":  # a training kind (lora): its own checks first, then the training checks
+        from calorimeter.kinds import kind_reasons
+
+        own = kind_reasons(cell)
+        if own:
+            return PlannedCell(cell, "pruned", own, {})
     m = get_model(cell.model)
     hw = get_profile(cell.hardware)
     reasons = divisibility_reasons(cell, m)
@@ -79,7 +85,8 @@ def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
         if memory_check:
             reasons += memory_reasons(est, hw) + build_memory_reasons(cell, m, hw)
         fl = iteration_flops(m, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp,
-                             padded_vocab=padded_vocab_size(m, cell.tp))
+                             padded_vocab=padded_vocab_size(m, cell.tp),
+                             lora_rank=cell.lora_rank if cell.kind == "lora" else None)
         estimates["model_flops_per_iteration"] = fl.model_flops
         pl_reasons, notes, pl_estimates = placement_checks(cell, m, hw, memory_check)
         reasons += pl_reasons

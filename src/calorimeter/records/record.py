@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from calorimeter.plan.cell import Cell
+from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.hardware import PROFILES
 from calorimeter.plan.models import get_model
 from calorimeter.records.atomic import write_atomic, write_json_atomic, write_parquet_atomic
@@ -124,13 +124,13 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
         "failure_class": failure_class,
         "reason": reason,
         "cell": cell.to_dict(),
-        "model": get_model(cell.model).to_dict() if cell.kind == "train" else None,
+        "model": get_model(cell.model).to_dict() if cell.kind in TRAINING_KINDS else None,
         "hardware": profile.to_dict() if profile else {"name": cell.hardware},
         "plan_estimates": estimates or {},
     }
     peaks = [r["peak_memory_bytes"] for r in rank_results if r.get("peak_memory_bytes") is not None]
     record["peak_memory_bytes"] = max(peaks) if peaks else None
-    if status == "ok" and cell.kind != "train":  # a calibration kind: its own summary, from rank 0
+    if status == "ok" and cell.kind not in TRAINING_KINDS:  # a calibration kind: its own summary, from rank 0
         r0 = min(rank_results, key=lambda r: r["rank"])
         record["metrics"] = {"kind": cell.kind, **(r0.get("kind_metrics") or {})}
     elif status == "ok":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -235,7 +236,8 @@ def _full_parameter_count(module: torch.nn.Module) -> int:
     return sum(int(getattr(p, "ds_numel", p.numel())) for p in module.parameters())
 
 
-def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device | None = None) -> TrainEngine:
+def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device | None = None,
+                 model_hook: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> TrainEngine:
     """Build model, optimizer and DeepSpeed engine for a cell on this rank.
 
     ``torch.distributed`` must already be initialised (the launcher does it). pp=1 builds a :class:`CausalLM`
@@ -248,6 +250,7 @@ def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device
             DeepSpeed's rank order); ep > 1 spreads a MoE model's experts over ep data-parallel ranks.
         spec: the model (default: the catalogue entry ``cell.model``).
         device: this rank's device (default: :func:`rank_device`).
+        model_hook: applied to the built model before the optimizer is made (kind ``lora``).
 
     Raises:
         ValueError: for an inconsistent cell or a refused combination (:func:`refusal_reasons`).
@@ -296,6 +299,8 @@ def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device
     else:
         with torch.device(device):
             model = CausalLM([d.build() for d in defs], loss_fn)
+    if model_hook is not None:
+        model = model_hook(model)
     if par.sp:
         add_sequence_parallel_grad_hooks(model)
 

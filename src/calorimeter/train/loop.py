@@ -92,7 +92,8 @@ def _profiler(trace_path: Path, device: torch.device) -> Any:
 
 
 def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = None, profile_steps: int = 0,
-               profile_all_ranks: bool = False, gradients_out: Path | None = None) -> dict[str, Any]:
+               profile_all_ranks: bool = False, gradients_out: Path | None = None,
+               model_hook: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> dict[str, Any]:
     """Train ``cell`` on this rank and return its per-step record (the same losses on every rank).
 
     Must be called on every rank after ``torch.distributed.init_process_group`` (and, on CUDA,
@@ -114,6 +115,7 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
             ``profile_all_ranks``. Traces go to ``out_dir/traces/rank-<rank>.json.gz``. Profiled steps are never
             measured steps: the profiler's overhead stays out of the metrics.
         profile_all_ranks: trace every rank.
+        model_hook: applied to the built model before the optimizer (kind ``lora``: adapters, frozen base).
         gradients_out: save the full gradients of the first optimizer step there (rank 0, ``torch.save``;
             :mod:`calorimeter.train.gradients`), to compare parallel layouts tensor by tensor.
 
@@ -137,7 +139,7 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
     model_spec = dataclasses.replace(spec, vocab_size=padded_vocab_size(spec, cell.tp))
     steps: list[dict[str, Any]] = []
     try:
-        te = build_engine(cell, model_spec, device)
+        te = build_engine(cell, model_spec, device, model_hook=model_hook)
         engine = te.engine
         if gradients_out is not None:
             from calorimeter.train.gradients import capture_first_step

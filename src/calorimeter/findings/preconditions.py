@@ -1,0 +1,111 @@
+"""Preconditions of the findings, checked on the data: which measured cells are in the regime a claim is about.
+
+A finding compares only cells that meet its preconditions; when none (or no comparison) is left, the finding says
+*cannot say* and which precondition the cells failed, with counts. The preconditions:
+
+* :data:`STEADY`: the measured window is thermally steady (``warmup: steady`` reached its slope criterion); a
+  thermal claim read from a transient window measures how far the warm-up got, not the configuration.
+* :data:`POWER_CAPPED`: the GPUs sit at the power cap (NVML's software power-cap reason set for at least
+  :data:`POWER_CAP_MIN_FRAC` of the window) and their mean SM clock is below the ceiling by more than
+  :data:`CEILING_MARGIN_MHZ`: only there can a configuration move the clock (a cell at the ceiling has nothing to
+  throttle, a cell below the cap is limited by its load).
+* :data:`GPU`: measured on GPUs (CPU ranks have no GPU telemetry), and :data:`REAL_MODEL`: not a toy model of the
+  test suite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from calorimeter.findings.select import column
+
+#: time share with NVML's software power cap reason set (new and old column names)
+POWER_CAP = ("throttle_sw_power_cap_frac", "throttle_sw_power_cap")
+#: a cell "sits at the power cap" when the power-cap reason is set at least this share of its measured window
+POWER_CAP_MIN_FRAC = 0.5
+#: one SM clock step of Hopper (MHz): the smallest clock effect that means anything
+CLOCK_STEP_MHZ = 15.0
+#: a cell is "below the clock ceiling" when its mean SM clock is at least this far below the maximum SM clock
+CEILING_MARGIN_MHZ = 2 * CLOCK_STEP_MHZ
+#: maximum SM clock (MHz) of the GPUs (NVML's max SM clock of H100 SXM and H200 SXM); others: the sweep's highest
+#: per-cell peak SM clock
+SM_CLOCK_CEILING_MHZ = {"h100": 1980.0, "h200": 1980.0}
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """A condition on measured cells (rows of ``runs``).
+
+    Attributes:
+        name: what it requires, for the reader (``"a steady measured window"``).
+        keep: the rows that meet it (a boolean Series over the rows of ``runs``).
+    """
+
+    name: str
+    keep: Callable[[pd.DataFrame], pd.Series]
+
+
+def _steady(d: pd.DataFrame) -> pd.Series:
+    if "warmup_reason" not in d.columns:
+        return pd.Series(False, index=d.index)
+    return d["warmup_reason"].astype(str).eq("steady")
+
+
+def clock_ceiling_mhz(d: pd.DataFrame) -> pd.Series:
+    """The maximum SM clock of each row's GPU kind (NaN where unknown and no peak clock was recorded)."""
+    peak = column(d, "sm_clock_peak_mhz")
+    fallback = float(peak.max()) if peak.notna().any() else np.nan
+    hw = d["hardware"] if "hardware" in d.columns else pd.Series("", index=d.index)
+    return hw.map(lambda h: SM_CLOCK_CEILING_MHZ.get(str(h), fallback)).astype(float)
+
+
+def _power_capped(d: pd.DataFrame) -> pd.Series:
+    cap = column(d, *POWER_CAP)
+    clock = column(d, "sm_clock_avg_mhz")
+    return (cap >= POWER_CAP_MIN_FRAC) & (clock <= clock_ceiling_mhz(d) - CEILING_MARGIN_MHZ)
+
+
+def _gpu(d: pd.DataFrame) -> pd.Series:
+    return d["hardware"].astype(str).ne("cpu") if "hardware" in d.columns else pd.Series(True, index=d.index)
+
+
+def _real_model(d: pd.DataFrame) -> pd.Series:
+    return ~d["model"].astype(str).str.startswith("tiny") if "model" in d.columns else pd.Series(True, index=d.index)
+
+
+STEADY = Precondition("a steady measured window (warmup: steady reached)", _steady)
+POWER_CAPPED = Precondition(f"GPUs at the power cap (>= {POWER_CAP_MIN_FRAC:.0%} of the window) and their mean SM "
+                            f"clock >= {CEILING_MARGIN_MHZ:g} MHz below the ceiling", _power_capped)
+GPU = Precondition("measured on GPUs", _gpu)
+REAL_MODEL = Precondition("a real model (not a test-suite toy)", _real_model)
+MULTI_NODE = Precondition("two or more nodes (inter-node communication)", lambda d: column(d, "nodes") > 1)
+#: a job is communication-bound when at least this share of its step is communication not hidden behind compute
+COMM_BOUND_MIN_FRAC = 0.2
+COMM_BOUND = Precondition(f"communication-bound: >= {COMM_BOUND_MIN_FRAC:.0%} of the step exposed communication "
+                          "(kernel trace)", lambda d: column(d, "exposed_comm_frac") >= COMM_BOUND_MIN_FRAC)
+
+
+def screen(runs: pd.DataFrame | None, *conds: Precondition) -> tuple[pd.DataFrame, str]:
+    """The ok rows of ``runs`` that meet every precondition, and a note of what was left out and why (empty when
+    nothing was). Rows not ``ok`` pass through untouched (the comparisons never use them)."""
+    if runs is None or runs.empty or "status" not in runs.columns:
+        return pd.DataFrame() if runs is None else runs, ""
+    ok = runs["status"] == "ok"
+    keep = pd.Series(True, index=runs.index)
+    notes = []
+    for c in conds:
+        k = c.keep(runs).fillna(False).astype(bool)
+        failed = int((ok & keep & ~k).sum())
+        if failed:
+            notes.append(f"{failed} of {int(ok.sum())} measured cell(s) fail: {c.name}")
+        keep &= k
+    return runs[~ok | keep], "; ".join(notes)
+
+
+def with_note(missing: str, note: str) -> str:
+    """``missing`` followed by the screen's note (what preconditions left out)."""
+    return f"{missing} ({note})" if note else missing
