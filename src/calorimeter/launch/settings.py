@@ -68,10 +68,16 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
         resources: the train rule's resources (Snakemake profile), if any.
 
     Returns:
-        ``config["launcher"]`` with the resources applied, plus the sweep's ``telemetry`` block and its
-        ``placement`` settings (with the absolute folder of the hosts' thermal profiles).
+        ``config["launcher"]`` with the resources applied, plus the sweep's ``telemetry`` block, its
+        ``placement`` settings (with the absolute folder of the hosts' thermal profiles) and the models and
+        hardware it defines (``definitions``).
     """
+    from calorimeter.plan.definitions import definitions_of, register_definitions
+
     out = copy.deepcopy(config["launcher"])
+    # models and hardware the sweep defined (plan time): this process and every rank register them
+    register_definitions(config.get("_definitions"))
+    out["definitions"] = config.get("_definitions") or definitions_of()
     for res, key in LAUNCHER_RESOURCES.items():
         v = (resources or {}).get(res)
         if v is not None and str(v) != "":

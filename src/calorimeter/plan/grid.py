@@ -17,6 +17,7 @@ from typing import Any
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.config import ConfigError, load_config, subset_base_path
 from calorimeter.plan.config_errors import locate, short, suggest
+from calorimeter.plan.definitions import inline_model, register_sweep_definitions
 from calorimeter.plan.hardware import HardwareProfile, detect_profile, get_profile
 from calorimeter.plan.models import get_model
 
@@ -101,6 +102,21 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str, source: str 
                 **{k: v for k, v in kwargs.items() if k not in ("nodes",)})
 
 
+def _named_models(block: dict[str, Any], config: dict[str, Any], where: str) -> dict[str, Any]:
+    """The block with each inline model definition (``model: {hf_config: ...}``) registered and named."""
+    if "model" not in block:
+        return block
+    lines = config.get("_lines")
+    names = []
+    for value in _as_list(block["model"]):
+        if isinstance(value, dict):
+            at = f"{locate(str(config.get('_source', 'config')), lines, f'{where}.model')}: {where}.model"
+            names.append(inline_model(value, config, at))
+        else:
+            names.append(value)
+    return {**block, "model": names if isinstance(block["model"], list) else names[0]}
+
+
 def _merged_blocks(config: dict[str, Any]) -> list[dict[str, Any]]:
     """Each grid block with the defaults it does not set (a block's parallel layouts override the defaults')."""
     defaults = {"hardware": config.get("hardware", "auto"), **config.get("defaults", {})}
@@ -146,7 +162,8 @@ def expand(config: dict[str, Any], _chain: tuple[Path, ...] = ()) -> list[Cell]:
         raise ConfigError(f"{config.get('_source', 'config')}: no 'grid' and no 'subset_of': nothing to run")
     sweep = config["sweep"]
     source, lines = str(config.get("_source", "config")), config.get("_lines")
-    blocks = _merged_blocks(config)
+    register_sweep_definitions(config)
+    blocks = [_named_models(merged, config, f"grid[{i}]") for i, merged in enumerate(_merged_blocks(config))]
     check_grid_size([(f"grid[{i}]", merged) for i, merged in enumerate(blocks)], source, lines)
     cells: dict[str, Cell] = {}
     for i, merged in enumerate(blocks):

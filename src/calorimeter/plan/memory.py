@@ -18,6 +18,7 @@ most micro-batches in flight under 1F1B):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from calorimeter.plan.cell import Cell
@@ -78,7 +79,7 @@ def estimate_memory(m: ModelSpec, cell: Cell, hw: HardwareProfile) -> MemoryEsti
     bf16 = cell.precision == "bf16"
     w_b, g_b, o_b = (2, 2, 12) if bf16 else (4, 4, 8)
 
-    total = parameter_count(m)
+    total = parameter_count(dataclasses.replace(m, tie_embeddings=False))  # the engine trains an untied head
     expert = m.num_layers * m.num_experts * 3 * m.hidden_size * m.ffn_hidden_size if m.is_moe else 0
     dense = total - expert
     embed = m.vocab_size * m.hidden_size
