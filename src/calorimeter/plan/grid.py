@@ -25,7 +25,8 @@ from calorimeter.plan.models import get_model
 AXES = ("kind", "model", "hardware", "nodes", "gpus_per_node", "parallel", "tp", "pp", "ep", "cp", "sequence_parallel",
         "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch", "seq_len",
         "warmup", "warmup_steps", "warmup_max_steps", "warmup_max_s", "steady_window_s", "steady_slope_c_per_min",
-        "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr", "placement")
+        "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr", "placement", "command", "label",
+        "log_format")
 CELL_FIELDS = {f.name for f in fields(Cell)}
 #: the model field of cells whose kind trains nothing
 NO_MODEL = "-"
@@ -68,7 +69,8 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str, source: str 
         raise ConfigError(f"{locate(source, lines, where)}: {where}: no 'model' (set it in the block or in "
                           "'defaults')")
     try:
-        model = get_model(model_name) if kind == "train" else None  # a calibration kind trains no model
+        # a calibration kind trains no model; a command's model (optional) gives its FLOPs and MFU
+        model = get_model(model_name) if kind == "train" or (kind == "command" and model_name != NO_MODEL) else None
     except KeyError as e:
         raise ConfigError(f"{at('model')}: {e.args[0]}") from None
     hw_name = values.pop("hardware")
