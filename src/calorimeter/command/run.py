@@ -6,7 +6,8 @@ and sampled like a training cell) runs ``bash -c <command>`` with torchrun's var
 plus one), ``CALORIMETER_STEP_LOG`` (this rank's step log, :mod:`calorimeter.command.steplog`) and the cell's shape
 (``CALORIMETER_SEQ_LEN``, ``CALORIMETER_GLOBAL_BATCH``, ``CALORIMETER_MICRO_BATCH``, ``CALORIMETER_STEPS`` =
 warm-up + measured steps, ``CALORIMETER_WARMUP_STEPS``, ``CALORIMETER_MODEL``, ``CALORIMETER_PRECISION``,
-``CALORIMETER_PYTHON``: the rank's Python, with calorimeter's environment). So the
+``CALORIMETER_PYTHON``: the rank's Python, with calorimeter's environment; ``CALORIMETER_MODEL_SPEC``: the declared
+model's fields as JSON). So the
 command is what torchrun would start on each rank (``python -m torchtitan.train ...``, ``python pretrain_gpt.py
 ...``), not ``torchrun`` itself.
 
@@ -54,6 +55,12 @@ def command_env(cell: Cell, rank: int, world_size: int, local_rank: int, step_lo
         "CALORIMETER_WARMUP_STEPS": str(cell.warmup_steps), "CALORIMETER_MODEL": cell.model,
         "CALORIMETER_PRECISION": cell.precision, "CALORIMETER_PYTHON": sys.executable,
     })
+    if cell.model != "-":  # the declared model's shape, so that a script can build exactly it
+        import json
+
+        from calorimeter.plan.models import get_model
+
+        env["CALORIMETER_MODEL_SPEC"] = json.dumps(get_model(cell.model).to_dict())
     return env
 
 
