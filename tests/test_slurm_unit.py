@@ -37,7 +37,8 @@ def test_profile_resources_win_over_the_sweep_and_defaults_fill_the_rest() -> No
 
 def test_sbatch_parameters_come_from_the_cell_and_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(submit.slurm_cli, "available", lambda: True)
-    kind, p = executor_parameters(_cell(), _settings({"executor": "slurm", "cpus_per_task": 8},
+    kind, p = executor_parameters(_cell(), _settings({"executor": "slurm", "cpus_per_task": 8,
+                                                      "slurm": {"constraint": "auto"}},
                                                               {"slurm_partition": "gpu", "slurm_qos": "high",
                                                                "slurm_mem_gb": 512}))
     assert kind == "slurm"
@@ -111,3 +112,68 @@ def test_open_attempt_only_for_the_same_cell(tmp_path: Path) -> None:
     assert submit.open_attempt(_cell(lr=0.5), CellPaths(tmp_path)) is None  # a changed value never re-attaches
     (a / "run.json").write_text("{}")
     assert submit.open_attempt(cell, CellPaths(tmp_path)) is None  # closed attempts are history
+
+
+@pytest.mark.parametrize(("resources", "check"), [
+    ({"qos": "high"}, lambda s, p: p["qos"] == "high"),
+    ({"constraint": "h100&ib"}, lambda s, p: p["constraint"] == "h100&ib"),
+    ({"mem_mb": 64000}, lambda s, p: p["mem"] == "64000M"),
+    ({"mem_mib": 1024}, lambda s, p: p["mem"] == "1074M"),
+    ({"mem_mb_per_cpu": 4000}, lambda s, p: p["additional_parameters"]["mem-per-cpu"] == "4000M" and "mem" not in p),
+    ({"slurm_extra": "--exclusive --reservation=x --nice 10"},
+     lambda s, p: p["exclusive"] and p["additional_parameters"]["reservation"] == "x"
+     and p["additional_parameters"]["nice"] == "10"),
+    ({"gpu": 8}, lambda s, p: p["gpus_per_node"] == 8),
+    ({"gpu": "h100:8"}, lambda s, p: p["gpus_per_node"] == "h100:8"),
+    ({"gres": "gpu:h100:8"}, lambda s, p: p["gres"] == "gpu:h100:8" and "gpus_per_node" not in p),
+    ({"gres": "gpu:8"}, lambda s, p: p["gres"] == "gpu:8"),
+    ({"gpu_model": "h100"}, lambda s, p: p["gpus_per_node"] == "h100:8"),
+    ({"cpus_per_gpu": 12}, lambda s, p: p["cpus_per_task"] == 12),
+    ({"clusters": "c2"}, lambda s, p: p["additional_parameters"]["clusters"] == "c2"),
+    ({"slurm_partition": "gpu", "slurm_account": "proj", "runtime": 30},
+     lambda s, p: (p["partition"], p["account"], p["time"]) == ("gpu", "proj", 30)),
+])
+def test_the_slurm_plugins_resource_names_are_honoured(monkeypatch: pytest.MonkeyPatch, resources: dict,
+                                                       check) -> None:
+    monkeypatch.setattr(submit.slurm_cli, "available", lambda: True)
+    monkeypatch.setattr(submit.slurm_cli, "node_cpus", lambda partition=None: None)
+    s = _settings({"executor": "slurm"}, {**resources, "_cores": 0, "slurm_slots": 1, "tmpdir": "/tmp"})
+    _, p = executor_parameters(_cell(), s)
+    assert check(s, p), p
+
+
+@pytest.mark.parametrize(("resources", "words"), [
+    ({"slurm_partiton": "gpu"}, ["unknown (did you mean 'slurm_partition'?)"]),
+    ({"qso": "high"}, ["unknown (did you mean 'qos'?)"]),
+    ({"nodes": 2}, ["not taken", "nodes:"]),
+    ({"tasks": 16}, ["not taken"]),
+    ({"mpi": "srun"}, ["not taken", "MPI"]),
+    ({"slurm_logfile": "x"}, ["not taken", "attempts"]),
+    ({"gres": "nvme:1"}, ["GPUs only"]),
+    ({"slurm_extra": "-C h100"}, ["long options"]),
+    ({"mem_mb": 1000, "mem_mb_per_cpu": 100}, ["give one"]),
+])
+def test_unknown_or_refused_resources_are_named(resources: dict, words: list[str]) -> None:
+    from calorimeter.plan.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _settings({"executor": "slurm"}, resources)
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_implicit_snakemake_resources_and_safe_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Snakemake's own mem_mb (1000 on every rule) is not a --mem request unless the profile set it; by default no
+    --constraint, whole nodes, and CPUs per task from the partition's nodes."""
+    monkeypatch.setattr(submit.slurm_cli, "available", lambda: True)
+    monkeypatch.setattr(submit.slurm_cli, "node_cpus", lambda partition=None: 96 if partition == "gpu" else None)
+    implicit = {"mem_mb": 1000, "mem_mib": 954, "disk_mb": 50000, "tmpdir": "/tmp", "_nodes": 1, "slurm_slots": 1}
+    s = launcher_settings(validate_config({"launcher": {"executor": "slurm"}}),
+                          {**implicit, "slurm_partition": "gpu"}, explicit={"slurm_partition"})
+    _, p = executor_parameters(_cell(), s)
+    assert "mem" not in p and "constraint" not in p and p["exclusive"] and p["cpus_per_task"] == 96 // 8
+    _, p = executor_parameters(_cell(), _settings({"executor": "slurm"}))
+    assert p["cpus_per_task"] == 1  # sinfo did not answer
+    with pytest.raises(CellConfigError, match="uses 8 GPUs per node, the profile asks for 4"):
+        executor_parameters(_cell(), _settings({"executor": "slurm"}, {"gpu": 4}))
+    _, p = executor_parameters(_cell(), _settings({"executor": "slurm", "slurm": {"constraint": "auto"}}))
+    assert p["constraint"] == "H200"

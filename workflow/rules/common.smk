@@ -141,3 +141,10 @@ def get_final_outputs():
         + [str(sweep.figure(name, ext)) for name in FIGURES for ext in ("png", "pdf")]
         + [str(sweep.findings_csv), str(sweep.findings_html)]
     )
+
+
+# The train rule's resources that the profile or the command line set (not Snakemake's implicit mem_mb, disk_mb,
+# ...): the train script honours the SLURM plugin's names among them and refuses unknown ones (launch/settings.py).
+from calorimeter.launch.settings import explicit_train_resources
+
+os.environ["CALORIMETER_TRAIN_RESOURCES"] = ",".join(sorted(explicit_train_resources(workflow)))

@@ -1,6 +1,7 @@
 """Snakemake script of rule train: run one cell through the calorimeter package."""
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -17,7 +18,9 @@ logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(mess
 try:
     # The validated sweep's launcher and telemetry settings, overridden by the profile's resources of this rule
     # (see calorimeter.launch.settings): built once for this launch.
-    settings = launcher_settings(sm.config, dict(sm.resources.items()))
+    explicit = os.environ.get("CALORIMETER_TRAIN_RESOURCES")  # set by workflow/rules/common.smk
+    settings = launcher_settings(sm.config, dict(sm.resources.items()),
+                                 None if explicit is None else set(filter(None, explicit.split(","))))
     run_cell(Cell.from_dict(sm.params.cell), settings, CellPaths(Path(sm.params.cell_dir)), sm.params.estimates)
 except (ConfigError, CellConfigError) as e:  # bad settings: nothing was submitted; the message says which
     logging.error("train %s: not submitted: %s", sm.wildcards.cell, e)

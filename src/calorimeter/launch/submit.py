@@ -79,7 +79,7 @@ def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict
     accelerator = accelerator_of(cell.hardware)
     gpus = cell.gpus_per_node if accelerator in ("cuda", "rocm") else 0
     timeout_min = int(launcher["timeout_min"])
-    cpus = int(launcher["cpus_per_task"])
+    cpus = _cpus_per_task(cell, launcher, kind)
     env_setup = [f"export OMP_NUM_THREADS={cpus}"]
     if accelerator == "cpu":
         env_setup.append("export DS_ACCELERATOR=cpu")
@@ -104,11 +104,15 @@ def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict
         setup=[*(s.get("setup") or []), *env_setup],
         additional_parameters={"open-mode": "append", **(s.get("extra") or {})},
     )
+    if s.get("gpus") is not None and int(s["gpus"]) != gpus:
+        raise CellConfigError(f"cell {cell.cell_id} uses {gpus} GPUs per node, the profile asks for {s['gpus']} "
+                              "(resource gpu/gres of rule train): the cell decides, remove the count from the profile")
     if gpus:
+        typed: int | str = f"{s['gpu_type']}:{gpus}" if s.get("gpu_type") else gpus
         if s.get("gpus_as_gres"):
-            params["gres"] = f"gpu:{gpus}"
+            params["gres"] = f"gpu:{typed}"
         else:
-            params["gpus_per_node"] = gpus
+            params["gpus_per_node"] = typed
     for key in ("partition", "account", "qos"):
         if s.get(key):
             params[key] = str(s[key])
@@ -122,6 +126,17 @@ def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict
         return kind, check_sbatch_parameters(params)
     except SbatchValueError as e:
         raise CellConfigError(f"cell {cell.cell_id}: {e}") from None
+
+
+def _cpus_per_task(cell: Cell, launcher: dict[str, Any], kind: str) -> int:
+    """``launcher.cpus_per_task``, or where unset 1 locally and on SLURM the partition's cores per node divided by
+    the cell's ranks per node."""
+    if launcher.get("cpus_per_task"):
+        return int(launcher["cpus_per_task"])
+    if kind != "slurm":
+        return 1
+    cores = slurm_cli.node_cpus((launcher.get("slurm") or {}).get("partition"))
+    return max(1, cores // cell.gpus_per_node) if cores else 1
 
 
 def make_executor(kind: str, params: dict[str, Any], folder: Path, max_requeues: int) -> submitit.Executor:
