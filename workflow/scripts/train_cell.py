@@ -22,6 +22,12 @@ try:
     settings = launcher_settings(sm.config, dict(sm.resources.items()),
                                  None if explicit is None else set(filter(None, explicit.split(","))))
     run_cell(Cell.from_dict(sm.params.cell), settings, CellPaths(Path(sm.params.cell_dir)), sm.params.estimates)
+    try:  # where the sweep stands now that this cell is done (never fails the rule)
+        from calorimeter.operate.view import progress_line
+
+        logging.info("%s", progress_line(sm.config))
+    except Exception as e:  # noqa: BLE001
+        logging.warning("sweep progress unavailable: %s: %s", type(e).__name__, e)
 except (ConfigError, CellConfigError) as e:  # bad settings: nothing was submitted; the message says which
     logging.error("train %s: not submitted: %s", sm.wildcards.cell, e)
     sys.exit(1)
