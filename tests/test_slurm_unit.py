@@ -177,3 +177,24 @@ def test_implicit_snakemake_resources_and_safe_defaults(monkeypatch: pytest.Monk
         executor_parameters(_cell(), _settings({"executor": "slurm"}, {"gpu": 4}))
     _, p = executor_parameters(_cell(), _settings({"executor": "slurm", "slurm": {"constraint": "auto"}}))
     assert p["constraint"] == "H200"
+
+
+def test_queued_jobs_import_a_snapshot_of_the_code(tmp_path: Path) -> None:
+    from calorimeter.launch.snapshot import code_digest, snapshot_code, with_snapshot
+
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("X = 1\n")
+    (pkg / "sub" / "schema.yaml").write_text("a: 1\n")
+    (pkg / "notes.txt").write_text("not code\n")
+    first = snapshot_code(tmp_path / "sweep", pkg)
+    assert first.parent == tmp_path / "sweep" / "code" and first.name == code_digest(pkg)
+    assert sorted(str(p.relative_to(first)) for p in first.rglob("*") if p.is_file()) == [
+        "calorimeter/__init__.py", "calorimeter/sub/schema.yaml"]
+    assert snapshot_code(tmp_path / "sweep", pkg) == first  # same content: the same copy
+    (pkg / "__init__.py").write_text("X = 2\n")  # edited after submission: a new copy, the old one kept
+    second = snapshot_code(tmp_path / "sweep", pkg)
+    assert second != first and (first / "calorimeter" / "__init__.py").read_text() == "X = 1\n"
+    params, code = with_snapshot({"setup": ["module load cuda"]}, tmp_path / "sweep")
+    assert params["setup"][0].startswith(f'export PYTHONPATH="{code}') and params["setup"][1] == "module load cuda"
+    assert (code / "calorimeter" / "launch" / "snapshot.py").is_file()  # the package itself

@@ -301,6 +301,11 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
                                                  "reason": "abandoned: its launcher died"})
     if job is None:
         attempt = _new_attempt(paths)
+        if kind == "slurm" and settings.get("snapshot", True):  # a queued job runs the code of its submission
+            from calorimeter.launch.snapshot import with_snapshot
+
+            params, code = with_snapshot(params, paths.root.parents[1])
+            settings = {**settings, "code_snapshot": str(code)}
         executor = make_executor(kind, params, attempt.submitit, int(settings["max_requeues"]))
         job = executor.submit(CellTask(cell.to_dict(), str(attempt.root), settings))
         write_json_atomic(attempt.job_json, {
