@@ -25,6 +25,10 @@ def _models(args: argparse.Namespace) -> int:
     from calorimeter.plan.hardware import PROFILES
     from calorimeter.plan.models import CATALOGUE, parameter_count
 
+    if getattr(args, "sweep", None):  # the sweep's own models and hardware too (docs/models.md)
+        from calorimeter.plan.plan import plan_file
+
+        plan_file(args.sweep)
     print(f"{'model':<18}{'family':<9}{'layers':>7}{'hidden':>7}{'heads':>6}{'kv':>4}{'experts':>8}{'params':>10}")
     for m in CATALOGUE.values():
         n = parameter_count(m)
@@ -187,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--format", choices=("table", "json"), default="table")
     sp.set_defaults(func=_plan)
     sm = sub.add_parser("models", help="list the model catalogue and hardware profiles")
+    sm.add_argument("sweep", nargs="?", help="also the models and hardware this sweep file defines")
     sm.set_defaults(func=_models)
     for name, func, helptext in (("aggregate", _aggregate, "write summary.parquet/.csv of a sweep"),
                                  ("figure", _figure, "draw the throughput figure of a sweep")):
