@@ -123,13 +123,8 @@ def model_from_definition(definition: Mapping[str, Any], name: str | None, base_
         ConfigError: a missing field, an unknown base, an unreadable config, or an inconsistent shape.
     """
     d = dict(definition)
-    fields_: dict[str, Any] = {}
-    if "base" in d:
-        base = str(d.pop("base"))
-        if base not in CATALOGUE:
-            raise ConfigError(f"{where}.base: unknown model {short(base)}{suggest(base, CATALOGUE)}; known: "
-                              f"{', '.join(sorted(CATALOGUE))}")
-        fields_.update(CATALOGUE[base].to_dict())
+    fields_ = _base_fields(d, CATALOGUE, "model", where)
+    if fields_:
         fields_.pop("kv_channels", None)
         if fields_["head_dim"] * fields_["num_attention_heads"] == fields_["hidden_size"]:
             fields_.pop("head_dim")
@@ -176,17 +171,22 @@ def model_from_definition(definition: Mapping[str, Any], name: str | None, base_
     return spec
 
 
+def _base_fields(d: dict[str, Any], known: Mapping[str, Any], what: str, where: str) -> dict[str, Any]:
+    """The fields of the entry named by ``d``'s ``base:`` (removed from ``d``), or none."""
+    if "base" not in d:
+        return {}
+    base = str(d.pop("base"))
+    if base not in known:
+        raise ConfigError(f"{where}.base: unknown {what} {short(base)}{suggest(base, known)}; known: "
+                          f"{', '.join(sorted(known))}")
+    return dict(known[base].to_dict())
+
+
 def hardware_from_definition(definition: Mapping[str, Any], name: str, where: str = "hardware_profiles"
                              ) -> HardwareProfile:
     """A HardwareProfile from one ``hardware_profiles:`` entry (fields, or ``base:`` plus changes)."""
     d = dict(definition)
-    fields_: dict[str, Any] = {}
-    if "base" in d:
-        base = str(d.pop("base"))
-        if base not in PROFILES:
-            raise ConfigError(f"{where}.base: unknown hardware {short(base)}{suggest(base, PROFILES)}; known: "
-                              f"{', '.join(sorted(PROFILES))}")
-        fields_.update(PROFILES[base].to_dict())
+    fields_ = _base_fields(d, PROFILES, "hardware", where)
     fields_.update(d)
     fields_["name"] = name
     fields_.setdefault("accelerator", "cuda")
