@@ -197,3 +197,30 @@ grid:
         losses = [x["loss"] for x in rec["loss"]]
         assert len(losses) == 3 and losses[-1] < losses[0], losses
     assert rec["model"]["qkv_bias"] and rec["model"]["head_dim"] == 16
+
+
+def test_the_definitions_reach_the_processes_a_workflow_starts(tmp_path: Path) -> None:
+    """Snakemake runs each rule's script in a process of its own: the sweep's models and hardware travel in the
+    environment and are registered when that process imports calorimeter.plan."""
+    import os
+    import subprocess
+    import sys
+
+    from calorimeter.plan.definitions import DEFINITIONS_ENV, export_definitions
+
+    plan = _plan(tmp_path, "sweep: s\nmodels:\n  tiny-tied: {base: tiny-llama, tie_embeddings: true}\n"
+                           "hardware_profiles:\n  cpu4: {base: cpu, gpus_per_node: 4}\n"
+                           "grid:\n  - {model: tiny-tied, hardware: cpu4}\n")
+    before = os.environ.get(DEFINITIONS_ENV)
+    try:
+        export_definitions(plan.config["_definitions"])
+        out = subprocess.run([sys.executable, "-c", "from calorimeter.plan.models import get_model; "
+                              "from calorimeter.plan.hardware import accelerator_of, PROFILES; "
+                              "print(get_model('tiny-tied').tie_embeddings, accelerator_of('cpu4'), "
+                              "PROFILES['cpu4'].gpus_per_node)"], capture_output=True, text=True, timeout=60)
+    finally:
+        if before is None:
+            os.environ.pop(DEFINITIONS_ENV, None)
+        else:
+            os.environ[DEFINITIONS_ENV] = before
+    assert out.stdout.split() == ["True", "cpu", "4"], out.stderr[-2000:]

@@ -148,3 +148,8 @@ def get_final_outputs():
 from calorimeter.launch.settings import explicit_train_resources
 
 os.environ["CALORIMETER_TRAIN_RESOURCES"] = ",".join(sorted(explicit_train_resources(workflow)))
+# The models and hardware the sweep defines (models:, hardware_profiles:, inline hf_config), for every script and rank
+# this Snakemake process starts (docs/models.md).
+from calorimeter.plan.definitions import export_definitions
+
+export_definitions(PLAN.config.get("_definitions") or {})

@@ -18,6 +18,8 @@ unknown GPU with a defined peak gets an MFU.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -251,6 +253,28 @@ def definitions_of(config: Mapping[str, Any] | None = None) -> dict[str, Any]:
                        if n not in BUILTIN_MODELS},
             "hardware_profiles": {n: p.to_dict() for n, p in PROFILES.items() if n not in BUILTIN_PROFILES
                                   and not n.startswith("cuda-")}}
+
+
+#: environment variable carrying :func:`definitions_of` (JSON) to the processes a workflow starts
+DEFINITIONS_ENV = "CALORIMETER_DEFINITIONS"
+
+
+def export_definitions(definitions: Mapping[str, Any]) -> None:
+    """Put the sweep's definitions in this process's environment: every process it starts registers them when it
+    imports :mod:`calorimeter.plan` (Snakemake runs each rule's script in a process of its own)."""
+    os.environ[DEFINITIONS_ENV] = json.dumps(dict(definitions))
+
+
+def register_environment_definitions() -> None:
+    """Register the definitions :func:`export_definitions` left in the environment (a bad value is ignored: the
+    look-up then says which name is unknown)."""
+    text = os.environ.get(DEFINITIONS_ENV)
+    if not text:
+        return
+    try:
+        register_definitions(json.loads(text))
+    except (ValueError, TypeError, KeyError):
+        return
 
 
 def register_definitions(definitions: Mapping[str, Any] | None) -> None:
