@@ -198,3 +198,48 @@ def test_queued_jobs_import_a_snapshot_of_the_code(tmp_path: Path) -> None:
     params, code = with_snapshot({"setup": ["module load cuda"]}, tmp_path / "sweep")
     assert params["setup"][0].startswith(f'export PYTHONPATH="{code}') and params["setup"][1] == "module load cuda"
     assert (code / "calorimeter" / "launch" / "snapshot.py").is_file()  # the package itself
+
+
+def test_cells_of_one_shape_go_to_the_queue_as_one_array(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import contextlib
+
+    from calorimeter.launch import arrays
+
+    class FakeExecutor:
+        """submitit's executor.batch(): the submissions of the block become one array."""
+
+        def __init__(self) -> None:
+            self.batches: list[list] = []
+
+        @contextlib.contextmanager
+        def batch(self):
+            self.batches.append([])
+            yield
+
+        def submit(self, task):
+            self.batches[-1].append(task)
+            return type("Job", (), {"job_id": f"700_{len(self.batches[-1]) - 1}"})()
+
+    fake = FakeExecutor()
+    made = []
+    monkeypatch.setattr(submit.slurm_cli, "available", lambda: True)
+    monkeypatch.setattr(submit.slurm_cli, "node_cpus", lambda partition=None: None)
+    monkeypatch.setattr(arrays, "make_executor", lambda kind, params, folder, n: made.append(params) or fake)
+    settings = _settings({"executor": "slurm", "array": True, "snapshot": False})
+    cells = [_cell(micro_batch=m) for m in (1, 2, 4)] + [_cell(gpus_per_node=4)]  # the last: another shape
+    done = CellPaths.of(tmp_path, "s", _cell(micro_batch=4).cell_id)
+    done.root.mkdir(parents=True)
+    done.run_json.write_text("{}")  # already measured: never submitted again
+    assert arrays.submit_array(cells[0], cells, settings, tmp_path) == 2
+    assert len(fake.batches) == 1 and len(fake.batches[0]) == 2 and made[0]["job_name"] == "s-array"
+    for c, job_id in ((cells[0], "700_0"), (cells[1], "700_1")):
+        attempt, info = submit.open_attempt(c, CellPaths.of(tmp_path, "s", c.cell_id))
+        assert info["job_id"] == job_id and info["array"] and Path(info["submitit_folder"]).parent.name == "arrays"
+        handle = submit._job_handle(info, attempt, c.world_size)
+        assert str(handle.paths.folder) == info["submitit_folder"]
+    # the mate's own train job finds its task in the queue: nothing submitted again
+    assert arrays.submit_array(cells[1], cells, settings, tmp_path) == 0 and len(fake.batches) == 1
+    # alone in its shape: launched as usual
+    assert arrays.submit_array(cells[3], cells, settings, tmp_path) == 0
+    # off by default
+    assert arrays.submit_ahead(cells[3], _settings({"executor": "slurm"}), {}) == 0

@@ -5,6 +5,7 @@ import os
 import sys
 from pathlib import Path
 
+from calorimeter.launch.arrays import submit_ahead
 from calorimeter.launch.run import CellConfigError, run_cell
 from calorimeter.launch.settings import launcher_settings
 from calorimeter.plan.cell import Cell
@@ -21,7 +22,9 @@ try:
     explicit = os.environ.get("CALORIMETER_TRAIN_RESOURCES")  # set by workflow/rules/common.smk
     settings = launcher_settings(sm.config, dict(sm.resources.items()),
                                  None if explicit is None else set(filter(None, explicit.split(","))))
-    run_cell(Cell.from_dict(sm.params.cell), settings, CellPaths(Path(sm.params.cell_dir)), sm.params.estimates)
+    cell = Cell.from_dict(sm.params.cell)
+    submit_ahead(cell, settings, sm.config)  # launcher.array: the cell's shape-mates go to the queue with it
+    run_cell(cell, settings, CellPaths(Path(sm.params.cell_dir)), sm.params.estimates)
     try:  # where the sweep stands now that this cell is done (never fails the rule)
         from calorimeter.operate.view import progress_line
 

@@ -196,7 +196,8 @@ def open_attempt(cell: Cell, paths: CellPaths) -> tuple[AttemptPaths, dict[str, 
 def _job_handle(job: dict[str, Any], attempt: AttemptPaths, world_size: int) -> submitit.Job | None:
     """A submitit handle on an earlier attempt's job, for waiting on it again; None if it cannot be re-attached."""
     if job.get("executor") == "slurm" and slurm_cli.available():
-        return submitit.SlurmJob(folder=attempt.submitit, job_id=str(job["job_id"]), tasks=tuple(range(world_size)))
+        folder = job.get("submitit_folder") or attempt.submitit  # an array's tasks share the array's folder
+        return submitit.SlurmJob(folder=folder, job_id=str(job["job_id"]), tasks=tuple(range(world_size)))
     return None  # a local attempt's processes died with the process that started them
 
 
