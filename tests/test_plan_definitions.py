@@ -15,7 +15,7 @@ import pytest
 from calorimeter.plan.config import ConfigError
 from calorimeter.plan.definitions import definitions_of, register_definitions
 from calorimeter.plan.hardware import PROFILES, detect_profile
-from calorimeter.plan.models import CATALOGUE, get_model, parameter_count
+from calorimeter.plan.models import CATALOGUE, get_model, parameter_count, trained_parameter_count
 from calorimeter.plan.plan import make_plan
 
 # Published configs (config.json of the Hugging Face repositories), trimmed to the fields that matter.
@@ -57,6 +57,8 @@ def test_hf_config_gives_the_published_parameter_count(tmp_path: Path, doc: dict
                            "gpus_per_node: 1}\n")
     m = get_model(plan.cells[0].cell.model)
     assert parameter_count(m) == published
+    # the engine trains an untied head: memory estimate and projection count one more vocab x hidden matrix
+    assert trained_parameter_count(m) == published + doc["vocab_size"] * doc["hidden_size"]
     assert plan.cells[0].cell.model == "m" and m.tie_embeddings and m.seq_length == 4096
     if doc is QWEN_2_5_0_5B:
         assert m.qkv_bias and m.rotary_base == 1e6

@@ -238,6 +238,14 @@ def parameter_count(m: ModelSpec, padded_vocab: int | None = None) -> int:
     return m.num_layers * layer + embed + norm + (0 if m.tie_embeddings else v * h)
 
 
+def trained_parameter_count(m: ModelSpec, padded_vocab: int | None = None) -> int:
+    """Parameters the engine trains: :func:`parameter_count` with the output head as its own matrix even where the
+    model ties it to the embedding (the engine builds an untied head; memory and projection count what it trains)."""
+    import dataclasses
+
+    return parameter_count(dataclasses.replace(m, tie_embeddings=False), padded_vocab)
+
+
 def stage_block_counts(num_layers: int, pp: int, pp_split: Sequence[int] | None = None) -> list[int]:
     """Transformer blocks per pipeline stage.
 
