@@ -62,7 +62,7 @@ def test_metrics_with_a_declared_model_use_the_engines_formulas() -> None:
     assert m["tokens_per_s_per_gpu"] == pytest.approx(512.0) and m["model_flops_per_iteration"] > 0
     with pytest.raises(RuntimeError, match="logged \\[999\\] tokens per step"):
         command_metrics(cell, [[LoggedStep(i, i, i + 1.0, tokens=999) for i in range(3)]], None)
-    with pytest.raises(RuntimeError, match="logged 1 steps: with warmup_steps=1 none is measured"):
+    with pytest.raises(RuntimeError, match="logged 1 steps: with 1 warm-up steps none is measured"):
         command_metrics(cell, [steps[:1]], None)
     assert [r["phase"] for r in phases(cell, steps)] == ["warmup", "measured", "measured"]
 
@@ -125,3 +125,22 @@ def test_a_torchrun_style_script_on_two_cpu_ranks(tmp_path: Path) -> None:
     assert len(read_step_log(run.root / "command" / "steps-rank1.jsonl")) == 6
     tables = cell_tables(paths.root)
     assert len(tables.runs) == 1 and tables.runs.iloc[0]["kind"] == "command"
+
+
+def test_steady_warmup_is_decided_from_the_temperature_after_the_command() -> None:
+    """The engine's rule on the sampler's readings: the first step after which the slope over the window is within
+    the threshold (at least warmup_steps), capped; never steady: every step is warm-up (no measured step)."""
+    from calorimeter.command.run import steady_warmup
+
+    cell = _cell(warmup="steady", warmup_steps=2, steady_window_s=10.0, steady_slope_c_per_min=1.0,
+                 warmup_max_steps=100, warmup_max_s=1000.0)
+    steps = [LoggedStep(i, 5.0 * i, 5.0 * (i + 1)) for i in range(12)]  # 5 s steps from t = 0
+    # heats at 12 °C/min for 30 s, then flat
+    readings = [(t / 10, 40.0 + min(t / 10, 30.0) * 0.2) for t in range(0, 600)]
+    n, reason, slope = steady_warmup(cell, steps, readings)
+    assert (n, reason) == (8, "steady") and abs(slope) <= 1.0  # steps 1-6 heat; 7 spans the knee; 8 is flat
+    assert steady_warmup(_cell(warmup="steady", warmup_steps=2, warmup_max_steps=3, steady_window_s=10.0), steps,
+                         [(t / 10, 40.0 + t / 10) for t in range(600)])[:2] == (
+        3, "cap (3 steps or 180 s) before steady")
+    n, reason, _ = steady_warmup(cell, steps, [(t / 10, 40.0 + t / 10) for t in range(600)])
+    assert (n, reason) == (12, "never steady within the command's steps")

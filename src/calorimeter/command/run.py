@@ -11,11 +11,14 @@ model's fields as JSON). So the
 command is what torchrun would start on each rank (``python -m torchtitan.train ...``, ``python pretrain_gpt.py
 ...``), not ``torchrun`` itself.
 
-The first ``warmup_steps`` logged steps are the warm-up, every later one is measured (the command decides how many
-it runs; ``CALORIMETER_STEPS`` says how many the cell expects). A cell that declares its ``model`` gets FLOPs, MFU and
-tokens/s by the same formulas as the engine's cells (a step log's ``tokens`` must then equal ``global_batch x
-seq_len``); the energy and power windows come from the measured steps' times, as for training. A command that exits
-non-zero, logs no measured step, or breaks the protocol fails the cell with its last console lines.
+With ``warmup: fixed`` (and on CPU ranks) the first ``warmup_steps`` logged steps are the warm-up; with ``warmup:
+steady`` on GPUs the warm-up ends, after the command ran, at the first step after which every GPU's temperature was
+steady (:func:`steady_warmup`, the engine's rule applied to the node sampler's readings). Every later step is
+measured (the command decides how many it runs; ``CALORIMETER_STEPS`` says how many the cell expects). A cell that
+declares its ``model`` gets FLOPs, MFU and tokens/s by the same formulas as the engine's cells (a step log's
+``tokens`` must then equal ``global_batch x seq_len``); the energy and power windows come from the measured steps'
+times, as for training. A command that exits non-zero, logs no measured step, or breaks the protocol fails the cell
+with its last console lines.
 """
 
 from __future__ import annotations
@@ -135,14 +138,44 @@ class _StepLogTail:
         self.poll()
 
 
-def phases(cell: Cell, steps: list[LoggedStep]) -> list[dict[str, Any]]:
-    """Step rows as the engine records them: the first ``warmup_steps`` warm-up, the rest measured."""
-    return [{"step": s.step, "phase": "warmup" if i < cell.warmup_steps else "measured", "loss": s.loss,
+def phases(cell: Cell, steps: list[LoggedStep], warmup_steps: int | None = None) -> list[dict[str, Any]]:
+    """Step rows as the engine records them: the first ``warmup_steps`` (default the cell's) warm-up, the rest
+    measured."""
+    n = cell.warmup_steps if warmup_steps is None else warmup_steps
+    return [{"step": s.step, "phase": "warmup" if i < n else "measured", "loss": s.loss,
              "grad_norm": None, "time_s": s.time_s, "t_begin_s": s.t_begin_s, "t_end_s": s.t_end_s}
             for i, s in enumerate(steps)]
 
 
-def command_metrics(cell: Cell, rank_steps: list[list[LoggedStep]], peak_tflops: float | None) -> dict[str, Any]:
+def steady_warmup(cell: Cell, steps: list[LoggedStep], readings: list[tuple[float, float]]
+                  ) -> tuple[int, str, float]:
+    """Warm-up steps of a ``warmup: steady`` command cell, decided after the command ran (its length is its own):
+    the first step after which this GPU's temperature slope over ``steady_window_s`` is at most
+    ``steady_slope_c_per_min`` (at least ``warmup_steps`` steps), capped at ``warmup_max_steps`` steps and
+    ``warmup_max_s`` seconds after the first step began, as the engine's cells decide while they run
+    (:mod:`calorimeter.train.steady`).
+
+    Returns:
+        (warm-up steps, reason, the slope at the boundary in °C/min (NaN where too early)).
+    """
+    from calorimeter.train.steady import slope_c_per_min
+
+    if not steps:
+        return 0, "no step", float("nan")
+    t0 = steps[0].t_begin_s
+    slope = float("nan")
+    for i, s in enumerate(steps):
+        n = i + 1  # steps done at the end of this one
+        slope = slope_c_per_min([r for r in readings if r[0] <= s.t_end_s], s.t_end_s, cell.steady_window_s)
+        if n >= cell.warmup_max_steps or s.t_end_s - t0 >= cell.warmup_max_s:
+            return n, f"cap ({cell.warmup_max_steps} steps or {cell.warmup_max_s:g} s) before steady", slope
+        if n >= cell.warmup_steps and abs(slope) <= cell.steady_slope_c_per_min:
+            return n, "steady", slope
+    return len(steps), "never steady within the command's steps", slope
+
+
+def command_metrics(cell: Cell, rank_steps: list[list[LoggedStep]], peak_tflops: float | None,
+                    warmup_steps: int | None = None) -> dict[str, Any]:
     """Throughput of the measured steps over all ranks (the slowest rank's time per step).
 
     Raises:
@@ -150,11 +183,12 @@ def command_metrics(cell: Cell, rank_steps: list[list[LoggedStep]], peak_tflops:
     """
     from calorimeter.records.metrics import step_times_s, throughput_metrics
 
-    rows = [phases(cell, steps) for steps in rank_steps]
+    n_warm = cell.warmup_steps if warmup_steps is None else warmup_steps
+    rows = [phases(cell, steps, n_warm) for steps in rank_steps]
     times = step_times_s(rows)
     if not times:
         n = max((len(s) for s in rank_steps), default=0)
-        raise RuntimeError(f"the command logged {n} steps: with warmup_steps={cell.warmup_steps} none is measured "
+        raise RuntimeError(f"the command logged {n} steps: with {n_warm} warm-up steps none is measured "
                            "(run more steps: CALORIMETER_STEPS tells the command how many the cell expects)")
     logged = sorted({s.tokens for steps in rank_steps for s in steps if s.tokens is not None})
     declared = cell.global_batch * cell.seq_len
@@ -217,19 +251,51 @@ def run_command(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[st
     if rc != 0:
         raise RuntimeError(f"the command exited with status {rc} on rank {rank}; its last lines:\n" + "\n".join(last))
     steps = parser.steps if parser is not None else read_step_log(step_log)
+    warmup = _warmup(cell, steps, Path(run_dir), local_rank)
     if parser is not None:  # console steps: kept beside the console log, in the protocol's format
         from calorimeter.command.steplog import StepLogWriter
 
         w = StepLogWriter(step_log)
         for s in steps:
             w.step(s.step, s.t_begin_s, s.t_end_s, loss=s.loss)
-    out: dict[str, Any] = {"steps": phases(cell, steps), "command": {"exit_code": rc, "wall_s": time.time() - t0}}
+    out: dict[str, Any] = {"steps": phases(cell, steps, warmup["steps"]), "warmup": warmup,
+                           "command": {"exit_code": rc, "wall_s": time.time() - t0}}
     dist.barrier()  # every rank's step log is complete
     if rank == 0:
         # console formats: only the ranks that print have steps (torchtitan and Megatron print on rank 0)
         rank_steps = [read_step_log(folder / f"steps-rank{r}.jsonl") for r in range(world)]
         rank_steps = [s for s in rank_steps if s] or [steps]
         profile = PROFILES.get(cell.hardware)
-        out["kind_metrics"] = command_metrics(cell, rank_steps, profile.peak_bf16_tflops if profile else None)
+        out["kind_metrics"] = {**command_metrics(cell, rank_steps, profile.peak_bf16_tflops if profile else None,
+                                                 warmup["steps"]),
+                               "warmup_mode_used": warmup["mode_used"], "warmup_reason": warmup["reason"],
+                               "warmup_steps_used": warmup["steps"]}
         out["peak_memory_bytes"] = out["kind_metrics"].get("peak_memory_bytes_logged")
     return out
+
+
+def _warmup(cell: Cell, steps: list[LoggedStep], run_dir: Path, local_rank: int) -> dict[str, Any]:
+    """The warm-up of this cell, agreed by every rank (the most warm-up steps any rank needs): ``steady`` from this
+    GPU's temperature in the node sampler's stream where there is one, else the fixed ``warmup_steps``."""
+    import torch
+    import torch.distributed as dist
+
+    from calorimeter.plan.hardware import accelerator_of
+
+    source, note = (None, "no GPU temperature on a CPU rank")
+    if cell.warmup == "steady" and accelerator_of(cell.hardware) != "cpu" and torch.cuda.is_available():
+        from calorimeter.train.steady import temperature_source
+
+        source, note = temperature_source(run_dir, torch.device("cuda", local_rank))
+    readings = source() if source is not None else []
+    if cell.warmup == "steady" and readings:
+        n, reason, slope = steady_warmup(cell, steps, readings)
+        mode = "steady"
+    else:
+        n, reason, slope = min(cell.warmup_steps, len(steps)), "fixed" if cell.warmup == "fixed" else (
+            f"fixed: {note}"), float("nan")
+        mode = "fixed"
+    agreed = torch.tensor([n], dtype=torch.int64, device="cuda" if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+    return {"mode": cell.warmup, "mode_used": mode, "reason": reason, "steps": int(agreed.item()),
+            "final_slope_c_per_min": None if slope != slope else slope, "temperature_source": note}
