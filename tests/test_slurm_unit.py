@@ -243,3 +243,21 @@ def test_cells_of_one_shape_go_to_the_queue_as_one_array(monkeypatch: pytest.Mon
     assert arrays.submit_array(cells[3], cells, settings, tmp_path) == 0
     # off by default
     assert arrays.submit_ahead(cells[3], _settings({"executor": "slurm"}), {}) == 0
+
+
+def test_explicit_resources_reach_the_train_script(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--set-resources and --default-resources names count; Snakemake's implicit mem_mb does not."""
+    from types import SimpleNamespace
+
+    from calorimeter.launch.settings import TRAIN_RESOURCES_ENV, export_train_resources, train_resources_from_env
+
+    wf = SimpleNamespace(resource_settings=SimpleNamespace(
+        overwrite_resources={"train": {"mem_mb": 1, "constraint": 1}, "other": {"qos": 1}},
+        default_resources=SimpleNamespace(args=["tmpdir=system_tmpdir", "slurm_account=proj"])))
+    monkeypatch.delenv(TRAIN_RESOURCES_ENV, raising=False)
+    assert train_resources_from_env() is None
+    export_train_resources(wf)
+    assert train_resources_from_env() == {"mem_mb", "constraint", "slurm_account"}
+    bare = SimpleNamespace(resource_settings=SimpleNamespace(overwrite_resources={}, default_resources=None))
+    export_train_resources(bare)
+    assert train_resources_from_env() == set()

@@ -145,9 +145,9 @@ def get_final_outputs():
 
 # The train rule's resources that the profile or the command line set (not Snakemake's implicit mem_mb, disk_mb,
 # ...): the train script honours the SLURM plugin's names among them and refuses unknown ones (launch/settings.py).
-from calorimeter.launch.settings import explicit_train_resources
+from calorimeter.launch.settings import export_train_resources
 
-os.environ["CALORIMETER_TRAIN_RESOURCES"] = ",".join(sorted(explicit_train_resources(workflow)))
+export_train_resources(workflow)
 # The models and hardware the sweep defines (models:, hardware_profiles:, inline hf_config), for every script and rank
 # this Snakemake process starts (docs/models.md).
 from calorimeter.plan.definitions import export_definitions

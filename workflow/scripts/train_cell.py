@@ -1,13 +1,12 @@
 """Snakemake script of rule train: run one cell through the calorimeter package."""
 
 import logging
-import os
 import sys
 from pathlib import Path
 
 from calorimeter.launch.arrays import submit_ahead
 from calorimeter.launch.run import CellConfigError, run_cell
-from calorimeter.launch.settings import launcher_settings
+from calorimeter.launch.settings import launcher_settings, train_resources_from_env
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.config import ConfigError
 from calorimeter.records.paths import CellPaths
@@ -19,9 +18,8 @@ logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(mess
 try:
     # The validated sweep's launcher and telemetry settings, overridden by the profile's resources of this rule
     # (see calorimeter.launch.settings): built once for this launch.
-    explicit = os.environ.get("CALORIMETER_TRAIN_RESOURCES")  # set by workflow/rules/common.smk
-    settings = launcher_settings(sm.config, dict(sm.resources.items()),
-                                 None if explicit is None else set(filter(None, explicit.split(","))))
+    # the resources the profile or command line set (workflow/rules/common.smk), not Snakemake's implicit ones
+    settings = launcher_settings(sm.config, dict(sm.resources.items()), train_resources_from_env())
     cell = Cell.from_dict(sm.params.cell)
     submit_ahead(cell, settings, sm.config)  # launcher.array: the cell's shape-mates go to the queue with it
     run_cell(cell, settings, CellPaths(Path(sm.params.cell_dir)), sm.params.estimates)

@@ -231,6 +231,26 @@ def explicit_train_resources(workflow: Any, rule: str = "train") -> set[str]:
     return names - {"tmpdir"}
 
 
+#: environment variable naming the train rule's explicitly set resources, for its script (a process of its own)
+TRAIN_RESOURCES_ENV = "CALORIMETER_TRAIN_RESOURCES"
+
+
+def export_train_resources(workflow: Any) -> None:
+    """Name the train rule's explicitly set resources (:func:`explicit_train_resources`) in the environment that
+    Snakemake's train script inherits (:func:`train_resources_from_env`)."""
+    import os
+
+    os.environ[TRAIN_RESOURCES_ENV] = ",".join(sorted(explicit_train_resources(workflow)))
+
+
+def train_resources_from_env() -> set[str] | None:
+    """What :func:`export_train_resources` left (None outside a workflow: every given resource counts)."""
+    import os
+
+    text = os.environ.get(TRAIN_RESOURCES_ENV)
+    return None if text is None else set(filter(None, text.split(",")))
+
+
 def _number(resource: str, value: Any, kind: type) -> Any:
     """A profile resource as a finite non-negative int or float, or a ConfigError naming it."""
     import math
