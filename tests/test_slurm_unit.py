@@ -254,7 +254,8 @@ def test_explicit_resources_reach_the_train_script(monkeypatch: pytest.MonkeyPat
     wf = SimpleNamespace(resource_settings=SimpleNamespace(
         overwrite_resources={"train": {"mem_mb": 1, "constraint": 1}, "other": {"qos": 1}},
         default_resources=SimpleNamespace(args=["tmpdir=system_tmpdir", "slurm_account=proj"])))
-    monkeypatch.delenv(TRAIN_RESOURCES_ENV, raising=False)
+    monkeypatch.setenv(TRAIN_RESOURCES_ENV, "")  # restored (to unset) after the test
+    monkeypatch.delenv(TRAIN_RESOURCES_ENV)
     assert train_resources_from_env() is None
     export_train_resources(wf)
     assert train_resources_from_env() == {"mem_mb", "constraint", "slurm_account"}
