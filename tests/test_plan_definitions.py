@@ -35,6 +35,17 @@ QWEN_3_0_6B = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hi
                "rope_theta": 1000000, "tie_word_embeddings": True, "attention_bias": False}
 
 
+@pytest.fixture(autouse=True)
+def _catalogues_restored():
+    """Definitions register into this process's catalogues: each test leaves them as it found them."""
+    models, profiles = dict(CATALOGUE), dict(PROFILES)
+    yield
+    CATALOGUE.clear()
+    CATALOGUE.update(models)
+    PROFILES.clear()
+    PROFILES.update(profiles)
+
+
 def _write(tmp_path: Path, name: str, doc: dict) -> Path:
     folder = tmp_path / name
     folder.mkdir()
