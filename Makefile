@@ -6,19 +6,22 @@ CONFIG ?= config/config.yaml
 # Offline installs: WHEELHOUSE=/path/to/wheels make setup   (see `make wheelhouse`)
 WHEELHOUSE ?=
 PIP_OFFLINE := $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE),)
+# The tested versions (pip constraints; `make lock` regenerates it from the venv). LOCK= installs from the floors.
+LOCK ?= requirements/constraints-py311.txt
+PIP_LOCK := $(if $(LOCK),-c $(LOCK),)
 # GPU machines keep their own CUDA torch: the venv then sees the system site-packages and torch is not pinned.
 HAS_CUDA_TORCH := $(shell command -v nvidia-smi >/dev/null 2>&1 && $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo yes)
 
-.PHONY: setup run report test test-fast ruff lint dryrun clean-env wheelhouse
+.PHONY: setup run report test test-fast ruff lint dryrun clean-env wheelhouse lock
 
 setup: $(BIN)/.installed
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml $(LOCK)
 	@echo ">> creating $(VENV) ($(if $(HAS_CUDA_TORCH),system CUDA torch,CPU torch 2.13.0))"
 	$(PYTHON) -m venv $(if $(HAS_CUDA_TORCH),--system-site-packages,) $(VENV)
 	$(BIN)/python -m pip install -q $(PIP_OFFLINE) --upgrade pip
 	$(if $(HAS_CUDA_TORCH),,$(BIN)/python -m pip install -q $(PIP_OFFLINE) torch==2.13.0)
-	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q $(PIP_OFFLINE) -e ".[test,slurm]"
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q $(PIP_OFFLINE) $(PIP_LOCK) -e ".[test,hf,lora]"
 	@touch $@
 
 run: setup
@@ -54,6 +57,10 @@ PYVER ?= 3.12
 PLATFORM ?= manylinux2014_x86_64
 wheelhouse: setup
 	$(BIN)/python -m calorimeter.launch.wheelhouse --python-version $(PYVER) --platform $(PLATFORM) --dest wheelhouse
+
+# Regenerate the constraints from the venv (after changing pyproject.toml and reinstalling with LOCK=)
+lock: setup
+	@{ sed -n '/^#/p' $(LOCK); $(BIN)/python -m pip freeze | grep -v -i -E '^-e|^#|^torch==|^nvidia-(cu|nccl|nvjitlink|nvtx|nvshmem|cusparse|cufft|curand|cusolver|cudnn|cublas|cuda)|^triton==|^snakemake-executor-plugin-slurm|^calorimeter' | sort -f; } > $(LOCK).new && mv $(LOCK).new $(LOCK)
 
 clean-env:
 	rm -rf $(VENV)

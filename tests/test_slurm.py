@@ -147,7 +147,9 @@ class Sweep:
         """
         cfg = {"sweep": self.name, "hardware": "cpu", "results_dir": str(self.results),
                "telemetry": {"profile_steps": 0, **(telemetry or {})},
-               "launcher": {"executor": "local", "timeout_min": 15, "poll_s": 2, **(launcher or {})},
+               # the one-node test cluster runs several cells at once: not the measurement default of whole nodes
+               "launcher": {"executor": "local", "timeout_min": 15, "poll_s": 2, "slurm": {"exclusive": False},
+                            **(launcher or {})},
                "defaults": DEFAULTS,
                "grid": [{**CELLS[x], **((changed or {}).get(x, {}))} for x in letters]}
         path = self.tmp / f"sweep-{letters}.yaml"

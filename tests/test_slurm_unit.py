@@ -37,7 +37,8 @@ def test_profile_resources_win_over_the_sweep_and_defaults_fill_the_rest() -> No
 
 def test_sbatch_parameters_come_from_the_cell_and_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(submit.slurm_cli, "available", lambda: True)
-    kind, p = executor_parameters(_cell(), _settings({"executor": "slurm", "cpus_per_task": 8},
+    kind, p = executor_parameters(_cell(), _settings({"executor": "slurm", "cpus_per_task": 8,
+                                                      "slurm": {"constraint": "auto"}},
                                                               {"slurm_partition": "gpu", "slurm_qos": "high",
                                                                "slurm_mem_gb": 512}))
     assert kind == "slurm"
@@ -111,3 +112,153 @@ def test_open_attempt_only_for_the_same_cell(tmp_path: Path) -> None:
     assert submit.open_attempt(_cell(lr=0.5), CellPaths(tmp_path)) is None  # a changed value never re-attaches
     (a / "run.json").write_text("{}")
     assert submit.open_attempt(cell, CellPaths(tmp_path)) is None  # closed attempts are history
+
+
+@pytest.mark.parametrize(("resources", "check"), [
+    ({"qos": "high"}, lambda s, p: p["qos"] == "high"),
+    ({"constraint": "h100&ib"}, lambda s, p: p["constraint"] == "h100&ib"),
+    ({"mem_mb": 64000}, lambda s, p: p["mem"] == "64000M"),
+    ({"mem_mib": 1024}, lambda s, p: p["mem"] == "1074M"),
+    ({"mem_mb_per_cpu": 4000}, lambda s, p: p["additional_parameters"]["mem-per-cpu"] == "4000M" and "mem" not in p),
+    ({"slurm_extra": "--exclusive --reservation=x --nice 10"},
+     lambda s, p: p["exclusive"] and p["additional_parameters"]["reservation"] == "x"
+     and p["additional_parameters"]["nice"] == "10"),
+    ({"gpu": 8}, lambda s, p: p["gpus_per_node"] == 8),
+    ({"gpu": "h100:8"}, lambda s, p: p["gpus_per_node"] == "h100:8"),
+    ({"gres": "gpu:h100:8"}, lambda s, p: p["gres"] == "gpu:h100:8" and "gpus_per_node" not in p),
+    ({"gres": "gpu:8"}, lambda s, p: p["gres"] == "gpu:8"),
+    ({"gpu_model": "h100"}, lambda s, p: p["gpus_per_node"] == "h100:8"),
+    ({"cpus_per_gpu": 12}, lambda s, p: p["cpus_per_task"] == 12),
+    ({"clusters": "c2"}, lambda s, p: p["additional_parameters"]["clusters"] == "c2"),
+    ({"slurm_partition": "gpu", "slurm_account": "proj", "runtime": 30},
+     lambda s, p: (p["partition"], p["account"], p["time"]) == ("gpu", "proj", 30)),
+])
+def test_the_slurm_plugins_resource_names_are_honoured(monkeypatch: pytest.MonkeyPatch, resources: dict,
+                                                       check) -> None:
+    monkeypatch.setattr(submit.slurm_cli, "available", lambda: True)
+    monkeypatch.setattr(submit.slurm_cli, "node_cpus", lambda partition=None: None)
+    s = _settings({"executor": "slurm"}, {**resources, "_cores": 0, "slurm_slots": 1, "tmpdir": "/tmp"})
+    _, p = executor_parameters(_cell(), s)
+    assert check(s, p), p
+
+
+@pytest.mark.parametrize(("resources", "words"), [
+    ({"slurm_partiton": "gpu"}, ["unknown (did you mean 'slurm_partition'?)"]),
+    ({"qso": "high"}, ["unknown (did you mean 'qos'?)"]),
+    ({"nodes": 2}, ["not taken", "nodes:"]),
+    ({"tasks": 16}, ["not taken"]),
+    ({"mpi": "srun"}, ["not taken", "MPI"]),
+    ({"slurm_logfile": "x"}, ["not taken", "attempts"]),
+    ({"gres": "nvme:1"}, ["GPUs only"]),
+    ({"slurm_extra": "-C h100"}, ["long options"]),
+    ({"mem_mb": 1000, "mem_mb_per_cpu": 100}, ["give one"]),
+])
+def test_unknown_or_refused_resources_are_named(resources: dict, words: list[str]) -> None:
+    from calorimeter.plan.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _settings({"executor": "slurm"}, resources)
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_implicit_snakemake_resources_and_safe_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Snakemake's own mem_mb (1000 on every rule) is not a --mem request unless the profile set it; by default no
+    --constraint, whole nodes, and CPUs per task from the partition's nodes."""
+    monkeypatch.setattr(submit.slurm_cli, "available", lambda: True)
+    monkeypatch.setattr(submit.slurm_cli, "node_cpus", lambda partition=None: 96 if partition == "gpu" else None)
+    implicit = {"mem_mb": 1000, "mem_mib": 954, "disk_mb": 50000, "tmpdir": "/tmp", "_nodes": 1, "slurm_slots": 1}
+    s = launcher_settings(validate_config({"launcher": {"executor": "slurm"}}),
+                          {**implicit, "slurm_partition": "gpu"}, explicit={"slurm_partition"})
+    _, p = executor_parameters(_cell(), s)
+    assert "mem" not in p and "constraint" not in p and p["exclusive"] and p["cpus_per_task"] == 96 // 8
+    _, p = executor_parameters(_cell(), _settings({"executor": "slurm"}))
+    assert p["cpus_per_task"] == 1  # sinfo did not answer
+    with pytest.raises(CellConfigError, match="uses 8 GPUs per node, the profile asks for 4"):
+        executor_parameters(_cell(), _settings({"executor": "slurm"}, {"gpu": 4}))
+    _, p = executor_parameters(_cell(), _settings({"executor": "slurm", "slurm": {"constraint": "auto"}}))
+    assert p["constraint"] == "H200"
+
+
+def test_queued_jobs_import_a_snapshot_of_the_code(tmp_path: Path) -> None:
+    from calorimeter.launch.snapshot import code_digest, snapshot_code, with_snapshot
+
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("X = 1\n")
+    (pkg / "sub" / "schema.yaml").write_text("a: 1\n")
+    (pkg / "notes.txt").write_text("not code\n")
+    first = snapshot_code(tmp_path / "sweep", pkg)
+    assert first.parent == tmp_path / "sweep" / "code" and first.name == code_digest(pkg)
+    assert sorted(str(p.relative_to(first)) for p in first.rglob("*") if p.is_file()) == [
+        "calorimeter/__init__.py", "calorimeter/sub/schema.yaml"]
+    assert snapshot_code(tmp_path / "sweep", pkg) == first  # same content: the same copy
+    (pkg / "__init__.py").write_text("X = 2\n")  # edited after submission: a new copy, the old one kept
+    second = snapshot_code(tmp_path / "sweep", pkg)
+    assert second != first and (first / "calorimeter" / "__init__.py").read_text() == "X = 1\n"
+    params, code = with_snapshot({"setup": ["module load cuda"]}, tmp_path / "sweep")
+    assert params["setup"][0].startswith(f'export PYTHONPATH="{code}') and params["setup"][1] == "module load cuda"
+    assert (code / "calorimeter" / "launch" / "snapshot.py").is_file()  # the package itself
+
+
+def test_cells_of_one_shape_go_to_the_queue_as_one_array(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import contextlib
+
+    from calorimeter.launch import arrays
+
+    class FakeExecutor:
+        """submitit's executor.batch(): the submissions of the block become one array."""
+
+        def __init__(self) -> None:
+            self.batches: list[list] = []
+
+        @contextlib.contextmanager
+        def batch(self):
+            self.batches.append([])
+            yield
+
+        def submit(self, task):
+            self.batches[-1].append(task)
+            return type("Job", (), {"job_id": f"700_{len(self.batches[-1]) - 1}"})()
+
+    fake = FakeExecutor()
+    made = []
+    monkeypatch.setattr(submit.slurm_cli, "available", lambda: True)
+    monkeypatch.setattr(submit.slurm_cli, "node_cpus", lambda partition=None: None)
+    monkeypatch.setattr(arrays, "make_executor", lambda kind, params, folder, n: made.append(params) or fake)
+    settings = _settings({"executor": "slurm", "array": True, "snapshot": False})
+    cells = [_cell(micro_batch=m) for m in (1, 2, 4)] + [_cell(gpus_per_node=4)]  # the last: another shape
+    done = CellPaths.of(tmp_path, "s", _cell(micro_batch=4).cell_id)
+    done.root.mkdir(parents=True)
+    done.run_json.write_text("{}")  # already measured: never submitted again
+    assert arrays.submit_array(cells[0], cells, settings, tmp_path) == 2
+    assert len(fake.batches) == 1 and len(fake.batches[0]) == 2 and made[0]["job_name"] == "s-array"
+    for c, job_id in ((cells[0], "700_0"), (cells[1], "700_1")):
+        attempt, info = submit.open_attempt(c, CellPaths.of(tmp_path, "s", c.cell_id))
+        assert info["job_id"] == job_id and info["array"] and Path(info["submitit_folder"]).parent.name == "arrays"
+        handle = submit._job_handle(info, attempt, c.world_size)
+        assert str(handle.paths.folder) == info["submitit_folder"]
+    # the mate's own train job finds its task in the queue: nothing submitted again
+    assert arrays.submit_array(cells[1], cells, settings, tmp_path) == 0 and len(fake.batches) == 1
+    # alone in its shape: launched as usual
+    assert arrays.submit_array(cells[3], cells, settings, tmp_path) == 0
+    # off by default
+    assert arrays.submit_ahead(cells[3], _settings({"executor": "slurm"}), {}) == 0
+
+
+def test_explicit_resources_reach_the_train_script(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--set-resources and --default-resources names count; Snakemake's implicit mem_mb does not."""
+    from types import SimpleNamespace
+
+    from calorimeter.launch.settings import TRAIN_RESOURCES_ENV, export_train_resources, train_resources_from_env
+
+    wf = SimpleNamespace(resource_settings=SimpleNamespace(
+        overwrite_resources={"train": {"mem_mb": 1, "constraint": 1}, "other": {"qos": 1}},
+        default_resources=SimpleNamespace(args=["tmpdir=system_tmpdir", "slurm_account=proj"])))
+    monkeypatch.setenv(TRAIN_RESOURCES_ENV, "")  # restored (to unset) after the test
+    monkeypatch.delenv(TRAIN_RESOURCES_ENV)
+    assert train_resources_from_env() is None
+    export_train_resources(wf)
+    assert train_resources_from_env() == {"mem_mb", "constraint", "slurm_account"}
+    bare = SimpleNamespace(resource_settings=SimpleNamespace(overwrite_resources={}, default_resources=None))
+    export_train_resources(bare)
+    assert train_resources_from_env() == set()

@@ -25,6 +25,10 @@ def _models(args: argparse.Namespace) -> int:
     from calorimeter.plan.hardware import PROFILES
     from calorimeter.plan.models import CATALOGUE, parameter_count
 
+    if getattr(args, "sweep", None):  # the sweep's own models and hardware too (docs/models.md)
+        from calorimeter.plan.plan import plan_file
+
+        plan_file(args.sweep)
     print(f"{'model':<18}{'family':<9}{'layers':>7}{'hidden':>7}{'heads':>6}{'kv':>4}{'experts':>8}{'params':>10}")
     for m in CATALOGUE.values():
         n = parameter_count(m)
@@ -187,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--format", choices=("table", "json"), default="table")
     sp.set_defaults(func=_plan)
     sm = sub.add_parser("models", help="list the model catalogue and hardware profiles")
+    sm.add_argument("sweep", nargs="?", help="also the models and hardware this sweep file defines")
     sm.set_defaults(func=_models)
     for name, func, helptext in (("aggregate", _aggregate, "write summary.parquet/.csv of a sweep"),
                                  ("figure", _figure, "draw the throughput figure of a sweep")):
@@ -240,6 +245,19 @@ def main(argv: list[str] | None = None) -> int:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"error: {msg}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout left (``calorimeter status | head``): no traceback, the shell's SIGPIPE status."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        # the interpreter flushes stdout once more at exit: point it at /dev/null first
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
 
 
 if __name__ == "__main__":

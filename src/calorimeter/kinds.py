@@ -36,6 +36,11 @@ class CellKind:
     checks: Callable[[Cell], list[str]] | None = None
 
 
+def _command_checks(cell: Cell) -> list[str]:
+    out = [] if cell.command else ["a command cell needs `command` (the shell command every rank runs)"]
+    return out + ([] if cell.label else ["a command cell needs `label` (its short name in the cell id)"])
+
+
 def _collectives_checks(cell: Cell) -> list[str]:
     return [] if cell.world_size >= 2 else [f"a collectives cell needs at least 2 ranks, has {cell.world_size}"]
 
@@ -60,6 +65,10 @@ KINDS: dict[str, CellKind] = {
         CellKind("thermal-calibration", "calorimeter.placement.calibrate:run_calibration", (), False,
                  "a standard load on every GPU of the node at once (bf16 matmuls), to profile the host's GPUs for "
                  "thermal-aware placement (docs/placement.md)"),
+        CellKind("command", "calorimeter.command.run:run_command", (), False,
+                 "run a training command of your own (torchtitan, Megatron-LM, NeMo, a script) on every rank under "
+                 "the node sampler; its steps come from a JSON-lines step log or its console (docs/command.md)",
+                 _command_checks),
     ]
 }
 

@@ -143,3 +143,15 @@ def get_final_outputs():
         + [str(sweep.figure(name, ext)) for name in FIGURES for ext in ("png", "pdf")]
         + [str(sweep.findings_csv), str(sweep.findings_html)]
     )
+
+
+# The train rule's resources that the profile or the command line set (not Snakemake's implicit mem_mb, disk_mb,
+# ...): the train script honours the SLURM plugin's names among them and refuses unknown ones (launch/settings.py).
+from calorimeter.launch.settings import export_train_resources
+
+export_train_resources(workflow)
+# The models and hardware the sweep defines (models:, hardware_profiles:, inline hf_config), for every script and rank
+# this Snakemake process starts (docs/models.md).
+from calorimeter.plan.definitions import export_definitions
+
+export_definitions(PLAN.config.get("_definitions") or {})

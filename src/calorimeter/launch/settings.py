@@ -25,6 +25,16 @@ Built once per launch, from the validated sweep config (schema defaults already 
    ``poll_s``                    ``launcher.poll_s``
    ============================  ====================================================
 
+The Snakemake SLURM executor plugin's names are accepted too (docs/slurm.md): ``qos`` and ``constraint`` (as
+``slurm_qos``, ``slurm_constraint``), ``mem_mb``/``mem_mib`` (``--mem``), ``mem_mb_per_cpu`` (``--mem-per-cpu``),
+``slurm_extra`` (its sbatch options: ``--exclusive`` and ``--name=value`` pairs), ``gpu``/``gres``/``gpu_model``
+(the GPU type; the count must be the cell's), ``cpus_per_gpu`` (= ``cpus_per_task``: one task per GPU) and
+``clusters``/``cluster``/``slurm_cluster``. What the cell decides (``nodes``, ``tasks``, ``tasks_per_node``,
+``mpi``, ``tasks_per_gpu``) and what calorimeter does its own way (``slurm_logfile``, ``slurm_job_submit``) is
+refused with the reason, and an unknown name with the nearest known one: a misspelt resource is never silently
+dropped. ``mem_mb``, ``disk_mb`` and the other resources Snakemake sets on every rule count only where the profile
+or the command line sets them (``explicit``).
+
 Resources never trigger reruns, so moving a sweep from one partition or site to another never re-measures finished
 cells. The cell itself (nodes, GPUs per node) is never taken from here. The sweep's ``telemetry`` block (node
 sampler, profiled steps) travels with the settings as ``telemetry``: it reaches every rank, but never changes what a
@@ -55,23 +65,50 @@ LAUNCHER_RESOURCES = {
     "signal_delay_s": "signal_delay_s",
     "poll_s": "poll_s",
 }
+#: the SLURM executor plugin's names that mean one of calorimeter's
+PLUGIN_ALIASES = {"qos": "slurm_qos", "constraint": "slurm_constraint", "cpus_per_gpu": "cpus_per_task"}
+#: resources Snakemake sets on every rule (never an error; the memory ones become --mem when set explicitly)
+SNAKEMAKE_RESOURCES = frozenset({"_cores", "_nodes", "tmpdir", "mem", "mem_mb", "mem_mib", "disk", "disk_mb",
+                                 "disk_mib", "slurm_slots", "threads"})
+#: plugin resources calorimeter does not take, and why
+REFUSED_RESOURCES = {
+    "nodes": "the cell decides the nodes (`nodes:` in the sweep)",
+    "tasks": "the cell decides the tasks (one per GPU: `gpus_per_node:` in the sweep)",
+    "tasks_per_node": "the cell decides the tasks per node (one per GPU: `gpus_per_node:` in the sweep)",
+    "tasks_per_gpu": "calorimeter runs one task per GPU",
+    "mpi": "ranks rendezvous through torch.distributed, not MPI",
+    "slurm_logfile": "each attempt logs to results/<sweep>/cells/<cell>/attempts/<UTC>/submitit/",
+    "slurm_job_submit": "calorimeter submits through submitit",
+}
+#: the plugin's names of its cluster option
+_CLUSTER_NAMES = ("clusters", "cluster", "slurm_cluster")
 _BOOL = {"exclusive", "gpus_as_gres"}
 _INT = {"timeout_min", "cpus_per_task", "max_requeues", "signal_delay_s", "poll_s"}
 
 
-def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None = None) -> dict[str, Any]:
+def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None = None,
+                      explicit: set[str] | None = None) -> dict[str, Any]:
     """The launcher settings of a validated sweep config, overridden by profile resources (module docstring).
 
     Args:
         config: the sweep config as :func:`calorimeter.plan.config.validate_config` returns it (every default
             filled in).
         resources: the train rule's resources (Snakemake profile), if any.
+        explicit: the names the profile or command line set (:func:`explicit_train_resources`); None: all of
+            ``resources``.
 
     Returns:
-        ``config["launcher"]`` with the resources applied, plus the sweep's ``telemetry`` block and its
-        ``placement`` settings (with the absolute folder of the hosts' thermal profiles).
+        ``config["launcher"]`` with the resources applied, plus the sweep's ``telemetry`` block, its
+        ``placement`` settings (with the absolute folder of the hosts' thermal profiles) and the models and
+        hardware it defines (``definitions``).
     """
+    from calorimeter.plan.definitions import definitions_of, register_definitions
+
     out = copy.deepcopy(config["launcher"])
+    resources = _plugin_resources(dict(resources or {}), explicit, out)
+    # models and hardware the sweep defined (plan time): this process and every rank register them
+    register_definitions(config.get("_definitions"))
+    out["definitions"] = config.get("_definitions") or definitions_of()
     for res, key in LAUNCHER_RESOURCES.items():
         v = (resources or {}).get(res)
         if v is not None and str(v) != "":
@@ -91,6 +128,127 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
 
     out["placement"] = placement_settings(config)
     return out
+
+
+def _plugin_resources(resources: dict[str, Any], explicit: set[str] | None, out: dict[str, Any]) -> dict[str, Any]:
+    """The resources in calorimeter's names: plugin names translated (into ``out["slurm"]`` where they have no
+    calorimeter name), Snakemake's implicit ones dropped, refused and unknown names raised (module docstring)."""
+    from calorimeter.plan.config_errors import ConfigError, short, suggest
+
+    given = set(resources) if explicit is None else {k for k in resources if k in explicit or
+                                                     k not in SNAKEMAKE_RESOURCES}
+    known = sorted({*LAUNCHER_RESOURCES, *SLURM_RESOURCES, *PLUGIN_ALIASES, "mem_mb", "mem_mib", "mem_mb_per_cpu",
+                    "slurm_extra", "gpu", "gres", "gpu_model", *_CLUSTER_NAMES})
+    where = "resource {} of rule train (profile or --set-resources)"
+    kept: dict[str, Any] = {}
+    slurm = out["slurm"]
+    for name in sorted(given):
+        value = resources[name]
+        if value is None or str(value) == "":
+            continue
+        if name in LAUNCHER_RESOURCES or name in SLURM_RESOURCES:
+            kept[name] = value
+        elif name in PLUGIN_ALIASES:
+            kept[PLUGIN_ALIASES[name]] = value
+        elif name in ("mem_mb", "mem_mib"):
+            mb = _number(name, value, float) * (1.048576 if name == "mem_mib" else 1.0)
+            kept["slurm_mem_gb"] = mb / 1024  # as --mem=<mb>M
+        elif name == "mem_mb_per_cpu":
+            slurm["extra"]["mem-per-cpu"] = f"{int(_number(name, value, float))}M"
+        elif name == "slurm_extra":
+            _slurm_extra(str(value), slurm, where.format(name))
+        elif name in ("gpu", "gres", "gpu_model"):
+            _gpu_request(name, value, slurm, where.format(name))
+        elif name in _CLUSTER_NAMES:
+            slurm["extra"]["clusters"] = str(value)
+        elif name in SNAKEMAKE_RESOURCES:
+            continue
+        elif name in REFUSED_RESOURCES:
+            raise ConfigError(f"{where.format(name)}: not taken: {REFUSED_RESOURCES[name]}")
+        else:
+            raise ConfigError(f"{where.format(short(name))}: unknown{suggest(name, known) or ''}; known: "
+                              f"{', '.join(known)} (docs/slurm.md)")
+    if "mem-per-cpu" in slurm["extra"] and ("slurm_mem_gb" in kept or slurm.get("mem_gb")):
+        raise ConfigError("resources mem_mb and mem_mb_per_cpu of rule train: give one (sbatch refuses --mem with "
+                          "--mem-per-cpu)")
+    return kept
+
+
+def _slurm_extra(text: str, slurm: dict[str, Any], where: str) -> None:
+    """The plugin's ``slurm_extra`` (sbatch options as one string) into ``exclusive`` and ``extra``."""
+    import shlex
+
+    from calorimeter.plan.config_errors import ConfigError
+
+    words = shlex.split(text)
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if not w.startswith("--"):
+            raise ConfigError(f"{where}: {w!r}: give sbatch long options (--name=value or --flag), e.g. "
+                              "'--exclusive --reservation=study'")
+        name, eq, value = w[2:].partition("=")
+        if not eq and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            value, i = words[i + 1], i + 1
+        if name == "exclusive" and not value:
+            slurm["exclusive"] = True
+        else:
+            slurm["extra"][name] = value if value else True
+        i += 1
+
+
+def _gpu_request(name: str, value: Any, slurm: dict[str, Any], where: str) -> None:
+    """``gpu: N``, ``gres: gpu[:type]:N`` or ``gpu_model: type``: the GPU type for the request; a count is checked
+    against the cell's GPUs per node when the cell is submitted."""
+    from calorimeter.plan.config_errors import ConfigError
+
+    text = str(value).strip()
+    if name == "gpu_model":
+        slurm["gpu_type"] = text
+        return
+    if name == "gres":
+        parts = text.split(":")
+        if parts[0] != "gpu" or not 2 <= len(parts) <= 3 or not parts[-1].isdigit():
+            raise ConfigError(f"{where}: {text!r}: calorimeter requests GPUs only, as gpu:N or gpu:type:N")
+        slurm["gpus_as_gres"] = True
+        if len(parts) == 3:
+            slurm["gpu_type"] = parts[1]
+        text = parts[-1]
+    if ":" in text:  # gpu: a100:8
+        slurm["gpu_type"], text = text.split(":", 1)
+    if not text.isdigit():
+        raise ConfigError(f"{where}: {str(value)!r} is not a GPU count")
+    slurm["gpus"] = int(text)
+
+
+def explicit_train_resources(workflow: Any, rule: str = "train") -> set[str]:
+    """Names of the resources of ``rule`` the profile or command line set (``--set-resources``,
+    ``--default-resources``), not the ones Snakemake sets by itself (``mem_mb``, ``disk_mb``, ...)."""
+    rs = workflow.resource_settings
+    names = set((rs.overwrite_resources or {}).get(rule, {}))
+    default = getattr(rs, "default_resources", None)
+    names |= {a.split("=", 1)[0].strip() for a in (getattr(default, "args", None) or [])}
+    return names - {"tmpdir"}
+
+
+#: environment variable naming the train rule's explicitly set resources, for its script (a process of its own)
+TRAIN_RESOURCES_ENV = "CALORIMETER_TRAIN_RESOURCES"
+
+
+def export_train_resources(workflow: Any) -> None:
+    """Name the train rule's explicitly set resources (:func:`explicit_train_resources`) in the environment that
+    Snakemake's train script inherits (:func:`train_resources_from_env`)."""
+    import os
+
+    os.environ[TRAIN_RESOURCES_ENV] = ",".join(sorted(explicit_train_resources(workflow)))
+
+
+def train_resources_from_env() -> set[str] | None:
+    """What :func:`export_train_resources` left (None outside a workflow: every given resource counts)."""
+    import os
+
+    text = os.environ.get(TRAIN_RESOURCES_ENV)
+    return None if text is None else set(filter(None, text.split(",")))
 
 
 def _number(resource: str, value: Any, kind: type) -> Any:

@@ -110,3 +110,11 @@ def final_evidence(job_id: str, wait_s: float = 20.0) -> dict[str, Any]:
             "exit_code": last["ExitCode"], "derived_exit_code": last["DerivedExitCode"], "reason": last["Reason"],
             "elapsed": last["Elapsed"], "timelimit": last["Timelimit"], "nodelist": last["NodeList"],
             "runs": len(rows), "history": rows, "steps": sacct_records(job_id, steps=True)}
+
+
+def node_cpus(partition: str | None = None) -> int | None:
+    """The fewest CPUs of a node of ``partition`` (the default partition when None), from ``sinfo``; None when sinfo
+    does not answer."""
+    out = _run(["sinfo", "-h", "-N", "-o", "%c", *(["-p", partition] if partition else [])])
+    counts = [int(x) for x in (out or "").split() if x.strip().isdigit()]
+    return min(counts) if counts else None

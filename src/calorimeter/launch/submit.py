@@ -79,7 +79,7 @@ def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict
     accelerator = accelerator_of(cell.hardware)
     gpus = cell.gpus_per_node if accelerator in ("cuda", "rocm") else 0
     timeout_min = int(launcher["timeout_min"])
-    cpus = int(launcher["cpus_per_task"])
+    cpus = _cpus_per_task(cell, launcher, kind)
     env_setup = [f"export OMP_NUM_THREADS={cpus}"]
     if accelerator == "cpu":
         env_setup.append("export DS_ACCELERATOR=cpu")
@@ -104,11 +104,15 @@ def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict
         setup=[*(s.get("setup") or []), *env_setup],
         additional_parameters={"open-mode": "append", **(s.get("extra") or {})},
     )
+    if s.get("gpus") is not None and int(s["gpus"]) != gpus:
+        raise CellConfigError(f"cell {cell.cell_id} uses {gpus} GPUs per node, the profile asks for {s['gpus']} "
+                              "(resource gpu/gres of rule train): the cell decides, remove the count from the profile")
     if gpus:
+        typed: int | str = f"{s['gpu_type']}:{gpus}" if s.get("gpu_type") else gpus
         if s.get("gpus_as_gres"):
-            params["gres"] = f"gpu:{gpus}"
+            params["gres"] = f"gpu:{typed}"
         else:
-            params["gpus_per_node"] = gpus
+            params["gpus_per_node"] = typed
     for key in ("partition", "account", "qos"):
         if s.get(key):
             params[key] = str(s[key])
@@ -122,6 +126,17 @@ def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict
         return kind, check_sbatch_parameters(params)
     except SbatchValueError as e:
         raise CellConfigError(f"cell {cell.cell_id}: {e}") from None
+
+
+def _cpus_per_task(cell: Cell, launcher: dict[str, Any], kind: str) -> int:
+    """``launcher.cpus_per_task``, or where unset 1 locally and on SLURM the partition's cores per node divided by
+    the cell's ranks per node."""
+    if launcher.get("cpus_per_task"):
+        return int(launcher["cpus_per_task"])
+    if kind != "slurm":
+        return 1
+    cores = slurm_cli.node_cpus((launcher.get("slurm") or {}).get("partition"))
+    return max(1, cores // cell.gpus_per_node) if cores else 1
 
 
 def make_executor(kind: str, params: dict[str, Any], folder: Path, max_requeues: int) -> submitit.Executor:
@@ -181,7 +196,8 @@ def open_attempt(cell: Cell, paths: CellPaths) -> tuple[AttemptPaths, dict[str, 
 def _job_handle(job: dict[str, Any], attempt: AttemptPaths, world_size: int) -> submitit.Job | None:
     """A submitit handle on an earlier attempt's job, for waiting on it again; None if it cannot be re-attached."""
     if job.get("executor") == "slurm" and slurm_cli.available():
-        return submitit.SlurmJob(folder=attempt.submitit, job_id=str(job["job_id"]), tasks=tuple(range(world_size)))
+        folder = job.get("submitit_folder") or attempt.submitit  # an array's tasks share the array's folder
+        return submitit.SlurmJob(folder=folder, job_id=str(job["job_id"]), tasks=tuple(range(world_size)))
     return None  # a local attempt's processes died with the process that started them
 
 
@@ -286,6 +302,11 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
                                                  "reason": "abandoned: its launcher died"})
     if job is None:
         attempt = _new_attempt(paths)
+        if kind == "slurm" and settings.get("snapshot", True):  # a queued job runs the code of its submission
+            from calorimeter.launch.snapshot import with_snapshot
+
+            params, code = with_snapshot(params, paths.root.parents[1])
+            settings = {**settings, "code_snapshot": str(code)}
         executor = make_executor(kind, params, attempt.submitit, int(settings["max_requeues"]))
         job = executor.submit(CellTask(cell.to_dict(), str(attempt.root), settings))
         write_json_atomic(attempt.job_json, {

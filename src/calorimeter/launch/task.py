@@ -56,8 +56,10 @@ class CellTask(submitit.helpers.Checkpointable):
         """Entry point on each rank."""
         from calorimeter.launch.distributed import init_distributed
         from calorimeter.launch.faults import inject
+        from calorimeter.plan.definitions import register_definitions
 
         t0 = time.time()
+        register_definitions(self.settings.get("definitions"))  # the sweep's own models and hardware
         cell = Cell.from_dict(self.cell)
         attempt = AttemptPaths(Path(self.attempt_dir))
         attempt.staging.mkdir(parents=True, exist_ok=True)

@@ -79,6 +79,7 @@ def format_duration(seconds: float | None) -> str:
     """``45 s``, ``12 min``, ``3.4 h``."""
     if seconds is None or seconds != seconds:
         return "-"
+    seconds = max(seconds, 0.0)  # a clock read just before the submission time: never "-0 s"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:

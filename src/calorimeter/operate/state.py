@@ -113,7 +113,7 @@ def _open_attempt(cs: CellStatus, attempt: AttemptPaths, job: dict[str, Any], no
     """State of an attempt whose job was submitted and has no record yet."""
     cs.job_id, cs.executor = str(job.get("job_id")), job.get("executor")
     submitted = job.get("submitted_s")
-    cs.elapsed_s = now - float(submitted) if isinstance(submitted, int | float) else None
+    cs.elapsed_s = max(now - float(submitted), 0.0) if isinstance(submitted, int | float) else None
     found = attempt_progress(attempt)
     if found is not None:
         cs.restart, cs.progress = found

@@ -106,3 +106,18 @@ def to_json(st: SweepStatus) -> str:
                            "counts": st.counts, "eta": st.eta.to_dict(), "slurm_reachable": st.slurm_reachable,
                            "cells": [cs.to_dict() for cs in st.cells]}
     return json.dumps(doc, indent=1, default=str)
+
+
+def progress_line(config: dict[str, Any], now: float | None = None) -> str:
+    """One line on where a sweep stands, for the train rule's log as each cell finishes: ``sweep S: 3 of 10 cells
+    finished (2 ok, 1 failed), 1 running; ETA: ~4 min (...)``."""
+    from calorimeter.plan.plan import make_plan
+
+    st = sweep_status(make_plan(dict(config)), now)
+    c = st.counts
+    planned = [cs for cs, pc in zip(st.cells, st.plan.cells, strict=True) if pc.status == "planned"]
+    done = [cs for cs in planned if cs.state in ("ok", "oom", "failed")]
+    kinds = ", ".join(f"{c[s]} {s}" for s in ("ok", "oom", "failed") if c.get(s))
+    running = c.get("running", 0) + c.get("queued", 0)
+    return (f"sweep {st.plan.sweep}: {len(done)} of {n_cells(len(planned))} finished"
+            f"{f' ({kinds})' if kinds else ''}, {running} running or queued; {st.eta.describe()}")

@@ -52,6 +52,13 @@ class Cell:
         placement: placement policy (``default``, ``balanced``, ``thermal``; :mod:`calorimeter.placement.policy`):
             which GPU each rank uses and the layers per pipeline stage, decided in the job.
         lora_rank: kind ``lora``: rank of the LoRA adapters (:mod:`calorimeter.train.lora`); ignored otherwise.
+        command: kind ``command``: the shell command every rank runs (:mod:`calorimeter.command`); None otherwise.
+        label: kind ``command``: a short name of the command, part of the cell id (``fsdp2``, ``torchtitan``).
+        log_format: kind ``command``: how its steps are read: ``jsonl`` (the step-log protocol), ``torchtitan`` or
+            ``megatron`` (their console logs).
+
+    The ``command`` fields are left out of :meth:`to_dict` when unset, so cells of other kinds keep the
+    parameters (and the rerun trigger) they had before the kind existed.
     """
 
     sweep: str
@@ -89,6 +96,9 @@ class Cell:
     kind: str = "train"
     placement: str = "default"
     lora_rank: int = 16
+    command: str | None = None
+    label: str | None = None
+    log_format: str | None = None
 
     @property
     def world_size(self) -> int:
@@ -138,6 +148,12 @@ class Cell:
         them reruns the same cell rather than creating a new one. A non-train cell is named by its kind and
         machine: ``collectives_h200-1x8``.
         """
+        if self.kind == "command":
+            shape = (f"_{self.model}" if self.model != "-" else "") + (
+                f"_mb{self.micro_batch}-gb{self.global_batch}-s{self.seq_len}")
+            return (f"cmd-{self.label or 'command'}{shape}_{self.hardware}-{self.nodes}x{self.gpus_per_node}"
+                    + (f"_{self.precision}" if self.precision != "bf16" else "") + (
+                        f"_r{self.repeat}" if self.repeat else ""))
         if self.kind not in TRAINING_KINDS:
             return f"{self.kind}_{self.hardware}-{self.nodes}x{self.gpus_per_node}" + (
                 f"_r{self.repeat}" if self.repeat else "")
@@ -179,7 +195,8 @@ class Cell:
         """Parameters plus derived values, for records and tables."""
         # fields are plain values: a shallow read gives what asdict() gives, without its deep copies (planning and
         # the workflow call this once per cell and figure)
-        d = {f.name: getattr(self, f.name) for f in _FIELDS}
+        d = {f.name: getattr(self, f.name) for f in _FIELDS
+             if f.name not in _OMITTED_WHEN_UNSET or getattr(self, f.name) is not None}
         d["pp_split"] = list(self.pp_split) if self.pp_split else None
         d.update(cell_id=self.cell_id, config_id=self.config_id, world_size=self.world_size, dp=self.dp,
                  grad_accum=self.grad_accum, parallel_label=self.parallel_label,
@@ -199,6 +216,8 @@ class Cell:
 _FIELDS = fields(Cell)
 #: kinds that train the cell's model with its layout (the others are calibrations without a model)
 TRAINING_KINDS = ("train", "lora")
+#: fields of one kind only, left out of ``to_dict`` when unset
+_OMITTED_WHEN_UNSET = ("command", "label", "log_format")
 
 
 def _slug(path: str) -> str:

@@ -8,7 +8,8 @@ so that every step reads and writes the same folder. The file itself is read str
 
 A sweep file may name another one with ``extends:`` (a path relative to it), merged underneath key by key.
 
-Private keys (``_source``: the sweep file; ``_lines``: where each key was written) travel with a loaded config and
+Private keys (``_source``: the sweep file; ``_lines``: where each key was written; ``_definitions``: the models and
+hardware the sweep defines, :mod:`calorimeter.plan.definitions`) travel with a loaded config and
 are never validated.
 """
 
@@ -34,7 +35,7 @@ __all__ = ["ConfigError", "load_config", "load_schema", "load_sweep_config", "re
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 #: keys of a loaded config that are metadata, not settings
-PRIVATE_KEYS = ("_source", "_lines")
+PRIVATE_KEYS = ("_source", "_lines", "_definitions")
 #: at most this many problems are listed in one message
 MAX_PROBLEMS = 5
 #: what the schema's patterns mean, for messages

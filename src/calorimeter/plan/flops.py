@@ -2,9 +2,10 @@
 
 Per sequence of length s, the forward pass of one transformer layer costs (multiply-add = 2 FLOPs):
 
-* attention projections: ``2 s h (2h + 2 g d)`` (Q and output: h x h each; K and V: h x g*d, GQA),
-* attention core: ``4 s^2 h`` (QK^T and scores x V) in the **full** convention (Megatron, torchtitan, NeMo in
-  NVIDIA's dgxc-benchmarking, MaxText: the causal mask is not discounted), ``2 s^2 h`` in the **causal** convention
+* attention projections: ``2 s h (2 q + 2 g d)`` (Q and output: h x q each, q = heads x d, which is h unless the
+  model sets its head_dim; K and V: h x g*d, GQA),
+* attention core: ``4 s^2 q`` (QK^T and scores x V) in the **full** convention (Megatron, torchtitan, NeMo in
+  NVIDIA's dgxc-benchmarking, MaxText: the causal mask is not discounted), ``2 s^2 q`` in the **causal** convention
   (Megatron-Bridge, NeMo-AutoModel: half the score matrix is masked),
 * MLP: ``2 s h f k m`` with ``m`` = 3 matrices for SwiGLU or 2 for GeLU, ``k`` = experts per token (1 dense),
 
@@ -43,10 +44,10 @@ class IterationFlops:
 def layer_forward_flops(m: ModelSpec, seq_len: int, causal: bool = False) -> tuple[float, float]:
     """(dense part, attention-core part) of one layer's forward FLOPs for one sequence (``causal``: the attention
     core counts only the unmasked half of the scores)."""
-    s, h, f = seq_len, m.hidden_size, m.ffn_hidden_size
+    s, h, f, q = seq_len, m.hidden_size, m.ffn_hidden_size, m.q_channels
     kv = m.num_query_groups * m.head_dim
-    proj = 2 * s * h * (2 * h + 2 * kv)
-    core = (2 if causal else 4) * s * s * h
+    proj = 2 * s * h * (2 * q + 2 * kv)
+    core = (2 if causal else 4) * s * s * q
     mats = 3 if m.gated_mlp else 2
     experts_per_token = m.moe_topk if m.is_moe else 1
     mlp = 2 * s * h * f * mats * experts_per_token

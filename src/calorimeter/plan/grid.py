@@ -17,6 +17,7 @@ from typing import Any
 from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.config import ConfigError, load_config, subset_base_path
 from calorimeter.plan.config_errors import locate, short, suggest
+from calorimeter.plan.definitions import inline_model, register_sweep_definitions
 from calorimeter.plan.hardware import HardwareProfile, detect_profile, get_profile
 from calorimeter.plan.models import get_model
 
@@ -24,7 +25,8 @@ from calorimeter.plan.models import get_model
 AXES = ("kind", "model", "hardware", "nodes", "gpus_per_node", "parallel", "tp", "pp", "ep", "cp", "sequence_parallel",
         "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch", "seq_len",
         "warmup", "warmup_steps", "warmup_max_steps", "warmup_max_s", "steady_window_s", "steady_slope_c_per_min",
-        "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr", "placement", "lora_rank")
+        "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr", "placement", "command", "label",
+        "log_format", "lora_rank")
 CELL_FIELDS = {f.name for f in fields(Cell)}
 #: the model field of cells whose kind trains nothing
 NO_MODEL = "-"
@@ -67,7 +69,9 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str, source: str 
         raise ConfigError(f"{locate(source, lines, where)}: {where}: no 'model' (set it in the block or in "
                           "'defaults')")
     try:
-        model = get_model(model_name) if kind in TRAINING_KINDS else None  # a calibration kind trains no model
+        # a calibration kind trains no model; a command's model (optional) gives its FLOPs and MFU
+        declared = kind in TRAINING_KINDS or (kind == "command" and model_name != NO_MODEL)
+        model = get_model(model_name) if declared else None
     except KeyError as e:
         raise ConfigError(f"{at('model')}: {e.args[0]}") from None
     hw_name = values.pop("hardware")
@@ -99,6 +103,21 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str, source: str 
                 nodes=values.pop("nodes", 1) or 1,
                 gpus_per_node=int(gpn), precision=precision, seq_len=int(seq_len),
                 **{k: v for k, v in kwargs.items() if k not in ("nodes",)})
+
+
+def _named_models(block: dict[str, Any], config: dict[str, Any], where: str) -> dict[str, Any]:
+    """The block with each inline model definition (``model: {hf_config: ...}``) registered and named."""
+    if "model" not in block:
+        return block
+    lines = config.get("_lines")
+    names = []
+    for value in _as_list(block["model"]):
+        if isinstance(value, dict):
+            at = f"{locate(str(config.get('_source', 'config')), lines, f'{where}.model')}: {where}.model"
+            names.append(inline_model(value, config, at))
+        else:
+            names.append(value)
+    return {**block, "model": names if isinstance(block["model"], list) else names[0]}
 
 
 def _merged_blocks(config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -146,7 +165,8 @@ def expand(config: dict[str, Any], _chain: tuple[Path, ...] = ()) -> list[Cell]:
         raise ConfigError(f"{config.get('_source', 'config')}: no 'grid' and no 'subset_of': nothing to run")
     sweep = config["sweep"]
     source, lines = str(config.get("_source", "config")), config.get("_lines")
-    blocks = _merged_blocks(config)
+    register_sweep_definitions(config)
+    blocks = [_named_models(merged, config, f"grid[{i}]") for i, merged in enumerate(_merged_blocks(config))]
     check_grid_size([(f"grid[{i}]", merged) for i, merged in enumerate(blocks)], source, lines)
     cells: dict[str, Cell] = {}
     for i, merged in enumerate(blocks):

@@ -27,6 +27,8 @@ class HardwareProfile:
             divided by the devices sharing it), used by projections of multi-node cells until a multi-node
             measurement exists.
         nic_latency_us: one inter-node message's latency in microseconds (same use).
+        match: a substring of the GPU's name (as ``nvidia-smi`` prints it, case-insensitive) that makes
+            ``hardware: auto`` pick this profile; None for profiles never detected.
     """
 
     name: str
@@ -39,6 +41,7 @@ class HardwareProfile:
     link_gbyte_s: float | None = None
     nic_gbit_s_per_gpu: float | None = None
     nic_latency_us: float | None = None
+    match: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for records."""
@@ -50,8 +53,10 @@ PROFILES: dict[str, HardwareProfile] = {
     for p in [
         # NVLink 4: 900 GB/s per GPU both directions; one 400 Gbit/s NDR NIC per GPU (HGX reference design; the
         # study's clusters had 100 Gbit/s InfiniBand: set it per projection, see docs/projection.md).
-        HardwareProfile("h200", "cuda", 8, 141.0, 989.0, "NVLink 4 / NVSwitch (NV18)", "H200", 450.0, 400.0, 5.0),
-        HardwareProfile("h100", "cuda", 8, 80.0, 989.0, "NVLink 4 / NVSwitch (NV18)", "H100", 450.0, 400.0, 5.0),
+        HardwareProfile("h200", "cuda", 8, 141.0, 989.0, "NVLink 4 / NVSwitch (NV18)", "H200", 450.0, 400.0, 5.0,
+                        "H200"),
+        HardwareProfile("h100", "cuda", 8, 80.0, 989.0, "NVLink 4 / NVSwitch (NV18)", "H100", 450.0, 400.0, 5.0,
+                        "H100"),
         # MI250: 4 packages x 2 GCDs per node; each GCD is one device with 64 GB and half the package's
         # 362.1 TFLOP/s dense bf16.
         HardwareProfile("mi250", "rocm", 8, 64.0, 181.0, "Infinity Fabric", "MI250"),
@@ -60,15 +65,32 @@ PROFILES: dict[str, HardwareProfile] = {
 }
 
 
+#: names of the built-in profiles (a sweep may not redefine them)
+BUILTIN_PROFILES = frozenset(PROFILES)
+
+
 def get_profile(name: str) -> HardwareProfile:
-    """Look a profile up by name, with a message listing the known ones."""
+    """Look a profile up by name (built-in or registered by the sweep), with a message listing the known ones."""
     try:
         return PROFILES[name]
     except KeyError:
         from calorimeter.plan.config_errors import short, suggest
 
-        raise KeyError(f"unknown hardware {short(name)}{suggest(name, ['auto', *PROFILES])}; known: auto, "
+        raise KeyError(f"unknown hardware {short(name)}{suggest(name, ['auto', *PROFILES])}: neither built in nor "
+                       "defined under `hardware_profiles:` of the sweep file (docs/models.md); known: auto, "
                        f"{', '.join(sorted(PROFILES))}") from None
+
+
+def register_profile(profile: HardwareProfile) -> HardwareProfile:
+    """Add a profile defined by a sweep to this process's profiles (the same definition again is a no-op).
+
+    Raises:
+        ValueError: the name is a built-in profile's.
+    """
+    if profile.name in BUILTIN_PROFILES and PROFILES[profile.name] != profile:
+        raise ValueError(f"hardware {profile.name!r} is a built-in profile; give the definition another name")
+    PROFILES[profile.name] = profile
+    return profile
 
 
 def accelerator_of(hardware: str) -> str:
@@ -99,15 +121,19 @@ def detect_local_gpus() -> list[tuple[str, float]]:
 
 
 def detect_profile() -> tuple[HardwareProfile, int]:
-    """Profile and device count of the local machine: an H100/H200 profile when such GPUs are present."""
+    """Profile and device count of the local machine: the profile whose ``match`` is in the GPU's name (H100, H200,
+    or one the sweep defines under ``hardware_profiles:``) when there is one."""
     gpus = detect_local_gpus()
     if not gpus:
         return PROFILES["cpu"], PROFILES["cpu"].gpus_per_node
     name, mem_gb = gpus[0]
-    for key in ("H200", "H100"):
-        if key in name.upper():
-            return PROFILES[key.lower()], len(gpus)
-    # An unknown CUDA GPU: usable, but no peak to compute MFU against. Registered so later lookups find it.
+    # sweep-defined profiles first (a sweep may describe its H100 variant better), then the longest match
+    candidates = sorted((p for p in PROFILES.values() if p.match and p.match.upper() in name.upper()),
+                        key=lambda p: (p.name in BUILTIN_PROFILES, -len(p.match or "")))
+    if candidates:
+        return candidates[0], len(gpus)
+    # An unknown CUDA GPU: usable, but no peak to compute MFU against (define it under `hardware_profiles:` with a
+    # `match` and a peak for MFU). Registered so later lookups find it.
     slug = "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
     profile = HardwareProfile(f"cuda-{slug}", "cuda", len(gpus), round(mem_gb, 1), None, "unknown")
     PROFILES[profile.name] = profile

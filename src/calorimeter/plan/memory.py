@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import HardwareProfile
-from calorimeter.plan.models import ModelSpec, parameter_count
+from calorimeter.plan.models import ModelSpec, trained_parameter_count
 
 GB = 1e9
 RESERVE_GB = {"cuda": 3.0, "rocm": 3.0, "cpu": 0.5}
@@ -78,7 +78,7 @@ def estimate_memory(m: ModelSpec, cell: Cell, hw: HardwareProfile) -> MemoryEsti
     bf16 = cell.precision == "bf16"
     w_b, g_b, o_b = (2, 2, 12) if bf16 else (4, 4, 8)
 
-    total = parameter_count(m)
+    total = trained_parameter_count(m)
     expert = m.num_layers * m.num_experts * 3 * m.hidden_size * m.ffn_hidden_size if m.is_moe else 0
     dense = total - expert
     embed = m.vocab_size * m.hidden_size

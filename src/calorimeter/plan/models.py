@@ -1,12 +1,14 @@
 """Model catalogue: the study's four models, node-sized variants and tiny CPU models.
 
-Dimensions of the paper models follow the artifact's YAMLs (shared notes, paper-artifact.md section 3).
+Dimensions of the paper models follow the artifact's YAMLs (shared notes, paper-artifact.md section 3). A sweep file
+extends the catalogue with its own models (``models:``, ``model: {hf_config: ...}``; :mod:`calorimeter.plan.
+definitions`), registered here with :func:`register_model` for the process that plans or runs the sweep.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 Family = Literal["gpt", "llama", "mixtral"]
@@ -33,6 +35,13 @@ class ModelSpec:
         moe_aux_loss_coeff: weight of the load-balancing auxiliary loss.
         rotary_base: RoPE base (llama/mixtral).
         init_std: standard deviation of the normal weight init.
+        kv_channels: channels per attention head when they are not ``hidden_size / num_attention_heads`` (Qwen3,
+            Gemma: an explicit ``head_dim``); None derives them.
+        tie_embeddings: the output head shares the input embedding's weights (Llama-3.2 1B/3B, Qwen2.5 small
+            models). It changes the parameter count, not the FLOPs (the head's matmul is still done).
+        qkv_bias: biases on the query, key and value projections only (Qwen2), on top of the family's biases.
+        rope_scaling: RoPE scaling of the model (e.g. Llama-3.1's ``rope_type: llama3``), as ``(key, value)``
+            pairs; recorded, it changes neither FLOPs nor memory.
     """
 
     name: str
@@ -51,11 +60,25 @@ class ModelSpec:
     rotary_base: float = 500000.0
     init_std: float = 0.02
     description: str = field(default="", compare=False)
+    kv_channels: int | None = None
+    tie_embeddings: bool = False
+    qkv_bias: bool = False
+    rope_scaling: tuple[tuple[str, Any], ...] | None = None
 
     @property
     def head_dim(self) -> int:
         """Channels per attention head."""
-        return self.hidden_size // self.num_attention_heads
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def q_channels(self) -> int:
+        """Width of all query heads together (``hidden_size`` unless ``kv_channels`` is explicit)."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def attention_bias(self) -> bool:
+        """Whether the query/key/value projection has a bias (GPT-3, or ``qkv_bias``)."""
+        return self.bias or self.qkv_bias
 
     @property
     def is_moe(self) -> bool:
@@ -78,10 +101,24 @@ class ModelSpec:
         return self.family != "gpt"
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict for records."""
+        """Plain dict for records (``head_dim`` resolved, ``rope_scaling`` a mapping)."""
         d = asdict(self)
         d.pop("description")
+        d["head_dim"] = self.head_dim
+        d["rope_scaling"] = dict(self.rope_scaling) if self.rope_scaling else None
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelSpec:
+        """Inverse of :meth:`to_dict` (``head_dim`` becomes ``kv_channels`` where it is not the derived one)."""
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        if isinstance(kw.get("rope_scaling"), dict):
+            kw["rope_scaling"] = tuple(sorted(kw["rope_scaling"].items()))
+        head_dim = d.get("head_dim")
+        if kw.get("kv_channels") is None and head_dim and head_dim * kw["num_attention_heads"] != kw["hidden_size"]:
+            kw["kv_channels"] = int(head_dim)
+        return cls(**kw)
 
 
 def _gpt(name: str, layers: int, hidden: int, heads: int, seq: int = 2048, desc: str = "") -> ModelSpec:
@@ -127,15 +164,34 @@ CATALOGUE: dict[str, ModelSpec] = {
 }
 
 
+#: names of the built-in models (a sweep may not redefine them)
+BUILTIN_MODELS = frozenset(CATALOGUE)
+
+
 def get_model(name: str) -> ModelSpec:
-    """Look a model up by name, with a message listing the known ones."""
+    """Look a model up by name (the catalogue and the models registered by the sweep), with a message listing the
+    known ones."""
     try:
         return CATALOGUE[name]
     except KeyError:
         from calorimeter.plan.config_errors import short, suggest
 
-        raise KeyError(f"unknown model {short(name)}{suggest(name, CATALOGUE)}; known models: "
-                       f"{', '.join(sorted(CATALOGUE))}") from None
+        raise KeyError(f"unknown model {short(name)}{suggest(name, CATALOGUE)}: neither in the catalogue nor defined "
+                       "in the sweep file (define it under `models:` or inline as `model: {hf_config: "
+                       "path/to/config.json}` or `model: {name: ..., family: ..., num_layers: ...}`, see "
+                       f"docs/models.md); known models: {', '.join(sorted(CATALOGUE))}") from None
+
+
+def register_model(spec: ModelSpec) -> ModelSpec:
+    """Add a model defined by a sweep to the catalogue of this process (the same definition again is a no-op).
+
+    Raises:
+        ValueError: the name is a built-in model's (a sweep cannot change what ``llama3-8b`` means).
+    """
+    if spec.name in BUILTIN_MODELS and CATALOGUE[spec.name] != spec:
+        raise ValueError(f"model {spec.name!r} is a built-in model; give the definition another name")
+    CATALOGUE[spec.name] = spec
+    return spec
 
 
 MOE_MIN_CAPACITY = 4
@@ -165,21 +221,29 @@ def padded_vocab_size(m: ModelSpec, tp: int) -> int:
 
 
 def parameter_count(m: ModelSpec, padded_vocab: int | None = None) -> int:
-    """Analytical number of parameters (untied input and output embeddings).
+    """Analytical number of parameters (the output head counted unless ``tie_embeddings``).
 
     Args:
         m: the model.
         padded_vocab: vocabulary after padding; defaults to ``m.vocab_size``.
     """
-    h, f, v = m.hidden_size, m.ffn_hidden_size, padded_vocab or m.vocab_size
+    h, f, v, q = m.hidden_size, m.ffn_hidden_size, padded_vocab or m.vocab_size, m.q_channels
     kv = m.num_query_groups * m.head_dim
-    attn = h * h + 2 * h * kv + h * h + ((h + 2 * kv + h) if m.bias else 0)
+    attn = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if m.attention_bias else 0) + (h if m.bias else 0)
     expert = 3 * h * f if m.gated_mlp else 2 * h * f + ((f + h) if m.bias else 0)
     mlp = m.num_experts * expert + h * m.num_experts if m.is_moe else expert
     norm = 2 * h if m.bias else h  # LayerNorm has a bias, RMSNorm does not
     layer = attn + mlp + 2 * norm
     embed = v * h + (m.seq_length * h if m.learned_positions else 0)
-    return m.num_layers * layer + embed + norm + v * h
+    return m.num_layers * layer + embed + norm + (0 if m.tie_embeddings else v * h)
+
+
+def trained_parameter_count(m: ModelSpec, padded_vocab: int | None = None) -> int:
+    """Parameters the engine trains: :func:`parameter_count` with the output head as its own matrix even where the
+    model ties it to the embedding (the engine builds an untied head; memory and projection count what it trains)."""
+    import dataclasses
+
+    return parameter_count(dataclasses.replace(m, tie_embeddings=False), padded_vocab)
 
 
 def stage_block_counts(num_layers: int, pp: int, pp_split: Sequence[int] | None = None) -> list[int]:

@@ -16,6 +16,7 @@ from calorimeter.plan.checks import (
     placement_checks,
 )
 from calorimeter.plan.config import ConfigError, load_config, validate_config
+from calorimeter.plan.definitions import definitions_of
 from calorimeter.plan.flops import iteration_flops
 from calorimeter.plan.grid import expand
 from calorimeter.plan.hardware import get_profile
@@ -109,6 +110,9 @@ def _plan(cfg: dict[str, Any]) -> Plan:
     """``Plan.sweep`` names the folder of the plan, tables and figures; cells keep their own sweep (a ``subset_of``
     sweep has its own name but selects cells of its base sweep, which stay where the base measures them)."""
     cells = [check_cell(c, cfg["memory_check"]) for c in expand(cfg)]
+    # the models and hardware the sweep (and the sweeps it selects from) defined: they travel to the train rule's
+    # script and the ranks with the config (calorimeter.plan.definitions)
+    cfg["_definitions"] = definitions_of()
     name = cfg["sweep"]
     if "subset_of" in cfg and any(pc.cell.sweep == name for pc in cells):
         raise ConfigError(f"{cfg.get('_source', 'config')}: sweep {name!r} is the name of the sweep this one is a "

@@ -25,8 +25,8 @@ from calorimeter.plan.models import (
     expert_capacity,
     get_model,
     padded_vocab_size,
-    parameter_count,
     stage_block_counts,
+    trained_parameter_count,
 )
 
 #: the collectives the model prices (the kernel categories of telemetry/kernels.py)
@@ -127,7 +127,7 @@ def _passes(cell: Cell, layers: int) -> tuple[float, float]:
 
 def _stage_params(m: ModelSpec, layers: int, first: bool, last: bool, tp: int, padded: int) -> tuple[float, float]:
     """(dense, expert) parameter elements of one stage on one tp rank."""
-    total = parameter_count(m, padded)
+    total = trained_parameter_count(m, padded)
     expert_layer = m.num_experts * 3 * m.hidden_size * m.ffn_hidden_size if m.is_moe else 0
     embed = padded * m.hidden_size
     per_layer_dense = (total - m.num_layers * expert_layer - 2 * embed) / m.num_layers

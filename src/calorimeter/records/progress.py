@@ -241,20 +241,40 @@ class ProgressLog:
         self._tail: ProgressTail | None = None
         self._phase: str | None = None
         self._last = 0.0
+        self._t0 = time.time()
 
     def tick(self) -> str | None:
-        """Read what is new; log and return a line when one is due."""
+        """Read what is new; log and return a line when one is due (before the first step: what the cell is doing
+        while it starts, at least every ``every_s`` seconds)."""
         runs = self.attempt.runs()
         if not runs:
-            return None
+            if not self.attempt.staging.is_dir():
+                return None  # not submitted yet
+            return self._starting("waiting for the ranks: job start, Python imports, rendezvous (torch.distributed)")
         if self._tail is None or self._tail.path != runs[-1].progress:  # a requeued run starts a new file
             self._tail, self._phase = ProgressTail(runs[-1].progress), None
-        if not self._tail.poll() or self._tail.progress is None:
+        new = self._tail.poll()
+        if self._tail.progress is None:
+            return self._starting("ranks joined (process group up), node sampler running; setting the cell up")
+        if not self._tail.progress.steps:
+            return self._starting("building the model and engine (or starting the command), then the first "
+                                  "warm-up step")
+        if not new:
             return None
         p, now = self._tail.progress, time.time()
         if p.phase == self._phase and now - self._last < self.every_s:
             return None
         self._phase, self._last = p.phase, now
         line = f"cell {self.cell_id}: {p.describe()}"
+        log.info("%s", line)
+        return line
+
+    def _starting(self, what: str) -> str | None:
+        """A start-up line when the stage changed or ``every_s`` passed."""
+        now = time.time()
+        if self._phase == what and now - self._last < self.every_s:
+            return None
+        self._phase, self._last = what, now
+        line = f"cell {self.cell_id}: starting ({now - self._t0:.0f} s): {what}"
         log.info("%s", line)
         return line

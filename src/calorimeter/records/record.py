@@ -124,7 +124,8 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
         "failure_class": failure_class,
         "reason": reason,
         "cell": cell.to_dict(),
-        "model": get_model(cell.model).to_dict() if cell.kind in TRAINING_KINDS else None,
+        "model": get_model(cell.model).to_dict() if cell.kind in TRAINING_KINDS or (
+            cell.kind == "command" and cell.model != "-") else None,  # a command cell may declare its model
         "hardware": profile.to_dict() if profile else {"name": cell.hardware},
         "plan_estimates": estimates or {},
     }

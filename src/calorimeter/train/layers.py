@@ -331,7 +331,7 @@ class SelfAttention(nn.Module):
         self.recompute_core = recompute_core
         self.seq_first = par.sp
         qkv_out = (spec.num_attention_heads + 2 * spec.num_query_groups) * self.head_dim
-        self.qkv = column_linear(spec.hidden_size, qkv_out, spec.bias, spec.init_std, par)
+        self.qkv = column_linear(spec.hidden_size, qkv_out, spec.attention_bias, spec.init_std, par)
         self.proj = row_linear(spec.num_attention_heads * self.head_dim, spec.hidden_size, spec.bias,
                                spec.init_std, par)
         self.rotary = None if spec.learned_positions else Rotary(self.head_dim, spec.rotary_base)
