@@ -10,8 +10,9 @@ torch 2.11 lacks). This script registers the cell's model as a llama3 flavour ``
 an untied head, as in Llama-3 8B), writes a job config (TOML) from torchtitan's ``llama3_8b.toml`` preset with only
 what the cell fixes changed, and runs torchtitan's own ``torchtitan.train.main``:
 
-* FSDP2 over all ranks, fp32 master parameters with bf16 compute (``mixed_precision_param``) and fp32 reductions,
-  AdamW, SDPA causal attention (``TITAN_ATTN=flex`` picks flex attention with block-causal masks instead);
+* fp32 master parameters with bf16 compute (``mixed_precision_param``): FSDP2 over the ranks with fp32 reductions
+  when there are several; on one GPU torchtitan shards nothing and autocasts to bf16 (its ``maybe_enable_amp``);
+  AdamW; SDPA causal attention (``TITAN_ATTN=flex`` picks flex attention with block-causal masks instead);
 * sequence length, micro-batch (local batch) and global batch, CALORIMETER_STEPS steps;
 * no activation checkpointing (the engine's cell recomputes nothing); ``TITAN_COMPILE=1`` compiles the model and the
   loss (``[compile] enable``);
