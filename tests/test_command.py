@@ -54,6 +54,18 @@ def test_console_parsers() -> None:
     assert [(s.step, round(s.time_s, 4), s.loss) for s in mega.steps] == [(5, 1.2345, 7.123)]
 
 
+def test_torchtitan_0_2_2_console_lines() -> None:
+    # the metrics line of torchtitan 0.2.2 (components/metrics.py) as its logger prints it, colours included
+    line = ("[titan] 2026-11-25 03:38:54,131 - root - INFO - \x1b[31mstep: {:2}  \x1b[32mloss: {}  "
+            "\x1b[38;2;180;60;0mgrad_norm:  3.2141  \x1b[38;2;54;234;195mmemory: 61.27GiB(43.81%)  \x1b[34mtps: 7,212  "
+            "\x1b[36mtflops: 470.12  \x1b[35mmfu: 47.53%\x1b[39m")
+    titan = ConsoleParser("torchtitan", 0.0)
+    titan.feed("[titan] 2026-11-25 03:38:50,000 - root - INFO - Training starts at step 1", 1.0)
+    for step, loss, t in [(1, "11.90000", 5.0), (2, "10.83412", 6.25), (3, " 9.50000", 7.0)]:
+        titan.feed(line.format(step, loss), t)
+    assert [(s.step, s.time_s, s.loss) for s in titan.steps] == [(2, 1.25, 10.83412), (3, 0.75, 9.5)]
+
+
 def test_metrics_with_a_declared_model_use_the_engines_formulas() -> None:
     cell = _cell(model="tiny-llama", seq_len=128, global_batch=8)
     steps = [LoggedStep(i, 10.0 + i, 11.0 + i, tokens=1024) for i in range(3)]

@@ -1,23 +1,28 @@
-"""Peer: torchtitan (0.3) training the cell's declared Llama model, as a `command` cell (docs/command.md).
+"""Peer: torchtitan 0.2.2 training the cell's declared Llama model, as a `command` cell (docs/command.md).
 
-A torchtitan config registry: run on every rank, as torchrun would start torchtitan (calorimeter is the launcher),
-with this folder on PYTHONPATH:
+Run on every rank, as torchrun would start torchtitan (calorimeter is the launcher)::
 
-    python -m torchtitan.train --module titan_llama3 --config calorimeter_llama3
+    python bench/peers/titan_llama3.py
 
-It starts from torchtitan's own ``llama3_8b`` trainer config (FSDP2, bf16 parameters with fp32 reductions, fused
-AdamW, its chunked cross-entropy, flex attention) and changes only what the cell fixes: the model's shape from
-CALORIMETER_MODEL_SPEC (layers, width, heads, groups, ffn, vocab, RoPE base; an untied head, as in Llama-3 8B), the
-sequence length, micro-batch (local batch) and global batch, the number of steps (CALORIMETER_STEPS), no activation
-checkpointing (the engine's cell recomputes nothing), no profiler, checkpoint, validation or TensorBoard, a log line
-every step (read with `log_format: torchtitan`). ``TITAN_COMPILE=1`` compiles the model and loss (torchtitan's
-`--compile.enable`); ``TITAN_ATTN`` picks torchtitan's attention backend (default ``flex``).
+torchtitan 0.2.2 is the newest release that imports on torch 2.11 (0.3.0 needs ``DataParallelMeshDims``, which
+torch 2.11 lacks). This script registers the cell's model as a llama3 flavour ``calorimeter`` (torchtitan's
+``TransformerModelArgs``: the shape from CALORIMETER_MODEL_SPEC: layers, width, heads, groups, ffn, vocab, RoPE base;
+an untied head, as in Llama-3 8B), writes a job config (TOML) from torchtitan's ``llama3_8b.toml`` preset with only
+what the cell fixes changed, and runs torchtitan's own ``torchtitan.train.main``:
+
+* fp32 master parameters with bf16 compute (``mixed_precision_param``): FSDP2 over the ranks with fp32 reductions
+  when there are several; on one GPU torchtitan shards nothing and autocasts to bf16 (its ``maybe_enable_amp``);
+  AdamW; SDPA causal attention (``TITAN_ATTN=flex`` picks flex attention with block-causal masks instead);
+* sequence length, micro-batch (local batch) and global batch, CALORIMETER_STEPS steps;
+* no activation checkpointing (the engine's cell recomputes nothing); ``TITAN_COMPILE=1`` compiles the model and the
+  loss (``[compile] enable``);
+* no profiler, checkpoint, validation or TensorBoard; a log line every step (read with ``log_format: torchtitan``).
 
 Nothing can be fetched on the compute node, so the text and tokenizer are made locally, once per rank, in
 ``$TMPDIR/calorimeter-titan-<rank>``: a byte-level BPE tokenizer (vocabulary at most the model's, trained with
-`tokenizers` on the same text) and a JSON-lines "c4_test"-style dataset of random words (one document longer than
-every window). Token ids do not change the work of a step at a fixed sequence length, so throughput is that of real
-text. Uses torchtitan internals (``torchtitan.models.llama3._build_llama3_layers``) that may move in later releases.
+`tokenizers` on the same text) and a JSON-lines dataset of random words read by torchtitan's ``c4_test`` loader
+(``load_dataset(path, split="train")`` on a local folder; one document longer than every window). Token ids do not
+change the work of a step at a fixed sequence length, so throughput is that of real text.
 """
 
 from __future__ import annotations
@@ -25,22 +30,15 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
 import tempfile
 from pathlib import Path
 
-from torchtitan.components.metrics import MetricsProcessor
-from torchtitan.config import CompileConfig, TrainingConfig
-from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
-from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
-from torchtitan.models.llama3 import Llama3Model, _build_llama3_layers, model_registry
-from torchtitan.models.llama3.config_registry import llama3_8b
-from torchtitan.tools.profiler import Profiler
-from torchtitan.trainer import Trainer
-
 #: words of the one document (about 2 tokens a word: 100 windows of 8192 tokens before the loader loops). One long
-#: document, so that every window is one causal block: torchtitan's block-causal masks would otherwise skip the
-#: attention across document boundaries, less work than the engine's causal attention over the whole sequence
+#: document, so that every window is one causal block (block-causal masks of flex attention equal causal ones)
 WORDS = 400_000
+#: the flavour this script registers in torchtitan's llama3 model registry
+FLAVOR = "calorimeter"
 
 
 def _assets(vocab_size: int) -> tuple[Path, Path]:
@@ -71,51 +69,98 @@ def _assets(vocab_size: int) -> tuple[Path, Path]:
     return tok_dir, data_dir
 
 
-def _model(spec: dict, seq_len: int, attn: str) -> Llama3Model.Config:
-    dim, vocab = spec["hidden_size"], spec["vocab_size"]
-    s = dim ** -0.5
-    import functools
+def model_args(spec: dict, attn: str):  # -> torchtitan.models.llama3.TransformerModelArgs
+    """torchtitan's llama3 model arguments of the declared model (its FFN width exactly the declared one)."""
+    from torchtitan.models.llama3 import TransformerModelArgs
 
-    import torch.nn as nn
-
-    return Llama3Model.Config(
-        dim=dim, vocab_size=vocab,
-        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim,
-                                        param_init={"weight": functools.partial(nn.init.normal_, std=1.0)}),
-        norm=RMSNorm.Config(normalized_shape=dim, param_init={"weight": nn.init.ones_}),
-        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init={
-            "weight": functools.partial(nn.init.trunc_normal_, std=s, a=-3 * s, b=3 * s), "bias": nn.init.zeros_}),
-        layers=_build_llama3_layers(
-            fuse_qkv=True, n_layers=spec["num_layers"], dim=dim, n_heads=spec["num_attention_heads"],
-            n_kv_heads=spec["num_query_groups"], hidden_dim=spec["ffn_hidden_size"],
-            rope=ComplexRoPE.Config(dim=spec["head_dim"], max_seq_len=max(seq_len, 8192), theta=spec["rotary_base"],
-                                    scaling="llama"),
-            attn_backend=attn))
-
-
-def calorimeter_llama3() -> Trainer.Config:
-    """torchtitan's llama3_8b trainer config with the cell's model, batch and steps (module docstring)."""
-    spec = json.loads(os.environ["CALORIMETER_MODEL_SPEC"])
     if spec["family"] != "llama" or spec.get("tie_embeddings") or spec.get("qkv_bias"):
         raise SystemExit(f"this peer builds untied Llama models without biases, not {spec['name']}")
+    dim, heads, ffn = spec["hidden_size"], spec["num_attention_heads"], spec["ffn_hidden_size"]
+    if dim // heads != spec.get("head_dim", dim // heads):
+        raise SystemExit(f"torchtitan's llama3 has head_dim = hidden/heads, not {spec['head_dim']}")
+    # FeedForward(hidden_dim=4*dim): int(2*4*dim/3) rounded up to multiple_of: = ffn when int(8*dim/3) <= ffn
+    if int(2 * 4 * dim / 3) > ffn:
+        raise SystemExit(f"ffn_hidden_size {ffn} < 8/3 hidden: torchtitan's llama3 cannot build it")
+    extra = {"attn_type": "flex", "attn_mask_type": "block_causal"} if attn == "flex" else {}
+    return TransformerModelArgs(dim=dim, n_layers=spec["num_layers"], n_heads=heads,
+                                n_kv_heads=spec["num_query_groups"], vocab_size=spec["vocab_size"],
+                                multiple_of=ffn, ffn_dim_multiplier=None, rope_theta=spec["rotary_base"], **extra)
+
+
+def job_toml(tok_dir: Path, data_dir: Path, seq: int, mbs: int, gbs: int, steps: int, compile_: bool) -> str:
+    """torchtitan's llama3_8b.toml preset with the cell's flavour, batch and steps (module docstring)."""
+    out = tok_dir.parent / "outputs"  # not the working directory (the repository)
+    return f"""
+[job]
+dump_folder = {json.dumps(str(out))}
+description = "calorimeter peer cell"
+[profiling]
+enable_profiling = false
+[metrics]
+log_freq = 1
+enable_tensorboard = false
+[model]
+name = "llama3"
+flavor = "{FLAVOR}"
+hf_assets_path = {json.dumps(str(tok_dir))}
+[optimizer]
+name = "AdamW"
+lr = 3e-4
+eps = 1e-8
+[lr_scheduler]
+warmup_steps = 1
+[training]
+local_batch_size = {mbs}
+global_batch_size = {gbs}
+seq_len = {seq}
+max_norm = 1.0
+steps = {steps}
+dataset = "c4_test"
+dataset_path = {json.dumps(str(data_dir))}
+dtype = "float32"
+mixed_precision_param = "bfloat16"
+mixed_precision_reduce = "float32"
+[parallelism]
+data_parallel_replicate_degree = 1
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 1
+pipeline_parallel_degree = 1
+context_parallel_degree = 1
+[checkpoint]
+enable = false
+[compile]
+enable = {str(compile_).lower()}
+components = ["model", "loss"]
+[activation_checkpoint]
+mode = "none"
+[validation]
+enable = false
+"""
+
+
+def prepare() -> Path:
+    """Make the assets and write the job config (imports nothing of torchtitan); the path of the config."""
+    spec = json.loads(os.environ["CALORIMETER_MODEL_SPEC"])
     seq, mbs = int(os.environ["CALORIMETER_SEQ_LEN"]), int(os.environ["CALORIMETER_MICRO_BATCH"])
     gbs, steps = int(os.environ["CALORIMETER_GLOBAL_BATCH"]), int(os.environ["CALORIMETER_STEPS"])
-    attn = os.environ.get("TITAN_ATTN", "flex")
     tok_dir, data_dir = _assets(spec["vocab_size"])
-    c = llama3_8b()
-    base = model_registry("8B", attn_backend=attn)
-    base.model = _model(spec, seq, attn)
-    c.model_spec = base
-    c.loss.loss_fn.global_vocab_size = spec["vocab_size"]
-    c.hf_assets_path = str(tok_dir)
-    c.dataloader = HuggingFaceTextDataLoader.Config(dataset="c4_test", dataset_path=str(data_dir))
-    c.training = TrainingConfig(local_batch_size=mbs, global_batch_size=gbs, seq_len=seq, steps=steps,
-                                dtype="float32", mixed_precision_param="bfloat16")
-    c.metrics = MetricsProcessor.Config(log_freq=1, enable_tensorboard=False)
-    c.profiler = Profiler.Config(enable_profiling=False)
-    c.checkpoint.enable = False
-    c.validator.enable = False
-    c.activation_checkpoint = None
-    c.compile = CompileConfig(enable=os.environ.get("TITAN_COMPILE", "0") == "1")
-    c.dump_folder = str(tok_dir.parent / "outputs")  # not the working directory (the repository)
-    return c
+    path = tok_dir.parent / "job.toml"
+    path.write_text(job_toml(tok_dir, data_dir, seq, mbs, gbs, steps, os.environ.get("TITAN_COMPILE", "0") == "1"))
+    return path
+
+
+def register() -> None:
+    """Register the declared model as torchtitan's llama3 flavour ``calorimeter``."""
+    from torchtitan.models.llama3 import llama3_args
+
+    llama3_args[FLAVOR] = model_args(json.loads(os.environ["CALORIMETER_MODEL_SPEC"]),
+                                     os.environ.get("TITAN_ATTN", "sdpa"))
+
+
+if __name__ == "__main__":
+    # before any torchtitan import: ConfigManager.parse_args binds sys.argv[1:] as its default when imported
+    sys.argv[1:] = ["--job.config_file", str(prepare()), *sys.argv[1:]]
+    register()
+    from torchtitan.train import Trainer, main
+
+    main(Trainer)
