@@ -25,16 +25,6 @@ from calorimeter.placement.apply import (
     sibling_costs,
     visible_uuids,
 )
-from calorimeter.placement.policy import (
-    TIE_MARGIN,
-    NodeGpus,
-    StageCosts,
-    best_split,
-    decide,
-    flops_stage_costs,
-    measured_stage_costs,
-    stage_times,
-)
 from calorimeter.placement.profile import (
     HostGpus,
     ThermalProfile,
@@ -48,7 +38,18 @@ from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
 from calorimeter.plan.memory import estimate_memory, max_stage_layers
 from calorimeter.plan.models import get_model
+from calorimeter.plan.placement import (
+    TIE_MARGIN,
+    NodeGpus,
+    StageCosts,
+    best_split,
+    decide,
+    flops_stage_costs,
+    measured_stage_costs,
+    stage_times,
+)
 from calorimeter.plan.plan import check_cell
+from calorimeter.plan.work import stage_work
 
 REF = Path(__file__).resolve().parents[1] / "results" / "reference"
 X2 = REF / "h200x2-2026-11-21" / "gpu-llama8b"
@@ -164,6 +165,33 @@ def test_flops_stage_costs_of_llama3_8b() -> None:
     layer = 3 * (2 * s * h * (2 * h + 2 * kv) + 2 * s * h * f * 3 + 2 * s * s * h)
     assert c.last == pytest.approx(3 * 2 * s * h * v / layer)
     assert 2.0 < c.last < 2.2 and c.first == 0 and c.layer == 1
+
+
+@pytest.mark.parametrize("recompute,layers", [("none", None), ("selective", None), ("full", None), ("full", 3),
+                                               ("full", 20)])
+def test_stage_costs_are_the_workload_models_stage_flops(recompute: str, layers: int | None) -> None:
+    """Placement balances with the plan's workload model: the cost of every stage of any split is proportional to
+    that stage's compute FLOPs in plan/work.py, a partial-recompute cell (recompute_layers) included."""
+    cell = replace(_pp2("balanced", recompute=recompute, recompute_layers=layers), pp=4, gpus_per_node=4)
+    costs = flops_stage_costs(LLAMA, cell)
+    for split in ((8, 8, 8, 8), (2, 10, 12, 8), (1, 1, 1, 29), (5, 9, 9, 9)):
+        flops = [stage_work(cell, LLAMA, s, n).compute_flops for s, n in enumerate(split)]
+        assert costs.all(split) == pytest.approx([f / flops[0] * costs.all(split)[0] for f in flops], rel=1e-12)
+    if layers == 3:  # the first 3 blocks of a stage recompute: a 4th block adds less than the 3rd
+        assert costs.stage(1, 4, 4) - costs.stage(1, 3, 4) < costs.stage(1, 3, 4) - costs.stage(1, 2, 4)
+
+
+def test_a_partial_recompute_cell_gets_a_different_balanced_split() -> None:
+    """With only the first block of each stage recomputed, the head's share of the last stage grows against the
+    all-blocks-recomputed cell, and the balanced split moves layers off the last stage accordingly."""
+    full = replace(_pp2("balanced", recompute="full"), pp=4, gpus_per_node=4)
+    partial = replace(full, recompute_layers=1)
+    c_full, c_part = flops_stage_costs(LLAMA, full), flops_stage_costs(LLAMA, partial)
+    assert c_part.last > c_full.last  # in blocks: a block costs less without its recomputation
+    s_full = best_split(c_full, [1.0] * 4, 32)
+    s_part = best_split(c_part, [1.0] * 4, 32)
+    assert s_full == (9, 8, 8, 7) and s_part == (9, 9, 8, 6)  # before the fix both were (9, 8, 8, 7)
+    assert max(c_part.all(s_part)) < max(c_part.all(s_full))
 
 
 def test_measured_stage_costs_from_the_4x_and_8x_pipeline_kernels() -> None:
@@ -429,7 +457,7 @@ def _runs() -> tuple[pd.DataFrame, pd.DataFrame]:
 def test_policy_comparison_gain_and_interval() -> None:
     from scipy import stats
 
-    from calorimeter.placement.compare import claim_text, policy_comparison, relative_gain
+    from calorimeter.analysis.placement import claim_text, policy_comparison, relative_gain
 
     runs, gpus = _runs()
     cmp = policy_comparison(runs, gpus).set_index("placement")
@@ -516,7 +544,7 @@ def test_calibration_record_profiles_its_host_by_matmul_rate(tmp_path: Path) -> 
 
 
 def test_the_gpu_placement_sweep_plans_and_orders_its_cells() -> None:
-    from calorimeter.placement.policy import prerequisites
+    from calorimeter.plan.placement import prerequisites
     from calorimeter.plan.plan import plan_file
 
     plan = plan_file(Path(__file__).resolve().parents[1] / "config" / "reference" / "h200x2-placement.yaml")

@@ -68,7 +68,7 @@ def cell_paths(cid):
 def get_placement_inputs(wildcards):
     """run.json of the cells a train job waits for (a thermal cell: the sweep's calibration cells). ancient():
     they order the jobs, a later rerun of them never re-measures this cell."""
-    from calorimeter.placement.policy import prerequisites
+    from calorimeter.plan.placement import prerequisites
 
     cells = [pc.cell for pc in PLAN.runnable]
     return [ancient(str(cell_paths(cid).run_json)) for cid in prerequisites(get_cell(wildcards).cell, cells)]

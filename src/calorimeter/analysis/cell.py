@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from calorimeter.analysis.placement import placement_columns
 from calorimeter.analysis.window import (
     LINK_COUNTERS,
     POWER_COLUMNS,
@@ -31,7 +32,7 @@ from calorimeter.analysis.window import (
     GpuSamples,
     valid_readings,
 )
-from calorimeter.placement.compare import placement_columns
+from calorimeter.plan.layout import Layout
 from calorimeter.records.atomic import write_parquet_atomic
 from calorimeter.records.legacy import upgrade_record
 from calorimeter.records.paths import TABLE_NAMES, CellPaths
@@ -90,14 +91,13 @@ def _read_parquet(path: Path) -> pd.DataFrame | None:
 def rank_table(record: dict[str, Any]) -> pd.DataFrame:
     """One row per rank: rank, local_rank, node, hostname, nvml_index, uuid, device_name, stage, tp_rank, dp_rank.
 
-    ``stage`` comes from the record where present, else from the rank layout (pipeline outermost, as DeepSpeed's
-    and Megatron's topologies: stage = rank // (world_size / pp)); ``stage_source`` says which.
+    ``stage`` comes from the record where present, else from the rank layout (:class:`calorimeter.plan.layout.Layout`);
+    ``stage_source`` says which.
     """
     cell = record["cell"]
     ranks = (record.get("provenance") or {}).get("ranks") or []
     world = int(cell.get("world_size") or len(ranks) or 1)
-    pp = max(int(cell.get("pp") or 1), 1)
-    per_stage = max(world // pp, 1)
+    layout = Layout(world, max(int(cell.get("pp") or 1), 1), int(cell.get("gpus_per_node") or world))
     rows = []
     for r in ranks:
         di = r.get("device_info") or {}
@@ -111,7 +111,7 @@ def rank_table(record: dict[str, Any]) -> pd.DataFrame:
             "nvml_index": di.get("nvml_index"),
             "uuid": di.get("uuid"),
             "device_name": di.get("name"),
-            "stage": r.get("stage") if r.get("stage") is not None else (int(rank) // per_stage if derived else None),
+            "stage": r.get("stage") if r.get("stage") is not None else (layout.stage(int(rank)) if derived else None),
             "stage_source": "record" if r.get("stage") is not None else "layout",
             "tp_rank": r.get("tp_rank"),
             "dp_rank": r.get("dp_rank"),

@@ -22,9 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from calorimeter.projection.collectives import bus_factor
-
-KINDS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+from calorimeter.collectives.table import COLLECTIVES, bus_factor
 
 
 @dataclass(frozen=True)
@@ -43,7 +41,7 @@ class SweepSpec:
     max_bytes: int
     warmup: int
     iterations: int
-    kinds: tuple[str, ...] = KINDS
+    kinds: tuple[str, ...] = COLLECTIVES
     dtype: torch.dtype = torch.float32
 
     @classmethod
@@ -105,7 +103,7 @@ def _op(kind: str, size: int, group: Any, g: int, rank_in_group: int, spec: Swee
                 req.wait()
 
         return sendrecv
-    raise ValueError(f"unknown collective {kind!r}; known: {', '.join(KINDS)}")
+    raise ValueError(f"unknown collective {kind!r}; known: {', '.join(COLLECTIVES)}")
 
 
 def _time_point(call: Callable[[], None], spec: SweepSpec, device: torch.device) -> float:

@@ -1,4 +1,4 @@
-"""Per-rank entry point of the ``collectives`` cell kind (:data:`calorimeter.kinds.KINDS`)."""
+"""Per-rank entry point of the ``collectives`` cell kind (:data:`calorimeter.plan.kinds.KINDS`)."""
 
 from __future__ import annotations
 

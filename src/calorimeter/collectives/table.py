@@ -1,4 +1,10 @@
-"""The collectives table of a ``collectives`` cell: one row per (collective, group size, message size).
+"""The vocabulary of collectives, and the table of a ``collectives`` cell: one row per (collective, group size,
+message size).
+
+:data:`COLLECTIVES` names the collectives everywhere: the kernel categories of a trace
+(:mod:`calorimeter.telemetry.kernels`), the points a ``collectives`` cell times
+(:mod:`~calorimeter.collectives.measure`) and the calls the projection prices (:mod:`calorimeter.projection`).
+:func:`bus_factor` and :data:`CURVE_COLUMNS` are the producer's conventions that the projection reads.
 
 Columns: ``kind`` (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv), ``group`` (ranks per group; every
 disjoint group of that size runs at once, as tensor-parallel groups do in training), ``size_bytes`` (nccl-tests'
@@ -10,6 +16,7 @@ buffer of all-to-all), ``time_s`` (the slowest rank's mean time per call over it
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -17,9 +24,24 @@ import pandas as pd
 from calorimeter.records.atomic import write_parquet_atomic
 from calorimeter.records.paths import CellPaths
 
+#: the collectives training issues, in report order
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all")
+#: columns of a curve of measured points (seconds per call of one collective over one group and message size)
+CURVE_COLUMNS = ("kind", "role", "group", "size_bytes", "time_s", "source")
 COLLECTIVES_PARQUET = "collectives.parquet"
 TABLE_COLUMNS: tuple[str, ...] = ("kind", "group", "size_bytes", "time_s", "algbw_gbyte_s", "busbw_gbyte_s",
                                   "iterations", "backend", "dtype", "nodes", "error")
+
+
+def bus_factor(kind: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth factor of a collective over ``n`` ranks."""
+    if n <= 1:
+        return 0.0
+    if kind == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
 
 
 def write_table(rows: list[dict], cell_dir: str | Path) -> Path:
@@ -33,12 +55,8 @@ def read_collective_points(sweep_dir: str | Path) -> pd.DataFrame:
     """Curve points for the projection from every ``collectives`` cell of a sweep folder.
 
     Only cells whose record says ``ok`` count; points with an error or no time are dropped. Returns the columns of
-    :data:`calorimeter.projection.collectives.CURVE_COLUMNS` plus ``hardware`` and ``cell_id``.
+    :data:`CURVE_COLUMNS` plus ``hardware`` and ``cell_id``.
     """
-    import json
-
-    from calorimeter.projection.collectives import CURVE_COLUMNS
-
     frames = []
     for table in sorted(Path(sweep_dir).glob(f"cells/*/{COLLECTIVES_PARQUET}")):
         run = CellPaths(table.parent).run_json

@@ -88,7 +88,7 @@ def _collect_telemetry(outcome: LaunchOutcome, paths: CellPaths, record: dict[st
 
     A failure here never loses the measurement: it is logged and noted in the record.
     """
-    from calorimeter.records.telemetry import collect_telemetry
+    from calorimeter.telemetry.collect import collect_telemetry
 
     restart = max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)
     try:
@@ -104,7 +104,7 @@ def _collect_kind_outputs(cell: Cell, outcome: LaunchOutcome, paths: CellPaths) 
     folder, atomically and before run.json; the attempt keeps its own copies."""
     import shutil
 
-    from calorimeter.kinds import get_kind
+    from calorimeter.plan.kinds import get_kind
     from calorimeter.records.atomic import write_atomic
 
     restart = max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)

@@ -78,7 +78,7 @@ class CellTask(submitit.helpers.Checkpointable):
             out.update(world_size=info.world_size, local_rank=info.local_rank, node=info.node,
                        hostname=info.hostname, backend=info.backend, device_info=device_info(info.device))
             out["placement"] = placement.record(out["device_info"], info.local_rank)
-            from calorimeter.kinds import run_kind
+            from calorimeter.plan.kinds import run_kind
             from calorimeter.telemetry.cell import start_cell_sampler, stop_cell_sampler
             from calorimeter.train.errors import CellOOMError
 

@@ -43,7 +43,7 @@ CELL_TABLES = "cell_tables"
 
 def record_files() -> tuple[str, ...]:
     """The top-level files and folders of a cell's record, ``run.json`` last (set aside in this order)."""
-    from calorimeter.kinds import KINDS
+    from calorimeter.plan.kinds import KINDS
 
     kind_files = tuple(f for k in KINDS.values() for f in k.outputs)
     return (*(f for f in RECORD_FILES if f != RUN_JSON), *kind_files, CELL_TABLES, RUN_JSON)

@@ -26,16 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from calorimeter.placement.policy import (
-    Decision,
-    NodeGpus,
-    StageCosts,
-    decide,
-    fallback,
-    flops_stage_costs,
-    measured_stage_costs,
-    static_reason,
-)
 from calorimeter.placement.profile import (
     DEFAULT_MAX_AGE_H,
     PROFILES_DIR,
@@ -46,6 +36,16 @@ from calorimeter.placement.profile import (
 )
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.models import get_model, stage_block_counts
+from calorimeter.plan.placement import (
+    Decision,
+    NodeGpus,
+    StageCosts,
+    decide,
+    fallback,
+    flops_stage_costs,
+    measured_stage_costs,
+    static_reason,
+)
 
 log = logging.getLogger(__name__)
 

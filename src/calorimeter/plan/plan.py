@@ -19,6 +19,7 @@ from calorimeter.plan.config import ConfigError, load_config, validate_config
 from calorimeter.plan.flops import iteration_flops
 from calorimeter.plan.grid import expand
 from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.kinds import kind_reasons
 from calorimeter.plan.memory import estimate_memory
 from calorimeter.plan.models import get_model, padded_vocab_size, parameter_count
 
@@ -64,8 +65,6 @@ class Plan:
 def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
     """Run every check on one cell."""
     if cell.kind != "train":  # a calibration kind: no model, no layout; only its own checks
-        from calorimeter.kinds import kind_reasons
-
         reasons = kind_reasons(cell)
         return PlannedCell(cell, "pruned" if reasons else "planned", reasons, {})
     m = get_model(cell.model)

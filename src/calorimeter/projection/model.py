@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from calorimeter.collectives.table import COLLECTIVES
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.work import workload
 from calorimeter.projection.calibration import Calibration
 from calorimeter.projection.collectives import CollectiveCurves, Network
 from calorimeter.projection.compute import COMPUTE_CATEGORIES
 from calorimeter.projection.schedule import pipeline_time, stage_time
-from calorimeter.projection.workload import COLLECTIVES, workload
 
 SOURCE = "projected"
 #: metrics that get an error band (relative half-width from the validation)

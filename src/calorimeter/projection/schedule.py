@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from calorimeter.projection.workload import COLLECTIVES, CommOp
+from calorimeter.collectives.table import COLLECTIVES
+from calorimeter.plan.work import CommOp
 
 
 @dataclass

@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.work import workload
 from calorimeter.projection.calibration import calibrate
 from calorimeter.projection.measured import HOST_BOUND_BUSY_FRAC, MeasuredSet, load_measured
 from calorimeter.projection.model import Projector
-from calorimeter.projection.workload import workload
 
 #: metrics compared, measured column = predicted column
 METRICS: tuple[str, ...] = ("iteration_time_s", "energy_per_token_j", "power_avg_w", "tokens_per_s_per_gpu", "mfu_full")

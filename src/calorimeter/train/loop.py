@@ -18,8 +18,10 @@ import torch
 import torch.distributed as dist
 
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.hardware import accelerator_of
 from calorimeter.plan.models import get_model, padded_vocab_size
 from calorimeter.records.paths import RunPaths
+from calorimeter.records.progress import ProgressWriter
 from calorimeter.train.data import BatchLayout, make_source, micro_batches
 from calorimeter.train.errors import CellOOMError
 from calorimeter.train.steady import steady_schedule
@@ -200,3 +202,15 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"train-rank{record['rank']}.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
+
+
+def run_train(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str, Any]:
+    """Kind ``train`` (:data:`calorimeter.plan.kinds.KINDS`): the training loop with the sweep's profiling settings;
+    rank 0 writes the run's progress file (one line per finished step, :mod:`calorimeter.records.progress`)."""
+    profile_steps = int(telemetry.get("profile_steps", 0))
+    progress = None
+    if dist.get_rank() == 0:
+        fixed = cell.warmup == "fixed" or accelerator_of(cell.hardware) == "cpu"
+        progress = ProgressWriter(RunPaths(Path(run_dir)).progress, cell, profile_steps, fixed)
+    return train_cell(cell, run_dir, step_callback=progress, profile_steps=profile_steps,
+                      profile_all_ranks=bool(telemetry.get("profile_all_ranks", False)))

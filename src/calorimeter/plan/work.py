@@ -15,11 +15,11 @@ are per iteration on one rank of the stage (all its micro-batches).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.flops import layer_forward_flops
+from calorimeter.plan.layout import group_nodes
 from calorimeter.plan.models import (
     ModelSpec,
     expert_capacity,
@@ -28,9 +28,6 @@ from calorimeter.plan.models import (
     parameter_count,
     stage_block_counts,
 )
-
-#: the collectives the model prices (the kernel categories of telemetry/kernels.py)
-COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
 #: compute features, in the order of the calibration's coefficient vectors
 FEATURES: tuple[str, ...] = (
@@ -54,7 +51,7 @@ class CommOp:
     """One kind of collective a rank issues, with its per-iteration count.
 
     Attributes:
-        kind: one of :data:`COLLECTIVES`.
+        kind: one of :data:`calorimeter.collectives.table.COLLECTIVES`.
         role: what it is for: ``tp`` (tensor/sequence parallel), ``zero3`` (parameter gathers and gradient
             reduce-scatters), ``dp`` (gradient synchronisation of ZeRO 0-2), ``ep`` (MoE dispatch/combine), ``pp``
             (activations between stages), ``sync`` (small latency-bound reductions: norm gradients, loss, grad norm).
@@ -90,6 +87,11 @@ class StageWork:
         """A feature per micro-batch."""
         return self.features.get(name, 0.0) / max(self.micro_batches, 1)
 
+    @property
+    def compute_flops(self) -> float:
+        """Floating-point operations of the stage's kernels: linear layers, output head and attention core."""
+        return self.features.get("dense_flops", 0.0) + self.features.get("attention_flops", 0.0)
+
 
 @dataclass
 class Workload:
@@ -98,16 +100,6 @@ class Workload:
     cell: Cell
     model: ModelSpec
     stages: list[StageWork]
-
-
-def group_nodes(size: int, stride: int, gpus_per_node: int) -> int:
-    """Nodes spanned by a group of ``size`` ranks ``stride`` apart, ranks filling nodes in order."""
-    if size <= 1:
-        return 1
-    span = (size - 1) * stride + 1
-    if stride >= gpus_per_node:
-        return size
-    return max(1, math.ceil(span / gpus_per_node))
 
 
 def _passes(cell: Cell, layers: int) -> tuple[float, float]:

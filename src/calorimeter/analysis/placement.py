@@ -144,7 +144,7 @@ def claim_text(row: pd.Series, metric: str = "tokens_per_s_per_gpu") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m calorimeter.placement.compare results/<sweep>``: the comparison table and one claim per policy."""
+    """``python -m calorimeter.analysis.placement results/<sweep>``: the comparison table and one claim per policy."""
     import argparse
     from pathlib import Path
 

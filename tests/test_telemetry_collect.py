@@ -15,7 +15,7 @@ import pytest
 
 from calorimeter.analysis.cell import gpu_samples, measured_window, normalize_telemetry, rank_table, sampler_periods
 from calorimeter.records.paths import CellPaths, RunPaths
-from calorimeter.records.telemetry import collect_telemetry
+from calorimeter.telemetry.collect import collect_telemetry
 
 FIXTURE = Path(__file__).parent / "fixtures" / "telemetry" / "h200x2-matmul-50ms"
 

@@ -43,7 +43,7 @@ def _collectives_checks(cell: Cell) -> list[str]:
 KINDS: dict[str, CellKind] = {
     k.name: k
     for k in [
-        CellKind("train", "calorimeter.kinds:run_train", (), True,
+        CellKind("train", "calorimeter.train.loop:run_train", (), True,
                  "train the model with the cell's layout: warm-up, measured and profiled steps"),
         CellKind("collectives", "calorimeter.collectives.run:run_collectives", ("collectives.parquet",), False,
                  "time all-reduce, all-gather, reduce-scatter, all-to-all and send/recv over message and group "
@@ -77,22 +77,3 @@ def run_kind(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str, 
     module, func = get_kind(cell.kind).entry.split(":")
     entry = getattr(importlib.import_module(module), func)
     return entry(cell, Path(run_dir), telemetry)
-
-
-def run_train(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str, Any]:
-    """Kind ``train``: the training loop with the sweep's profiling settings; rank 0 writes the run's progress file
-    (one line per finished step, :mod:`calorimeter.records.progress`)."""
-    import torch.distributed as dist
-
-    from calorimeter.plan.hardware import accelerator_of
-    from calorimeter.records.paths import RunPaths
-    from calorimeter.records.progress import ProgressWriter
-    from calorimeter.train.loop import train_cell
-
-    profile_steps = int(telemetry.get("profile_steps", 0))
-    progress = None
-    if dist.get_rank() == 0:
-        fixed = cell.warmup == "fixed" or accelerator_of(cell.hardware) == "cpu"
-        progress = ProgressWriter(RunPaths(Path(run_dir)).progress, cell, profile_steps, fixed)
-    return train_cell(cell, run_dir, step_callback=progress, profile_steps=profile_steps,
-                      profile_all_ranks=bool(telemetry.get("profile_all_ranks", False)))
