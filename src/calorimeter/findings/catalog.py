@@ -30,6 +30,7 @@ from calorimeter.findings.select import (
     pairs,
 )
 from calorimeter.findings.stats import Estimate, mean_interval, within_slope
+from calorimeter.plan.models import CATALOGUE
 
 Tables = dict[str, pd.DataFrame]
 
@@ -130,8 +131,6 @@ def overlap_effective(df: pd.DataFrame) -> pd.Series:
 
 
 def _is_moe(df: pd.DataFrame) -> pd.Series:
-    from calorimeter.plan.models import CATALOGUE
-
     return df["model"].map(lambda m: CATALOGUE[m].is_moe if m in CATALOGUE else "mixtral" in str(m))
 
 

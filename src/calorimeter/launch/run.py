@@ -9,9 +9,11 @@ from calorimeter.launch.submit import CellConfigError, LaunchOutcome, launch_cel
 from calorimeter.placement.apply import placement_record
 from calorimeter.placement.profile import keep_cell_profiles
 from calorimeter.plan.cell import Cell
-from calorimeter.records.atomic import write_json_atomic
+from calorimeter.plan.kinds import get_kind
+from calorimeter.records.atomic import write_atomic, write_json_atomic
 from calorimeter.records.paths import CellPaths
 from calorimeter.records.record import TransientCellError, build_record, steps_frame, write_cell_record
+from calorimeter.telemetry.collect import collect_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +90,6 @@ def _collect_telemetry(outcome: LaunchOutcome, paths: CellPaths, record: dict[st
 
     A failure here never loses the measurement: it is logged and noted in the record.
     """
-    from calorimeter.telemetry.collect import collect_telemetry
-
     restart = max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)
     try:
         return collect_telemetry(outcome.attempt.run(restart), paths, outcome.rank_results)
@@ -103,9 +103,6 @@ def _collect_kind_outputs(cell: Cell, outcome: LaunchOutcome, paths: CellPaths) 
     """Copy the files a calibration kind's rank 0 wrote into its run folder (``CellKind.outputs``) into the cell
     folder, atomically and before run.json; the attempt keeps its own copies."""
     import shutil
-
-    from calorimeter.plan.kinds import get_kind
-    from calorimeter.records.atomic import write_atomic
 
     restart = max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)
     run_dir = outcome.attempt.run(restart).root

@@ -36,6 +36,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from calorimeter.placement.apply import placement_settings
+from calorimeter.plan.config_errors import ConfigError, short
+
 #: profile resource -> key of ``launcher.slurm``
 SLURM_RESOURCES = {
     "slurm_partition": "partition",
@@ -87,7 +90,6 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
         else:
             out["slurm"][key] = None if str(v).lower() in ("none", "null") else str(v)
     out["telemetry"] = copy.deepcopy(config["telemetry"])
-    from calorimeter.placement.apply import placement_settings
 
     out["placement"] = placement_settings(config)
     return out
@@ -96,8 +98,6 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
 def _number(resource: str, value: Any, kind: type) -> Any:
     """A profile resource as a finite non-negative int or float, or a ConfigError naming it."""
     import math
-
-    from calorimeter.plan.config_errors import ConfigError, short
 
     try:
         x = kind(value) if kind is float or isinstance(value, int) else int(str(value).strip())

@@ -13,11 +13,17 @@ from typing import Any
 import submitit
 from submitit.core.utils import UncompletedJobError
 
+from calorimeter.launch.distributed import init_distributed
+from calorimeter.launch.faults import inject
+from calorimeter.placement.apply import JobPlacement
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import accelerator_of
+from calorimeter.plan.kinds import run_kind
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import AttemptPaths
 from calorimeter.records.provenance import device_info
+from calorimeter.telemetry.cell import start_cell_sampler, stop_cell_sampler
+from calorimeter.train.errors import CellOOMError
 
 
 @dataclasses.dataclass
@@ -54,9 +60,6 @@ class CellTask(submitit.helpers.Checkpointable):
 
     def __call__(self) -> dict[str, Any]:
         """Entry point on each rank."""
-        from calorimeter.launch.distributed import init_distributed
-        from calorimeter.launch.faults import inject
-
         t0 = time.time()
         cell = Cell.from_dict(self.cell)
         attempt = AttemptPaths(Path(self.attempt_dir))
@@ -69,8 +72,6 @@ class CellTask(submitit.helpers.Checkpointable):
         out: dict[str, Any] = {"t_start_s": t0, "pid": os.getpid(), "restart": restart, "requeues": self.requeues,
                                "job_id": job.job_id, "rank": rank}
         try:
-            from calorimeter.placement.apply import JobPlacement
-
             # Decided here, where the host is known, and applied before anything starts CUDA.
             placement = JobPlacement.start(cell, self.settings.get("placement"), Path(self.attempt_dir).parents[1])
             info = init_distributed(accelerator_of(cell.hardware), self.settings["master_port"])
@@ -78,9 +79,6 @@ class CellTask(submitit.helpers.Checkpointable):
             out.update(world_size=info.world_size, local_rank=info.local_rank, node=info.node,
                        hostname=info.hostname, backend=info.backend, device_info=device_info(info.device))
             out["placement"] = placement.record(out["device_info"], info.local_rank)
-            from calorimeter.plan.kinds import run_kind
-            from calorimeter.telemetry.cell import start_cell_sampler, stop_cell_sampler
-            from calorimeter.train.errors import CellOOMError
 
             # Local rank 0 samples every GPU of its node for the whole attempt (stopped below, or killed with us).
             sampler = start_cell_sampler(run, info.node, info.local_rank, telemetry)

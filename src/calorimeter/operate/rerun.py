@@ -32,6 +32,8 @@ from typing import Any
 
 from calorimeter.operate.state import CellStatus
 from calorimeter.plan.config_errors import ConfigError, short, suggest
+from calorimeter.plan.kinds import KINDS
+from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import RECORD_FILES, RUN_JSON, AttemptPaths, CellPaths
 
 #: states ``--failed`` selects
@@ -43,8 +45,6 @@ CELL_TABLES = "cell_tables"
 
 def record_files() -> tuple[str, ...]:
     """The top-level files and folders of a cell's record, ``run.json`` last (set aside in this order)."""
-    from calorimeter.plan.kinds import KINDS
-
     kind_files = tuple(f for k in KINDS.values() for f in k.outputs)
     return (*(f for f in RECORD_FILES if f != RUN_JSON), *kind_files, CELL_TABLES, RUN_JSON)
 
@@ -138,7 +138,6 @@ def set_aside(cell: CellPaths, why: str, now: float | None = None) -> SetAside:
             previous = json.loads(attempt.set_aside.read_text()).get("history", [])
         except (OSError, ValueError, AttributeError):
             previous = []
-    from calorimeter.records.atomic import write_json_atomic
 
     write_json_atomic(attempt.set_aside, {**note, "history": [*previous, note]})
     return SetAside(cell.root.name, attempt.root, moved)

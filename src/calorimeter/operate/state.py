@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from calorimeter.analysis.damaged import load_record
+from calorimeter.launch import slurm
+from calorimeter.launch.submit import attempts
 from calorimeter.plan.plan import PlannedCell
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.progress import Progress, attempt_progress
@@ -72,8 +75,6 @@ class CellStatus:
 
 def list_attempts(cell: CellPaths) -> list[AttemptPaths]:
     """Attempts of a cell, oldest first (the launcher's definition)."""
-    from calorimeter.launch.submit import attempts
-
     return attempts(cell)
 
 
@@ -165,8 +166,6 @@ def cell_status(pc: PlannedCell, paths: CellPaths, scheduler: dict[str, dict[str
         scheduler: SLURM's view of the jobs (:func:`slurm_view`), None where SLURM cannot be asked.
         now: the time (``time.time()``).
     """
-    from calorimeter.analysis.damaged import load_record
-
     now = time.time() if now is None else now
     cs = CellStatus(pc.cell.cell_id, "planned")
     if pc.status != "planned":
@@ -219,8 +218,6 @@ def open_job_ids(cells: list[CellPaths]) -> list[str]:
 
 def slurm_view(job_ids: list[str]) -> dict[str, dict[str, str]] | None:
     """SLURM's state of these jobs in one squeue (and sacct) call; None where SLURM cannot be asked."""
-    from calorimeter.launch import slurm
-
     if not job_ids:
         return {}
     if not slurm.available():

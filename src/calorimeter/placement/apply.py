@@ -35,6 +35,8 @@ from calorimeter.placement.profile import (
     staleness,
 )
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.memory import max_stage_layers
 from calorimeter.plan.models import get_model, stage_block_counts
 from calorimeter.plan.placement import (
     Decision,
@@ -222,9 +224,6 @@ def decide_in_job(cell: Cell, settings: dict[str, Any], cell_dir: Path | None, n
                   hosts: list[str] | None = None, this_node: int | None = None,
                   local: tuple[list[str], HostGpus] | None | str = "probe") -> Decision:
     """The decision of this rank (see the module docstring); every input can be given for tests."""
-    from calorimeter.plan.hardware import get_profile
-    from calorimeter.plan.memory import max_stage_layers
-
     if cell.placement == "default" or getattr(cell, "kind", "train") != "train":
         return Decision("default", True, "default placement", pp_split=cell.pp_split)
     if static_reason(cell) is not None:

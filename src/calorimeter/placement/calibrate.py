@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from calorimeter.records.provenance import device_info
+
 #: matrix size per accelerator kind
 MATMUL_N = {"cuda": 8192, "cpu": 256}
 #: target duration of one step (s)
@@ -36,6 +38,7 @@ def calibrate_rank(cell: Any, out_dir: Path, step_callback: Any = None, **_: Any
     import torch
     import torch.distributed as dist
 
+    # heavy (torch, DeepSpeed): kept off the planning path, which imports this module for calibration_tflops
     from calorimeter.train.engine import rank_device
     from calorimeter.train.loop import device_name, peak_memory_bytes
 
@@ -105,8 +108,7 @@ def run_calibration(cell: Any, run_dir: Path, telemetry: dict[str, Any] | None =
 
     import torch.distributed as dist
 
-    from calorimeter.records.provenance import device_info
-    from calorimeter.train.engine import rank_device
+    from calorimeter.train.engine import rank_device  # heavy (DeepSpeed): off the planning path
 
     out = calibrate_rank(cell, Path(run_dir))
     device = rank_device()

@@ -34,7 +34,10 @@ from typing import Any
 
 import pandas as pd
 
+from calorimeter.analysis.cell import cell_tables, load_record
+from calorimeter.placement.calibrate import calibration_tflops
 from calorimeter.records.atomic import write_json_atomic
+from calorimeter.records.paths import CellPaths
 from calorimeter.telemetry.reasons import THROTTLING
 
 FORMAT_VERSION = 1
@@ -260,10 +263,6 @@ def profiles_from_cell(cell_dir: str | Path, record: dict[str, Any] | None = Non
     Returns:
         (profiles, reasons): the profiles, and the reasons for every host (or the whole cell) left out.
     """
-    from calorimeter.analysis.cell import cell_tables, load_record
-    from calorimeter.placement.calibrate import calibration_tflops
-    from calorimeter.records.paths import CellPaths
-
     paths = CellPaths(Path(cell_dir))
     record = record if record is not None else load_record(paths.root)
     tflops = calibration_tflops(record) if tflops is None else tflops

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from calorimeter.plan.config_errors import short, suggest
+
 Family = Literal["gpt", "llama", "mixtral"]
 
 
@@ -132,8 +134,6 @@ def get_model(name: str) -> ModelSpec:
     try:
         return CATALOGUE[name]
     except KeyError:
-        from calorimeter.plan.config_errors import short, suggest
-
         raise KeyError(f"unknown model {short(name)}{suggest(name, CATALOGUE)}; known models: "
                        f"{', '.join(sorted(CATALOGUE))}") from None
 

@@ -18,7 +18,7 @@ from calorimeter.plan.hardware import get_profile
 from calorimeter.plan.work import workload
 from calorimeter.projection.collectives import trace_points
 from calorimeter.projection.compute import COMPUTE_CATEGORIES, ComputeRates, fit_compute
-from calorimeter.projection.measured import MeasuredSet
+from calorimeter.projection.measured import MeasuredSet, load_measured
 from calorimeter.projection.power import PowerModel, fit_power
 from calorimeter.records.paths import SweepPaths
 from calorimeter.telemetry.kernels import COMM_CATEGORIES
@@ -162,8 +162,6 @@ def calibrate_all(sources: list[str], collectives: list[str] | None = None,
     Raises:
         ValueError: no hardware has a usable cell.
     """
-    from calorimeter.projection.measured import load_measured
-
     ms = load_measured(list(sources))
     points = collective_points(collectives or [])
     out = {}

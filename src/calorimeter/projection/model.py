@@ -19,6 +19,7 @@ from calorimeter.projection.calibration import Calibration
 from calorimeter.projection.collectives import CollectiveCurves, Network
 from calorimeter.projection.compute import COMPUTE_CATEGORIES
 from calorimeter.projection.schedule import pipeline_time, stage_time
+from calorimeter.records.metrics import throughput_metrics
 
 SOURCE = "projected"
 #: metrics that get an error band (relative half-width from the validation)
@@ -127,8 +128,6 @@ class Projector:
 
 def _throughput(cell: Cell, t: float, peak_tflops: float | None) -> dict[str, float]:
     """The runs table's throughput columns for an iteration time (records/metrics.py, plan/flops.py conventions)."""
-    from calorimeter.records.metrics import throughput_metrics
-
     m = throughput_metrics(cell, [t], peak_tflops)
     return {k: m[k] for k in ("samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
                               "model_tflops_per_gpu", "mfu_full", "mfu_causal", "hfu")}

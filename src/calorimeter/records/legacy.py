@@ -17,6 +17,9 @@ from typing import Any
 
 import pandas as pd
 
+from calorimeter.plan.flops import iteration_flops
+from calorimeter.plan.models import get_model, padded_vocab_size
+
 #: old sample column -> new one
 SAMPLE_RENAMES: dict[str, str] = {
     "power_avg_w": "power_driver_avg_w",
@@ -47,9 +50,6 @@ def upgrade_samples(df: pd.DataFrame) -> pd.DataFrame:
 
 def _causal_ratio(record: dict[str, Any]) -> float | None:
     """model FLOPs with causal attention / with full attention, for a record's cell (None if not computable)."""
-    from calorimeter.plan.flops import iteration_flops
-    from calorimeter.plan.models import get_model, padded_vocab_size
-
     cell = record.get("cell") or {}
     try:
         m = get_model(cell["model"])

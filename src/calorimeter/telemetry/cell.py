@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from calorimeter.records.paths import RunPaths
+from calorimeter.telemetry.process import start_node_sampler
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,6 @@ def start_cell_sampler(run: RunPaths, node: int, local_rank: int, settings: dict
     """
     if local_rank != 0 or not settings["enabled"]:
         return None
-    from calorimeter.telemetry.process import start_node_sampler
 
     try:
         return start_node_sampler(run.node(node), period_s=float(settings["period_ms"]) / 1000.0,

@@ -24,6 +24,7 @@ from calorimeter.records.paths import RunPaths
 from calorimeter.records.progress import ProgressWriter
 from calorimeter.train.data import BatchLayout, make_source, micro_batches
 from calorimeter.train.errors import CellOOMError
+from calorimeter.train.gradients import capture_first_step
 from calorimeter.train.steady import steady_schedule
 
 StepCallback = Callable[[int, str, float, float], None]
@@ -142,8 +143,6 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         te = build_engine(cell, model_spec, device)
         engine = te.engine
         if gradients_out is not None:
-            from calorimeter.train.gradients import capture_first_step
-
             capture_first_step(te, Path(gradients_out))
         layout = BatchLayout(cell.global_batch, cell.micro_batch, te.dp_size, te.dp_rank)
         source = make_source(cell.dataset, spec.vocab_size, cell.seq_len, cell.seed)
