@@ -130,7 +130,7 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
     Raises:
         CellOOMError: when the rank runs out of GPU memory while building or training.
     """
-    from calorimeter.train.engine import build_engine, rank_device, release_engine, use_bf16  # imports DeepSpeed
+    from calorimeter.train.engine import build_engine, rank_device, release_engine, use_bf16  # heavy: DeepSpeed
 
     device = rank_device()
     if device.type == "cuda":
