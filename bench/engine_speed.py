@@ -198,6 +198,7 @@ def _trace_breakdown(vdir: Path) -> dict[str, Any]:
     """
     from calorimeter.records.paths import RunPaths
     from calorimeter.telemetry.kernels import (
+        CATEGORIES,
         TRACE_EVENT_CATEGORIES,
         categorize_kernel,
         copies_as_comm,
@@ -221,8 +222,7 @@ def _trace_breakdown(vdir: Path) -> dict[str, Any]:
             r = kernel_breakdown(events, categorize).as_row()
             row = {"rank": trace_rank(path, trace), **{k: float(r[k]) for k in (
                 "busy_s", "compute_s", "comm_s", "comm_exposed_s", "overlap_s", "span_s")}}
-            for c in ("all_gather", "reduce_scatter", "all_reduce", "send_recv", "other_comm", "gemm_attention",
-                      "memory_elementwise", "normalization", "other"):
+            for c in CATEGORIES:
                 row[f"{c}_union_s"] = float(r[f"{c}_union_s"])
                 row[f"{c}_sum_s"] = float(r[f"{c}_sum_s"])
             row["exposed_comm_frac"] = row["comm_exposed_s"] / row["span_s"] if row["span_s"] else float("nan")

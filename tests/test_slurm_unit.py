@@ -111,3 +111,13 @@ def test_open_attempt_only_for_the_same_cell(tmp_path: Path) -> None:
     assert submit.open_attempt(_cell(lr=0.5), CellPaths(tmp_path)) is None  # a changed value never re-attaches
     (a / "run.json").write_text("{}")
     assert submit.open_attempt(cell, CellPaths(tmp_path)) is None  # closed attempts are history
+
+
+def test_slurm_states_are_one_partition() -> None:
+    """One vocabulary of SLURM states: a job waits, runs or has ended, never two at once; a transient end is an
+    end (records/job_states.py, read by launch/slurm.py, records/record.py and operate/state.py)."""
+    from calorimeter.records import job_states as js
+
+    assert not (js.WAITING & js.RUNNING or js.WAITING & js.ENDED or js.RUNNING & js.ENDED)
+    assert js.TRANSIENT < js.ENDED and "COMPLETED" not in js.TRANSIENT
+    assert js.base_state("CANCELLED by 1234") == "CANCELLED" == js.base_state("CANCELLED+")

@@ -33,6 +33,7 @@ from calorimeter.launch.task import CellTask
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES, accelerator_of
 from calorimeter.records.atomic import write_json_atomic
+from calorimeter.records.job_states import ENDED, base_state
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.progress import ProgressLog
 
@@ -272,7 +273,7 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
             reattached = True
             kind = info["executor"]
             state = slurm_cli.job_state(str(info["job_id"]))
-            ended_unwatched = state is None or slurm_cli.base_state(state) in slurm_cli.TERMINAL
+            ended_unwatched = state is None or base_state(state) in ENDED
             log.info("cell %s: re-attaching to job %s of attempt %s (state %s)", cell.cell_id, info["job_id"],
                      attempt.name, state)
         else:

@@ -33,14 +33,11 @@ from calorimeter.analysis.damaged import load_record
 from calorimeter.launch import slurm
 from calorimeter.launch.submit import attempts
 from calorimeter.plan.plan import PlannedCell
+from calorimeter.records import job_states
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.progress import Progress, attempt_progress
 
 STATES = ("running", "queued", "interrupted", "failed", "oom", "ok", "planned", "unknown", "pruned")
-#: SLURM states of a job that waits to start
-SLURM_WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "STOPPED",
-                 "CONFIGURING", "SPECIAL_EXIT", "RESIZING"}
-SLURM_RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
 #: a local job on another host counts as running while its progress file moved this recently
 FRESH_PROGRESS_S = 600.0
 
@@ -124,10 +121,10 @@ def _open_attempt(cs: CellStatus, attempt: AttemptPaths, job: dict[str, Any], no
             return
         info = scheduler.get(cs.job_id)
         state = (info or {}).get("state", "")
-        if state in SLURM_WAITING:
+        if state in job_states.WAITING:
             cs.state, cs.note = "queued", f"SLURM {state}" + (f" ({info['reason']})" if info.get("reason") and
                                                                info["reason"] != "None" else "")
-        elif state in SLURM_RUNNING:
+        elif state in job_states.RUNNING:
             cs.state, cs.note = "running", f"SLURM {state} on {info.get('nodelist') or '?'}"
         else:
             cs.state = "interrupted"
