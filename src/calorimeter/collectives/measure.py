@@ -14,7 +14,6 @@ reports as out-of-place time; it includes the launch overhead a training step al
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +21,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from calorimeter.collectives.table import COLLECTIVES, bus_factor
+from calorimeter.collectives.table import bus_factor
+from calorimeter.plan.work import COLLECTIVES
+from calorimeter.telemetry.timer import synchronize, time_batch
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,6 @@ def group_sizes(world: int) -> list[int]:
     return out
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _op(kind: str, size: int, group: Any, g: int, rank_in_group: int, spec: SweepSpec,
         device: torch.device) -> Callable[[], None]:
     """A closure issuing one call of ``kind`` with a message of ``size`` bytes over ``group`` (``g`` ranks)."""
@@ -109,13 +105,9 @@ def _op(kind: str, size: int, group: Any, g: int, rank_in_group: int, spec: Swee
 def _time_point(call: Callable[[], None], spec: SweepSpec, device: torch.device) -> float:
     for _ in range(spec.warmup):
         call()
-    _sync(device)
+    synchronize(device)
     dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(spec.iterations):
-        call()
-    _sync(device)
-    mine = (time.perf_counter() - t0) / max(spec.iterations, 1)
+    mine = time_batch(call, device, spec.iterations) / max(spec.iterations, 1)
     t = torch.tensor([mine], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())

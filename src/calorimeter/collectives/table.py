@@ -1,10 +1,6 @@
-"""The vocabulary of collectives, and the table of a ``collectives`` cell: one row per (collective, group size,
-message size).
-
-:data:`COLLECTIVES` names the collectives everywhere: the kernel categories of a trace
-(:mod:`calorimeter.telemetry.kernels`), the points a ``collectives`` cell times
-(:mod:`~calorimeter.collectives.measure`) and the calls the projection prices (:mod:`calorimeter.projection`).
-:func:`bus_factor` and :data:`CURVE_COLUMNS` are the producer's conventions that the projection reads.
+"""The table of a ``collectives`` cell: one row per (collective, group size, message size), and the conventions of
+its curves that the projection reads (:func:`bus_factor`, :data:`CURVE_COLUMNS`). The collectives themselves are
+named once, in :data:`calorimeter.plan.work.COLLECTIVES`.
 
 Columns: ``kind`` (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv), ``group`` (ranks per group; every
 disjoint group of that size runs at once, as tensor-parallel groups do in training), ``size_bytes`` (nccl-tests'
@@ -24,8 +20,6 @@ import pandas as pd
 from calorimeter.records.atomic import write_parquet_atomic
 from calorimeter.records.paths import CellPaths
 
-#: the collectives training issues, in report order
-COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all")
 #: columns of a curve of measured points (seconds per call of one collective over one group and message size)
 CURVE_COLUMNS = ("kind", "role", "group", "size_bytes", "time_s", "source")
 COLLECTIVES_PARQUET = "collectives.parquet"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from calorimeter.records.provenance import device_info
+from calorimeter.telemetry.timer import time_batch
 
 #: matrix size per accelerator kind
 MATMUL_N = {"cuda": 8192, "cpu": 256}
@@ -51,17 +52,8 @@ def calibrate_rank(cell: Any, out_dir: Path, step_callback: Any = None, **_: Any
     b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
     c = torch.empty(n, n, device=device, dtype=dtype)
 
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(device)
-
     def run(k: int) -> float:
-        sync()
-        t = time.perf_counter()
-        for _ in range(k):
-            torch.matmul(a, b, out=c)
-        sync()
-        return time.perf_counter() - t
+        return time_batch(lambda: torch.matmul(a, b, out=c), device, k)
 
     run(2)
     one = run(3) / 3

@@ -29,6 +29,10 @@ from calorimeter.plan.models import (
     stage_block_counts,
 )
 
+#: the collectives a cell issues, in report order: one vocabulary for the workload's messages, the kernel categories
+#: of a trace (:mod:`calorimeter.telemetry.kernels`), the points a ``collectives`` cell times and the projection
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all")
+
 #: compute features, in the order of the calibration's coefficient vectors
 FEATURES: tuple[str, ...] = (
     "dense_flops",      # linear layers (attention projections, MLP or experts, router, output head)
@@ -51,7 +55,7 @@ class CommOp:
     """One kind of collective a rank issues, with its per-iteration count.
 
     Attributes:
-        kind: one of :data:`calorimeter.collectives.table.COLLECTIVES`.
+        kind: one of :data:`COLLECTIVES`.
         role: what it is for: ``tp`` (tensor/sequence parallel), ``zero3`` (parameter gathers and gradient
             reduce-scatters), ``dp`` (gradient synchronisation of ZeRO 0-2), ``ep`` (MoE dispatch/combine), ``pp``
             (activations between stages), ``sync`` (small latency-bound reductions: norm gradients, loss, grad norm).

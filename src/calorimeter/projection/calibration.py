@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from calorimeter.collectives.table import COLLECTIVES, CURVE_COLUMNS, read_collective_points
+from calorimeter.collectives.table import CURVE_COLUMNS, read_collective_points
 from calorimeter.plan.hardware import get_profile
-from calorimeter.plan.work import workload
+from calorimeter.plan.work import COLLECTIVES, workload
 from calorimeter.projection.collectives import trace_points
 from calorimeter.projection.compute import COMPUTE_CATEGORIES, ComputeRates, fit_compute
 from calorimeter.projection.measured import MeasuredSet, load_measured

@@ -11,10 +11,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from calorimeter.collectives.table import COLLECTIVES
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
-from calorimeter.plan.work import workload
+from calorimeter.plan.work import COLLECTIVES, workload
 from calorimeter.projection.calibration import Calibration
 from calorimeter.projection.collectives import CollectiveCurves, Network
 from calorimeter.projection.compute import COMPUTE_CATEGORIES

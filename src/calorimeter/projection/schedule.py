@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from calorimeter.collectives.table import COLLECTIVES
-from calorimeter.plan.work import CommOp
+from calorimeter.plan.work import COLLECTIVES, CommOp
 
 
 @dataclass

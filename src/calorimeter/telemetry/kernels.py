@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from calorimeter.collectives.table import COLLECTIVES
+from calorimeter.plan.work import COLLECTIVES
 
 #: Kernel categories, in report order.
 CATEGORIES: tuple[str, ...] = (

@@ -22,6 +22,7 @@ from calorimeter.plan.hardware import accelerator_of
 from calorimeter.plan.models import get_model, padded_vocab_size
 from calorimeter.records.paths import RunPaths
 from calorimeter.records.progress import ProgressWriter
+from calorimeter.telemetry.timer import synchronize
 from calorimeter.train.data import BatchLayout, make_source, micro_batches
 from calorimeter.train.errors import CellOOMError
 from calorimeter.train.gradients import capture_first_step
@@ -56,11 +57,6 @@ def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -154,14 +150,14 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         trace_path = RunPaths(Path(out_dir)).trace(dist.get_rank())
         for step, phase in enumerate(schedule):
             ctx = _profiler(trace_path, device) if (phase == "profiled" and traced) else contextlib.nullcontext()
-            _synchronize(device)
+            synchronize(device)
             t_begin_s, p_begin = time.time(), time.perf_counter()
             with ctx:
                 if te.pipeline:
                     loss = engine.train_batch(data_iter=batches).detach()
                 else:
                     loss = _plain_step(engine, batches, layout.grad_accum)
-                _synchronize(device)
+                synchronize(device)
             p_end, t_end_s = time.perf_counter(), time.time()
             schedule.done(p_end - p_begin)
             if dp_group is not None and te.dp_size > 1:
