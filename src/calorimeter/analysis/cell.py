@@ -34,8 +34,8 @@ from calorimeter.analysis.window import (
 )
 from calorimeter.plan.layout import Layout
 from calorimeter.records.atomic import write_parquet_atomic
-from calorimeter.records.legacy import upgrade_record
 from calorimeter.records.paths import TABLE_NAMES, CellPaths
+from calorimeter.records.run_record import RunRecord, read_run_record
 from calorimeter.telemetry.kernels import CATEGORIES, COMM_CATEGORIES
 
 METRIC_KEYS = ("iteration_time_s", "iteration_time_std_s", "samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
@@ -79,23 +79,18 @@ class CellTables:
 # loading
 
 
-def load_record(cell_dir: Path) -> dict[str, Any]:
-    """run.json of a cell, with today's names (:func:`calorimeter.records.legacy.upgrade_record`)."""
-    return upgrade_record(json.loads(CellPaths(Path(cell_dir)).run_json.read_text()))
-
-
 def _read_parquet(path: Path) -> pd.DataFrame | None:
     return pd.read_parquet(path) if path.is_file() else None
 
 
-def rank_table(record: dict[str, Any]) -> pd.DataFrame:
+def rank_table(record: RunRecord) -> pd.DataFrame:
     """One row per rank: rank, local_rank, node, hostname, nvml_index, uuid, device_name, stage, tp_rank, dp_rank.
 
     ``stage`` comes from the record where present, else from the rank layout (:class:`calorimeter.plan.layout.Layout`);
     ``stage_source`` says which.
     """
-    cell = record["cell"]
-    ranks = (record.get("provenance") or {}).get("ranks") or []
+    cell = record.cell
+    ranks = record.ranks
     world = int(cell.get("world_size") or len(ranks) or 1)
     layout = Layout(world, max(int(cell.get("pp") or 1), 1), int(cell.get("gpus_per_node") or world))
     rows = []
@@ -332,37 +327,36 @@ def timeseries_frame(tele: pd.DataFrame, gpu_map: pd.DataFrame, t0: float,
 # the run row
 
 
-def record_row(record: dict[str, Any]) -> dict[str, Any]:
+def record_row(record: RunRecord) -> dict[str, Any]:
     """Flatten one run.json into a table row: parameters, status, record metrics, provenance."""
-    row = {k: record["cell"].get(k) for k in PARAM_KEYS}
+    row = {k: record.cell.get(k) for k in PARAM_KEYS}
     row["config_id"] = row["config_id"] or row["cell_id"]  # records from before repetitions: their own config
     row["repeat"] = int(row["repeat"] or 0)
     row["kind"] = row["kind"] or "train"  # records from before cell kinds trained
-    row["pp_split"] = str(record["cell"].get("pp_split") or "")
+    row["pp_split"] = str(record.cell.get("pp_split") or "")
     row.update(placement_columns(record))
-    row["status"] = record["status"]
-    row["reason"] = record.get("reason", "") or ""
-    row["failure_class"] = record.get("failure_class", "") or ""
-    m = record.get("metrics") or {}
+    row["status"] = record.status
+    row["reason"] = record.reason
+    row["failure_class"] = record.failure_class
+    m = record.metrics
     row.update({k: (float("nan") if m.get(k) is None else m.get(k)) for k in METRIC_KEYS})
     row["mfu_unavailable_reason"] = m.get("mfu_unavailable_reason", "") or ""
-    peak_mem = record.get("peak_memory_bytes")
+    peak_mem = record.peak_memory_bytes
     row["peak_memory_gb"] = peak_mem / 1e9 if peak_mem is not None else float("nan")
-    losses = [x["loss"] for x in record.get("loss", []) or []]
+    losses = [x["loss"] for x in record.loss]
     row["loss_first"] = losses[0] if losses else float("nan")
     row["loss_last"] = losses[-1] if losses else float("nan")
-    prov = record.get("provenance", {}) or {}
+    prov = record.provenance
     row["hosts"] = ",".join(prov.get("hosts", []) or [])
-    devices = {(r.get("device_info") or {}).get("name") or r.get("device") for r in prov.get("ranks", []) or []}
+    devices = {(r.get("device_info") or {}).get("name") or r.get("device") for r in record.ranks}
     row["devices"] = ",".join(sorted(d for d in devices if d))
-    row["job_id"] = (prov.get("launcher") or {}).get("job_id")
+    row["job_id"] = record.launcher.get("job_id")
     row["git_commit"] = (prov.get("git") or {}).get("commit")
-    hw = record.get("hardware") or {}
-    row["peak_bf16_tflops"] = hw.get("peak_bf16_tflops")
-    w = record.get("warmup") or {}  # absent in records from before the steady-state warm-up
+    row["peak_bf16_tflops"] = record.hardware.get("peak_bf16_tflops")
+    w = record.warmup  # empty in records from before the steady-state warm-up
     row["warmup_mode"] = w.get("mode_used") or "fixed"
     row["warmup_reason"] = w.get("reason") or ("" if w else "fixed (record predates steady-state warm-up)")
-    row["warmup_steps_run"] = w.get("steps", record["cell"].get("warmup_steps"))
+    row["warmup_steps_run"] = w.get("steps", record.cell.get("warmup_steps"))
     row["warmup_s"] = float("nan") if w.get("seconds") is None else float(w["seconds"])
     row["warmup_final_slope_c_per_min"] = float("nan") if w.get("final_slope_c_per_min") is None else float(
         w["final_slope_c_per_min"])
@@ -491,13 +485,17 @@ def _quality_notes(gpus: pd.DataFrame) -> list[str]:
             for g in gpus.itertuples(index=False) if isinstance(g.quality_notes, str) and g.quality_notes]
 
 
-def cell_tables(cell_dir: str | Path, record: dict[str, Any] | None = None, skip: Collection[str] = ()
+def cell_tables(cell_dir: str | Path, record: RunRecord | None = None, skip: Collection[str] = ()
                 ) -> CellTables:
     """Every table of one cell folder (see the module docstring); files named in ``skip`` are treated as missing
-    (a damaged file, see :mod:`calorimeter.analysis.damaged`)."""
+    (a damaged file, see :mod:`calorimeter.analysis.damaged`).
+
+    Raises:
+        RecordError: the cell's run.json cannot be used (when ``record`` is not given).
+    """
     paths = CellPaths(Path(cell_dir))
-    record = upgrade_record(record) if record is not None else load_record(paths.root)
-    cid = record["cell"].get("cell_id") or record["cell_id"]
+    record = record if record is not None else read_run_record(paths.run_json)
+    cid = record.cell_id
     row = record_row(record)
     ranks = rank_table(record)
     steps, tele, kern_raw = (_read_parquet(path) if path.name not in skip else None
@@ -535,9 +533,9 @@ def cell_tables(cell_dir: str | Path, record: dict[str, Any] | None = None, skip
             tele["time_s"].min())
         ts = timeseries_frame(tele, gpu_map, t0)
     else:
-        notes.append("no telemetry" if record.get("status") == "ok" else f"no telemetry ({record.get('status')})")
+        notes.append("no telemetry" if record.ok else f"no telemetry ({record.status})")
     kern = kernels_frame(kern_raw, ranks) if kern_raw is not None else pd.DataFrame()
-    if kern_raw is None and record.get("status") == "ok":
+    if kern_raw is None and record.ok:
         notes.append("no kernel trace")
     row.update(efficiency_metrics(row, gpus))
     row.update(kernel_metrics(kern))

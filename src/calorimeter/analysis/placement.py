@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from calorimeter.findings.stats import mean_interval, welch_difference
+from calorimeter.records.run_record import RunRecord
 
 #: the study's placement result, from a secondary source only (shared/notes/paper-findings.md, S3)
 STUDY_CLAIM = ("study (secondary source): asymmetric stage placement +4% efficiency on Llama3-70B (PP 4, 21/19 "
@@ -46,10 +47,10 @@ def layout_id(cell_id: str) -> str:
     return re.sub(r"_r\d+$", "", re.sub(r"_pl-[a-z0-9-]+", "", str(cell_id)))
 
 
-def placement_columns(record: dict[str, Any]) -> dict[str, Any]:
+def placement_columns(record: RunRecord) -> dict[str, Any]:
     """Runs-table columns of a record's placement: policy, whether it applied, why, the effective split, moves."""
-    cell = record.get("cell") or {}
-    pl = record.get("placement") or {}
+    cell = record.cell
+    pl = record.placement
     split = pl.get("pp_split") or cell.get("pp_split")
     moved = any(pl.get("device_order") or {})
     pred = pl.get("predicted") or {}

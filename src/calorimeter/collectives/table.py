@@ -12,13 +12,13 @@ buffer of all-to-all), ``time_s`` (the slowest rank's mean time per call over it
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from calorimeter.records.atomic import write_parquet_atomic
 from calorimeter.records.paths import CellPaths
+from calorimeter.records.run_record import RecordError, read_run_record
 
 #: columns of a curve of measured points (seconds per call of one collective over one group and message size)
 CURVE_COLUMNS = ("kind", "role", "group", "size_bytes", "time_s", "source")
@@ -53,11 +53,11 @@ def read_collective_points(sweep_dir: str | Path) -> pd.DataFrame:
     """
     frames = []
     for table in sorted(Path(sweep_dir).glob(f"cells/*/{COLLECTIVES_PARQUET}")):
-        run = CellPaths(table.parent).run_json
-        if not run.is_file():
+        try:
+            record = read_run_record(CellPaths(table.parent).run_json)
+        except RecordError:
             continue
-        record = json.loads(run.read_text())
-        if record.get("status") != "ok":
+        if not record.ok:
             continue
         t = pd.read_parquet(table)
         t = t[t["time_s"].notna() & (t["time_s"] > 0) & t["error"].isna()]
@@ -65,7 +65,7 @@ def read_collective_points(sweep_dir: str | Path) -> pd.DataFrame:
             continue
         frames.append(pd.DataFrame({
             "kind": t["kind"], "role": "sync", "group": t["group"].astype(int), "size_bytes": t["size_bytes"],
-            "time_s": t["time_s"], "source": "collectives", "hardware": record["cell"]["hardware"],
-            "cell_id": record["cell"].get("cell_id", table.parent.name)}))
+            "time_s": t["time_s"], "source": "collectives", "hardware": record.cell["hardware"],
+            "cell_id": record.cell_id or table.parent.name}))
     cols = [*CURVE_COLUMNS, "hardware", "cell_id"]
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)

@@ -35,6 +35,7 @@ from calorimeter.plan.config_errors import ConfigError, short, suggest
 from calorimeter.plan.kinds import KINDS
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import RECORD_FILES, RUN_JSON, AttemptPaths, CellPaths
+from calorimeter.records.run_record import RecordError, read_run_record
 
 #: states ``--failed`` selects
 FAILED_STATES = ("failed", "interrupted")
@@ -95,9 +96,8 @@ class SetAside:
 def _record_attempt(cell: CellPaths) -> AttemptPaths | None:
     """The attempt that wrote the cell's top-level record (named in it), if it is there."""
     try:
-        rec = json.loads(cell.run_json.read_text())
-        name = rec["provenance"]["launcher"]["attempt"]
-    except (OSError, ValueError, KeyError, TypeError):
+        name = read_run_record(cell.run_json).launcher.get("attempt")
+    except RecordError:
         return None
     attempt = cell.attempt(str(name)) if name and "/" not in str(name) else None
     return attempt if attempt is not None and attempt.root.is_dir() else None

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calorimeter.analysis.damaged import load_record
 from calorimeter.launch import slurm
 from calorimeter.launch.submit import attempts
 from calorimeter.plan.plan import PlannedCell
 from calorimeter.records import job_states
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.progress import Progress, attempt_progress
+from calorimeter.records.run_record import RecordError, RunRecord, read_run_record
 
 STATES = ("running", "queued", "interrupted", "failed", "oom", "ok", "planned", "unknown", "pruned")
 #: a local job on another host counts as running while its progress file moved this recently
@@ -57,7 +57,7 @@ class CellStatus:
     progress: Progress | None = None
     restart: int | None = None
     note: str = ""
-    record: dict[str, Any] | None = None
+    record: RunRecord | None = None
     #: a ``planned`` cell whose record ``calorimeter rerun`` set aside: that record's state (ok, oom, failed)
     aside_state: str | None = None
 
@@ -83,6 +83,13 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
+def _read_record(path: Path) -> RunRecord | None:
+    try:
+        return read_run_record(path)
+    except RecordError:
+        return None
+
+
 def local_job_alive(job: dict[str, Any]) -> bool | None:
     """Whether a local attempt's submitit controller (pid = job id) still runs; None when it ran on another host."""
     host = job.get("host")
@@ -95,11 +102,11 @@ def local_job_alive(job: dict[str, Any]) -> bool | None:
     return b"submitit" in cmdline  # a reused pid runs something else
 
 
-def _record_status(cs: CellStatus, rec: dict[str, Any]) -> None:
-    launch = (rec.get("provenance") or {}).get("launcher") or {}
-    cs.state = rec["status"] if rec["status"] in ("ok", "oom", "failed") else "failed"
-    cs.failure_class = rec.get("failure_class") or rec["status"]
-    cs.reason = str(rec.get("reason") or "")
+def _record_status(cs: CellStatus, rec: RunRecord) -> None:
+    launch = rec.launcher
+    cs.state = rec.status if rec.status in ("ok", "oom", "failed") else "failed"
+    cs.failure_class = rec.failure_class or rec.status
+    cs.reason = rec.reason
     cs.job_id = str(launch["job_id"]) if launch.get("job_id") else None
     cs.executor = launch.get("executor")
     cs.elapsed_s = launch.get("wall_time_s")
@@ -170,24 +177,24 @@ def cell_status(pc: PlannedCell, paths: CellPaths, scheduler: dict[str, dict[str
         return cs
     atts = list_attempts(paths)
     cs.attempts = len(atts)
-    rec, why = load_record(paths.root)
-    if rec is not None:
-        _record_status(cs, rec)
+    try:
+        _record_status(cs, read_run_record(paths.run_json))
         return cs
-    if why != "missing":
-        cs.state, cs.failure_class, cs.reason = "failed", "damaged", f"{paths.run_json}: {why}"
-        return cs
+    except RecordError as e:
+        if str(e) != "missing":
+            cs.state, cs.failure_class, cs.reason = "failed", "damaged", f"{paths.run_json}: {e}"
+            return cs
     if not atts:
         return cs
     newest = atts[-1]
     if newest.set_aside.is_file():
-        aside, _ = load_record(newest.root)
+        aside = _read_record(newest.run_json)
         if aside is not None:
-            cs.aside_state = aside["status"] if aside["status"] in ("ok", "oom") else "failed"
+            cs.aside_state = aside.status if aside.status in ("ok", "oom") else "failed"
         cs.note = (f"{cs.aside_state or 'its'} record set aside by calorimeter rerun into attempts/{newest.name}; "
                    "waits to run again")
         return cs
-    closed = _read_json(newest.run_json)
+    closed = _read_record(newest.run_json)
     if closed is not None:  # ended without a record at the top: transient (or abandoned)
         _record_status(cs, closed)
         cs.state, cs.record = "failed", None

@@ -17,7 +17,6 @@ they matched.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -48,6 +47,8 @@ from calorimeter.plan.placement import (
     measured_stage_costs,
     static_reason,
 )
+from calorimeter.records.paths import CellPaths
+from calorimeter.records.run_record import read_run_record
 
 log = logging.getLogger(__name__)
 
@@ -193,25 +194,25 @@ def sibling_costs(cell: Cell, cell_dir: Path, profiles: dict[str, ThermalProfile
     base = dataclasses.replace(cell, placement="default", pp_split=None, repeat=0).cell_id
     root = Path(cell_dir).parent
     found = [d for d in [root / base, *sorted(root.glob(base + "_r*"))]
-             if (d / "kernels.parquet").is_file() and (d / "run.json").is_file()]
+             if CellPaths(d).kernels.is_file() and CellPaths(d).run_json.is_file()]
     if not found:
         return None
     sib = found[0]
     sib_id = sib.name
-    kern, run = sib / "kernels.parquet", sib / "run.json"
+    paths = CellPaths(sib)
     try:
-        record = json.loads(run.read_text())
-        k = pd.read_parquet(kern)
-    except (OSError, ValueError):
+        record = read_run_record(paths.run_json)
+        k = pd.read_parquet(paths.kernels)
+    except (OSError, ValueError):  # RecordError is a ValueError
         return None
-    if record.get("status") != "ok" or "compute_s" not in k.columns or "stage" not in k.columns:
+    if not record.ok or "compute_s" not in k.columns or "stage" not in k.columns:
         return None
     per_rank = k.groupby(["rank", "stage"], as_index=False)["compute_s"].first()
     compute = per_rank.groupby("stage")["compute_s"].mean().to_dict()
     m = get_model(cell.model)
-    split = tuple(record["cell"].get("pp_split") or stage_block_counts(m.num_layers, cell.pp))
+    split = tuple(record.cell.get("pp_split") or stage_block_counts(m.num_layers, cell.pp))
     speeds: dict[int, float] = {}
-    for r in (record.get("provenance") or {}).get("ranks") or []:
+    for r in record.ranks:
         p = profiles.get(r.get("hostname") or "")
         g = p.gpu((r.get("device_info") or {}).get("uuid", "")) if p is not None else None
         if g is not None and math.isfinite(g.speed) and r.get("stage") is not None:

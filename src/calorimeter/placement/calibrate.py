@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from calorimeter.records.provenance import device_info
+from calorimeter.records.run_record import RunRecord
 from calorimeter.telemetry.timer import time_batch
 
 #: matrix size per accelerator kind
@@ -121,10 +122,10 @@ def _node() -> int:
     return int(os.environ.get("SLURM_NODEID", os.environ.get("SUBMITIT_LOCAL_NODEID", "0")))
 
 
-def calibration_tflops(record: dict[str, Any]) -> dict[tuple[int, int], float]:
+def calibration_tflops(record: RunRecord) -> dict[tuple[int, int], float]:
     """Measured matmul rate per (node, NVML index) from a calibration cell's record (empty for other cells)."""
     out: dict[tuple[int, int], float] = {}
-    for g in (record.get("metrics") or {}).get("gpus") or []:
+    for g in record.metrics.get("gpus") or []:
         if g.get("node") is not None and g.get("nvml_index") is not None and g.get("tflops") is not None:
             out[(int(g["node"]), int(g["nvml_index"]))] = float(g["tflops"])
     return out

@@ -34,10 +34,11 @@ from typing import Any
 
 import pandas as pd
 
-from calorimeter.analysis.cell import cell_tables, load_record
+from calorimeter.analysis.cell import cell_tables
 from calorimeter.placement.calibrate import calibration_tflops
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import CellPaths
+from calorimeter.records.run_record import RunRecord, read_run_record
 from calorimeter.telemetry.reasons import THROTTLING
 
 FORMAT_VERSION = 1
@@ -211,15 +212,14 @@ def build_profile(host: str, stats: pd.DataFrame, gpu_meta: list[dict[str, Any]]
 # profiles from recorded cells
 
 
-def cell_eligibility(record: dict[str, Any]) -> list[str]:
+def cell_eligibility(record: RunRecord) -> list[str]:
     """Why a cell's telemetry cannot profile its host (empty when it can; see the module docstring)."""
-    cell = record.get("cell") or {}
-    model = record.get("model") or {}
+    cell = record.cell
+    model = record.model or {}
     reasons = []
-    if record.get("status") != "ok":
-        reasons.append(f"status {record.get('status')}")
-    kind = cell.get("kind", "train")
-    if kind == "thermal-calibration":
+    if not record.ok:
+        reasons.append(f"status {record.status}")
+    if record.kind == "thermal-calibration":
         return reasons
     if int(cell.get("pp") or 1) != 1:
         reasons.append(f"pp={cell.get('pp')}: pipeline stages load the GPUs unequally")
@@ -247,7 +247,7 @@ def _load_stats(stats: pd.DataFrame, need_limited: bool = True) -> list[str]:
     return out
 
 
-def profiles_from_cell(cell_dir: str | Path, record: dict[str, Any] | None = None,
+def profiles_from_cell(cell_dir: str | Path, record: RunRecord | None = None,
                        tflops: dict[tuple[int, int], float] | None = None
                        ) -> tuple[list[ThermalProfile], list[str]]:
     """Profiles of the hosts of one recorded cell (one per node), and why none could be made.
@@ -257,14 +257,14 @@ def profiles_from_cell(cell_dir: str | Path, record: dict[str, Any] | None = Non
 
     Args:
         cell_dir: the cell's folder (``run.json``, ``steps.parquet``, ``telemetry.parquet``, ``telemetry.json``).
-        record: its ``run.json`` content, if already loaded.
+        record: its ``run.json``, if already read.
         tflops: measured matmul rate per (node, NVML index); default: a calibration record's ``metrics``.
 
     Returns:
         (profiles, reasons): the profiles, and the reasons for every host (or the whole cell) left out.
     """
     paths = CellPaths(Path(cell_dir))
-    record = record if record is not None else load_record(paths.root)
+    record = record if record is not None else read_run_record(paths.run_json)
     tflops = calibration_tflops(record) if tflops is None else tflops
     reasons = cell_eligibility(record)
     if reasons:
@@ -284,18 +284,18 @@ def profiles_from_cell(cell_dir: str | Path, record: dict[str, Any] | None = Non
     stats = tables.gpus.merge(_power_limits(pd.read_parquet(paths.telemetry), begin, end),
                               on=["node", "gpu_index"], how="left")
     meta = json.loads(paths.telemetry_json.read_text())
-    cell = record.get("cell") or {}
+    cell = record.cell
     profiles: list[ThermalProfile] = []
     for node, g in stats.groupby("node", sort=True):
         host = str(g["hostname"].iloc[0])
         node_meta = (meta.get(f"node{int(node)}") or {}).get("sampler") or {}
-        low = _load_stats(g, need_limited=cell.get("kind") != "thermal-calibration")
+        low = _load_stats(g, need_limited=record.kind != "thermal-calibration")
         if low:
             reasons += [f"{host}: {r}" for r in low]
             continue
         lib = node_meta.get("gpu_library") or {}
-        source = {"kind": "calibration" if cell.get("kind") == "thermal-calibration" else "cell",
-                  "sweep": cell.get("sweep"), "cell_id": record.get("cell_id"), "load": _load_text(record)}
+        source = {"kind": "calibration" if record.kind == "thermal-calibration" else "cell",
+                  "sweep": cell.get("sweep"), "cell_id": record.cell_id, "load": _load_text(record)}
         conditions = {"driver": lib.get("driver_version"), "gpus_in_cell": int(len(g)),
                       "data_quality": ",".join(sorted(set(g.get("data_quality", pd.Series(dtype=str)).astype(str))))}
         node_tflops = {idx: v for (n, idx), v in (tflops or {}).items() if n == int(node)}
@@ -316,10 +316,10 @@ def _power_limits(tele: pd.DataFrame, begin: float, end: float) -> pd.DataFrame:
     return lim.reset_index()
 
 
-def _load_text(record: dict[str, Any]) -> str:
-    cell = record.get("cell") or {}
-    if cell.get("kind") == "thermal-calibration":
-        return str((record.get("metrics") or {}).get("load") or "thermal calibration")
+def _load_text(record: RunRecord) -> str:
+    cell = record.cell
+    if record.kind == "thermal-calibration":
+        return str(record.metrics.get("load") or "thermal calibration")
     return (f"training {cell.get('model')} {cell.get('parallel_label')} z{cell.get('zero_stage')} "
             f"rc-{cell.get('recompute')} mb{cell.get('micro_batch')} s{cell.get('seq_len')} {cell.get('precision')}")
 
@@ -433,7 +433,7 @@ def save_profile(profiles_dir: str | Path, profile: ThermalProfile, now_s: float
     return hist, current
 
 
-def keep_cell_profiles(cell_dir: str | Path, record: dict[str, Any], settings: dict[str, Any] | None,
+def keep_cell_profiles(cell_dir: str | Path, record: RunRecord, settings: dict[str, Any] | None,
                        tflops: dict[tuple[int, int], float] | None = None) -> list[Path]:
     """After a cell's record is written: profile its hosts from its telemetry and keep the profiles.
 
@@ -447,7 +447,7 @@ def keep_cell_profiles(cell_dir: str | Path, record: dict[str, Any], settings: d
 
     log = logging.getLogger(__name__)
     settings = settings or {}
-    calibration = (record.get("cell") or {}).get("kind") == "thermal-calibration"
+    calibration = record.kind == "thermal-calibration"
     if not settings.get("profiles_dir") or not (calibration or settings.get("derive_profiles", True)):
         return []
     try:
@@ -457,13 +457,13 @@ def keep_cell_profiles(cell_dir: str | Path, record: dict[str, Any], settings: d
             hist, current = save_profile(settings["profiles_dir"], p,
                                          max_age_h=float(settings.get("profile_max_age_h", DEFAULT_MAX_AGE_H)))
             written.append(hist)
-            log.info("thermal profile of %s from %s (%s): %s", p.host, record.get("cell_id"),
+            log.info("thermal profile of %s from %s (%s): %s", p.host, record.cell_id,
                      "current" if current else "history only", p.summary())
         if reasons:
             # a cell that cannot qualify (pipeline, MoE, failed) is not news; an eligible one that fell short is
             level = logging.INFO if calibration or not cell_eligibility(record) else logging.DEBUG
-            log.log(level, "no thermal profile from %s: %s", record.get("cell_id"), "; ".join(reasons))
+            log.log(level, "no thermal profile from %s: %s", record.cell_id, "; ".join(reasons))
         return written
     except Exception:  # noqa: BLE001
-        log.exception("thermal profile from %s failed", record.get("cell_id"))
+        log.exception("thermal profile from %s failed", record.cell_id)
         return []

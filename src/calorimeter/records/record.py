@@ -17,8 +17,8 @@ from calorimeter.records.atomic import write_atomic, write_json_atomic, write_pa
 from calorimeter.records.metrics import step_times_s, throughput_metrics
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.provenance import git_state, package_versions
+from calorimeter.records.run_record import SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
 RANK_KEYS = ("rank", "local_rank", "node", "hostname", "backend", "device", "device_info", "pid", "stage",
              "num_stages", "dp_rank", "dp_size", "traced", "engine")
 
