@@ -78,8 +78,12 @@ from calorimeter.collectives.run import run_collectives
 from calorimeter.plan.cell import Cell
 cell = Cell(sweep="s", model="-", hardware="cpu", nodes=1, gpus_per_node=2, kind="collectives", warmup_steps=1,
             measured_steps=2)
-out = run_collectives(cell, Path(sys.argv[1]), {})
-import json; Path(sys.argv[1], f"rank{dist.get_rank()}.json").write_text(json.dumps(out))
+from calorimeter.records.paths import RunPaths
+from calorimeter.records.rank import RankContext, RankInfo
+rank = dist.get_rank()
+info = RankInfo(rank, 2, rank, 2, 0, "localhost", "gloo", "cpu")
+out = run_collectives(RankContext(cell, RunPaths(Path(sys.argv[1])), info, {})).to_dict()
+import json; Path(sys.argv[1], f"rank{rank}.json").write_text(json.dumps(out))
 dist.destroy_process_group()
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import time
@@ -18,10 +19,11 @@ from calorimeter.launch.faults import inject
 from calorimeter.placement.apply import JobPlacement
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import accelerator_of
-from calorimeter.plan.kinds import run_kind
+from calorimeter.plan.kinds import get_kind
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import AttemptPaths
 from calorimeter.records.provenance import device_info
+from calorimeter.records.rank import RankContext, RankResult
 from calorimeter.telemetry.cell import start_cell_sampler, stop_cell_sampler
 from calorimeter.train.errors import CellOOMError
 
@@ -73,7 +75,8 @@ class CellTask(submitit.helpers.Checkpointable):
                                "job_id": job.job_id, "rank": rank}
         try:
             # Decided here, where the host is known, and applied before anything starts CUDA.
-            placement = JobPlacement.start(cell, self.settings.get("placement"), Path(self.attempt_dir).parents[1])
+            placement = JobPlacement.start(cell, self.settings.get("placement"), Path(self.attempt_dir).parents[1],
+                                           node=job.node)
             info = init_distributed(accelerator_of(cell.hardware), self.settings["master_port"])
             placement.agree()
             out.update(world_size=info.world_size, local_rank=info.local_rank, node=info.node,
@@ -84,8 +87,8 @@ class CellTask(submitit.helpers.Checkpointable):
             sampler = start_cell_sampler(run, info.node, info.local_rank, telemetry)
             try:
                 inject(cell.cell_id, rank, restart)
-                result = run_kind(placement.cell, run.root, telemetry)  # training, or a calibration kind
-                out.update(status="ok", **result)
+                result = run_kind(RankContext(placement.cell, run, info, telemetry))  # training, or a calibration
+                out.update(status="ok", **result.to_dict())
                 out["restart"] = restart  # train_cell's record must not hide which run this was
             except CellOOMError as e:
                 out.update(status="oom", peak_memory_bytes=e.peak_memory_bytes, error=str(e))
@@ -130,6 +133,12 @@ class CellTask(submitit.helpers.Checkpointable):
     def requeued(self) -> CellTask:
         """This task, requeued once more."""
         return dataclasses.replace(self, requeues=self.requeues + 1)
+
+
+def run_kind(ctx: RankContext) -> RankResult:
+    """The per-rank dispatch: run the cell's kind (its entry, imported by name) on this rank."""
+    module, func = get_kind(ctx.cell.kind).entry.split(":")
+    return getattr(importlib.import_module(module), func)(ctx)
 
 
 def _teardown(destroy: bool = True) -> None:

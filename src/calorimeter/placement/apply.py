@@ -76,11 +76,6 @@ def job_hosts() -> list[str]:
     return [socket.gethostname()]
 
 
-def node_index() -> int:
-    """This process's node index in the job."""
-    return int(os.environ.get("SLURM_NODEID", os.environ.get("SUBMITIT_LOCAL_NODEID", "0")))
-
-
 def job_gpus() -> tuple[list[str], HostGpus] | None:
     """The GPUs this node's job sees, as NVML UUIDs in CUDA order, and the host's driver and power limits.
 
@@ -222,16 +217,16 @@ def sibling_costs(cell: Cell, cell_dir: Path, profiles: dict[str, ThermalProfile
 
 
 def decide_in_job(cell: Cell, settings: dict[str, Any], cell_dir: Path | None, now_s: float | None = None,
-                  hosts: list[str] | None = None, this_node: int | None = None,
+                  hosts: list[str] | None = None, this_node: int = 0,
                   local: tuple[list[str], HostGpus] | None | str = "probe") -> Decision:
-    """The decision of this rank (see the module docstring); every input can be given for tests."""
+    """The decision of this rank on node ``this_node`` of the job (see the module docstring); every input can be
+    given for tests."""
     if cell.placement == "default" or getattr(cell, "kind", "train") != "train":
         return Decision("default", True, "default placement", pp_split=cell.pp_split)
     if static_reason(cell) is not None:
         return decide(cell, get_model(cell.model), StageCosts(1.0, 0.0, 0.0, "none"))
     now_s = time.time() if now_s is None else now_s
     hosts = job_hosts() if hosts is None else hosts
-    this_node = node_index() if this_node is None else this_node
     local_gpus = job_gpus() if local == "probe" else local
     assert not isinstance(local_gpus, str)
     pdir = Path(settings.get("profiles_dir") or PROFILES_DIR)
@@ -256,7 +251,7 @@ class JobPlacement:
 
     Usage on every rank (``calorimeter.launch.task``)::
 
-        placement = JobPlacement.start(cell, settings, cell_dir)   # before anything touches CUDA
+        placement = JobPlacement.start(cell, settings, cell_dir, node)   # before anything touches CUDA
         ... init the process group ...
         placement.agree()                                        # all ranks hold the same decision
         train(placement.cell)                                    # the cell with the effective split
@@ -270,11 +265,12 @@ class JobPlacement:
         self.cuda_visible_devices: str | None = None
 
     @classmethod
-    def start(cls, cell: Cell, settings: dict[str, Any] | None, cell_dir: Path | None) -> JobPlacement:
-        """Decide, and set this process's CUDA device order when the decision moves ranks."""
-        node = node_index()
+    def start(cls, cell: Cell, settings: dict[str, Any] | None, cell_dir: Path | None, node: int = 0
+              ) -> JobPlacement:
+        """Decide on node ``node`` of the job (submitit's job environment), and set this process's CUDA device order
+        when the decision moves ranks."""
         try:
-            decision = decide_in_job(cell, settings or {}, cell_dir)
+            decision = decide_in_job(cell, settings or {}, cell_dir, this_node=node)
         except Exception as e:  # noqa: BLE001 - a placement error must not lose the measurement: recorded
             log.exception("placement %s of %s failed", cell.placement, cell.cell_id)
             decision = fallback(cell.placement, f"decision failed: {type(e).__name__}: {e}", cell)

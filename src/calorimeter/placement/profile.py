@@ -35,7 +35,6 @@ from typing import Any
 import pandas as pd
 
 from calorimeter.analysis.cell import cell_tables
-from calorimeter.placement.calibrate import calibration_tflops
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import CellPaths
 from calorimeter.records.run_record import RunRecord, read_run_record
@@ -244,6 +243,15 @@ def _load_stats(stats: pd.DataFrame, need_limited: bool = True) -> list[str]:
         elif math.isfinite(lim) and lim > 0 and p < MIN_LOAD_FRACTION * lim:
             out.append(f"GPU {r.get('gpu_index')}: {p:.0f} W is below {MIN_LOAD_FRACTION:.0%} of its {lim:.0f} W "
                        "limit (not a load)")
+    return out
+
+
+def calibration_tflops(record: RunRecord) -> dict[tuple[int, int], float]:
+    """Measured matmul rate per (node, NVML index) from a calibration cell's record (empty for other cells)."""
+    out: dict[tuple[int, int], float] = {}
+    for g in record.metrics.get("gpus") or []:
+        if g.get("node") is not None and g.get("nvml_index") is not None and g.get("tflops") is not None:
+            out[(int(g["node"]), int(g["nvml_index"]))] = float(g["tflops"])
     return out
 
 

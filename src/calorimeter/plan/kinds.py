@@ -3,9 +3,11 @@
 Every kind runs through the same launcher, per-rank setup (``torch.distributed``) and node sampler as training;
 only the work in the middle differs. A kind names:
 
-* ``entry``: ``module:function`` called on every rank with ``(cell, run_dir, telemetry)`` after the process group
-  is up; it returns this rank's result (``steps``: measured steps if any; ``kind_metrics``: a summary for the
-  record; ``peak_memory_bytes``), and rank 0 writes the kind's files into ``run_dir``;
+* ``entry``: ``module:function`` called on every rank with a :class:`calorimeter.records.rank.RankContext` (the
+  cell, the run's folder, the rank's place and device, the telemetry settings) after the process group is up; it
+  returns this rank's :class:`calorimeter.records.rank.RankResult` (steps, peak memory, a summary for the record),
+  and rank 0 writes the kind's files into the run's folder. The launcher imports it by name
+  (:func:`calorimeter.launch.task.run_kind`): this registry is plan-time code and imports no kind;
 * ``outputs``: those files, copied into the cell folder next to ``run.json`` when the cell's record is written;
 * ``checks``: plan-time reasons why a cell of this kind cannot run (an empty list when it can);
 * ``uses_model``: whether the model and the parallel layout mean anything (only training).
@@ -15,11 +17,8 @@ Adding a kind (e.g. a thermal profile) = one entry here, its module, and its nam
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from calorimeter.plan.cell import Cell
 
@@ -71,9 +70,3 @@ def kind_reasons(cell: Cell) -> list[str]:
         return [str(e.args[0])]
     return kind.checks(cell) if kind.checks else []
 
-
-def run_kind(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str, Any]:
-    """The per-rank dispatch: run the cell's kind on this rank and return its result."""
-    module, func = get_kind(cell.kind).entry.split(":")
-    entry = getattr(importlib.import_module(module), func)
-    return entry(cell, Path(run_dir), telemetry)

@@ -20,6 +20,7 @@ from calorimeter.projection.collectives import trace_points
 from calorimeter.projection.compute import COMPUTE_CATEGORIES, ComputeRates, fit_compute
 from calorimeter.projection.measured import MeasuredSet, load_measured
 from calorimeter.projection.power import PowerModel, fit_power
+from calorimeter.records.atomic import write_atomic
 from calorimeter.records.paths import SweepPaths
 from calorimeter.telemetry.kernels import COMM_CATEGORIES
 
@@ -66,7 +67,8 @@ class Calibration:
 
     def save(self, path: str | Path) -> None:
         """Write as JSON."""
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1, default=float) + "\n")
+        text = json.dumps(self.to_dict(), indent=1, default=float) + "\n"
+        write_atomic(Path(path), lambda tmp: tmp.write_text(text))
 
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
