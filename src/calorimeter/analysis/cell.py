@@ -34,6 +34,7 @@ from calorimeter.analysis.window import (
 )
 from calorimeter.plan.layout import Layout
 from calorimeter.records.atomic import write_parquet_atomic
+from calorimeter.records.metrics import energy_metrics
 from calorimeter.records.paths import TABLE_NAMES, CellPaths
 from calorimeter.records.run_record import RunRecord, read_run_record
 from calorimeter.telemetry.kernels import CATEGORIES, COMM_CATEGORIES
@@ -423,12 +424,8 @@ def efficiency_metrics(row: dict[str, Any], gpus: pd.DataFrame) -> dict[str, Any
             if it is not None and it == it:
                 out["energy_per_iteration_j"] = mean_power_total * float(it)
             break
-    epi = out["energy_per_iteration_j"]
-    gb, seq, sps = row.get("global_batch"), row.get("seq_len"), row.get("samples_per_s")
-    if epi == epi and gb and seq:
-        out["energy_per_token_j"] = epi / (float(gb) * float(seq))
-    if epi == epi and epi > 0 and sps == sps and sps is not None:
-        out["efficiency"] = float(sps) / (epi / 1e6)
+    out.update(energy_metrics(out["energy_per_iteration_j"], row.get("global_batch"), row.get("seq_len"),
+                              row.get("samples_per_s")))
     return out
 
 

@@ -14,7 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from calorimeter.analysis.repeats import CONFIG_METRICS, config_ids  # noqa: E402
+from calorimeter.analysis.repeats import CONFIG_METRICS  # noqa: E402
+from calorimeter.records.legacy import config_ids  # noqa: E402
 from calorimeter.telemetry.kernels import CATEGORIES  # noqa: E402
 from calorimeter.telemetry.reasons import REASON_NAMES  # noqa: E402
 

@@ -7,7 +7,8 @@
   is ``energy_millijoule``; reason names follow pynvml (``hw_power_brake`` is ``hw_power_brake_slowdown``);
 * ``run.json`` metrics: ``mfu`` was Megatron's convention (full attention) and is ``mfu_full``; ``mfu_causal`` is
   derived for records that lack it;
-* plan estimates: ``model_flops_per_iter`` is ``model_flops_per_iteration``.
+* plan estimates: ``model_flops_per_iter`` is ``model_flops_per_iteration``;
+* runs tables from before repetitions have no ``config_id``: each cell is its own configuration (:func:`config_ids`).
 """
 
 from __future__ import annotations
@@ -92,3 +93,12 @@ def upgrade_plan_cell(cell: dict[str, Any]) -> dict[str, Any]:
         if old in out:
             out.setdefault(new, out.pop(old))
     return out
+
+
+def config_ids(runs: pd.DataFrame) -> pd.Series:
+    """Each row's configuration: ``config_id`` where the table has it, else the cell id (records from before
+    repetitions: one repetition each)."""
+    cid = runs["cell_id"].astype(str)
+    if "config_id" not in runs.columns:
+        return cid
+    return runs["config_id"].where(runs["config_id"].notna() & (runs["config_id"].astype(str) != ""), cid).astype(str)
