@@ -94,6 +94,31 @@ def test_profile_of_the_2x_h200_reference_cell_matches_its_gpu_table() -> None:
     assert p.window_s == pytest.approx(table.loc[0, "duration_s"])
 
 
+def test_profiles_are_kept_from_the_tables_rule_cell_tables_wrote(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule thermal_profile: the profile comes from the cell's tables as rule cell_tables wrote them (read back from
+    Parquet), never computed again; the outcome says what was kept."""
+    from calorimeter.analysis.cell import CellTables, cell_tables
+    from calorimeter.placement import profile as pprofile
+    from calorimeter.placement.profile import keep_cell_profiles
+    from calorimeter.records.run_record import read_run_record
+
+    written = cell_tables(X2_Z3)
+    for name in ("runs", "gpus"):
+        getattr(written, name).to_parquet(tmp_path / f"{name}.parquet", index=False)
+    tables = CellTables(*(pd.read_parquet(tmp_path / f"{name}.parquet") for name in ("runs", "gpus")))
+    monkeypatch.setattr(pprofile, "cell_tables", lambda *a, **k: pytest.fail("tables computed again"))
+    out = keep_cell_profiles(X2_Z3, read_run_record(X2_Z3 / "run.json"), {"profiles_dir": str(tmp_path / "p")}, tables)
+    assert out["reasons"] == [] and out["current"] == ["vm"] and len(out["written"]) == 1
+    kept = load_profile(tmp_path / "p", "vm")
+    monkeypatch.undo()
+    (expected,), _ = profiles_from_cell(X2_Z3)
+    assert kept is not None and kept.to_dict() == expected.to_dict()
+    off = keep_cell_profiles(X2_Z3, read_run_record(X2_Z3 / "run.json"),
+                             {"profiles_dir": str(tmp_path / "q"), "derive_profiles": False}, tables)
+    assert off["written"] == [] and off["reasons"] == ["placement.derive_profiles is off"]
+
+
 def test_4x_h200_profiles_rank_the_gpus_the_same_in_every_eligible_cell() -> None:
     rankings = []
     for d in sorted((X4 / "cells").iterdir()):

@@ -7,13 +7,11 @@ from typing import Any
 
 from calorimeter.launch.submit import CellConfigError, LaunchOutcome, launch_cell
 from calorimeter.placement.apply import placement_record
-from calorimeter.placement.profile import keep_cell_profiles
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.kinds import get_kind
 from calorimeter.records.atomic import write_atomic, write_json_atomic
 from calorimeter.records.paths import CellPaths
 from calorimeter.records.record import TransientCellError, build_record, steps_frame, write_cell_record
-from calorimeter.records.run_record import RunRecord
 from calorimeter.telemetry.collect import collect_telemetry
 
 log = logging.getLogger(__name__)
@@ -78,7 +76,6 @@ def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: 
     if cell.kind != "train":
         record["kind_files"] = _collect_kind_outputs(cell, outcome, paths)
     write_cell_record(paths, outcome.attempt, record, steps_frame(outcome.rank_results))
-    keep_cell_profiles(paths.root, RunRecord.from_dict(record), settings.get("placement"))
     m = record.get("metrics", {})
     log.info("cell %s: %s %s", cell.cell_id, record["status"],
              f"{m.get('iteration_time_s', float('nan')):.3f} s/iter, {m.get('tokens_per_s_per_gpu', 0):.0f} "

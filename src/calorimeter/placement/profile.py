@@ -34,7 +34,7 @@ from typing import Any
 
 import pandas as pd
 
-from calorimeter.analysis.cell import cell_tables
+from calorimeter.analysis.cell import CellTables, cell_tables
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import CellPaths
 from calorimeter.records.run_record import RunRecord, read_run_record
@@ -256,7 +256,7 @@ def calibration_tflops(record: RunRecord) -> dict[tuple[int, int], float]:
 
 
 def profiles_from_cell(cell_dir: str | Path, record: RunRecord | None = None,
-                       tflops: dict[tuple[int, int], float] | None = None
+                       tflops: dict[tuple[int, int], float] | None = None, tables: CellTables | None = None
                        ) -> tuple[list[ThermalProfile], list[str]]:
     """Profiles of the hosts of one recorded cell (one per node), and why none could be made.
 
@@ -267,6 +267,7 @@ def profiles_from_cell(cell_dir: str | Path, record: RunRecord | None = None,
         cell_dir: the cell's folder (``run.json``, ``steps.parquet``, ``telemetry.parquet``, ``telemetry.json``).
         record: its ``run.json``, if already read.
         tflops: measured matmul rate per (node, NVML index); default: a calibration record's ``metrics``.
+        tables: the cell's tables, when already computed (rule ``cell_tables`` wrote them); computed if None.
 
     Returns:
         (profiles, reasons): the profiles, and the reasons for every host (or the whole cell) left out.
@@ -282,7 +283,7 @@ def profiles_from_cell(cell_dir: str | Path, record: RunRecord | None = None,
         return [], ["no GPU telemetry (CPU ranks, or no GPU the sampler could read)"]
     if missing:
         return [], [f"no {', '.join(missing)}"]
-    tables = cell_tables(paths.root, record)
+    tables = tables if tables is not None else cell_tables(paths.root, record)
     run = tables.runs.iloc[0]
     begin, end = float(run.get("measured_begin_s", math.nan)), float(run.get("measured_end_s", math.nan))
     if not end - begin >= MIN_WINDOW_S:
@@ -442,36 +443,43 @@ def save_profile(profiles_dir: str | Path, profile: ThermalProfile, now_s: float
 
 
 def keep_cell_profiles(cell_dir: str | Path, record: RunRecord, settings: dict[str, Any] | None,
-                       tflops: dict[tuple[int, int], float] | None = None) -> list[Path]:
-    """After a cell's record is written: profile its hosts from its telemetry and keep the profiles.
+                       tables: CellTables | None = None, tflops: dict[tuple[int, int], float] | None = None
+                       ) -> dict[str, Any]:
+    """Profile a recorded cell's hosts from its tables and keep the profiles (rule ``thermal_profile``).
 
     Runs for every calibration cell, and for other cells when ``placement.derive_profiles`` is on (default) and
     the cell qualifies (:func:`cell_eligibility`). Never raises: a profile is a by-product of a measurement.
 
     Returns:
-        The history files written.
+        What happened, JSON-able: ``written`` (history files), ``current`` (hosts whose current profile it became),
+        ``reasons`` (why a host, or the cell, gave none).
     """
     import logging
 
     log = logging.getLogger(__name__)
     settings = settings or {}
+    out: dict[str, Any] = {"cell_id": record.cell_id, "written": [], "current": [], "reasons": []}
     calibration = record.kind == "thermal-calibration"
     if not settings.get("profiles_dir") or not (calibration or settings.get("derive_profiles", True)):
-        return []
+        out["reasons"].append("placement.derive_profiles is off" if settings.get("profiles_dir") else
+                              "no profiles folder")
+        return out
     try:
-        profiles, reasons = profiles_from_cell(cell_dir, record, tflops)
-        written = []
+        profiles, reasons = profiles_from_cell(cell_dir, record, tflops, tables)
         for p in profiles:
             hist, current = save_profile(settings["profiles_dir"], p,
                                          max_age_h=float(settings.get("profile_max_age_h", DEFAULT_MAX_AGE_H)))
-            written.append(hist)
+            out["written"].append(str(hist))
+            if current:
+                out["current"].append(p.host)
             log.info("thermal profile of %s from %s (%s): %s", p.host, record.cell_id,
                      "current" if current else "history only", p.summary())
+        out["reasons"] = reasons
         if reasons:
             # a cell that cannot qualify (pipeline, MoE, failed) is not news; an eligible one that fell short is
             level = logging.INFO if calibration or not cell_eligibility(record) else logging.DEBUG
             log.log(level, "no thermal profile from %s: %s", record.cell_id, "; ".join(reasons))
-        return written
-    except Exception:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001
         log.exception("thermal profile from %s failed", record.cell_id)
-        return []
+        out["reasons"].append(f"failed: {type(e).__name__}: {e}")
+    return out

@@ -374,6 +374,14 @@ def _predicted(t_default: float, t: float) -> dict[str, float]:
             "predicted_speedup": t_default / t if t > 0 else math.nan}
 
 
+def profiles_host(cell: Cell, m: ModelSpec | None) -> bool:
+    """Whether a recorded cell of this kind and layout can profile its hosts (:mod:`calorimeter.placement.profile`):
+    a thermal calibration, or a dense training cell without pipeline stages (they load the GPUs unequally)."""
+    if getattr(cell, "kind", "train") == "thermal-calibration":
+        return True
+    return getattr(cell, "kind", "train") == "train" and cell.pp == 1 and m is not None and not m.is_moe
+
+
 def prerequisites(cell: Cell, cells: list[Cell]) -> list[str]:
     """Cells of the sweep that must have run before ``cell`` (their ids): a ``thermal`` cell waits for the sweep's
     ``thermal-calibration`` cells of the same hardware, so that its host has a fresh profile when it decides."""
