@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from calorimeter.records.atomic import write_atomic
 from calorimeter.records.paths import RunPaths
 from calorimeter.telemetry.process import start_node_sampler
 
@@ -29,7 +30,8 @@ def start_cell_sampler(run: RunPaths, node: int, local_rank: int, settings: dict
     except Exception as e:  # noqa: BLE001 - a failed sampler must not fail the measurement; the record says why
         log.warning("telemetry sampler did not start on node %d: %s", node, e)
         run.node(node).mkdir(parents=True, exist_ok=True)
-        run.sampler_failed(node).write_text(f"{type(e).__name__}: {e}\n")
+        text = f"{type(e).__name__}: {e}\n"
+        write_atomic(run.sampler_failed(node), lambda tmp: tmp.write_text(text))
         return None
 
 
