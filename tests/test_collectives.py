@@ -14,9 +14,9 @@ import yaml
 from conftest import ROOT
 
 from calorimeter.collectives.measure import group_sizes
-from calorimeter.collectives.table import COLLECTIVES_PARQUET, TABLE_COLUMNS, read_collective_points
+from calorimeter.collectives.table import TABLE_COLUMNS, read_collective_points
 from calorimeter.plan.cell import Cell
-from calorimeter.plan.kinds import KINDS, get_kind, kind_reasons
+from calorimeter.plan.kinds import COLLECTIVES_PARQUET, KINDS, get_kind, kind_reasons
 from calorimeter.plan.plan import make_plan
 from calorimeter.plan.work import CommOp
 from calorimeter.projection.collectives import CollectiveCurves, Network

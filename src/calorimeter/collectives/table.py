@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from calorimeter.plan.kinds import COLLECTIVES_PARQUET
 from calorimeter.records.atomic import write_parquet_atomic
 from calorimeter.records.paths import CellPaths
 from calorimeter.records.run_record import RecordError, read_run_record
 
 #: columns of a curve of measured points (seconds per call of one collective over one group and message size)
 CURVE_COLUMNS = ("kind", "role", "group", "size_bytes", "time_s", "source")
-COLLECTIVES_PARQUET = "collectives.parquet"
 TABLE_COLUMNS: tuple[str, ...] = ("kind", "group", "size_bytes", "time_s", "algbw_gbyte_s", "busbw_gbyte_s",
                                   "iterations", "backend", "dtype", "nodes", "error")
 

@@ -39,12 +39,15 @@ def _collectives_checks(cell: Cell) -> list[str]:
     return [] if cell.world_size >= 2 else [f"a collectives cell needs at least 2 ranks, has {cell.world_size}"]
 
 
+#: the table a ``collectives`` cell writes (:mod:`calorimeter.collectives.table`)
+COLLECTIVES_PARQUET = "collectives.parquet"
+
 KINDS: dict[str, CellKind] = {
     k.name: k
     for k in [
         CellKind("train", "calorimeter.train.loop:run_train", (), True,
                  "train the model with the cell's layout: warm-up, measured and profiled steps"),
-        CellKind("collectives", "calorimeter.collectives.run:run_collectives", ("collectives.parquet",), False,
+        CellKind("collectives", "calorimeter.collectives.run:run_collectives", (COLLECTIVES_PARQUET,), False,
                  "time all-reduce, all-gather, reduce-scatter, all-to-all and send/recv over message and group "
                  "sizes (projection calibration)", _collectives_checks),
         CellKind("thermal-calibration", "calorimeter.placement.calibrate:run_calibration", (), False,
