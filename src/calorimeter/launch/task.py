@@ -89,7 +89,6 @@ class CellTask(submitit.helpers.Checkpointable):
                 inject(cell.cell_id, rank, restart)
                 result = run_kind(RankContext(placement.cell, run, info, telemetry))  # training, or a calibration
                 out.update(status="ok", **result.to_dict())
-                out["restart"] = restart  # train_cell's record must not hide which run this was
             except CellOOMError as e:
                 out.update(status="oom", peak_memory_bytes=e.peak_memory_bytes, error=str(e))
             if out.get("status") == "ok":
