@@ -35,4 +35,6 @@ rule all:
         get_final_outputs(),
         # every runnable cell's record: a deleted run.json reruns its cell, even where the sweep's tables exist
         records=get_cell_records(),
+        # what each cell that can profile its hosts gave the thermal-profile store
+        profiles=get_cell_profiles(),
 

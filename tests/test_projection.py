@@ -9,12 +9,15 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
+from calorimeter.collectives.table import CURVE_COLUMNS, bus_factor
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.flops import iteration_flops
 from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.layout import group_nodes
 from calorimeter.plan.models import get_model, padded_vocab_size
+from calorimeter.plan.work import CommOp, workload
 from calorimeter.projection.calibration import Calibration, calibrate
-from calorimeter.projection.collectives import CURVE_COLUMNS, CollectiveCurves, Network, bus_factor, trace_points
+from calorimeter.projection.collectives import CollectiveCurves, Network, trace_points
 from calorimeter.projection.compute import COMPUTE_CATEGORIES, fit_compute
 from calorimeter.projection.measured import load_measured
 from calorimeter.projection.model import Projector
@@ -22,7 +25,6 @@ from calorimeter.projection.power import fit_power
 from calorimeter.projection.schedule import pipeline_time, stage_time
 from calorimeter.projection.sweep import DEFAULT_CALIBRATION, DEFAULT_FOLDS
 from calorimeter.projection.validation import Fold, error_band, summarize, validate_fold
-from calorimeter.projection.workload import CommOp, group_nodes, workload
 
 REF = [str(ROOT / p) for p in DEFAULT_CALIBRATION]
 TP4 = "llama3-8b_h200-1x4_tp4-pp1-dp1-sp_z1_rc-none_ov-off_mb1-gb8-s8192"

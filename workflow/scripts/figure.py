@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from calorimeter.figures import FIGURES, render
+from calorimeter.records.atomic import write_atomic
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 sys.stderr = open(sm.log[0], "w", buffering=1)  # noqa: SIM115
@@ -24,7 +25,8 @@ for name in sm.params.figures:
         failed.append(name)
         print(f"{name}: FAILED\n{traceback.format_exc()}", file=sys.stderr)
         continue
-    Path(sm.output[f"{name}_json"]).write_text(json.dumps(res.to_dict(), indent=1) + "\n")
+    text = json.dumps(res.to_dict(), indent=1) + "\n"
+    write_atomic(Path(sm.output[f"{name}_json"]), lambda tmp, text=text: tmp.write_text(text))
     print(f"{name}: {res.n_points} points; missing: {res.missing}", file=sys.stderr)
 if failed:
     raise SystemExit(f"figures that could not be drawn: {', '.join(failed)} (traceback in {sm.log[0]})")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from calorimeter.figures import render
+from calorimeter.records.atomic import write_atomic
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 sys.stderr = open(sm.log[0], "w", buffering=1)  # noqa: SIM115
@@ -15,5 +16,6 @@ val = render("projection_validation", {"validation": pd.read_parquet(sm.input.va
              Path(sm.output.validation), Path(sm.output.validation_pdf))
 proj = render("projection", {"projected": pd.read_parquet(sm.input.projected), "runs": runs},
               Path(sm.output.projected), Path(sm.output.projected_pdf))
-Path(sm.output.json).write_text(json.dumps({"validation": val.to_dict(), "projection": proj.to_dict()}, indent=1))
+text = json.dumps({"validation": val.to_dict(), "projection": proj.to_dict()}, indent=1)
+write_atomic(Path(sm.output.json), lambda tmp: tmp.write_text(text))
 print(val.n_points, proj.n_points, file=sys.stderr)

@@ -2,8 +2,10 @@
 
 import json
 import sys
+from pathlib import Path
 
 from calorimeter.projection.validation import Fold, summarize, validate, write_validation
+from calorimeter.records.atomic import write_atomic
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 sys.stderr = open(sm.log[0], "w", buffering=1)  # noqa: SIM115
@@ -15,6 +17,6 @@ if table is None or table.empty:
     table = pd.DataFrame(columns=["fold", "cell_id", "notes"])
 write_validation(table, sm.output.table)
 summary = summarize(table) if len(table) else {}
-with open(sm.output.summary, "w") as f:
-    json.dump(summary, f, indent=1, default=float)
+text = json.dumps(summary, indent=1, default=float)
+write_atomic(Path(sm.output.summary), lambda tmp: tmp.write_text(text))
 print(json.dumps(summary, indent=1, default=float), file=sys.stderr)

@@ -14,7 +14,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from calorimeter.analysis.repeats import CONFIG_METRICS, config_ids  # noqa: E402
+from calorimeter.analysis.repeats import CONFIG_METRICS  # noqa: E402
+from calorimeter.records.atomic import write_atomic  # noqa: E402
+from calorimeter.records.legacy import config_ids  # noqa: E402
 from calorimeter.telemetry.kernels import CATEGORIES  # noqa: E402
 from calorimeter.telemetry.reasons import REASON_NAMES  # noqa: E402
 
@@ -273,11 +275,10 @@ def finite(values: pd.Series | np.ndarray) -> np.ndarray:
 
 def save(fig: plt.Figure, out_png: Path | str, out_pdf: Path | str | None = None, dpi: int = 130) -> None:
     """Save deterministically (no dates or software versions in the files) and close the figure."""
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=dpi, metadata={"Software": None})
+    write_atomic(Path(out_png), lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None}))
     if out_pdf is not None:
-        fig.savefig(out_pdf, metadata={"CreationDate": None, "Producer": None, "Creator": None})
+        write_atomic(Path(out_pdf), lambda tmp: fig.savefig(tmp, format="pdf", metadata={
+            "CreationDate": None, "Producer": None, "Creator": None}))
     plt.close(fig)
 
 

@@ -7,8 +7,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from calorimeter.analysis.placement import layout_id, policy_comparison
 from calorimeter.figures.common import FigureResult, Tables, empty_axes_message, hardware_label, note
-from calorimeter.placement.compare import layout_id, policy_comparison
 
 NAME = "placement"
 TABLES = ("runs", "gpus")

@@ -1,9 +1,9 @@
 """Projection to scale: a calibrated, validated model of time, power and energy for cells that cannot be run.
 
-Modules, each with one job:
+It prices the cell's workload (:mod:`calorimeter.plan.work`: what one rank of each pipeline stage does per
+iteration, FLOPs, elements, messages, analytical; the plan's placement uses the same model). Modules, each with one
+job:
 
-* :mod:`~calorimeter.projection.workload`: what one rank of each pipeline stage does per iteration (FLOPs,
-  elements, messages), analytical;
 * :mod:`~calorimeter.projection.measured`: the measured cells (sweeps' aggregated tables);
 * :mod:`~calorimeter.projection.compute`: compute time per kernel category and host gaps, fitted on kernel traces;
 * :mod:`~calorimeter.projection.collectives`: one collective call's time from measured curves, inter-node links from

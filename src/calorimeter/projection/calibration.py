@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from calorimeter.collectives.table import CURVE_COLUMNS, read_collective_points
 from calorimeter.plan.hardware import get_profile
-from calorimeter.projection.collectives import CURVE_COLUMNS, trace_points
+from calorimeter.plan.work import COLLECTIVES, workload
+from calorimeter.projection.collectives import trace_points
 from calorimeter.projection.compute import COMPUTE_CATEGORIES, ComputeRates, fit_compute
-from calorimeter.projection.measured import MeasuredSet
+from calorimeter.projection.measured import MeasuredSet, load_measured
 from calorimeter.projection.power import PowerModel, fit_power
-from calorimeter.projection.workload import COLLECTIVES, workload
+from calorimeter.records.atomic import write_atomic
 from calorimeter.records.paths import SweepPaths
 from calorimeter.telemetry.kernels import COMM_CATEGORIES
 
@@ -33,7 +35,7 @@ class Calibration:
     Attributes:
         hardware: profile name (``h200``).
         compute: per-category compute rates.
-        curves: collective curve points (columns :data:`~calorimeter.projection.collectives.CURVE_COLUMNS`).
+        curves: collective curve points (columns :data:`~calorimeter.collectives.table.CURVE_COLUMNS`).
         power: power model, or None when no cell had telemetry.
         cells: the cells fitted on.
         excluded: cell id -> why it was not used for fitting.
@@ -65,7 +67,8 @@ class Calibration:
 
     def save(self, path: str | Path) -> None:
         """Write as JSON."""
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1, default=float) + "\n")
+        text = json.dumps(self.to_dict(), indent=1, default=float) + "\n"
+        write_atomic(Path(path), lambda tmp: tmp.write_text(text))
 
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
@@ -161,8 +164,6 @@ def calibrate_all(sources: list[str], collectives: list[str] | None = None,
     Raises:
         ValueError: no hardware has a usable cell.
     """
-    from calorimeter.projection.measured import load_measured
-
     ms = load_measured(list(sources))
     points = collective_points(collectives or [])
     out = {}
@@ -180,8 +181,6 @@ def calibrate_all(sources: list[str], collectives: list[str] | None = None,
 
 def collective_points(sources: list[str]) -> pd.DataFrame:
     """Curve points of every ``collectives`` cell under the given sweep folders (with a ``hardware`` column)."""
-    from calorimeter.collectives.table import read_collective_points
-
     frames = [read_collective_points(s) for s in sources]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*CURVE_COLUMNS, "hardware"])

@@ -1,7 +1,7 @@
 """Compute time per kernel category, calibrated on the profiled steps' kernel times (``kernels.parquet``).
 
 For each kernel category the summed kernel time of one rank in one iteration is modelled as a non-negative
-combination of that rank's work counts (:data:`~calorimeter.projection.workload.FEATURES`):
+combination of that rank's work counts (:data:`~calorimeter.plan.work.FEATURES`):
 
 * ``gemm_attention``: seconds per dense FLOP, per executed attention FLOP, plus a ZeRO-3 contention term (dense
   FLOPs of cells whose parameter gathers run next to the GEMMs);
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from calorimeter.projection.workload import FEATURES, StageWork
+from calorimeter.plan.work import FEATURES, StageWork
 
 #: the compute kernel categories (telemetry/kernels.py) and the work counts each depends on
 CATEGORY_FEATURES: dict[str, tuple[str, ...]] = {

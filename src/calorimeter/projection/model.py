@@ -13,11 +13,12 @@ from typing import Any
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.work import COLLECTIVES, workload
 from calorimeter.projection.calibration import Calibration
 from calorimeter.projection.collectives import CollectiveCurves, Network
 from calorimeter.projection.compute import COMPUTE_CATEGORIES
 from calorimeter.projection.schedule import pipeline_time, stage_time
-from calorimeter.projection.workload import COLLECTIVES, workload
+from calorimeter.records.metrics import energy_metrics, throughput_metrics
 
 SOURCE = "projected"
 #: metrics that get an error band (relative half-width from the validation)
@@ -95,12 +96,9 @@ class Projector:
             other = sum(v for k, v in st.compute_s.items() if k != "gemm_attention")
             comm = sum(v for k, v in st.comm_busy_s.items() if k != "send_recv" or cell.pp == 1)
             total += gpus_per_stage * self.cal.power.power_w(gemm / t, other / t, comm / t)
-        avg = total / cell.world_size
         energy = total * t
-        tokens = cell.global_batch * cell.seq_len
-        return {"power_avg_w": avg, "power_total_avg_w": total, "energy_per_iteration_j": energy,
-                "energy_per_token_j": energy / tokens,
-                "efficiency": (cell.global_batch / t) / (energy / 1e6) if energy > 0 else math.nan}
+        return {"power_avg_w": total / cell.world_size, "power_total_avg_w": total, "energy_per_iteration_j": energy,
+                **energy_metrics(energy, cell.global_batch, cell.seq_len, cell.global_batch / t)}
 
     def _provenance(self, cell: Cell, comm_sources: set[str]) -> dict[str, Any]:
         cal = self.cal
@@ -126,8 +124,6 @@ class Projector:
 
 def _throughput(cell: Cell, t: float, peak_tflops: float | None) -> dict[str, float]:
     """The runs table's throughput columns for an iteration time (records/metrics.py, plan/flops.py conventions)."""
-    from calorimeter.records.metrics import throughput_metrics
-
     m = throughput_metrics(cell, [t], peak_tflops)
     return {k: m[k] for k in ("samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
                               "model_tflops_per_gpu", "mfu_full", "mfu_causal", "hfu")}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from calorimeter.projection.workload import COLLECTIVES, CommOp
+from calorimeter.plan.work import COLLECTIVES, CommOp
 
 
 @dataclass

@@ -11,6 +11,7 @@ from calorimeter.plan.cell import Cell
 from calorimeter.plan.plan import Plan
 from calorimeter.projection.calibration import Calibration
 from calorimeter.projection.model import Projector
+from calorimeter.records.atomic import write_atomic, write_parquet_atomic
 
 #: the default calibration sources: the committed H200 measurements (sweep folders with tables/)
 DEFAULT_CALIBRATION: tuple[str, ...] = (
@@ -60,5 +61,5 @@ def write_projection(df: pd.DataFrame, out: str | Path) -> None:
     """Parquet plus a CSV next to it (list-valued columns as strings)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_parquet(out, index=False)
-    df.to_csv(out.with_suffix(".csv"), index=False)
+    write_parquet_atomic(out, df)
+    write_atomic(out.with_suffix(".csv"), lambda tmp: df.to_csv(tmp, index=False))

@@ -17,10 +17,11 @@ import numpy as np
 import pandas as pd
 
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.work import workload
 from calorimeter.projection.calibration import calibrate
 from calorimeter.projection.measured import HOST_BOUND_BUSY_FRAC, MeasuredSet, load_measured
 from calorimeter.projection.model import Projector
-from calorimeter.projection.workload import workload
+from calorimeter.records.atomic import write_atomic, write_parquet_atomic
 
 #: metrics compared, measured column = predicted column
 METRICS: tuple[str, ...] = ("iteration_time_s", "energy_per_token_j", "power_avg_w", "tokens_per_s_per_gpu", "mfu_full")
@@ -189,5 +190,5 @@ def write_validation(table: pd.DataFrame, out: str | Path) -> None:
     """Parquet plus a CSV next to it."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    table.to_parquet(out, index=False)
-    table.to_csv(out.with_suffix(".csv"), index=False)
+    write_parquet_atomic(out, table)
+    write_atomic(out.with_suffix(".csv"), lambda tmp: table.to_csv(tmp, index=False))

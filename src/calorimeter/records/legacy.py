@@ -7,7 +7,8 @@
   is ``energy_millijoule``; reason names follow pynvml (``hw_power_brake`` is ``hw_power_brake_slowdown``);
 * ``run.json`` metrics: ``mfu`` was Megatron's convention (full attention) and is ``mfu_full``; ``mfu_causal`` is
   derived for records that lack it;
-* plan estimates: ``model_flops_per_iter`` is ``model_flops_per_iteration``.
+* plan estimates: ``model_flops_per_iter`` is ``model_flops_per_iteration``;
+* runs tables from before repetitions have no ``config_id``: each cell is its own configuration (:func:`config_ids`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import copy
 from typing import Any
 
 import pandas as pd
+
+from calorimeter.plan.flops import iteration_flops
+from calorimeter.plan.models import get_model, padded_vocab_size
 
 #: old sample column -> new one
 SAMPLE_RENAMES: dict[str, str] = {
@@ -47,9 +51,6 @@ def upgrade_samples(df: pd.DataFrame) -> pd.DataFrame:
 
 def _causal_ratio(record: dict[str, Any]) -> float | None:
     """model FLOPs with causal attention / with full attention, for a record's cell (None if not computable)."""
-    from calorimeter.plan.flops import iteration_flops
-    from calorimeter.plan.models import get_model, padded_vocab_size
-
     cell = record.get("cell") or {}
     try:
         m = get_model(cell["model"])
@@ -92,3 +93,12 @@ def upgrade_plan_cell(cell: dict[str, Any]) -> dict[str, Any]:
         if old in out:
             out.setdefault(new, out.pop(old))
     return out
+
+
+def config_ids(runs: pd.DataFrame) -> pd.Series:
+    """Each row's configuration: ``config_id`` where the table has it, else the cell id (records from before
+    repetitions: one repetition each)."""
+    cid = runs["cell_id"].astype(str)
+    if "config_id" not in runs.columns:
+        return cid
+    return runs["config_id"].where(runs["config_id"].notna() & (runs["config_id"].astype(str) != ""), cid).astype(str)

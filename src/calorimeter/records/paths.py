@@ -34,6 +34,8 @@ TELEMETRY_PARQUET = "telemetry.parquet"
 HOST_TELEMETRY_PARQUET = "host_telemetry.parquet"
 TELEMETRY_JSON = "telemetry.json"
 KERNELS_PARQUET = "kernels.parquet"
+#: what a cell's telemetry gave the hosts' thermal profiles (derived from its tables by rule ``thermal_profile``)
+THERMAL_PROFILE_JSON = "thermal-profile.json"
 #: the files of a cell's record (what is kept of a measurement; the rest is rebuilt or evidence)
 RECORD_FILES = (RUN_JSON, STEPS_PARQUET, TELEMETRY_PARQUET, HOST_TELEMETRY_PARQUET, TELEMETRY_JSON, KERNELS_PARQUET)
 #: the tables of a sweep (and of each cell), in their order
@@ -93,6 +95,7 @@ class CellPaths:
     host_telemetry = _file(HOST_TELEMETRY_PARQUET, "Host samples of every node.")
     telemetry_json = _file(TELEMETRY_JSON, "Sampler metadata per node.")
     kernels = _file(KERNELS_PARQUET, "Kernel breakdown of the traced ranks.")
+    thermal_profile = _file(THERMAL_PROFILE_JSON, "The host profiles derived from this cell, or why none.")
     attempts = _file("attempts", "Every attempt, one folder each.")
     latest = _file("latest", "Link to the newest attempt.")
 

@@ -16,6 +16,8 @@ from calorimeter.records.paths import (
     CellPaths,
     RunPaths,
 )
+from calorimeter.telemetry.convert import convert_node
+from calorimeter.telemetry.kernels import breakdown_traces
 
 
 def _hostnames(rank_results: list[dict[str, Any]]) -> dict[int, str]:
@@ -37,8 +39,6 @@ def collect_telemetry(run: RunPaths, dest: CellPaths, rank_results: list[dict[st
     Returns:
         Names of the files written into ``dest``.
     """
-    from calorimeter.telemetry.convert import convert_node
-
     written: list[str] = []
     hosts = _hostnames(rank_results)
     gpu_frames, host_frames, meta = [], [], {}
@@ -67,8 +67,6 @@ def collect_telemetry(run: RunPaths, dest: CellPaths, rank_results: list[dict[st
     traces = sorted(run.traces.glob("rank-*.json*"),
                     key=lambda p: int(p.name.split("-")[1].split(".")[0]))
     if traces:
-        from calorimeter.telemetry.kernels import breakdown_traces
-
         kern = breakdown_traces(traces)
         stage = {int(r["rank"]): r.get("stage") for r in rank_results}
         if "rank" in kern:
