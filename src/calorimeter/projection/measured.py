@@ -1,8 +1,10 @@
 """The measured cells a projection is calibrated on or validated against, read from sweeps' aggregated tables.
 
 A source is a sweep folder holding ``tables/runs.parquet`` (and ``kernels.parquet``, ``gpus.parquet``), as written
-by ``snakemake figures``/``snakemake`` (``results/<sweep>/``) or shipped under ``results/reference/``. Only cells
-that ran (status ``ok``) with a measured iteration time are used; each kept or dropped cell says why.
+by ``snakemake figures``/``snakemake`` (``results/<sweep>/``) or shipped under ``results/reference/``, or a folder
+of engine-benchmark calls (:mod:`~calorimeter.projection.engine_speed`). Only cells that ran (status ``ok``) with a
+measured iteration time are used; each kept or dropped cell says why. Every cell carries its engine fingerprint
+(:mod:`~calorimeter.projection.fingerprint`: columns ``fingerprint``, its fields, ``recorded_at``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import pandas as pd
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.models import CATALOGUE
+from calorimeter.projection.engine_speed import is_engine_speed_set, load_engine_speed
+from calorimeter.projection.fingerprint import UNRECORDED, fingerprint_of, matches, read_fingerprints
 from calorimeter.records.paths import SweepPaths
 
 #: a cell whose GPUs are busy for less than this share of the iteration is host-bound: its kernel times say little
@@ -91,6 +95,25 @@ def _wide_kernels(long: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([totals, sums, counts], axis=1).reset_index()
 
 
+def canonical_fingerprints(runs: pd.DataFrame) -> pd.DataFrame:
+    """Cells whose records leave some engine fields unrecorded (the engine benchmark's lines: no package versions, no
+    power limit) join the one fully recorded fingerprint of their GPU type they match; with none or several such
+    fingerprints they keep their own."""
+    if "fingerprint" not in runs or runs.empty:
+        return runs
+    firsts = runs.drop_duplicates(["hardware", "fingerprint"])
+    fps = {(row["hardware"], row["fingerprint"]): fingerprint_of(row) for _, row in firsts.iterrows()}
+    complete = {k: f for k, f in fps.items() if UNRECORDED not in f.engine.values()}
+    runs = runs.copy()
+    for (hw, k), f in fps.items():
+        if (hw, k) in complete or not f.kernels_recorded:
+            continue
+        cands = [c for (h, c), g in complete.items() if h == hw and matches(f, g)]
+        if len(cands) == 1:
+            runs.loc[(runs.hardware == hw) & (runs.fingerprint == k), "fingerprint"] = cands[0]
+    return runs
+
+
 def load_measured(sources: list[str | Path]) -> MeasuredSet:
     """Read the tables of every source sweep folder; keep the usable cells.
 
@@ -100,10 +123,17 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
     runs, kernels, gpus, dropped = [], [], [], {}
     for src in sources:
         sweep = SweepPaths(Path(src))
+        if not sweep.table("runs").is_file() and is_engine_speed_set(src):
+            r, k, d = load_engine_speed(src)
+            runs.append(r)
+            kernels.append(_wide_kernels(k))
+            dropped.update(d)
+            continue
         if not sweep.table("runs").is_file():
             raise FileNotFoundError(f"{src}: no tables/runs.parquet (build it with `snakemake figures`)")
         r = pd.read_parquet(sweep.table("runs"))
         r["source"] = str(src)
+        r = r.merge(read_fingerprints(src, list(r["cell_id"])), on="cell_id", how="left")
         runs.append(r)
         if sweep.table("kernels").is_file():
             kernels.append(_wide_kernels(pd.read_parquet(sweep.table("kernels"))))
@@ -126,6 +156,7 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
     kern = kern[kern.cell_id.isin(set(run.cell_id))].reset_index(drop=True)
     busy = kern.groupby("cell_id")["busy_s"].mean()
     run["busy_frac"] = run["cell_id"].map(busy) / run["iteration_time_s"]
+    run = canonical_fingerprints(run)
     gpu = pd.concat(gpus, ignore_index=True) if gpus else pd.DataFrame(columns=["cell_id"])
     gpu = gpu[gpu.cell_id.isin(set(run.cell_id))].reset_index(drop=True)
     return MeasuredSet(run, kern, gpu, dropped)
