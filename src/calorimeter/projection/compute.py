@@ -24,7 +24,7 @@ from calorimeter.projection.workload import FEATURES, StageWork
 
 #: the compute kernel categories (telemetry/kernels.py) and the work counts each depends on
 CATEGORY_FEATURES: dict[str, tuple[str, ...]] = {
-    "gemm_attention": ("dense_flops", "attention_flops", "z3_flops"),
+    "gemm_attention": ("dense_flops", "attention_flops", "z3_flops", "layer_passes"),
     "memory_elementwise": ("act_elems", "head_elems", "z3_elems", "optim_elems", "moe_elems"),
     "normalization": ("act_elems",),
     "other": ("act_elems", "moe_elems"),
@@ -34,7 +34,7 @@ COMPUTE_CATEGORIES: tuple[str, ...] = tuple(CATEGORY_FEATURES)
 #: expert pass, per ZeRO-3 gather/reduce-scatter call (DeepSpeed's per-module hooks), per tensor-parallel collective,
 #: and per tensor-parallel collective fused into its GEMM by each overlap mechanism (its workspace lookups, streams,
 #: barriers and copies are host work; measured: symm_mem on small shards doubles the idle time)
-HOST_FEATURES: tuple[str, ...] = ("iteration", "layer_passes", "expert_passes")
+HOST_FEATURES: tuple[str, ...] = ("iteration", "layer_passes", "expert_passes", "z3_calls", "tp_calls")
 #: host launch time of an iteration (the host-bound regime: the GPU waits for the host, so the iteration lasts as long
 #: as the host takes to issue it): per iteration, per layer pass, per ZeRO-3 gather/reduce-scatter call (DeepSpeed's
 #: per-module hooks), per tensor-parallel collective, and per tensor-parallel collective fused into its GEMM by each
@@ -64,7 +64,8 @@ class ComputeRates:
 
     def host_gap_s(self, stage: StageWork) -> tuple[float, float]:
         """(seconds per iteration spread over the micro-batches, seconds once per iteration) of host gaps."""
-        spread = sum(self.host.get(f, 0.0) * stage.features.get(f, 0.0) for f in HOST_FEATURES[1:])
+        feats = host_features(stage)
+        spread = sum(self.host.get(f, 0.0) * feats[f] for f in HOST_FEATURES[1:])
         return spread, self.host.get("iteration", 0.0)
 
     def launch_s(self, stage: StageWork, tp_overlap: str = "none") -> float:
@@ -130,7 +131,8 @@ def _nnls_rel(x: np.ndarray, y: np.ndarray, w: np.ndarray, unbiased: bool = Fals
 
 
 def fit_host_gaps(rows: list[tuple[str, StageWork, float]]) -> dict[str, float]:
-    """Seconds of host gap per iteration, per layer pass and per local-expert pass of GPU-bound cells.
+    """Seconds of host gap per iteration, layer pass, local-expert pass, ZeRO-3 and TP collective call of
+    GPU-bound cells.
 
     Args:
         rows: per GPU-bound calibration cell without pipeline (cell id, its stage work, measured iteration time
@@ -139,7 +141,7 @@ def fit_host_gaps(rows: list[tuple[str, StageWork, float]]) -> dict[str, float]:
     """
     if not rows:
         return dict.fromkeys(HOST_FEATURES, 0.0)
-    x = np.array([[1.0] + [st.features.get(f, 0.0) for f in HOST_FEATURES[1:]] for _, st, _ in rows])
+    x = np.array([[host_features(st)[f] for f in HOST_FEATURES] for _, st, _ in rows])
     y = np.array([max(gap, 0.0) for _, _, gap in rows])
     beta = _nnls_rel(x, y, np.ones(len(rows)))
     return {f: float(b) for f, b in zip(HOST_FEATURES, beta, strict=True)}

@@ -23,6 +23,9 @@ from calorimeter.records.paths import SweepPaths
 #: a cell whose GPUs are busy for less than this share of the iteration is host-bound: its kernel times say little
 #: about the GPU, so it calibrates nothing (it is still predicted and validated)
 HOST_BOUND_BUSY_FRAC = 0.80
+#: a traced rank busy for longer than this share of the measured iteration was not traced over one iteration of the
+#: measured steps (the record's trace and metrics disagree): it calibrates nothing
+MAX_BUSY_FRAC = 1.02
 
 
 @dataclass
@@ -57,7 +60,8 @@ class MeasuredSet:
         """Cells whose kernels calibrate compute and communication: traced and not host-bound."""
         out = []
         for _, r in self.runs.iterrows():
-            if r["cell_id"] in set(self.kernels.cell_id) and r.get("busy_frac", 0.0) >= HOST_BOUND_BUSY_FRAC:
+            if (r["cell_id"] in set(self.kernels.cell_id)
+                    and HOST_BOUND_BUSY_FRAC <= r.get("busy_frac", 0.0) <= MAX_BUSY_FRAC):
                 out.append(r["cell_id"])
         return out
 
