@@ -20,11 +20,11 @@ from calorimeter.projection.measured import load_measured
 from calorimeter.projection.model import Projector
 from calorimeter.projection.power import fit_power
 from calorimeter.projection.schedule import pipeline_time, stage_time
-from calorimeter.projection.sweep import DEFAULT_CALIBRATION, DEFAULT_FOLDS
+from calorimeter.projection.sweep import SCALE_FOLDS
 from calorimeter.projection.validation import Fold, error_band, summarize, validate_fold
 from calorimeter.projection.workload import CommOp, group_nodes, workload
 
-REF = [str(ROOT / p) for p in DEFAULT_CALIBRATION]
+REF = [str(ROOT / p) for p in (*SCALE_FOLDS[0]["train"], *SCALE_FOLDS[0]["test"])]  # the 2026-11-21 H200 sets
 TP4 = "llama3-8b_h200-1x4_tp4-pp1-dp1-sp_z1_rc-none_ov-off_mb1-gb8-s8192"
 PP4 = "llama3-8b_h200-1x4_tp1-pp4-dp1_z1_rc-none_ov-off_mb1-gb8-s8192"
 Z3 = "llama3-8b_h200-1x8_tp1-pp1-dp8_z3_rc-none_ov-on_mb1-gb8-s8192"
@@ -269,7 +269,7 @@ def test_projection_reproduces_its_own_calibration_cells(measured, calibration) 
 
 
 def test_validation_holds_out_the_test_cells() -> None:
-    fold = Fold.from_dict(DEFAULT_FOLDS[0])
+    fold = Fold.from_dict(SCALE_FOLDS[0])
     fold = Fold(fold.name, tuple(str(ROOT / p) for p in fold.train), tuple(str(ROOT / p) for p in fold.test))
     table = validate_fold(fold)
     assert len(table) == 7 and set(table["fold"]) == {fold.name}
@@ -302,7 +302,7 @@ def test_snakemake_projection_target(tmp_path) -> None:
     assert len(proj) == 7 and set(proj["source"]) == {"projected"}
     assert not (out / "tables").exists()  # projected rows never enter the measured tables
     summary = json.loads((out / "projection" / "validation.json").read_text())
-    assert set(summary) == {f["name"] for f in DEFAULT_FOLDS}
+    assert set(summary) == {f["name"] for f in SCALE_FOLDS}
     cal = json.loads((out / "projection" / "calibration.json").read_text())["h200"]
     assert cal["error_band"]["iteration_time_s"] > 0
     for fig in ("projection", "projection_validation"):

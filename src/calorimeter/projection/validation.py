@@ -183,7 +183,7 @@ def newest_fingerprints(ms: MeasuredSet) -> dict[str, str]:
 
 
 def loco(ms: MeasuredSet, fingerprints: dict[str, str] | None = None, collectives: pd.DataFrame | None = None,
-         min_configs: int = 3) -> pd.DataFrame:
+         min_configs: int = 3, coverage: float = COVERAGE) -> pd.DataFrame:
     """Leave-one-configuration-out over the cells of every (GPU type, fingerprint) with at least ``min_configs``
     configurations (``fingerprints``: only these, GPU type -> key), then the cross-fingerprint predictions.
 
@@ -228,7 +228,7 @@ def loco(ms: MeasuredSet, fingerprints: dict[str, str] | None = None, collective
                                         relation=rel))
     frames = [f for f in frames if not f.empty]
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return add_bands(table) if len(table) else table
+    return add_bands(table, coverage) if len(table) else table
 
 
 def add_bands(table: pd.DataFrame, coverage: float = COVERAGE) -> pd.DataFrame:
@@ -355,6 +355,26 @@ def error_band(table: pd.DataFrame, quantile: float = COVERAGE) -> dict[str, flo
         if len(e):
             band[m] = float(np.quantile(e, quantile))
     return band
+
+
+def apply_validation(cals: dict[str, Calibration], table: pd.DataFrame, coverage: float = COVERAGE) -> None:
+    """Store the validation's findings in the calibrations (in place): each one's error band (the ``coverage``
+    quantile of its own held-out absolute errors), the coverage stated and measured on held-out cells, and its
+    cross-fingerprint error (the same quantile of its errors on other fingerprints' and GPU types' cells)."""
+    if table.empty:
+        return
+    for key, cal in cals.items():
+        hw, fp = key.split("/", 1)
+        own = table[(table["relation"] == "match") & (table["hardware"] == hw) & (table["fingerprint"] == fp)]
+        cal.error_band = error_band(own, coverage)
+        cal.coverage = {"stated": coverage}
+        for m in METRICS:
+            cov = own[f"{m}_covered"].dropna() if f"{m}_covered" in own else pd.Series(dtype=bool)
+            if len(cov):
+                cal.coverage[m] = float(cov.astype(bool).mean())
+        cross = table[(table["relation"] != "match") & (table["calibration"] == key)]
+        cal.cross_fingerprint_error = {m: float(np.quantile(e, coverage)) for m in METRICS
+                                       if len(e := cross[f"{m}_rel_error"].abs().dropna())}
 
 
 def write_validation(table: pd.DataFrame, out: str | Path) -> None:
