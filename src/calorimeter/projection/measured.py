@@ -158,6 +158,8 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
     run = run.loc[keep].drop_duplicates("cell_id", keep="last").reset_index(drop=True)
     kern = pd.concat(kernels, ignore_index=True) if kernels else _wide_kernels(pd.DataFrame())
     kern = kern[kern.cell_id.isin(set(run.cell_id))].reset_index(drop=True)
+    cats = [c for c in kern.columns if c.endswith(("_sum_s", "_count"))]
+    kern[cats] = kern[cats].fillna(0.0)  # a category a source never traced took no time there
     busy = kern.groupby("cell_id")["busy_s"].mean()
     run["busy_frac"] = run["cell_id"].map(busy) / run["iteration_time_s"]
     run = canonical_fingerprints(run)
