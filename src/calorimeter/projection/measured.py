@@ -125,26 +125,33 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
         FileNotFoundError: a source has no ``tables/runs.parquet``.
     """
     runs, kernels, gpus, dropped = [], [], [], {}
+    seen: set[str] = set()
     for src in sources:
         sweep = SweepPaths(Path(src))
         if not sweep.table("runs").is_file() and is_engine_speed_set(src):
             r, k, d = load_engine_speed(src)
-            runs.append(r)
-            kernels.append(_wide_kernels(k))
+            k, g = _wide_kernels(k), pd.DataFrame(columns=["cell_id"])
             dropped.update(d)
-            continue
-        if not sweep.table("runs").is_file():
+        elif not sweep.table("runs").is_file():
             raise FileNotFoundError(f"{src}: no tables/runs.parquet (build it with `snakemake figures`)")
-        r = pd.read_parquet(sweep.table("runs"))
-        r["source"] = str(src)
-        r = r.merge(read_fingerprints(src, list(r["cell_id"])), on="cell_id", how="left")
+        else:
+            r = pd.read_parquet(sweep.table("runs"))
+            r["source"] = str(src)
+            r = r.merge(read_fingerprints(src, list(r["cell_id"])), on="cell_id", how="left")
+            k = (_wide_kernels(pd.read_parquet(sweep.table("kernels"))) if sweep.table("kernels").is_file()
+                 else _wide_kernels(pd.DataFrame()))
+            g = pd.read_parquet(sweep.table("gpus")) if sweep.table("gpus").is_file() else pd.DataFrame(
+                columns=["cell_id"])
+            g = g[[c for c in ("cell_id", "rank", "stage", "power_avg_w", "sm_clock_avg_mhz") if c in g.columns]]
+        # the same cell measured again in another sweep (e.g. the TP-overlap set repeats findings cells) is another
+        # measurement: it keeps its configuration and gets its own id
+        again = {c: f"{c}@{Path(src).parent.name}" for c in set(r["cell_id"]) & seen}
+        if again:
+            r, k, g = (x.assign(cell_id=x["cell_id"].replace(again)) for x in (r, k, g))
+        seen |= set(r["cell_id"])
         runs.append(r)
-        if sweep.table("kernels").is_file():
-            kernels.append(_wide_kernels(pd.read_parquet(sweep.table("kernels"))))
-        if sweep.table("gpus").is_file():
-            g = pd.read_parquet(sweep.table("gpus"))
-            gpus.append(g[[c for c in ("cell_id", "rank", "stage", "power_avg_w", "sm_clock_avg_mhz")
-                           if c in g.columns]])
+        kernels.append(k)
+        gpus.append(g)
     run = pd.concat(runs, ignore_index=True) if runs else pd.DataFrame()
     keep = []
     for i, r in run.iterrows():
