@@ -25,9 +25,9 @@ from calorimeter.projection.workload import FEATURES, StageWork
 #: the compute kernel categories (telemetry/kernels.py) and the work counts each depends on
 CATEGORY_FEATURES: dict[str, tuple[str, ...]] = {
     "gemm_attention": ("dense_flops", "attention_flops", "z3_flops", "layer_passes"),
-    "memory_elementwise": ("act_elems", "head_elems", "z3_elems", "optim_elems", "moe_elems"),
-    "normalization": ("act_elems",),
-    "other": ("act_elems", "moe_elems"),
+    "memory_elementwise": ("act_elems", "head_elems", "z3_elems", "optim_elems", "moe_elems", "layer_passes"),
+    "normalization": ("act_elems", "layer_passes"),
+    "other": ("act_elems", "moe_elems", "layer_passes"),
 }
 COMPUTE_CATEGORIES: tuple[str, ...] = tuple(CATEGORY_FEATURES)
 #: host gaps (the GPU idle between kernels while the host launches them): per iteration, per layer pass, per local

@@ -143,12 +143,22 @@ def predict_cells(fold: str, cal: Calibration, train: MeasuredSet, test: Measure
             row[f"{m}_predicted"] = pred
             row[f"{m}_rel_error"] = pred / meas - 1.0 if meas and meas == meas else math.nan
         notes = coverage_notes(cell, train_cells)
+        mech = cell_tp_overlap(cell, r.get("tp_overlap"))
+        if mech != "none" and not _host_bound_with(train, cal.cells, mech):
+            notes.append(f"no host-bound cell with TP overlap {mech} calibrates its host launch cost")
         busy = row["busy_frac"]
         if busy == busy and busy < HOST_BOUND_BUSY_FRAC:
             notes.insert(0, f"host-bound: GPU kernels busy {busy:.0%} of the measured iteration")
         row["notes"] = "; ".join(notes)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _host_bound_with(train: MeasuredSet, cells: list[str], mech: str) -> bool:
+    """Whether a host-bound training cell ran this TP overlap mechanism."""
+    runs = train.runs[train.runs.cell_id.isin(set(cells)) & (train.runs["busy_frac"] < HOST_BOUND_BUSY_FRAC)]
+    recorded = runs["tp_overlap"] if "tp_overlap" in runs else [None] * len(runs)
+    return any(cell_tp_overlap(train.cell(c), t) == mech for c, t in zip(runs.cell_id, recorded, strict=True))
 
 
 def _merge(sets: list[MeasuredSet]) -> MeasuredSet:
