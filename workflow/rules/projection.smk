@@ -99,7 +99,7 @@ rule projection_figures:
     input:
         validation=f"{RESULTS}/{{sweep}}/projection/validation.parquet",
         projected=f"{RESULTS}/{{sweep}}/projection/projected.parquet",
-        measured=[f"{s}/tables/runs.parquet" for s in PROJ_CALIBRATION],
+        measured=[f"{s}/tables/runs.parquet" for s in PROJ_CALIBRATION if not glob.glob(f"{s}/*/engine_speed.jsonl")],
     output:
         validation=report(f"{RESULTS}/{{sweep}}/figures/projection_validation.png",
                           caption="../report/projection.rst", category="Projection"),

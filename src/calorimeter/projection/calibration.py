@@ -140,15 +140,18 @@ def measured_shares(k: pd.Series, iteration_s: float, pipeline: bool) -> dict[st
 
 
 #: the calibration range checked for every projected cell (beyond it the row is flagged ``extrapolated``)
-RANGE_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "world_size", "seq_len", "micro_batch", "model_params")
+RANGE_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "world_size", "seq_len", "micro_batch", "model_params",
+                               "experts")
 
 
 def range_values(cell: Cell) -> dict[str, float]:
-    """The values of :data:`RANGE_KEYS` of one cell (``model_params``: the model's parameter count)."""
+    """The values of :data:`RANGE_KEYS` of one cell (``model_params``: the model's parameter count; ``experts``:
+    its experts per MoE layer, 0 for a dense model)."""
     m = get_model(cell.model)
     return {"tp": cell.tp, "pp": cell.pp, "dp": cell.dp, "ep": cell.ep, "world_size": cell.world_size,
             "seq_len": cell.seq_len, "micro_batch": cell.micro_batch,
-            "model_params": float(parameter_count(m, padded_vocab_size(m, cell.tp)))}
+            "model_params": float(parameter_count(m, padded_vocab_size(m, cell.tp))),
+            "experts": m.num_experts if m.is_moe else 0}
 
 
 def cell_tp_overlap(cell: Cell, recorded: object) -> str:
