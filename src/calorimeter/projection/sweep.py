@@ -1,4 +1,4 @@
-"""Project every planned cell of a sweep (the ``projection`` workflow target and ``calorimeter project``).
+"""Project every planned cell of a sweep (the ``projection`` workflow target).
 
 Each cell is projected with the newest calibration of its GPU type whose engine fingerprint matches the engine
 projected for (``projection.engine``; default: the newest engine recorded for that GPU type); without one, the
