@@ -108,3 +108,11 @@ def test_leave_one_configuration_out_holds_out_every_repetition_and_checks_cover
     g = next(iter(s["groups"].values()))
     assert g["folds"] == 5 and set(g["per_fold"]) == set(match["fold"])
     assert 0 <= g["tokens_per_s_per_gpu"]["coverage"] <= 1 and "mean_signed" in g["energy_per_token_j"]
+
+
+def test_coverage_is_met_within_the_sampling_allowance() -> None:
+    from calorimeter.projection.validation import coverage_met
+
+    assert coverage_met(0.87, 38) and not coverage_met(0.80, 38)  # allowance 8 points at 38 cells
+    assert coverage_met(0.80, 5) and not coverage_met(0.60, 5)
+    assert coverage_met(float("nan"), 0)

@@ -75,6 +75,9 @@ def cell_from_row(row: dict) -> Cell:
         clean[k] = v
     split = clean.get("pp_split")
     clean["pp_split"] = [int(n) for n in split] if split is not None and len(split) else None
+    applied = str(clean.get("placement_split") or "")
+    if clean["pp_split"] is None and "/" in applied:  # the split a placement policy chose in the job (17/15)
+        clean["pp_split"] = [int(n) for n in applied.split("/")]
     for k in ("nodes", "gpus_per_node", "tp", "pp", "ep", "cp", "zero_stage", "micro_batch", "global_batch",
               "seq_len", "recompute_layers"):
         if k in clean and clean[k] is not None:
