@@ -307,7 +307,7 @@ def test_snakemake_projection_target(tmp_path) -> None:
     assert all(g["folds"] >= 5 and 0 < g["tokens_per_s_per_gpu"]["coverage"] <= 1 for g in groups.values())
     cals = {c["key"]: c for c in json.loads((out / "projection" / "calibration.json").read_text())["calibrations"]}
     used = cals[proj["calibration"].iloc[0]]
-    assert used["hardware"] == "h200" and used["fingerprint"]["attention"] == "cudnn" and used["records"]
+    assert used["hardware"] == "h200" and used["fingerprint"]["attention"] == "auto" and used["records"]
     assert used["error_band"]["tokens_per_s_per_gpu"] > 0 and used["coverage"]["stated"] == 0.9
     assert proj["extrapolated"].all()  # 8-GPU cells: the current engine is measured on 1-2 GPUs
     assert f"calibration {used['key']} [match]" in r.stderr  # the console names the calibration used

@@ -35,16 +35,19 @@ def cals(ms):
 
 def test_fingerprint_reads_the_engine_and_resolves_default_attention() -> None:
     run = {"engine": {"kernels": {"attention": "default", "fused": "liger"},
-                      "kernel_choice": {"attention_probe": {"pytorch_default": "cudnn"}},
+                      "kernel_choice": {"attention_requested": "default",
+                                        "attention_probe": {"pytorch_default": "cudnn"}},
                       "overlap": {"tp_comm_overlap": "symm_mem"}},
            "provenance": {"packages": {"torch": "2.11.0", "deepspeed": "0.19.8", "megatron-core": "0.16.1"},
                           "ranks": [{"device": "NVIDIA H200"}]}}
     fp = from_record(run, 700.0)
     assert (fp.attention, fp.fused, fp.tp_overlap, fp.power_limit_w) == ("cudnn", "liger", "symm_mem", "700")
     assert fp.key.startswith("cudnn-liger-")
+    auto = {**run, "engine": {**run["engine"], "kernel_choice": {"attention_requested": "auto"}}}
+    assert from_record(auto, 700.0).attention == "auto"  # chosen per shape by the engine: one fingerprint
     old = from_record({"provenance": run["provenance"]}, 700.0)  # 2026-11-21: no engine block
     assert not old.kernels_recorded and not matches(fp, old)
-    partial = Fingerprint(attention="cudnn", fused="liger", torch="2.11.0")  # the benchmark's lines
+    partial = Fingerprint(attention="cudnn", fused="liger", torch="2.11.0")  # versions unrecorded
     assert matches(fp, partial) and not matches(fp, Fingerprint(attention="cudnn", fused="eager"))
 
 
@@ -55,7 +58,7 @@ def test_one_calibration_per_gpu_type_and_fingerprint_naming_its_records(ms, cal
     now = cals[f"h200/{fps['h200']}"]
     # the benchmark lines (no versions recorded) joined the placement records' fingerprint
     assert {H200_NOW, BENCH} <= set(now.records) and H200_OLD not in now.records
-    assert now.fingerprint["attention"] == "cudnn" and now.recorded_at.startswith("2026112")
+    assert now.fingerprint["attention"] == "auto" and now.recorded_at.startswith("2026112")
     assert "symm_mem" in now.tp_hidden and 0 < now.tp_hidden["symm_mem"] < 1
     assert any(not Fingerprint.from_dict(c.fingerprint).kernels_recorded for c in cals.values())  # the old engine
 

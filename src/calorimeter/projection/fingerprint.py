@@ -5,8 +5,10 @@ Read from the cell's ``run.json`` (``engine`` and ``provenance``) and its teleme
 * ``gpu``: the device name of rank 0 (``NVIDIA H200``);
 * ``power_limit_w``: the GPUs' power limit as the node sampler read it (median), rounded to a watt;
 * ``torch``, ``deepspeed``, ``megatron_core``: the package versions the ranks ran;
-* ``attention``: the attention kernel that ran (``engine.kernels.attention``; ``default`` resolved to the backend
-  PyTorch's default picked, ``engine.kernel_choice.attention_probe.pytorch_default``);
+* ``attention``: ``auto`` where the engine chose the attention kernel per shape (``attention: auto``, the default:
+  it times the backends at the cell's shape, so one engine build runs cuDNN at one sequence and another backend at
+  the next: a policy, one fingerprint), else the kernel that ran (``engine.kernels.attention``; ``default`` resolved
+  to the backend PyTorch's default picked, ``engine.kernel_choice.attention_probe.pytorch_default``);
 * ``fused``: the fused elementwise kernels (``liger``, ``compile``, ``eager``);
 * ``tp_overlap``: the tensor-parallel overlap mechanism of the cell (``symm_mem``, ``ring``, ``none``, ``n/a``
   without tensor parallelism). It is a property of the cell, not of the engine build: a calibration lists the
@@ -94,6 +96,8 @@ def _attention(engine: dict[str, Any]) -> str:
     att = (engine.get("kernels") or {}).get("attention")
     if not att:
         return UNRECORDED
+    if (engine.get("kernel_choice") or {}).get("attention_requested") == "auto":
+        return "auto"  # the engine times the backends per shape and picks one: a policy, not one kernel
     if att == "default":
         probe = (engine.get("kernel_choice") or {}).get("attention_probe") or {}
         return str(probe.get("pytorch_default") or "default")
