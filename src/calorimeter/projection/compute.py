@@ -37,10 +37,11 @@ COMPUTE_CATEGORIES: tuple[str, ...] = tuple(CATEGORY_FEATURES)
 HOST_FEATURES: tuple[str, ...] = ("iteration", "layer_passes", "expert_passes", "z3_calls", "tp_calls")
 #: host launch time of an iteration (the host-bound regime: the GPU waits for the host, so the iteration lasts as long
 #: as the host takes to issue it): per iteration, per layer pass, per ZeRO-3 gather/reduce-scatter call (DeepSpeed's
-#: per-module hooks), per tensor-parallel collective, and per tensor-parallel collective fused into its GEMM by each
-#: overlap mechanism (workspace lookups, two streams, barriers and copies are host work: symm_mem on small shards
-#: doubles the GPU's idle time)
-LAUNCH_FEATURES: tuple[str, ...] = ("iteration", "layer_passes", "z3_calls", "tp_calls", "tp_ring_calls",
+#: per-module hooks), per tensor-parallel collective, per tensor-parallel collective fused into its GEMM by an overlap
+#: mechanism (ring or symm_mem: workspace lookups, two streams, barriers and copies are host work; symm_mem on small
+#: shards doubles the GPU's idle time), and the extra of symm_mem over the ring (pooled: one mechanism's cells inform
+#: the other's, and the extra stays 0 where only one was measured)
+LAUNCH_FEATURES: tuple[str, ...] = ("iteration", "layer_passes", "z3_calls", "tp_calls", "tp_fused_calls",
                                     "tp_symm_mem_calls")
 #: the tensor-parallel overlap mechanisms the host-gap and schedule models know
 TP_OVERLAP_MECHANISMS: tuple[str, ...] = ("ring", "symm_mem")
@@ -102,7 +103,7 @@ def host_features(stage: StageWork, tp_overlap: str = "none") -> dict[str, float
     tp = sum(op.calls for op in stage.comm if op.role == "tp")
     return {"iteration": 1.0, "layer_passes": stage.features.get("layer_passes", 0.0),
             "expert_passes": stage.features.get("expert_passes", 0.0), "z3_calls": z3, "tp_calls": tp,
-            "tp_ring_calls": tp if tp_overlap == "ring" else 0.0,
+            "tp_fused_calls": tp if tp_overlap in TP_OVERLAP_MECHANISMS else 0.0,
             "tp_symm_mem_calls": tp if tp_overlap == "symm_mem" else 0.0}
 
 
