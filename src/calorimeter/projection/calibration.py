@@ -203,11 +203,12 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
         mech = cell_tp_overlap(cell, r.get("tp_overlap"))
         ranks = ms.kernels[ms.kernels.cell_id == cid]
         shares_by_stage = {}
-        if cell.pp == 1 and len(ranks):
-            busy = float(ranks["busy_s"].max())
+        if len(ranks):
+            busiest = ranks.loc[ranks["busy_s"].idxmax()]
+            busy = float(busiest["busy_s"])
             if cid in usable:
-                host_rows.append((cid, w.stages[0], t_iter - busy))
-            elif busy < HOST_BOUND_BUSY_FRAC * t_iter:
+                host_rows.append((cid, w.stages[int(busiest["stage"])], t_iter - busy))
+            elif busy < HOST_BOUND_BUSY_FRAC * t_iter and cell.pp == 1:
                 launch_rows.append((cid, w.stages[0], t_iter, mech))
         for _, k in ranks.iterrows():
             st = w.stages[int(k["stage"])]

@@ -34,7 +34,10 @@ COMPUTE_CATEGORIES: tuple[str, ...] = tuple(CATEGORY_FEATURES)
 #: expert pass, per ZeRO-3 gather/reduce-scatter call (DeepSpeed's per-module hooks), per tensor-parallel collective,
 #: and per tensor-parallel collective fused into its GEMM by each overlap mechanism (its workspace lookups, streams,
 #: barriers and copies are host work; measured: symm_mem on small shards doubles the idle time)
-HOST_FEATURES: tuple[str, ...] = ("iteration", "layer_passes", "expert_passes", "z3_calls", "tp_calls")
+HOST_FEATURES: tuple[str, ...] = ("single_stage", "pipeline", "layer_passes", "expert_passes", "z3_calls",
+                                  "tp_calls")
+#: the host-gap features paid once per iteration (the others are spread over the micro-batches)
+HOST_ONCE: tuple[str, ...] = ("single_stage", "pipeline")
 #: host launch time of an iteration (the host-bound regime: the GPU waits for the host, so the iteration lasts as long
 #: as the host takes to issue it): per iteration, per layer pass, per ZeRO-3 gather/reduce-scatter call (DeepSpeed's
 #: per-module hooks), per tensor-parallel collective, per tensor-parallel collective fused into its GEMM by an overlap
@@ -66,8 +69,8 @@ class ComputeRates:
     def host_gap_s(self, stage: StageWork) -> tuple[float, float]:
         """(seconds per iteration spread over the micro-batches, seconds once per iteration) of host gaps."""
         feats = host_features(stage)
-        spread = sum(self.host.get(f, 0.0) * feats[f] for f in HOST_FEATURES[1:])
-        return spread, self.host.get("iteration", 0.0)
+        spread = sum(self.host.get(f, 0.0) * feats[f] for f in HOST_FEATURES if f not in HOST_ONCE)
+        return spread, sum(self.host.get(f, 0.0) * feats[f] for f in HOST_ONCE)
 
     def launch_s(self, stage: StageWork, tp_overlap: str = "none") -> float:
         """Seconds the host needs to issue one iteration of a stage's rank (0 when never calibrated).
@@ -96,12 +99,15 @@ class ComputeRates:
 
 
 def host_features(stage: StageWork, tp_overlap: str = "none") -> dict[str, float]:
-    """The host-gap work counts of one rank of a stage: layer and expert passes from the workload, collective calls
-    from its messages (ZeRO-3 module hooks; tensor-parallel collectives, split by the overlap mechanism that fuses
-    them into the GEMMs)."""
+    """The host-gap work counts of one rank of a stage: once per iteration (``single_stage`` without pipeline,
+    ``pipeline`` with: DeepSpeed's pipeline engine steps differently), layer and expert passes from the workload,
+    collective calls from its messages (ZeRO-3 module hooks; tensor-parallel collectives, split by the overlap
+    mechanism that fuses them into the GEMMs)."""
     z3 = sum(op.calls for op in stage.comm if op.role == "zero3")
     tp = sum(op.calls for op in stage.comm if op.role == "tp")
-    return {"iteration": 1.0, "layer_passes": stage.features.get("layer_passes", 0.0),
+    pipeline = any(op.role == "pp" for op in stage.comm)
+    return {"iteration": 1.0, "single_stage": 0.0 if pipeline else 1.0, "pipeline": 1.0 if pipeline else 0.0,
+            "layer_passes": stage.features.get("layer_passes", 0.0),
             "expert_passes": stage.features.get("expert_passes", 0.0), "z3_calls": z3, "tp_calls": tp,
             "tp_fused_calls": tp if tp_overlap in TP_OVERLAP_MECHANISMS else 0.0,
             "tp_symm_mem_calls": tp if tp_overlap == "symm_mem" else 0.0}
@@ -132,13 +138,13 @@ def _nnls_rel(x: np.ndarray, y: np.ndarray, w: np.ndarray, unbiased: bool = Fals
 
 
 def fit_host_gaps(rows: list[tuple[str, StageWork, float]]) -> dict[str, float]:
-    """Seconds of host gap per iteration, layer pass, local-expert pass, ZeRO-3 and TP collective call of
-    GPU-bound cells.
+    """Seconds of host gap per iteration (with and without pipeline), layer pass, local-expert pass, ZeRO-3 and TP
+    collective call of GPU-bound cells.
 
     Args:
-        rows: per GPU-bound calibration cell without pipeline (cell id, its stage work, measured iteration time
-            minus the busiest traced rank's kernel-busy time). Pipeline cells are left out: their ranks' NCCL
-            kernels spin while waiting for other stages, so their busy time is not GPU work.
+        rows: per GPU-bound calibration cell (cell id, the busiest traced rank's stage work, measured iteration time
+            minus that rank's kernel-busy time). In pipeline cells the NCCL kernels spin while waiting for the other
+            stage, so the busiest rank's busy time holds the pipeline bubble and what is left is host gap.
     """
     if not rows:
         return dict.fromkeys(HOST_FEATURES, 0.0)
