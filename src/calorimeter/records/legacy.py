@@ -92,3 +92,23 @@ def upgrade_plan_cell(cell: dict[str, Any]) -> dict[str, Any]:
         if old in out:
             out.setdefault(new, out.pop(old))
     return out
+
+
+#: runs/configs table columns added since tables were first shipped, with the value every older table implied
+#: (before the ``kind`` column every cell trained; before ``placement`` every cell used the default rank order)
+RUNS_DEFAULTS: dict[str, str] = {"kind": "train", "placement": "default", "pp_split": ""}
+
+
+def upgrade_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """A runs or configs table with today's parameter columns: a column an older table lacks (or a row that has
+    no value in it) gets the value the older code implied, so that tables of different ages compare the same
+    configurations (any build order of sweeps that name each other under ``compare:`` gives the same findings)."""
+    if df is None or df.empty or "model" not in df.columns:
+        return df
+    out = df.copy()
+    for col, default in RUNS_DEFAULTS.items():
+        if col not in out.columns:
+            out[col] = default
+        else:
+            out[col] = out[col].astype(object).where(out[col].notna(), default)
+    return out

@@ -1,0 +1,50 @@
+"""Committed tables of different ages give the same findings in any rebuild order (issue 24: rebuilding the H200
+findings sweep alone flipped two verdicts, because the committed H100 table predates the ``kind`` column)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import ROOT
+
+from calorimeter.analysis.cell import PARAM_KEYS
+from calorimeter.analysis.tables import read_tables
+from calorimeter.findings import evaluate
+from calorimeter.records.legacy import RUNS_DEFAULTS, upgrade_runs
+
+SET = ROOT / "results" / "reference" / "findings-2026-11-23"
+CROSS_HARDWARE = ("h100_scale_out_wins_compute_bound", "h200_energy_per_token")
+
+
+def _findings(runs: pd.DataFrame, compare: pd.DataFrame) -> pd.DataFrame:
+    t = read_tables(SET / "h200x2-findings" / "tables", ("gpus", "kernels"))
+    t.update(runs=runs, compare=compare, compare_missing=pd.DataFrame({"sweep": []}))
+    return evaluate(t).set_index("finding")
+
+
+def test_findings_do_not_depend_on_which_sweep_was_rebuilt() -> None:
+    h200 = pd.read_parquet(SET / "h200x2-findings" / "tables" / "runs.parquet")
+    h100 = pd.read_parquet(SET / "h100x1-findings" / "tables" / "runs.parquet")
+    assert "kind" not in h100.columns  # the committed table that predates the column
+    rebuilt_h200 = h200.assign(kind="train")  # what today's code writes for the H200 sweep
+    as_committed = _findings(upgrade_runs(h200), upgrade_runs(h100))
+    h200_first = _findings(upgrade_runs(rebuilt_h200), upgrade_runs(h100))
+    pd.testing.assert_series_equal(as_committed["verdict"], h200_first["verdict"])
+    pd.testing.assert_series_equal(as_committed["value"], h200_first["value"])
+    for fid in CROSS_HARDWARE:  # the two rows that flipped to "cannot say"
+        assert as_committed.loc[fid, "verdict"] != "cannot say", as_committed.loc[fid, "missing"]
+    # without the upgrade, the mixed-age tables never match a configuration across hardware: the bug this guards
+    raw = _findings(rebuilt_h200, h100)
+    assert all(raw.loc[fid, "verdict"] == "cannot say" for fid in CROSS_HARDWARE)
+
+
+@pytest.mark.parametrize("table", sorted((ROOT / "results" / "reference").glob("**/tables/runs.parquet")),
+                         ids=lambda p: str(p.relative_to(ROOT / "results" / "reference").parent.parent))
+def test_every_committed_runs_table_reads_with_todays_parameters(table: Path) -> None:
+    runs = read_tables(table.parent, ("runs", "configs"))
+    for name, df in runs.items():
+        assert set(RUNS_DEFAULTS) <= set(df.columns), name
+        assert df[list(RUNS_DEFAULTS)].notna().all().all(), name
+    assert set(PARAM_KEYS) - set(runs["runs"].columns) == set()
