@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from calorimeter.findings.catalog import FINDINGS, Evidence, Finding, Tables
-from calorimeter.findings.stats import CANNOT_SAY, Estimate, direction, verdict
+from calorimeter.findings.stats import CANNOT_SAY, Claim, Estimate, direction, verdict
 
 #: the study's setting, for the ``setting`` column (shared notes, paper-findings.md section 2)
 STUDY_SETTING = ("study: GPT3-175B, Llama3-70B, Mixtral-8x7B/8x22B on 32 H200 (4 nodes x 8) and 64 H100, GBS 128, "
@@ -77,7 +77,7 @@ def evaluate_one(f: Finding, tables: Tables, setting: str = "") -> dict[str, obj
     except Exception as e:  # a broken check must not hide the other findings; it says why
         ev = Evidence(missing=f"check failed: {type(e).__name__}: {e}")
     est = ev.estimate
-    v, why = verdict(est, f.sign, f.threshold, f.tolerance)
+    v, why = verdict(est, Claim(f.sign, f.threshold, f.tolerance))
     why += magnitude_note(f, est)
     return {
         "finding": f.id, "claim": f.claim, "study_value": f.study_value, "provenance": f.provenance,
