@@ -33,11 +33,13 @@ def test_findings_do_not_depend_on_which_sweep_was_rebuilt() -> None:
     h200_first = _findings(upgrade_runs(rebuilt_h200), upgrade_runs(h100))
     pd.testing.assert_series_equal(as_committed["verdict"], h200_first["verdict"])
     pd.testing.assert_series_equal(as_committed["value"], h200_first["value"])
-    for fid in CROSS_HARDWARE:  # the two rows that flipped to "cannot say"
-        assert as_committed.loc[fid, "verdict"] != "cannot say", as_committed.loc[fid, "missing"]
+    for fid in CROSS_HARDWARE:  # the two rows that flipped to "cannot say": both hardware types matched
+        assert as_committed.loc[fid, "value"] == pytest.approx(h200_first.loc[fid, "value"])
+        assert pd.notna(as_committed.loc[fid, "value"]), as_committed.loc[fid, "why"]
     # without the upgrade, the mixed-age tables never match a configuration across hardware: the bug this guards
     raw = _findings(rebuilt_h200, h100)
-    assert all(raw.loc[fid, "verdict"] == "cannot say" for fid in CROSS_HARDWARE)
+    assert all(pd.isna(raw.loc[fid, "value"]) and "no configuration measured on both" in raw.loc[fid, "why"]
+               for fid in CROSS_HARDWARE)
 
 
 @pytest.mark.parametrize("table", sorted((ROOT / "results" / "reference").glob("**/tables/runs.parquet")),
@@ -48,3 +50,11 @@ def test_every_committed_runs_table_reads_with_todays_parameters(table: Path) ->
         assert set(RUNS_DEFAULTS) <= set(df.columns), name
         assert df[list(RUNS_DEFAULTS)].notna().all().all(), name
     assert set(PARAM_KEYS) - set(runs["runs"].columns) == set()
+
+
+def test_an_old_table_without_kind_keeps_its_calibration_cell_apart() -> None:
+    old = pd.read_parquet(ROOT / "results/reference/h200x2-placement-2026-11-23/h200x2-placement/tables/runs.parquet")
+    assert "kind" not in old.columns
+    kinds = upgrade_runs(old).set_index("cell_id")["kind"]
+    assert kinds["thermal-calibration_h200-1x2"] == "thermal-calibration"
+    assert set(kinds.drop("thermal-calibration_h200-1x2")) == {"train"}

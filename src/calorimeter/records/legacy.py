@@ -102,10 +102,16 @@ RUNS_DEFAULTS: dict[str, str] = {"kind": "train", "placement": "default", "pp_sp
 def upgrade_runs(df: pd.DataFrame) -> pd.DataFrame:
     """A runs or configs table with today's parameter columns: a column an older table lacks (or a row that has
     no value in it) gets the value the older code implied, so that tables of different ages compare the same
-    configurations (any build order of sweeps that name each other under ``compare:`` gives the same findings)."""
+    configurations (any build order of sweeps that name each other under ``compare:`` gives the same findings).
+    A cell without a model (``-``) in a table older than the ``kind`` column has the kind its id starts with."""
     if df is None or df.empty or "model" not in df.columns:
         return df
     out = df.copy()
+    if "kind" not in out.columns or out["kind"].isna().any():
+        # a cell of another kind has no model ("-") and its kind leads its id (``thermal-calibration_h200-1x2``)
+        ids = out["cell_id"] if "cell_id" in out.columns else out.get("config_id", pd.Series("", index=out.index))
+        implied = ids.astype(str).str.split("_").str[0].where(out["model"].astype(str) == "-", "train")
+        out["kind"] = out["kind"].astype(object).where(out["kind"].notna(), implied) if "kind" in out else implied
     for col, default in RUNS_DEFAULTS.items():
         if col not in out.columns:
             out[col] = default
