@@ -10,8 +10,14 @@ import pytest
 from conftest import ROOT
 
 from calorimeter.cli import main
-from calorimeter.reproduce.compare import DIFFERS, NOT_COMPARABLE, REPRODUCED, compare, compare_metric, \
-    metrics_with_floors
+from calorimeter.reproduce.compare import (
+    DIFFERS,
+    NOT_COMPARABLE,
+    REPRODUCED,
+    compare,
+    compare_metric,
+    metrics_with_floors,
+)
 from calorimeter.reproduce.sources import load_source
 
 REF = ROOT / "results" / "reference"
