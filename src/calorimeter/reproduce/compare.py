@@ -240,8 +240,8 @@ def compare(reference: Source, reproduction: Source, metrics: tuple[Metric, ...]
             rows[-len(metrics):] = [{**r, "config_id": "", "reproduction_config_id": cfg.config_id}
                                     for r in rows[-len(metrics):]]
     cols = ["config_id", "reproduction_config_id", "model", "hardware", "parallel_label", "optimization_label",
-            "micro_batch", "placement", "metric", "label", "unit", "reference_mean", "reference_ci95_low",
-            "reference_ci95_high", "reference_n", "reproduction_mean", "reproduction_ci95_low", "reproduction_ci95_high", "reproduction_n",
+            "micro_batch", "placement", "metric", "label", "unit",
+            *(f"{side}_{k}" for side in ("reference", "reproduction") for k in ("mean", "ci95_low", "ci95_high", "n")),
             "difference", "difference_unit", "difference_ci95_low", "difference_ci95_high", "tolerance",
             "tolerance_from", "verdict", "reason", "interval_verdict", "interval_why"]
     return pd.DataFrame(rows).reindex(columns=cols)
