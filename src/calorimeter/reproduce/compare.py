@@ -218,9 +218,14 @@ def compare(reference: Source, reproduction: Source, metrics: tuple[Metric, ...]
                 add(cfg, None, not_comparable("missing cell: the reproduction has no such configuration"))
             continue
         if cfg.ok.empty or other.ok.empty:
-            side, c = ("reference", cfg) if cfg.ok.empty else ("reproduction", other)
-            st = ", ".join(sorted(set(c.rows["status"])))
-            add(cfg, other, not_comparable(f"missing cell: no ok repetition in the {side} (status {st})"))
+            st_ref, st_rep = (", ".join(sorted(set(c.rows["status"]))) for c in (cfg, other))
+            if not other.ok.empty:
+                why = f"the reference has no ok repetition (status {st_ref}): nothing to compare with"
+            elif cfg.ok.empty:
+                why = f"no ok repetition on either side (reference {st_ref}, reproduction {st_rep})"
+            else:  # the reference measured it and the reproduction did not: a missing cell
+                why = f"missing cell: no ok repetition in the reproduction (status {st_rep})"
+            add(cfg, other, not_comparable(why))
             continue
         g_ref, g_rep = _gpu_types(cfg.ok), _gpu_types(other.ok)
         if g_ref and g_rep and g_ref != g_rep:

@@ -71,7 +71,8 @@ def fingerprint_difference(reference: str, reproduction: str) -> str:
     return "; ".join(f"{k} {b.get(k)} vs {a.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
 
 
-def _runs_from_records(sweep: Path) -> pd.DataFrame:
+def runs_from_records(sweep: Path) -> pd.DataFrame:
+    """The runs rows of a sweep computed from its cell records alone (in memory; damaged files noted in data_notes)."""
     from calorimeter.analysis.damaged import readable_cell_tables
 
     rows = [readable_cell_tables(c)[0].runs for c in sorted((sweep / "cells").iterdir())
@@ -89,7 +90,7 @@ def load_source(folder: str | Path) -> Source:
             frames.append(pd.read_parquet(table))
             read.append(f"{sweep.name} (tables)")
         else:
-            frames.append(_runs_from_records(sweep))
+            frames.append(runs_from_records(sweep))
             read.append(f"{sweep.name} (records)")
         for run_json in sorted(sweep.glob(f"cells/*/{RUN_JSON}")):
             try:
