@@ -33,3 +33,23 @@ def test_committed_set_rebuilds_to_its_numbers(sweep: Path) -> None:
     assert (measured["difference"].abs() < 1e-9).all(), measured.loc[measured["difference"].abs().idxmax()]
     assert subprocess.run(["git", "status", "--porcelain", "--", str(sweep)], cwd=ROOT, capture_output=True,
                           text=True).stdout == before  # nothing written next to the committed records
+
+
+def test_rebuild_command_writes_outside_the_committed_files(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from calorimeter.cli import main
+    from calorimeter.reproduce.rebuild import copy_records, plan_rebuild
+
+    sets = sorted({s.parent for s in SWEEPS})
+    for ref in sets:
+        for st in plan_rebuild(ref, Path("results") / "rebuild" / ref.name):
+            assert st.command is not None or st.sweep == "default", st  # every sweep but the CPU default one
+            if st.command:
+                assert f"results_dir={Path('results') / 'rebuild' / ref.name}" in st.command
+    assert main(["rebuild", str(ROOT / "results/reference/findings-2026-11-23"), "-n"]) == 0
+    out = capsys.readouterr().out
+    assert "config/reference/h100x1-findings.yaml --config results_dir=results/rebuild/findings-2026-11-23" in out
+    copy_records(ROOT / "results/reference/findings-2026-11-23", tmp_path)
+    copied = tmp_path / "h100x1-findings"
+    assert (copied / "tables" / "runs.parquet").is_file() and not list(copied.glob("cells/*/cell_tables"))
+    with pytest.raises(FileExistsError, match="nothing is overwritten"):
+        copy_records(ROOT / "results/reference/findings-2026-11-23", tmp_path)

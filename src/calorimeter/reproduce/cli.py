@@ -69,3 +69,37 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    "configurations on purpose: the others are not reported as missing")
     c.add_argument("--all", action="store_true", help="print the not-comparable rows too")
     c.set_defaults(func=_compare)
+    add_rebuild(sub)
+
+
+def _rebuild(args: argparse.Namespace) -> int:
+    from calorimeter.reproduce.rebuild import copy_records, plan_rebuild, run_rebuild
+
+    ref = Path(args.reference)
+    out = Path(args.out) if args.out else Path("results") / "rebuild" / ref.name
+    try:
+        steps = plan_rebuild(ref, out, args.cores, args.report)
+        if args.dry_run:
+            for st in steps:
+                print(f"{st.sweep}: " + (" ".join(st.command[1:]) if st.command else "no config/reference file"))
+            return 0
+        copy_records(ref, out)
+    except (FileNotFoundError, FileExistsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rc = run_rebuild(steps)
+    print(f"rebuilt into {out} (the committed {ref} is untouched); check it with: calorimeter compare {ref} {out}")
+    return rc
+
+
+def add_rebuild(sub: argparse._SubParsersAction) -> None:
+    """Register ``rebuild``."""
+    r = sub.add_parser("rebuild", help="rebuild a committed reference set's tables, figures and findings in a scratch "
+                       "folder (results/rebuild/<set>), never next to the committed files")
+    r.add_argument("reference", help="a committed set (results/reference/<set>) or one of its sweeps")
+    r.add_argument("--out", help="the scratch results folder (default results/rebuild/<set>; must not hold the set's "
+                   "sweeps yet)")
+    r.add_argument("--cores", type=int, default=2)
+    r.add_argument("--report", action="store_true", help="also write <out>/<sweep>/report.html")
+    r.add_argument("--dry-run", "-n", action="store_true", help="print the snakemake commands; copy and run nothing")
+    r.set_defaults(func=_rebuild)
