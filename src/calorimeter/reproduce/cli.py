@@ -70,6 +70,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--all", action="store_true", help="print the not-comparable rows too")
     c.set_defaults(func=_compare)
     add_rebuild(sub)
+    add_export(sub)
 
 
 def _rebuild(args: argparse.Namespace) -> int:
@@ -103,3 +104,33 @@ def add_rebuild(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--report", action="store_true", help="also write <out>/<sweep>/report.html")
     r.add_argument("--dry-run", "-n", action="store_true", help="print the snakemake commands; copy and run nothing")
     r.set_defaults(func=_rebuild)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from calorimeter.reproduce.charllm import export_charllm
+
+    try:
+        exp = export_charllm(args.sweep, args.out, args.window, args.repeat)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    n = sum(len(v) for v in exp.runs.values())
+    print(f"exported {len(exp.runs)} cells ({n} run folders) to {args.out}/results; manifest "
+          f"{args.out}/calorimeter_manifest.json")
+    for cid, why in exp.skipped.items():
+        print(f"  not exported: {cid}: {why}")
+    return 0
+
+
+def add_export(sub: argparse._SubParsersAction) -> None:
+    """Register ``export``."""
+    e = sub.add_parser("export", help="write a sweep's records in another tool's layout (charllm-ppt: the MICRO'25 "
+                       "artifact's per-rank files, so its plotting scripts draw calorimeter measurements)")
+    e.add_argument("--format", required=True, choices=("charllm-ppt",))
+    e.add_argument("sweep", help="a sweep folder with cells/ (results/<sweep>)")
+    e.add_argument("out", help="the artifact's CharLLM-PPT folder to write (results/... and a manifest go there)")
+    e.add_argument("--window", choices=("last-step", "measured"), default="last-step",
+                   help="per rank: its last measured step (the artifact's one-iteration window; default) or every "
+                   "measured step")
+    e.add_argument("--repeat", type=int, default=0, help="which repetition to export (default 0)")
+    e.set_defaults(func=_export)
