@@ -24,7 +24,7 @@ TABLES = ("runs", "configs")
 def select(runs: pd.DataFrame) -> pd.DataFrame:
     """One cell per parallel configuration: the study's recompute-only variant (``act``) where the sweep has
     it, else ``base``, else the configuration's most common optimization; the smallest micro-batch."""
-    df = prefer(runs, "optimization_label", ["act", "base"])
+    df = prefer(runs, "optimization_label", ["act", "cc+act", "base", "cc"])
     return order_configs(smallest(df, "micro_batch"))
 
 

@@ -16,7 +16,7 @@ TABLES = ("runs", "configs")
 def select(runs: pd.DataFrame) -> pd.DataFrame:
     """Every micro-batch of every configuration, at one optimization per configuration (the study's ``act``
     where present, else ``base``, else the most common)."""
-    return order_configs(prefer(runs, "optimization_label", ["act", "base"]))
+    return order_configs(prefer(runs, "optimization_label", ["act", "cc+act", "base", "cc"]))
 
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:

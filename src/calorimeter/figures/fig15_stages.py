@@ -28,7 +28,7 @@ TABLES = ("runs", "kernels")
 
 def select(runs: pd.DataFrame, micro_batches: tuple[int, ...] = (1, 4)) -> pd.DataFrame:
     """Cells of the given micro-batches, one optimization per configuration (``act`` where present)."""
-    df = prefer(runs, "optimization_label", ["act", "base"])
+    df = prefer(runs, "optimization_label", ["act", "cc+act", "base", "cc"])
     return order_configs(df[df["micro_batch"].isin(micro_batches)])
 
 
@@ -52,7 +52,7 @@ def draw(tables: Tables, micro_batches: tuple[int, ...] = (1, 4),
         layout[mb] = rows
     width = max(7.0, 0.16 * max(n_bars.values(), default=1) + 3)
     fig, axes = plt.subplots(len(micro_batches), 1, figsize=(width + 1.6, 3.0 * len(micro_batches) + 0.8),
-                             squeeze=False)
+                             squeeze=False, sharey=True)  # the rows are compared: one kernel-time scale
     seen: set[str] = set()
     for ax, mb in zip(axes[:, 0], micro_batches, strict=True):
         ax.set_title(f"micro-batch {mb}", fontsize=8, loc="left")
@@ -101,7 +101,8 @@ def draw(tables: Tables, micro_batches: tuple[int, ...] = (1, 4),
         top.tick_params(length=0, pad=1)
         ax.set_xticks(ticks, tick_labels, fontsize=5 if len(ticks) > 40 else 6)
         ax.set_xlim(-1, max(x - 1, 1))
-        ax.set_ylabel("kernel time (s)", fontsize=8)
+        ax.set_ylabel("kernel time (s, shared)", fontsize=8)
+        ax.tick_params(labelleft=True)
     axes[-1, 0].set_xlabel("pipeline stage", fontsize=8)
     if seen:
         axes[0, 0].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)

@@ -38,7 +38,7 @@ ZERO_COLOR, NODATA_COLOR = "#ffffff", "#d9d9d9"
 
 def select(runs: pd.DataFrame) -> pd.DataFrame:
     """One cell per configuration: the baseline (``base``) where present, as the study; smallest micro-batch."""
-    df = prefer(runs, "optimization_label", ["base", "act"])
+    df = prefer(runs, "optimization_label", ["base", "cc", "act", "cc+act"])
     return order_configs(smallest(df, "micro_batch"))
 
 

@@ -31,6 +31,7 @@ from calorimeter.figures.common import (
     hardware_label,
     interval,
     note,
+    rep_points,
     status_band,
     status_missing,
 )
@@ -121,6 +122,7 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
         missing.append("efficiency (no energy measured)")
     handles: dict[str, object] = {}
     drawn: list[list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = [[], [], []]  # (avg, peak, avg yerr)
+    reps_drawn: list[list[np.ndarray]] = [[], [], []]  # repetitions drawn as points
     cut = False
     for c, model in enumerate(models):
         d = df[df["model"] == model]
@@ -137,6 +139,11 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
             drawn[r].append((a, p, err))
             if err is not None:  # repetitions: the average's 95% interval
                 ax.errorbar(x, a, yerr=err, fmt="none", ecolor=AVG_COLOR, capsize=2, lw=0.8, gid="avg_ci95")
+            for metric, color, marker in ((avg, AVG_COLOR, "o"), (pk, PEAK_COLOR, "s")):  # 2-3 repetitions: points
+                rx, ry = rep_points(d, metric, scale)
+                if rx.size:
+                    ax.plot(rx, ry, marker, mfc="none", mec=color, ms=3, mew=0.7, lw=0, gid=f"reps:{metric}")
+                    reps_drawn[r].append(ry)
             for s0, s1 in segments:  # lines are broken between configurations
                 (la,) = ax.plot(x[s0:s1], a[s0:s1], "o-", color=AVG_COLOR, ms=4, lw=1.2, gid="avg")
                 (lp,) = ax.plot(x[s0:s1], p[s0:s1], "s-", color=PEAK_COLOR, ms=4, lw=1.2, gid="peak")
@@ -152,12 +159,15 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
             eff_err = interval(d, efficiency)
             if eff_err is not None:
                 ax2.errorbar(x, eff, yerr=eff_err, fmt="none", ecolor=EFF_COLOR, capsize=2, lw=0.8, gid="eff_ci95")
+            ex, ey = rep_points(d, efficiency)
+            if ex.size:
+                ax2.plot(ex, ey, "x", color=EFF_COLOR, ms=3, mew=0.6, lw=0, alpha=0.6, gid=f"reps:{efficiency}")
             for s0, s1 in segments:
                 (le,) = ax2.plot(x[s0:s1], eff[s0:s1], "x-", color=EFF_COLOR, ms=5, lw=1.0, gid="efficiency")
             handles.setdefault(eff_label, le)
             ax2.tick_params(labelsize=6, colors=EFF_COLOR)
             if np.isfinite(eff).any():
-                lims = data_limits([eff, np.zeros(1)], [(eff, eff_err)], floor=0.0, margin=0.1)
+                lims = data_limits([eff, ey, np.zeros(1)], [(eff, eff_err)], floor=0.0, margin=0.1)
                 ax2.set_ylim(*(lims if lims is not None and lims[1] > 0 else (0.0, 1.0)))
                 cut |= cut_intervals(ax2.get_ylim(), [eff], [eff_err])
             if c == len(models) - 1:
@@ -184,8 +194,8 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
         bottom_ax.set_xlabel(xlabel, fontsize=7)
         bottom_ax.set_xlim(-0.6, max(m, 2) - 0.4)
     for r, (avg, _pk, _lab, _scale) in enumerate(PANELS):  # axes fit the points; long intervals are cut
-        lims = data_limits([v for a, p, _ in drawn[r] for v in (a, p)], [(a, e) for a, _, e in drawn[r]],
-                           floor=0.0 if "power" in avg else None)
+        points = [v for a, p, _ in drawn[r] for v in (a, p)] + reps_drawn[r]
+        lims = data_limits(points, [(a, e) for a, _, e in drawn[r]], floor=0.0 if "power" in avg else None)
         if lims is not None:
             axes[r][0].set_ylim(*lims)  # shared by the row's models
             cut |= cut_intervals(lims, [a for a, _, _ in drawn[r]], [e for _, _, e in drawn[r]])

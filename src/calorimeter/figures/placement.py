@@ -21,6 +21,15 @@ PANELS = (
 )
 
 
+def select(runs: pd.DataFrame) -> pd.DataFrame:
+    """The cells of every layout measured under more than one placement policy (what the figure compares)."""
+    if runs.empty or "placement" not in runs.columns:
+        return runs.iloc[0:0]
+    lay = runs["cell_id"].map(layout_id)
+    n = runs.groupby(lay)["placement"].transform(lambda p: p.fillna("default").nunique())
+    return runs[n > 1]
+
+
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew (``n_points`` = layout x policy bars)."""
     runs, gpus = tables["runs"], tables.get("gpus")

@@ -11,6 +11,8 @@ from calorimeter.figures.common import REASON_COLORS, FigureResult, Tables, empt
 from calorimeter.telemetry.reasons import CLOCK_EVENT_REASON_BITS
 
 NAME = "timeline"
+#: the cell is picked when drawing (the hottest measured): a caption written before cannot name it
+PICKED_AT_RENDER = True
 TABLES = ("runs", "timeseries", "steps")
 PHASE_COLORS = {"warmup": "#d9d9d9", "measured": "#ffffff", "profiled": "#e5d8f0"}
 
