@@ -116,3 +116,19 @@ def test_intervals_drawn_from_four_repetitions() -> None:
     df = df.assign(tokens_per_s_per_gpu_n=4)
     err = interval(df, "tokens_per_s_per_gpu")
     assert err is not None and np.isfinite(err).all() and (err.sum(axis=0) > 0).any()
+
+
+def test_heatmap_scales_keep_states_apart_and_average_like_cells() -> None:
+    """Temperature panels share one scale of at least 10 degC; the smallest NVLink volume is coloured, not white
+    like a measured zero or an unused GPU; the per-GPU average row averages the cells that use every GPU only."""
+    fig, _ = _draw("fig17_temperature", FINDINGS)
+    ims = [ax.get_images()[0] for ax in fig.axes if ax.get_images()]
+    lims = {im.norm.vmin for im in ims}, {im.norm.vmax for im in ims}
+    assert len(lims[0]) == len(lims[1]) == 1 and max(lims[1]) - min(lims[0]) >= 10
+    assert any("per-GPU avg. (6 widest cells)" in t.get_text() for ax in fig.axes for t in ax.get_yticklabels())
+    plt.close(fig)
+    fig, _ = _draw("fig05_links", REF / "h200x8-2026-11-21" / "h200x8-parallelism")
+    im = fig.axes[0].get_images()[0]
+    lowest = im.cmap(im.norm(np.nanmin(im.get_array())))
+    assert sum(lowest[:3]) < 2.8  # visibly coloured (white is 3.0)
+    plt.close(fig)

@@ -42,6 +42,8 @@ PANELS = (
     ("power_avg_w", "power_peak_w", "GPU power (W)", 1.0),
     ("sm_clock_avg_mhz", "sm_clock_peak_mhz", "SM clock (GHz)", 1e-3),
 )
+#: the narrowest temperature axis (degrees C): the sensor reads whole degrees
+MIN_TEMP_AXIS_C = 6.0
 #: inches per x point, and per model column for its axes' labels
 POINT_IN, COLUMN_IN = 0.3, 1.1
 
@@ -196,6 +198,9 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
     for r, (avg, _pk, _lab, _scale) in enumerate(PANELS):  # axes fit the points; long intervals are cut
         points = [v for a, p, _ in drawn[r] for v in (a, p)] + reps_drawn[r]
         lims = data_limits(points, [(a, e) for a, _, e in drawn[r]], floor=0.0 if "power" in avg else None)
+        if lims is not None and avg.endswith("_c") and lims[1] - lims[0] < MIN_TEMP_AXIS_C:
+            mid = (lims[0] + lims[1]) / 2  # whole-degree sensor steps must not look like a trend
+            lims = (mid - MIN_TEMP_AXIS_C / 2, mid + MIN_TEMP_AXIS_C / 2)
         if lims is not None:
             axes[r][0].set_ylim(*lims)  # shared by the row's models
             cut |= cut_intervals(lims, [a for a, _, _ in drawn[r]], [e for _, _, e in drawn[r]])
