@@ -66,3 +66,21 @@ def test_record_paths_are_relative_to_the_results_folder(tmp_path: Path) -> None
     cell = CellPaths(tmp_path / "results" / "sweep" / "cells" / "c1")
     rel = results_relative(cell.attempt("a").submitit, cell.root)
     assert rel == "sweep/cells/c1/attempts/a/submitit" and not Path(rel).is_absolute()
+
+
+def test_kernel_table_names_its_traces_relative_to_the_results_folder(tmp_path: Path) -> None:
+    import shutil
+
+    from calorimeter.records.paths import RunPaths
+    from calorimeter.records.telemetry import collect_telemetry
+
+    fixture = Path(__file__).parent / "fixtures" / "telemetry" / "h200x2-matmul-50ms"
+    cell = CellPaths(tmp_path / "results" / "sweep" / "cells" / "c1")
+    run = RunPaths(cell.attempt("a").root / "staging" / "restart0")
+    run.node(0).mkdir(parents=True)
+    for name in ("gpu-check.arrows", "sampler-check.json"):
+        shutil.copy(fixture / name, run.node(0) / name)
+    shutil.copytree(fixture / "traces", run.traces)
+    collect_telemetry(run, cell, [{"rank": 0, "local_rank": 0, "node": 0, "hostname": "h", "stage": 0}])
+    files = set(pd.read_parquet(cell.kernels)["file"])
+    assert files and all(f.startswith("sweep/cells/c1/attempts/a/staging/") for f in files), files
