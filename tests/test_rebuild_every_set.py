@@ -43,11 +43,14 @@ def test_rebuild_command_writes_outside_the_committed_files(tmp_path: Path, caps
     for ref in sets:
         for st in plan_rebuild(ref, Path("results") / "rebuild" / ref.name):
             assert st.command is not None or st.sweep == "default", st  # every sweep but the CPU default one
-            if st.command:
-                assert f"results_dir={Path('results') / 'rebuild' / ref.name}" in st.command
+            if st.command:  # run in the scratch folder, which is the results folder
+                i = st.command.index("--directory")
+                assert st.command[i + 1] == str(Path("results") / "rebuild" / ref.name)
+                assert "results_dir=." in st.command
     assert main(["rebuild", str(ROOT / "results/reference/findings-2026-11-23"), "-n"]) == 0
     out = capsys.readouterr().out
-    assert "config/reference/h100x1-findings.yaml --config results_dir=results/rebuild/findings-2026-11-23" in out
+    assert "--directory results/rebuild/findings-2026-11-23 --configfile" in out
+    assert "config/reference/h100x1-findings.yaml --config results_dir=." in out
     copy_records(ROOT / "results/reference/findings-2026-11-23", tmp_path)
     copied = tmp_path / "h100x1-findings"
     assert (copied / "tables" / "runs.parquet").is_file() and not list(copied.glob("cells/*/cell_tables"))

@@ -25,9 +25,7 @@ except ConfigError as e:
 config.clear()
 config.update(PLAN.config)
 
-# relative to the working directory: the rules, logs and the HTML report name no machine's absolute folders (a
-# results folder elsewhere reads as ../..; the train script hands the launcher an absolute cell folder)
-RESULTS = os.path.relpath(PLAN.results_dir)
+RESULTS = PLAN.results_dir
 logger.info(
     f"calorimeter: sweep {PLAN.sweep}: {len(PLAN.cells)} cells, {len(PLAN.runnable)} planned, "
     f"{len(PLAN.cells) - len(PLAN.runnable)} pruned (see {RESULTS}/{PLAN.sweep}/plan.json)"

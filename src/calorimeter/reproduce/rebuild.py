@@ -1,8 +1,10 @@
 """Rebuild a committed reference set without touching it: copy its records (run.json, Parquet, plan.json and the
 committed tables, which the cross-sweep comparisons read) to a scratch results folder outside the tracked files
 (``results/rebuild/<set>`` by default, ignored by git), then run ``snakemake figures`` there for each sweep, with the
-``config/reference`` file that names it. Tables of any age are read with today's columns, so the order of the sweeps
-does not change the findings (:func:`calorimeter.records.legacy.upgrade_runs`)."""
+``config/reference`` file that names it, with the scratch folder as Snakemake's working directory and results folder
+(so the HTML report names every file relative to the results folder, never a machine's absolute path). Tables of any
+age are read with today's columns, so the order of the sweeps does not change the findings
+(:func:`calorimeter.records.legacy.upgrade_runs`)."""
 
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ class Step:
     sweep: str
     config: Path | None
     command: list[str] | None
+    report: list[str] | None = None  # the HTML report, a second call once everything is built
 
 
 def plan_rebuild(reference: Path, out: Path, cores: int = 2, report: bool = False) -> list[Step]:
@@ -55,12 +58,12 @@ def plan_rebuild(reference: Path, out: Path, cores: int = 2, report: bool = Fals
     for sweep in sweep_folders(reference):
         cfg = configs.get(sweep.name)
         cmd = None
-        if cfg is not None:
-            cmd = [sys.executable, "-m", "snakemake", "figures", "--configfile", str(cfg.relative_to(root)),
-                   "--config", f"results_dir={out}", "--cores", str(cores)]
-            if report:
-                cmd += ["--report", str(out / sweep.name / "report.html")]
-        steps.append(Step(sweep.name, cfg, cmd))
+        if cfg is not None:  # run in the scratch folder: every path the report names is relative to it
+            cmd = [sys.executable, "-m", "snakemake", "figures", "--snakefile", str(root / "Snakefile"),
+                   "--directory", str(out), "--configfile", str(cfg), "--config", "results_dir=.",
+                   "--cores", str(cores)]
+        rep = [*cmd, "--report", str((out / sweep.name / "report.html").absolute())] if cmd and report else None
+        steps.append(Step(sweep.name, cfg, cmd, rep))
     return steps
 
 
@@ -84,8 +87,11 @@ def run_rebuild(steps: list[Step]) -> int:
         if st.command is None:
             print(f"{st.sweep}: no config/reference file names this sweep: not rebuilt")
             continue
-        print("$ " + " ".join(st.command[1:]), flush=True)
-        rc = subprocess.run(st.command, cwd=root).returncode
-        if rc:
-            return rc
+        for cmd in (st.command, st.report):
+            if cmd is None:
+                continue
+            print("$ " + " ".join(cmd[1:]), flush=True)
+            rc = subprocess.run(cmd, cwd=root).returncode
+            if rc:
+                return rc
     return 0
