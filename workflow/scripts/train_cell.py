@@ -18,8 +18,7 @@ try:
     # The validated sweep's launcher and telemetry settings, overridden by the profile's resources of this rule
     # (see calorimeter.launch.settings): built once for this launch.
     settings = launcher_settings(sm.config, dict(sm.resources.items()))
-    cell_dir = CellPaths(Path(sm.params.cell_dir).absolute())  # the workflow's paths are relative
-    run_cell(Cell.from_dict(sm.params.cell), settings, cell_dir, sm.params.estimates)
+    run_cell(Cell.from_dict(sm.params.cell), settings, CellPaths(Path(sm.params.cell_dir)), sm.params.estimates)
 except (ConfigError, CellConfigError) as e:  # bad settings: nothing was submitted; the message says which
     logging.error("train %s: not submitted: %s", sm.wildcards.cell, e)
     sys.exit(1)
