@@ -44,6 +44,7 @@ def test_labels_name_every_compared_knob() -> None:
     ticks = [t.get_text() for ax in fig.axes for t in ax.get_xticklabels() if t.get_text()]
     assert {"T1-P2", "T1-P2 pl-balanced", "T1-P2 pl-thermal"} <= set(ticks)
     assert any("placement" in t.get_text() for t in fig.texts)  # the "differs" note names the knob
+    assert any(d.startswith("llama3-8b placement:") for d in res.to_dict()["differs"])  # and the JSON does too
     plt.close(fig)
     fig, res = _draw("fig10_kernels", PLACEMENT)
     assert len(res.cells) == 9  # every policy and repetition, not the first cell of one merged group

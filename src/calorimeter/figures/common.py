@@ -43,16 +43,19 @@ AVG_COLOR, PEAK_COLOR, EFF_COLOR = "#1f77b4", "#d62728", "#2ca02c"
 
 @dataclass
 class FigureResult:
-    """What a figure drew: its name, number of x points (or rows), the cells drawn and what is missing."""
+    """What a figure drew: its name, number of x points (or rows), the cells drawn, what is missing and what the
+    compared cells do not hold fixed."""
 
     name: str
     n_points: int = 0
     cells: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    differs: list[str] = field(default_factory=list)  # what the compared cells do not hold fixed (the bottom note)
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
-        return {"name": self.name, "n_points": self.n_points, "cells": self.cells, "missing": self.missing}
+        return {"name": self.name, "n_points": self.n_points, "cells": self.cells, "missing": self.missing,
+                "differs": self.differs}
 
 
 def config_label(row: pd.Series | dict, short: bool = False) -> str:

@@ -31,6 +31,6 @@ def select(runs: pd.DataFrame) -> pd.DataFrame:
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
     df = select(collapse_repeats(tables))
-    fig, missing = draw_panels(df, None, "efficiency", "Samples/(s·MJ)", "Fig. 4: parallelism sweep",
+    fig, missing, diff = draw_panels(df, None, "efficiency", "Samples/(s·MJ)", "Fig. 4: parallelism sweep",
                                "parallelism configuration", knobs=())
-    return fig, FigureResult(NAME, len(df), drawn_cells(df), missing)
+    return fig, FigureResult(NAME, len(df), drawn_cells(df), missing, diff)

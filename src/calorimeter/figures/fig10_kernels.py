@@ -153,7 +153,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
                           "only (\"not in sweep\")")
     fig.suptitle(f"Fig. 10: kernel-time breakdown, without vs. with recomputation ({hardware_label(df)})",
                  fontsize=10)
-    res.missing = missing
-    bottom = note(fig, missing, differs(df, ("recompute", "overlap")))
+    res.missing, res.differs = missing, differs(df, ("recompute", "overlap"))
+    bottom = note(fig, missing, res.differs)
     fig.tight_layout(rect=(0, bottom, 1, 0.9))
     return fig, res

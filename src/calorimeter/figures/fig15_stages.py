@@ -108,6 +108,7 @@ def draw(tables: Tables, micro_batches: tuple[int, ...] = (1, 4),
         axes[0, 0].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     only = f"{df['model'].iloc[0]}, " if len(df) and df["model"].nunique() == 1 else ""
     fig.suptitle(f"Fig. 15: kernel time per pipeline stage ({only}{hardware_label(df)})", fontsize=10)
-    bottom = note(fig, res.missing, differs(df, ("micro_batch",)))
+    res.differs = differs(df, ("micro_batch",))
+    bottom = note(fig, res.missing, res.differs)
     fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig, res

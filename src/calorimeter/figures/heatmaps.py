@@ -232,7 +232,8 @@ def draw_heatmaps(runs: pd.DataFrame, gpus: pd.DataFrame, panels: list[tuple[str
     counts = rows.loc[rows["status"] != "ok", "status"].value_counts()
     res.missing += [f"{n} {s.replace('_', ' ')} (hatched rows)" for s, n in sorted(counts.items())]
     fig.suptitle(f"{title} ({hardware_label(rows)})", fontsize=10, x=0.01, ha="left")
-    bottom = note(fig, res.missing, differs(rows, ()))
+    res.differs = differs(rows, ())
+    bottom = note(fig, res.missing, res.differs)
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig, res
 

@@ -72,7 +72,7 @@ def unmatched(df: pd.DataFrame, knobs: tuple[str, ...]) -> list[str]:
 
 
 def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_label: str, title: str,
-                xlabel: str, knobs: tuple[str, ...] = ()) -> tuple[plt.Figure, list[str]]:
+                xlabel: str, knobs: tuple[str, ...] = ()) -> tuple[plt.Figure, list[str], list[str]]:
     """Draw the panels for ``df`` (already selected and ordered).
 
     Args:
@@ -87,7 +87,7 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
             a model's cells is named at the bottom of the figure.
 
     Returns:
-        The figure and the list of missing-data notes.
+        The figure, the list of missing-data notes and the "differs" notes (what the cells do not hold fixed).
     """
     n = len(df)
     if n == 0:
@@ -96,7 +96,7 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
             empty_axes_message(ax, "no cells")
         fig.suptitle(title, fontsize=10)
         note(fig, ["no cells selected"])
-        return fig, ["no cells selected"]
+        return fig, ["no cells selected"], []
     models = list(dict.fromkeys(df["model"]))
     counts = [int((df["model"] == m).sum()) for m in models]
     width = max(7.0, POINT_IN * n + COLUMN_IN * len(models) + 1.2)
@@ -208,6 +208,7 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
         missing.append(CUT_NOTE)
     fig.suptitle(f"{title} ({hardware_label(df)})", fontsize=10)
     legend_ax.legend(list(handles.values()), list(handles.keys()), loc="center", ncol=3, fontsize=7, frameon=False)
-    bottom = note(fig, missing, differs(df, knobs))
+    diff = differs(df, knobs)
+    bottom = note(fig, missing, diff)
     fig.get_layout_engine().set(rect=(0, bottom, 1, 1 - bottom))
-    return fig, missing
+    return fig, missing, diff

@@ -97,6 +97,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     fig.suptitle(f"Scale comparison: {' vs. '.join(map(str, sweeps))}\nbars: each system's highest-tokens/s "
                  "configuration (labelled, all three panels); dots: every measured configuration", fontsize=9)
     knobs = ("hardware", "world_size", "nodes", "gpus_per_node")  # what the systems differ in by design
-    bottom = note(fig, res.missing, differs(ok, knobs, within="_system"))  # e.g. micro-batches on one system only
+    res.differs = differs(ok, knobs, within="_system")  # e.g. micro-batches measured on one system only
+    bottom = note(fig, res.missing, res.differs)
     fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig, res
