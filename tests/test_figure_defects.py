@@ -93,6 +93,11 @@ def test_rows_that_are_compared_share_their_axis() -> None:
     mb1, mb4 = (ax for ax in fig.axes if ax.get_title(loc="left").startswith("micro-batch"))
     assert mb1.get_shared_y_axes().joined(mb1, mb4) and mb1.get_ylim() == mb4.get_ylim()
     plt.close(fig)
+    # two models: one column each, its own time axis (Mixtral's 0.1-0.4 s are not drawn on Llama's 3 s axis)
+    fig, _ = _draw("fig15_stages", REF / "h200x4-2026-11-21" / "h200x4-parallelism")
+    llama, mixtral = (ax for ax in fig.axes if ax.get_title() in ("llama3-8b", "mixtral-8x7b-4l"))
+    assert mixtral.get_ylim()[1] < 0.25 * llama.get_ylim()[1]
+    plt.close(fig)
 
 
 @pytest.mark.parametrize(("sweep", "names"), [(FINDINGS, list(FIGURES)), (PLACEMENT, ["placement", "fig10_kernels"])],
