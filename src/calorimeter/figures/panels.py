@@ -119,6 +119,9 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
     if no_tele.any():
         missing.append(f"{int(no_tele.sum())} ok cell{'s' if no_tele.sum() > 1 else ''} without GPU telemetry")
     missing += unmatched(df, knobs)
+    if variant is None:  # one configuration of a model: nothing to compare, said rather than left silent
+        one = [m for m in dict.fromkeys(df["model"]) if (df["model"] == m).sum() == 1]
+        missing += [f"{m}: one configuration only, no comparison" for m in one]
     eff_all = _series(df, efficiency)
     if ok_all.any() and not np.isfinite(eff_all[ok_all]).any():
         missing.append("efficiency (no energy measured)")

@@ -17,6 +17,7 @@ from calorimeter.figures.common import (
     drawn_cells,
     interval,
     note,
+    order_configs,
     rep_points,
 )
 
@@ -42,8 +43,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     their status, never dropped.
     """
     runs = collapse_repeats(tables)
-    df = runs.sort_values(["model", "world_size", "pp", "tp", "zero_stage", "recompute", "overlap",
-                              "micro_batch"], kind="stable").reset_index(drop=True)
+    df = order_configs(runs).reset_index(drop=True)  # the order of Fig. 4 (FSDP first, then deeper pipelines)
     have_mfu = df["mfu_full"].notna().any()
     lower_key, lower_label = ("mfu_full", "MFU, full attention (%)") if have_mfu else ("tflops_per_gpu",
                                                                                        "TFLOP/s per GPU")
