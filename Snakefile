@@ -27,6 +27,7 @@ include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/findings.smk"
 include: "workflow/rules/projection.smk"
+include: "workflow/rules/compare.smk"
 
 
 rule all:

@@ -10,7 +10,7 @@ from calorimeter.placement.apply import placement_record
 from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.kinds import get_kind
 from calorimeter.records.atomic import write_atomic, write_json_atomic
-from calorimeter.records.paths import CellPaths
+from calorimeter.records.paths import CellPaths, results_relative
 from calorimeter.records.record import TransientCellError, build_record, steps_frame, write_cell_record
 from calorimeter.telemetry.collect import collect_telemetry
 
@@ -33,7 +33,8 @@ def _evidence(outcome: LaunchOutcome) -> dict[str, Any]:
 def _record(cell: Cell, outcome: LaunchOutcome, estimates: dict[str, Any] | None) -> dict[str, Any]:
     launch = {"executor": outcome.executor, "job_id": outcome.job_id, "attempt": outcome.attempt.name,
               "launcher_error": outcome.launcher_error, "wall_time_s": outcome.wall_time_s,
-              "submitit_folder": str(outcome.attempt.submitit), "reattached": outcome.reattached,
+              "reattached": outcome.reattached,
+              "submitit_folder": results_relative(outcome.attempt.submitit, outcome.attempt.root.parents[1]),
               "requeues": len([e for e in outcome.requeues if e.get("requeued")])}
     record = build_record(cell, outcome.rank_results, launch, estimates, _evidence(outcome))
     placement = placement_record(outcome.rank_results)

@@ -102,3 +102,29 @@ def config_ids(runs: pd.DataFrame) -> pd.Series:
     if "config_id" not in runs.columns:
         return cid
     return runs["config_id"].where(runs["config_id"].notna() & (runs["config_id"].astype(str) != ""), cid).astype(str)
+
+
+#: runs/configs table columns added since tables were first shipped, with the value every older table implied
+#: (before the ``kind`` column every cell trained; before ``placement`` every cell used the default rank order)
+RUNS_DEFAULTS: dict[str, str] = {"kind": "train", "placement": "default", "pp_split": ""}
+
+
+def upgrade_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """A runs or configs table with today's parameter columns: a column an older table lacks (or a row that has
+    no value in it) gets the value the older code implied, so that tables of different ages compare the same
+    configurations (any build order of sweeps that name each other under ``compare:`` gives the same findings).
+    A cell without a model (``-``) in a table older than the ``kind`` column has the kind its id starts with."""
+    if df is None or df.empty or "model" not in df.columns:
+        return df
+    out = df.copy()
+    if "kind" not in out.columns or out["kind"].isna().any():
+        # a cell of another kind has no model ("-") and its kind leads its id (``thermal-calibration_h200-1x2``)
+        ids = out["cell_id"] if "cell_id" in out.columns else out.get("config_id", pd.Series("", index=out.index))
+        implied = ids.astype(str).str.split("_").str[0].where(out["model"].astype(str) == "-", "train")
+        out["kind"] = out["kind"].astype(object).where(out["kind"].notna(), implied) if "kind" in out else implied
+    for col, default in RUNS_DEFAULTS.items():
+        if col not in out.columns:
+            out[col] = default
+        else:
+            out[col] = out[col].astype(object).where(out[col].notna(), default)
+    return out

@@ -25,6 +25,7 @@ workflow's rules spell their files through the same object.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,12 @@ CONFIGS_TABLE = "configs"
 def _file(name: str, doc: str) -> property:
     """A file directly in the folder (``root / name``)."""
     return property(lambda self: self.root / name, doc=doc)
+
+
+def results_relative(path: str | Path, cell_root: str | Path) -> str:
+    """``path`` relative to the results folder of the cell ``<results_dir>/<sweep>/cells/<cell_id>``: what a record
+    stores, so that it names no machine's folders and still reads after the results are moved."""
+    return os.path.relpath(Path(path).absolute(), Path(cell_root).absolute().parents[2])
 
 
 @dataclass(frozen=True)

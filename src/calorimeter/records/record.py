@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import shutil
 from pathlib import Path
@@ -16,7 +17,7 @@ from calorimeter.records import job_states
 from calorimeter.records.atomic import write_atomic, write_json_atomic, write_parquet_atomic
 from calorimeter.records.metrics import step_times_s, throughput_metrics
 from calorimeter.records.paths import AttemptPaths, CellPaths
-from calorimeter.records.provenance import git_state, package_versions
+from calorimeter.records.provenance import PATCH_NAME, git_patch, git_state, package_versions
 from calorimeter.records.run_record import SCHEMA_VERSION
 
 RANK_KEYS = ("rank", "local_rank", "node", "hostname", "backend", "device", "device_info", "pid", "stage",
@@ -165,8 +166,30 @@ def write_cell_record(cell: CellPaths, attempt: AttemptPaths, record: dict[str, 
     Both files are also kept in the attempt folder, so a later rerun that replaces the top-level files never
     loses this measurement.
     """
+    _keep_patch(cell, attempt, record)
     write_parquet_atomic(attempt.steps, steps)
     write_json_atomic(attempt.run_json, record)
     write_atomic(cell.steps, lambda p: shutil.copyfile(attempt.steps, p))
     write_json_atomic(cell.run_json, record)
     return cell.run_json
+
+
+def _keep_patch(cell: CellPaths, attempt: AttemptPaths, record: dict[str, Any]) -> None:
+    """A record from a modified tree keeps the modification: ``source.patch`` (``git diff HEAD``) next to its
+    run.json in the cell and the attempt folder, named with its SHA-256 under ``provenance.git`` (so that commit +
+    patch give back the code that measured)."""
+    git = (record.get("provenance") or {}).get("git") or {}
+    if not git.get("dirty"):
+        (cell.root / PATCH_NAME).unlink(missing_ok=True)  # an earlier attempt's patch stays in its attempt folder
+        return
+    patch = git_patch()
+    if patch is None:
+        git["patch"] = None
+        git["patch_unavailable"] = "git diff HEAD failed"
+        return
+    data = patch.encode()
+    for folder in (attempt.root, cell.root):
+        write_atomic(folder / PATCH_NAME, lambda p, data=data: p.write_bytes(data))
+    git["patch"] = PATCH_NAME
+    git["patch_sha256"] = hashlib.sha256(data).hexdigest()
+    git["patch_bytes"] = len(data)

@@ -15,6 +15,7 @@ from calorimeter.records.paths import (
     TELEMETRY_PARQUET,
     CellPaths,
     RunPaths,
+    results_relative,
 )
 from calorimeter.telemetry.convert import convert_node
 from calorimeter.telemetry.kernels import breakdown_traces
@@ -68,6 +69,8 @@ def collect_telemetry(run: RunPaths, dest: CellPaths, rank_results: list[dict[st
                     key=lambda p: int(p.name.split("-")[1].split(".")[0]))
     if traces:
         kern = breakdown_traces(traces)
+        if "file" in kern:  # the trace's path relative to the results folder: no machine's folders in a record
+            kern["file"] = [results_relative(f, dest.root) for f in kern["file"]]
         stage = {int(r["rank"]): r.get("stage") for r in rank_results}
         if "rank" in kern:
             kern.insert(1, "stage", [stage.get(int(r)) for r in kern["rank"]])
