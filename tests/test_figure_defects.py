@@ -138,3 +138,13 @@ def test_heatmap_scales_keep_states_apart_and_average_like_cells() -> None:
     lowest = im.cmap(im.norm(np.nanmin(im.get_array())))
     assert sum(lowest[:3]) < 2.8  # visibly coloured (white is 3.0)
     plt.close(fig)
+
+
+def test_throughput_of_a_sweep_without_training_cells_draws_nothing_and_says_why(tmp_path: Path) -> None:
+    """A collectives sweep has no model groups: the throughput figure is empty (it raised KeyError: 0)."""
+    from calorimeter.records.legacy import upgrade_runs
+
+    t = _tables(REF / "h200x2-collectives-2026-11-23" / "h200x2-collectives")
+    t["runs"] = upgrade_runs(t["runs"])
+    res = render("throughput", {k: t[k] for k in FIGURES["throughput"].TABLES}, tmp_path / "t.png", tmp_path / "t.pdf")
+    assert res.n_points == 0 and any("non-training" in m for m in res.missing), res.missing

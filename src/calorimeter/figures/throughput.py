@@ -79,6 +79,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     ax2.set_ylabel(lower_label.replace("GPU", unit))
     # Model groups separated by lines, model name above.
     bounds = [0] + [i for i in range(1, len(df)) if df.loc[i, "model"] != df.loc[i - 1, "model"]] + [len(df)]
+    bounds = bounds if len(df) else [0]  # no training cell (a collectives sweep): no model groups
     for a in bounds[1:-1]:
         for ax in (ax1, ax2):
             ax.axvline(a - 0.5, color="k", lw=0.8)
