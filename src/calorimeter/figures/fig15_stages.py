@@ -115,6 +115,7 @@ def draw(tables: Tables, micro_batches: tuple[int, ...] = (1, 4),
             if not layout[(mb, m)]:
                 empty_axes_message(ax, f"no micro-batch {mb} cells" + ("" if len(models) > 1 else " in this sweep"))
                 ax.set_xticks([])  # no data: no meaningless 0-1 stage axis
+                ax.tick_params(left=False, labelleft=False)  # nor the shared kernel-time ticks under the message
                 continue
             _draw_stages(ax, layout[(mb, m)], res, seen)
             ax.tick_params(labelleft=True)

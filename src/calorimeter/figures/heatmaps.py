@@ -225,8 +225,12 @@ def draw_heatmaps(runs: pd.DataFrame, gpus: pd.DataFrame, panels: list[tuple[str
         ax.set_xticks(np.arange(0, ncol, step), [str(i) for i in range(0, ncol, step)], fontsize=5)
         ax.set_xlabel("GPU index", fontsize=7)
         ax.set_title(label, fontsize=8)
-    if legend:
-        fig.legend(handles=list(legend.values()), loc="upper right", fontsize=6, frameon=False, ncol=len(legend))
+    top = 0.97
+    if legend:  # a line of its own under the title (beside it, a long title ran into it)
+        inch = 1.0 / fig.get_figheight()
+        fig.legend(handles=list(legend.values()), loc="upper right", fontsize=6, frameon=False, ncol=len(legend),
+                   bbox_to_anchor=(0.995, 1 - 0.32 * inch))
+        top = min(top, 1 - 0.55 * inch)
     if no_tele:
         res.missing.append(f"{len(no_tele)} ok cell{'s' if len(no_tele) > 1 else ''} without GPU telemetry")
     counts = rows.loc[rows["status"] != "ok", "status"].value_counts()
@@ -234,7 +238,7 @@ def draw_heatmaps(runs: pd.DataFrame, gpus: pd.DataFrame, panels: list[tuple[str
     fig.suptitle(f"{title} ({hardware_label(rows)})", fontsize=10, x=0.01, ha="left")
     res.differs = differs(rows, ())
     bottom = note(fig, res.missing, res.differs)
-    fig.tight_layout(rect=(0, bottom, 1, 0.97))
+    fig.tight_layout(rect=(0, bottom, 1, top))
     return fig, res
 
 
