@@ -46,8 +46,10 @@ test: setup
 test-fast: setup
 	$(BIN)/python -m pytest -q -n 2 -m "not integration and not slurm"
 
+# ruff, then the package layering (import-linter contracts in pyproject.toml; also tests/test_import_contracts.py)
 ruff: setup
 	$(BIN)/ruff check src tests workflow bench
+	$(BIN)/lint-imports --no-logo
 
 lint: ruff
 	$(BIN)/snakemake --lint

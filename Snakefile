@@ -27,6 +27,7 @@ include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/findings.smk"
 include: "workflow/rules/projection.smk"
+include: "workflow/rules/compare.smk"
 
 
 rule all:
@@ -35,4 +36,6 @@ rule all:
         get_final_outputs(),
         # every runnable cell's record: a deleted run.json reruns its cell, even where the sweep's tables exist
         records=get_cell_records(),
+        # what each cell that can profile its hosts gave the thermal-profile store
+        profiles=get_cell_profiles(),
 

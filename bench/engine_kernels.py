@@ -69,22 +69,10 @@ def _rel(got: torch.Tensor | None, ref: torch.Tensor | None) -> float:
 
 
 def _timed(fn: Any, reps: int, device: torch.device) -> float:
-    """Median milliseconds of ``fn()`` after one warm-up call (CUDA events; wall clock on CPU)."""
-    fn()
-    times = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b))
-        else:
-            t = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+    """Median milliseconds of ``fn()`` after one warm-up call (:func:`calorimeter.telemetry.timer.time_calls`)."""
+    from calorimeter.telemetry.timer import time_calls
+
+    return statistics.median(time_calls(fn, device, reps)) * 1e3
 
 
 def part_attention(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:

@@ -114,7 +114,7 @@ def _worker(out: Path, work: Path, v: Variant) -> None:
     from calorimeter.train.errors import CellOOMError
     from calorimeter.train.loop import train_cell
 
-    _join_torchrun_group(timeout_s=180)
+    device = _join_torchrun_group(timeout_s=180)
     os.environ["CALORIMETER_ATTENTION"], os.environ["CALORIMETER_FUSED"] = v.attention, v.fused
     os.environ["CALORIMETER_TP_OVERLAP"] = v.tp_overlap
     cell = Cell.from_dict(v.cell)
@@ -123,7 +123,7 @@ def _worker(out: Path, work: Path, v: Variant) -> None:
     row: dict[str, Any] = {"variant": v.name, "layout": v.layout, "phase": v.phase, "cell_id": cell.cell_id,
                            "overrides": {"attention": v.attention, "fused": v.fused, "tp_overlap": v.tp_overlap}}
     try:
-        record = train_cell(cell, vdir, profile_steps=1 if v.profile else 0)
+        record = train_cell(cell, vdir, device, profile_steps=1 if v.profile else 0).to_dict()
         status = "ok"
     except CellOOMError as e:
         record, status = {"steps": [], "peak_memory_bytes": e.peak_memory_bytes, "error": str(e)}, "oom"
@@ -155,8 +155,9 @@ def _worker(out: Path, work: Path, v: Variant) -> None:
     dist.destroy_process_group()
 
 
-def _join_torchrun_group(timeout_s: float) -> None:
-    """NCCL (one GPU per local rank) or gloo from torchrun's RANK / WORLD_SIZE / LOCAL_RANK variables."""
+def _join_torchrun_group(timeout_s: float) -> Any:
+    """NCCL (one GPU per local rank) or gloo from torchrun's RANK / WORLD_SIZE / LOCAL_RANK variables; returns this
+    rank's device."""
     import datetime
 
     import torch
@@ -166,9 +167,10 @@ def _join_torchrun_group(timeout_s: float) -> None:
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=timeout_s), device_id=device)
-    else:
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
-        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+        return device
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    return torch.device("cpu")
 
 
 def _write_events(trace: dict[str, Any], cats: set[str], dest: Path) -> None:
@@ -198,6 +200,7 @@ def _trace_breakdown(vdir: Path) -> dict[str, Any]:
     """
     from calorimeter.records.paths import RunPaths
     from calorimeter.telemetry.kernels import (
+        CATEGORIES,
         TRACE_EVENT_CATEGORIES,
         categorize_kernel,
         copies_as_comm,
@@ -221,8 +224,7 @@ def _trace_breakdown(vdir: Path) -> dict[str, Any]:
             r = kernel_breakdown(events, categorize).as_row()
             row = {"rank": trace_rank(path, trace), **{k: float(r[k]) for k in (
                 "busy_s", "compute_s", "comm_s", "comm_exposed_s", "overlap_s", "span_s")}}
-            for c in ("all_gather", "reduce_scatter", "all_reduce", "send_recv", "other_comm", "gemm_attention",
-                      "memory_elementwise", "normalization", "other"):
+            for c in CATEGORIES:
                 row[f"{c}_union_s"] = float(r[f"{c}_union_s"])
                 row[f"{c}_sum_s"] = float(r[f"{c}_sum_s"])
             row["exposed_comm_frac"] = row["comm_exposed_s"] / row["span_s"] if row["span_s"] else float("nan")

@@ -56,7 +56,8 @@ def main() -> None:
     t2 = time.perf_counter()
     df = project_cells(planned, cals)
     t3 = time.perf_counter()
-    print(f"calibration (once): {t1 - t0:.2f} s on {len(cals['h200'].cells)} measured cells")
+    print(f"calibration (once): {t1 - t0:.2f} s, {len(cals)} calibrations (GPU type x engine fingerprint) on "
+          f"{sum(len(c.cells) for c in cals.values())} measured cells")
     print(f"plan: {t2 - t1:.2f} s for {args.cells} cells ({len(planned)} planned)")
     print(f"projection: {t3 - t2:.2f} s for {len(df)} cells ({(t3 - t2) / max(len(df), 1) * 1e3:.1f} ms per cell)")
     print(f"plan + projection: {t3 - t1:.2f} s (target < 10 s for 1,000 cells on 2 cores)")

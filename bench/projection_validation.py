@@ -1,42 +1,81 @@
-"""Projection accuracy on held-out measured cells: the issue's targets, from the committed H200 measurements.
+"""Projection accuracy on held-out current-engine cells: issue 23's targets, from the committed measurements.
 
-    python bench/projection_validation.py
+    python bench/projection_validation.py [--out validation.json] [--table validation.csv]
 
-Folds: predict the 8-GPU H200 cells from the 2- and 4-GPU sets, and the reverse (nothing of the held-out cells
-enters the calibration). Prints, per fold, the median and largest absolute error of iteration time, energy per token
-and average power over the GPU-bound cells (and over all), every cell beyond 25% with its notes, and whether the
-targets hold: median |error| of iteration time <= 10%, of energy per token <= 10%, no cell beyond 25% without an
-explanation. Prints; never asserts.
+Leave one configuration out over every committed current-engine set (findings on 2x H200 and 1x H100, TP overlap,
+placement, fidelity, the engine benchmark; and any committed calibration sweep): for each GPU type's newest engine
+fingerprint, every configuration (its repetitions together) is predicted from a calibration on all the others. Then
+every other calibration (older engine builds, the other GPU type) predicts the same cells: the cross-fingerprint
+error. Prints, per GPU type and fingerprint and per fold: median |error| of tokens/s/GPU, energy per token and
+average power, the largest |error|, the mean signed error, the band coverage (band = the stated-coverage quantile of
+the other folds' errors); whether the targets hold (median <= 5% tokens/s and energy/token, <= 3% power, max <= 15%,
+mean signed within +-2%, coverage met), over all held-out cells and over the GPU-bound ones. Prints; never asserts.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from calorimeter.projection.sweep import DEFAULT_FOLDS  # noqa: E402
-from calorimeter.projection.validation import Fold, summarize, validate  # noqa: E402
+from calorimeter.projection.calibration import collective_points  # noqa: E402
+from calorimeter.projection.measured import load_measured  # noqa: E402
+from calorimeter.projection.settings import ProjectionSettings  # noqa: E402
+from calorimeter.projection.validation import loco, loco_summary, newest_fingerprints  # noqa: E402
+
+SHOWN = ("tokens_per_s_per_gpu", "energy_per_token_j", "power_avg_w", "iteration_time_s", "mfu_full")
 
 
 def main() -> None:
-    folds = [Fold(f["name"], tuple(str(ROOT / p) for p in f["train"]), tuple(str(ROOT / p) for p in f["test"]))
-             for f in DEFAULT_FOLDS]
-    table = validate(folds)
-    for name, s in summarize(table).items():
-        print(f"== {name}: {s['cells']} held-out cells ({s['gpu_bound_cells']} GPU-bound)")
-        for m in ("iteration_time_s", "energy_per_token_j", "power_avg_w", "mfu_full"):
-            v = s[m]
-            print(f"  {m:20s} median |err| {v['median_abs_gpu_bound']:6.1%} (all {v['median_abs']:6.1%})   "
-                  f"max {v['max_abs_gpu_bound']:6.1%} (all {v['max_abs']:6.1%})")
-        for w in s["over_25pct"]:
-            print(f"  > 25%: {w['cell_id']}: time {w['iteration_time']:+.1%}, energy/token "
-                  f"{w['energy_per_token']:+.1%}; {w['notes'] or 'NO EXPLANATION'}")
-        print(f"  targets met: {s['targets_met']}")
-    cols = ["fold", "cell_id", "iteration_time_s_rel_error", "energy_per_token_j_rel_error", "power_avg_w_rel_error"]
-    print(table[cols].to_string(index=False, float_format=lambda x: f"{x:+.3f}"))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, help="write the summary (validation.json) here")
+    ap.add_argument("--table", type=Path, help="write the per-cell table (CSV) here")
+    args = ap.parse_args()
+    s = ProjectionSettings.from_config({}, ROOT)
+    t0 = time.perf_counter()
+    ms = load_measured([str(ROOT / p) for p in s.calibration])
+    fps = newest_fingerprints(ms)
+    table = loco(ms, fps, collective_points([str(ROOT / p) for p in s.collectives]), coverage=s.coverage)
+    summary = loco_summary(table, s.coverage)
+    print(f"{len(ms.runs)} measured cells from {len(s.calibration)} sources; {time.perf_counter() - t0:.1f} s")
+    for key, g in summary["groups"].items():
+        print(f"\n== {key}: {g['cells']} held-out cells ({g['gpu_bound_cells']} GPU-bound), {g['folds']} folds "
+              f"(configurations); stated band coverage {s.coverage:.0%}")
+        for src in g["sources"]:
+            print(f"   source {Path(src).relative_to(ROOT)}")
+        for m in SHOWN:
+            v = g[m]
+            print(f"  {m:22s} median |err| {v['median_abs']:6.1%} (GPU-bound {v['median_abs_gpu_bound']:6.1%})  "
+                  f"max {v['max_abs']:6.1%} ({v['max_abs_gpu_bound']:6.1%})  mean signed {v['mean_signed']:+6.1%} "
+                  f"({v['mean_signed_gpu_bound']:+6.1%})  coverage {v.get('coverage', float('nan')):5.0%} "
+                  f"(median band +-{v.get('band_median', float('nan')):.1%})  n={v['cells']}")
+        print(f"  targets, all held-out cells: {g['targets_met']}")
+        print(f"  targets, GPU-bound cells:    {g['targets_met_gpu_bound']}")
+        print("  per fold: tokens/s, energy/token, power: mean signed error [covered]; notes")
+        for fold, f in g["per_fold"].items():
+            parts = []
+            for m in ("tokens_per_s_per_gpu", "energy_per_token_j", "power_avg_w"):
+                e, c = f[m]["mean_signed"], f[m]["covered"]
+                parts.append(f"{e:+6.1%} [{'-' if c != c else ('in' if c >= 0.5 else 'OUT')}]" if e == e
+                             else "   n/a      ")
+            name = fold.split(": ", 1)[-1]
+            print(f"    {name[:92]:92s} n={f['cells']} {'  '.join(parts)}"
+                  + (f"  ({'; '.join(f['notes'])[:160]})" if f["notes"] else ""))
+    print("\n== cross-fingerprint (another engine build or GPU type predicting these cells)")
+    for fold, c in summary["cross_fingerprint"].items():
+        print(f"  {fold} [{c['relation']}], {c['cells']} cells: " + ", ".join(
+            f"{m} {c[m]['quantile_abs']:.1%} (mean signed {c[m]['mean_signed']:+.1%})"
+            for m in ("tokens_per_s_per_gpu", "energy_per_token_j", "power_avg_w") if c[m]["quantile_abs"] ==
+            c[m]["quantile_abs"]))
+    if args.out:
+        args.out.write_text(json.dumps(summary, indent=1, default=float) + "\n")
+    if args.table:
+        table.to_csv(args.table, index=False)
 
 
 if __name__ == "__main__":

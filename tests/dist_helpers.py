@@ -48,22 +48,28 @@ class _Ranks:
             os._exit(3)
 
     def _run(self) -> None:
+        import torch
         import torch.distributed as dist
 
         from calorimeter.launch.distributed import init_distributed
         from calorimeter.plan.cell import Cell
         from calorimeter.train.loop import train_cell
 
-        init_distributed("cpu", timeout_s=120)
+        info = init_distributed("cpu", timeout_s=120)
         for i, d in enumerate(self.cells):
             out = Path(self.out) / f"cell{i}"
+            out.mkdir(parents=True, exist_ok=True)
             marks: list[list[Any]] = []
 
             def mark(*args: Any, _marks: list[list[Any]] = marks) -> None:
                 _marks.append(list(args))
 
-            train_cell(Cell.from_dict(d), out, step_callback=mark, profile_steps=self.profile_steps,
-                       gradients_out=out / "grads.pt" if self.gradients else None)
+            cell = Cell.from_dict(d)
+            grads = out / "grads.pt" if self.gradients else None
+            result = train_cell(cell, out, torch.device(info.device), step_callback=mark,
+                                profile_steps=self.profile_steps, gradients_out=grads)
+            record = {"cell_id": cell.cell_id, "rank": info.rank, "world_size": info.world_size, **result.to_dict()}
+            (out / f"train-rank{info.rank}.json").write_text(json.dumps(record))
             (out / f"callbacks-rank{dist.get_rank()}.json").write_text(json.dumps(marks))
             dist.barrier()
         dist.destroy_process_group()

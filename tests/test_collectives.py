@@ -14,12 +14,12 @@ import yaml
 from conftest import ROOT
 
 from calorimeter.collectives.measure import group_sizes
-from calorimeter.collectives.table import COLLECTIVES_PARQUET, TABLE_COLUMNS, read_collective_points
-from calorimeter.kinds import KINDS, get_kind, kind_reasons
+from calorimeter.collectives.table import TABLE_COLUMNS, read_collective_points
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.kinds import COLLECTIVES_PARQUET, KINDS, get_kind, kind_reasons
 from calorimeter.plan.plan import make_plan
+from calorimeter.plan.work import CommOp
 from calorimeter.projection.collectives import CollectiveCurves, Network
-from calorimeter.projection.workload import CommOp
 
 
 def free_port() -> int:
@@ -78,8 +78,12 @@ from calorimeter.collectives.run import run_collectives
 from calorimeter.plan.cell import Cell
 cell = Cell(sweep="s", model="-", hardware="cpu", nodes=1, gpus_per_node=2, kind="collectives", warmup_steps=1,
             measured_steps=2)
-out = run_collectives(cell, Path(sys.argv[1]), {})
-import json; Path(sys.argv[1], f"rank{dist.get_rank()}.json").write_text(json.dumps(out))
+from calorimeter.records.paths import RunPaths
+from calorimeter.records.rank import RankContext, RankInfo
+rank = dist.get_rank()
+info = RankInfo(rank, 2, rank, 2, 0, "localhost", "gloo", "cpu")
+out = run_collectives(RankContext(cell, RunPaths(Path(sys.argv[1])), info, {})).to_dict()
+import json; Path(sys.argv[1], f"rank{rank}.json").write_text(json.dumps(out))
 dist.destroy_process_group()
 """
 

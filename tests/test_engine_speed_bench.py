@@ -89,6 +89,7 @@ def test_trace_breakdown_reads_each_trace_once_into_both_views(tmp_path: Path) -
     import pandas as pd
 
     from calorimeter.records.paths import RunPaths
+    from calorimeter.telemetry.kernels import CATEGORIES
 
     def trace(rank: int) -> dict[str, Any]:
         ev = [("sm90_xmma_gemm_bf16", 0, 100, "kernel"), ("ncclDevKernel_AllReduce_Sum", 50, 100, "kernel"),
@@ -112,6 +113,8 @@ def test_trace_breakdown_reads_each_trace_once_into_both_views(tmp_path: Path) -
     assert out["strict"][0]["comm_exposed_s"] == pytest.approx(170e-6)
     assert out["ranks"][1]["comm_exposed_s"] == pytest.approx(120e-6) == out["strict"][1]["comm_exposed_s"]
     assert out["top_kernels_rank0"][0]["name"] == "ncclKernel_SendRecv"
+    # every kernel category of telemetry/kernels.py, all_to_all included (the bench's own list lacked it)
+    assert {f"{c}_sum_s" for c in CATEGORIES} <= set(out["ranks"][0]) and "all_to_all_sum_s" in out["strict"][0]
     events = pd.read_csv(tmp_path / "events-rank0.csv.gz")
     assert len(events) == 9 and set(events["cat"]) == {"kernel", "gpu_memcpy", "gpu_user_annotation"}
     assert not list(traces.glob("rank-*"))

@@ -111,12 +111,13 @@ def test_fig8_and_fig13_variants(opt, mbs) -> None:
 
 def test_fig10_pairs_and_fig15_stage_order(opt, mbs) -> None:
     fig, res = fig10_kernels.draw(opt)
-    ax = fig.axes[0]
-    labels = [t.get_text() for t in ax.get_xticklabels()]
+    panels = [a for a in fig.axes if a.get_title()]  # one panel per model, each with its own time axis
+    assert [a.get_title() for a in panels] == list(dict.fromkeys(opt["runs"]["model"]))
+    labels = [t.get_text() for ax in panels for t in ax.get_xticklabels()]
     assert len(labels) == 60  # 15 configurations x overlap off/on x (without, with recomputation)
     assert labels[:4] == ["base", "act", "cc", "cc+act"]  # pairs with overlap on are drawn too
     assert res.n_points == int((opt["runs"].set_index("cell_id").loc[res.cells, "status"] == "ok").sum())
-    assert any(c.get_gid() == "busy" for c in ax.collections)
+    assert any(c.get_gid() == "busy" for ax in panels for c in ax.collections)
     plt.close(fig)
     fig, res = fig15_stages.draw(mbs, model="gpt3-175b")
     top, bottom = fig.axes[:2]

@@ -23,12 +23,12 @@ from calorimeter.figures.common import CUT_NOTE, config_label  # noqa: E402
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pd.DataFrame]:
-    """Three repetitions of the golden cell (iteration 1.0, 1.1, 0.9 s) and one other configuration, whose GPU 1
-    energy counter was reset during the measured phase."""
+    """Four repetitions of the golden cell (iteration 1.0, 1.1, 0.9, 1.05 s: enough for a drawn t-interval) and one
+    other configuration, whose GPU 1 energy counter was reset during the measured phase."""
     root = tmp_path_factory.mktemp("repeats")
     cells, rows, gpus = [], [], []
     base = builders.cell_dict()
-    for rep, it in enumerate((1.0, 1.1, 0.9)):
+    for rep, it in enumerate((1.0, 1.1, 0.9, 1.05)):
         cid = base["cell_id"] + (f"_r{rep}" if rep else "")
         c = {**base, "cell_id": cid, "config_id": base["cell_id"], "repeat": rep}
         cells.append(c)
@@ -51,10 +51,10 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pd.DataFrame]:
 
 def test_throughput_draws_the_mean_and_interval_of_repetitions(tables) -> None:
     fig, res = throughput.draw(tables)
-    assert res.n_points == 2 and len(res.cells) == 4  # two configurations, every repetition named
+    assert res.n_points == 2 and len(res.cells) == 5  # two configurations, every repetition named
     heights = sorted(p.get_height() for p in fig.axes[0].patches if p.get_height() > 0)
     golden = tables["configs"].set_index("config_id").loc[builders.cell_dict()["cell_id"]]
-    assert golden["n_repeats"] == 3
+    assert golden["n_repeats"] == 4
     assert golden["tokens_per_s_per_gpu_mean"] == pytest.approx(heights[0]) or \
         golden["tokens_per_s_per_gpu_mean"] == pytest.approx(heights[1])
     errs = [c for c in fig.axes[0].collections if c.get_gid() == "ci95"]

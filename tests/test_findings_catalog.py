@@ -244,7 +244,7 @@ def test_each_finding_reaches_each_verdict(finding: str, expected: str) -> None:
 
 
 def test_reevaluation_lists_changed_verdicts_and_records_the_version(tmp_path) -> None:
-    from calorimeter.findings.reevaluate import main, reevaluate
+    from calorimeter.analysis.reevaluate import main, reevaluate
 
     folder = tmp_path / "ref" / "sweep-a"
     (folder / "tables").mkdir(parents=True)

@@ -25,16 +25,6 @@ from calorimeter.placement.apply import (
     sibling_costs,
     visible_uuids,
 )
-from calorimeter.placement.policy import (
-    TIE_MARGIN,
-    NodeGpus,
-    StageCosts,
-    best_split,
-    decide,
-    flops_stage_costs,
-    measured_stage_costs,
-    stage_times,
-)
 from calorimeter.placement.profile import (
     HostGpus,
     ThermalProfile,
@@ -48,7 +38,18 @@ from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
 from calorimeter.plan.memory import estimate_memory, max_stage_layers
 from calorimeter.plan.models import get_model
+from calorimeter.plan.placement import (
+    TIE_MARGIN,
+    NodeGpus,
+    StageCosts,
+    best_split,
+    decide,
+    flops_stage_costs,
+    measured_stage_costs,
+    stage_times,
+)
 from calorimeter.plan.plan import check_cell
+from calorimeter.plan.work import stage_work
 
 REF = Path(__file__).resolve().parents[1] / "results" / "reference"
 X2 = REF / "h200x2-2026-11-21" / "gpu-llama8b"
@@ -91,6 +92,31 @@ def test_profile_of_the_2x_h200_reference_cell_matches_its_gpu_table() -> None:
     assert p.gpus[0].speed == 1.0
     assert p.gpus[1].speed == pytest.approx(table.loc[1, "sm_clock_avg_mhz"] / table.loc[0, "sm_clock_avg_mhz"])
     assert p.window_s == pytest.approx(table.loc[0, "duration_s"])
+
+
+def test_profiles_are_kept_from_the_tables_rule_cell_tables_wrote(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule thermal_profile: the profile comes from the cell's tables as rule cell_tables wrote them (read back from
+    Parquet), never computed again; the outcome says what was kept."""
+    from calorimeter.analysis.cell import CellTables, cell_tables
+    from calorimeter.placement import profile as pprofile
+    from calorimeter.placement.profile import keep_cell_profiles
+    from calorimeter.records.run_record import read_run_record
+
+    written = cell_tables(X2_Z3)
+    for name in ("runs", "gpus"):
+        getattr(written, name).to_parquet(tmp_path / f"{name}.parquet", index=False)
+    tables = CellTables(*(pd.read_parquet(tmp_path / f"{name}.parquet") for name in ("runs", "gpus")))
+    monkeypatch.setattr(pprofile, "cell_tables", lambda *a, **k: pytest.fail("tables computed again"))
+    out = keep_cell_profiles(X2_Z3, read_run_record(X2_Z3 / "run.json"), {"profiles_dir": str(tmp_path / "p")}, tables)
+    assert out["reasons"] == [] and out["current"] == ["vm"] and len(out["written"]) == 1
+    kept = load_profile(tmp_path / "p", "vm")
+    monkeypatch.undo()
+    (expected,), _ = profiles_from_cell(X2_Z3)
+    assert kept is not None and kept.to_dict() == expected.to_dict()
+    off = keep_cell_profiles(X2_Z3, read_run_record(X2_Z3 / "run.json"),
+                             {"profiles_dir": str(tmp_path / "q"), "derive_profiles": False}, tables)
+    assert off["written"] == [] and off["reasons"] == ["placement.derive_profiles is off"]
 
 
 def test_4x_h200_profiles_rank_the_gpus_the_same_in_every_eligible_cell() -> None:
@@ -164,6 +190,33 @@ def test_flops_stage_costs_of_llama3_8b() -> None:
     layer = 3 * (2 * s * h * (2 * h + 2 * kv) + 2 * s * h * f * 3 + 2 * s * s * h)
     assert c.last == pytest.approx(3 * 2 * s * h * v / layer)
     assert 2.0 < c.last < 2.2 and c.first == 0 and c.layer == 1
+
+
+@pytest.mark.parametrize("recompute,layers", [("none", None), ("selective", None), ("full", None), ("full", 3),
+                                               ("full", 20)])
+def test_stage_costs_are_the_workload_models_stage_flops(recompute: str, layers: int | None) -> None:
+    """Placement balances with the plan's workload model: the cost of every stage of any split is proportional to
+    that stage's compute FLOPs in plan/work.py, a partial-recompute cell (recompute_layers) included."""
+    cell = replace(_pp2("balanced", recompute=recompute, recompute_layers=layers), pp=4, gpus_per_node=4)
+    costs = flops_stage_costs(LLAMA, cell)
+    for split in ((8, 8, 8, 8), (2, 10, 12, 8), (1, 1, 1, 29), (5, 9, 9, 9)):
+        flops = [stage_work(cell, LLAMA, s, n).compute_flops for s, n in enumerate(split)]
+        assert costs.all(split) == pytest.approx([f / flops[0] * costs.all(split)[0] for f in flops], rel=1e-12)
+    if layers == 3:  # the first 3 blocks of a stage recompute: a 4th block adds less than the 3rd
+        assert costs.stage(1, 4, 4) - costs.stage(1, 3, 4) < costs.stage(1, 3, 4) - costs.stage(1, 2, 4)
+
+
+def test_a_partial_recompute_cell_gets_a_different_balanced_split() -> None:
+    """With only the first block of each stage recomputed, the head's share of the last stage grows against the
+    all-blocks-recomputed cell, and the balanced split moves layers off the last stage accordingly."""
+    full = replace(_pp2("balanced", recompute="full"), pp=4, gpus_per_node=4)
+    partial = replace(full, recompute_layers=1)
+    c_full, c_part = flops_stage_costs(LLAMA, full), flops_stage_costs(LLAMA, partial)
+    assert c_part.last > c_full.last  # in blocks: a block costs less without its recomputation
+    s_full = best_split(c_full, [1.0] * 4, 32)
+    s_part = best_split(c_part, [1.0] * 4, 32)
+    assert s_full == (9, 8, 8, 7) and s_part == (9, 9, 8, 6)  # before the fix both were (9, 8, 8, 7)
+    assert max(c_part.all(s_part)) < max(c_part.all(s_full))
 
 
 def test_measured_stage_costs_from_the_4x_and_8x_pipeline_kernels() -> None:
@@ -334,16 +387,17 @@ def _slurm_env(monkeypatch: pytest.MonkeyPatch, node: int) -> None:
 
 
 def test_in_job_decision_on_slurm_uses_the_host_it_runs_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A SLURM job learns its hosts and node index from SLURM's environment; each node uses its own profile."""
+    """A SLURM job learns its hosts from SLURM's environment (its node index from submitit's, passed in by the
+    launcher); each node uses its own profile."""
     now = 10_000.0
     save_profile(tmp_path, replace(_profile({"GPU-x0": 1.0, "GPU-x1": 0.97}, taken_s=now - 60), host="gpu01"), now)
     save_profile(tmp_path, replace(_profile({"GPU-y0": 0.9, "GPU-y1": 1.0}, taken_s=now - 60), host="gpu02"), now)
     cell = Cell("s", "llama3-8b", "h200", 2, 2, pp=4, seq_len=8192, precision="bf16", placement="thermal")
     settings = {"profiles_dir": str(tmp_path), "profile_max_age_h": 12, "stage_costs": "flops"}
     _slurm_env(monkeypatch, 1)
-    assert papply.job_hosts() == ["gpu01", "gpu02"] and papply.node_index() == 1
+    assert papply.job_hosts() == ["gpu01", "gpu02"]
     local = (["GPU-y0", "GPU-y1"], HostGpus("gpu02", "580", {"GPU-y0": 700.0, "GPU-y1": 700.0}))
-    d1 = decide_in_job(cell, settings, None, now_s=now, local=local)
+    d1 = decide_in_job(cell, settings, None, now_s=now, local=local, this_node=1)
     assert d1.applied and d1.profiles[0]["host"] == "gpu01" and d1.profiles[1]["host"] == "gpu02"
     assert sorted(d1.device_order.get(1, ["GPU-y0", "GPU-y1"])) == ["GPU-y0", "GPU-y1"]
     _slurm_env(monkeypatch, 0)
@@ -429,7 +483,7 @@ def _runs() -> tuple[pd.DataFrame, pd.DataFrame]:
 def test_policy_comparison_gain_and_interval() -> None:
     from scipy import stats
 
-    from calorimeter.placement.compare import claim_text, policy_comparison, relative_gain
+    from calorimeter.analysis.placement import claim_text, policy_comparison, relative_gain
 
     runs, gpus = _runs()
     cmp = policy_comparison(runs, gpus).set_index("placement")
@@ -482,14 +536,17 @@ def test_placement_figure_draws_every_policy(tmp_path: Path) -> None:
 
 
 def test_calibration_rank_measures_each_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
     from calorimeter.placement import calibrate
 
     monkeypatch.setattr(calibrate, "STEP_S", 0.05)
     cell = replace(_pp2(), hardware="cpu", warmup_steps=1, measured_steps=3)
-    out = calibrate.calibrate_rank(cell, Path("/nonexistent"))
-    assert [s["phase"] for s in out["steps"]] == ["warmup", "measured", "measured", "measured"]
-    assert all(s["tflops"] > 0 and s["t_end_s"] > s["t_begin_s"] for s in out["steps"])
-    cal = out["calibration"]
+    out = calibrate.calibrate_rank(cell, torch.device("cpu"))
+    assert [s["phase"] for s in out.steps] == ["warmup", "measured", "measured", "measured"]
+    assert all(s["tflops"] > 0 and s["t_end_s"] > s["t_begin_s"] for s in out.steps)
+    cal = out.calibration
+    assert cal is not None
     assert cal["n"] == 256 and cal["tflops_min"] <= cal["tflops"] <= cal["tflops_max"]
     assert "float32 256x256x256 matmul" in cal["load"]
 
@@ -516,7 +573,7 @@ def test_calibration_record_profiles_its_host_by_matmul_rate(tmp_path: Path) -> 
 
 
 def test_the_gpu_placement_sweep_plans_and_orders_its_cells() -> None:
-    from calorimeter.placement.policy import prerequisites
+    from calorimeter.plan.placement import prerequisites
     from calorimeter.plan.plan import plan_file
 
     plan = plan_file(Path(__file__).resolve().parents[1] / "config" / "reference" / "h200x2-placement.yaml")

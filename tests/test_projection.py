@@ -9,22 +9,24 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
+from calorimeter.collectives.table import CURVE_COLUMNS, bus_factor
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.flops import iteration_flops
 from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.layout import group_nodes
 from calorimeter.plan.models import get_model, padded_vocab_size
+from calorimeter.plan.work import CommOp, workload
 from calorimeter.projection.calibration import Calibration, calibrate
-from calorimeter.projection.collectives import CURVE_COLUMNS, CollectiveCurves, Network, bus_factor, trace_points
+from calorimeter.projection.collectives import CollectiveCurves, Network, trace_points
 from calorimeter.projection.compute import COMPUTE_CATEGORIES, fit_compute
 from calorimeter.projection.measured import load_measured
 from calorimeter.projection.model import Projector
 from calorimeter.projection.power import fit_power
 from calorimeter.projection.schedule import pipeline_time, stage_time
-from calorimeter.projection.sweep import DEFAULT_CALIBRATION, DEFAULT_FOLDS
+from calorimeter.projection.sweep import SCALE_FOLDS
 from calorimeter.projection.validation import Fold, error_band, summarize, validate_fold
-from calorimeter.projection.workload import CommOp, group_nodes, workload
 
-REF = [str(ROOT / p) for p in DEFAULT_CALIBRATION]
+REF = [str(ROOT / p) for p in (*SCALE_FOLDS[0]["train"], *SCALE_FOLDS[0]["test"])]  # the 2026-11-21 H200 sets
 TP4 = "llama3-8b_h200-1x4_tp4-pp1-dp1-sp_z1_rc-none_ov-off_mb1-gb8-s8192"
 PP4 = "llama3-8b_h200-1x4_tp1-pp4-dp1_z1_rc-none_ov-off_mb1-gb8-s8192"
 Z3 = "llama3-8b_h200-1x8_tp1-pp1-dp8_z3_rc-none_ov-on_mb1-gb8-s8192"
@@ -269,7 +271,7 @@ def test_projection_reproduces_its_own_calibration_cells(measured, calibration) 
 
 
 def test_validation_holds_out_the_test_cells() -> None:
-    fold = Fold.from_dict(DEFAULT_FOLDS[0])
+    fold = Fold.from_dict(SCALE_FOLDS[0])
     fold = Fold(fold.name, tuple(str(ROOT / p) for p in fold.train), tuple(str(ROOT / p) for p in fold.test))
     table = validate_fold(fold)
     assert len(table) == 7 and set(table["fold"]) == {fold.name}
@@ -302,8 +304,14 @@ def test_snakemake_projection_target(tmp_path) -> None:
     assert len(proj) == 7 and set(proj["source"]) == {"projected"}
     assert not (out / "tables").exists()  # projected rows never enter the measured tables
     summary = json.loads((out / "projection" / "validation.json").read_text())
-    assert set(summary) == {f["name"] for f in DEFAULT_FOLDS}
-    cal = json.loads((out / "projection" / "calibration.json").read_text())["h200"]
-    assert cal["error_band"]["iteration_time_s"] > 0
+    groups = summary["groups"]  # leave one configuration out, per GPU type's current engine
+    assert {k.split("/")[0] for k in groups} == {"h100", "h200"}
+    assert all(g["folds"] >= 5 and 0 < g["tokens_per_s_per_gpu"]["coverage"] <= 1 for g in groups.values())
+    cals = {c["key"]: c for c in json.loads((out / "projection" / "calibration.json").read_text())["calibrations"]}
+    used = cals[proj["calibration"].iloc[0]]
+    assert used["hardware"] == "h200" and used["fingerprint"]["attention"] == "auto" and used["records"]
+    assert used["error_band"]["tokens_per_s_per_gpu"] > 0 and used["coverage"]["stated"] == 0.9
+    assert proj["extrapolated"].all()  # 8-GPU cells: the current engine is measured on 1-2 GPUs
+    assert f"calibration {used['key']} [match]" in r.stderr  # the console names the calibration used
     for fig in ("projection", "projection_validation"):
         assert (out / "figures" / f"{fig}.png").stat().st_size > 10_000

@@ -97,3 +97,28 @@ def test_summary_keeps_pruned_and_unrun_cells_and_figure_draws_bands(tmp_path: P
     n = render("throughput", {"runs": df}, tmp_path / "f.png", tmp_path / "f.pdf").n_points
     assert n == 3 and (tmp_path / "f.png").stat().st_size > 5000 and (tmp_path / "f.pdf").is_file()
     assert plt.get_fignums() == open_before  # the rendered figure was closed
+
+
+def test_every_committed_record_reads_through_the_one_reader(tmp_path: Path) -> None:
+    """records/run_record.py: every run.json under results/reference/ (the oldest included) reads as a RunRecord
+    with today's names; what cannot be used says why."""
+    from calorimeter.plan.kinds import KINDS
+    from calorimeter.records.run_record import RecordError, RunRecord, read_run_record
+
+    files = sorted((Path(__file__).resolve().parents[1] / "results" / "reference").rglob("cells/*/run.json"))
+    assert len(files) > 50
+    for f in files:
+        rec = read_run_record(f)
+        assert rec.cell_id == f.parent.name and rec.status in ("ok", "oom", "failed", "transient")
+        assert "mfu" not in rec.metrics and rec.schema_version == 1
+        assert rec.ok == (rec.status == "ok") and isinstance(rec.ranks, list) and rec.kind in KINDS
+    old = RunRecord.from_dict({"cell": {"cell_id": "c", "model": "llama3-8b", "seq_len": 8192, "global_batch": 8},
+                               "status": "ok", "metrics": {"mfu": 0.4}})
+    assert old.metrics["mfu_full"] == 0.4 and 0 < old.metrics["mfu_causal"] < 0.4 and old.kind == "train"
+    for text, why in (("{", "not JSON"), ('{"status": "ok"}', "not a cell record"), (None, "missing")):
+        path = tmp_path / "run.json"
+        path.unlink(missing_ok=True)
+        if text is not None:
+            path.write_text(text)
+        with pytest.raises(RecordError, match=why):
+            read_run_record(path)

@@ -262,3 +262,13 @@ def test_explicit_resources_reach_the_train_script(monkeypatch: pytest.MonkeyPat
     bare = SimpleNamespace(resource_settings=SimpleNamespace(overwrite_resources={}, default_resources=None))
     export_train_resources(bare)
     assert train_resources_from_env() == set()
+
+
+def test_slurm_states_are_one_partition() -> None:
+    """One vocabulary of SLURM states: a job waits, runs or has ended, never two at once; a transient end is an
+    end (records/job_states.py, read by launch/slurm.py, records/record.py and operate/state.py)."""
+    from calorimeter.records import job_states as js
+
+    assert not (js.WAITING & js.RUNNING or js.WAITING & js.ENDED or js.RUNNING & js.ENDED)
+    assert js.TRANSIENT < js.ENDED and "COMPLETED" not in js.TRANSIENT
+    assert js.base_state("CANCELLED by 1234") == "CANCELLED" == js.base_state("CANCELLED+")

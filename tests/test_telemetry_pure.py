@@ -163,3 +163,23 @@ def test_nvidia_reader_reads_accumulated_throttle_times_with_the_slow_counters()
     field = pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP
     assert values[accumulated_column("sw_power_cap")] == 10**12 + field  # uint64 ns, as read
     assert (accumulated_column("sync_boost"), "gpu0") in reg.entries  # unsupported: recorded with NVML's reason
+
+
+def test_the_one_device_timer_times_each_call_and_a_batch_on_cpu() -> None:
+    """telemetry/timer.py (used by the attention probe, the collectives sweep, the calibration load and the
+    benchmarks): warm-up calls are not timed, each timed call gets its own time, a batch is timed as a whole."""
+    import time
+
+    import torch
+
+    from calorimeter.telemetry.timer import time_batch, time_calls
+
+    calls = []
+
+    def work() -> None:
+        calls.append(1)
+        time.sleep(0.002)
+
+    times = time_calls(work, torch.device("cpu"), reps=3, warmup=2)
+    assert len(calls) == 5 and len(times) == 3 and all(0.002 <= t < 0.5 for t in times)
+    assert 0.006 <= time_batch(work, torch.device("cpu"), 3) < 1.0 and len(calls) == 8

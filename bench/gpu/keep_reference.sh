@@ -7,7 +7,7 @@ set -euo pipefail
 TAR=$1 DEST=$2
 # the record files of a cell, plus what a calibration kind writes (e.g. collectives.parquet)
 RECORD_FILES=$(PYTHONPATH=src python3 -c "from calorimeter.records.paths import RECORD_FILES
-from calorimeter.kinds import KINDS
+from calorimeter.plan.kinds import KINDS
 print(*RECORD_FILES, *sorted({f for k in KINDS.values() for f in k.outputs}))")
 TMP=$(mktemp -d)
 tar xzf "$TAR" -C "$TMP"

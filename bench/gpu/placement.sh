@@ -30,11 +30,11 @@ if [ "${1:-}" = "--dry-run" ]; then
   $PY -m calorimeter plan "$OUT/cpu.yaml" | cut -c1-110
   $PY -m snakemake --configfile "$OUT/cpu.yaml" --config results_dir="$OUT/res" -c1 2>&1 \
     | grep -E "steps \(|rror|Finished job|cells|thermal profile" | tail -30
-  $PY -m calorimeter.placement.compare "$OUT/res/$SWEEP-cpu" | tee "$OUT/placement-compare.txt"
+  $PY -m calorimeter.analysis.placement "$OUT/res/$SWEEP-cpu" | tee "$OUT/placement-compare.txt"
   echo "=== dry run done in $(( $(date +%s) - T0 )) s; results in $OUT/res"
   exit 0
 fi
 : "${OUT:?set OUT (the device machine sets it)}"
 FULL=1 bash bench/gpu/run_reference.sh "$CONFIG" placement "${1:-480}"  # FULL: tables too, for the comparison
-python3 -m calorimeter.placement.compare "/tmp/res-placement/$SWEEP" 2>&1 | tee "$OUT/placement-compare.txt"
+python3 -m calorimeter.analysis.placement "/tmp/res-placement/$SWEEP" 2>&1 | tee "$OUT/placement-compare.txt"
 cp -r /tmp/res-placement/thermal-profiles "$OUT/" 2>/dev/null || true

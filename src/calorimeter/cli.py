@@ -225,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("sweep")
     sr.add_argument("cell", help="cell id (see `calorimeter plan`)")
     sr.set_defaults(func=_run_cell)
+    from calorimeter.reproduce.cli import add_commands  # artifact evaluation: compare, export
+
+    add_commands(sub)
     return p
 
 

@@ -68,12 +68,25 @@ def cell_paths(cid):
 
 
 def get_placement_inputs(wildcards):
-    """run.json of the cells a train job waits for (a thermal cell: the sweep's calibration cells). ancient():
-    they order the jobs, a later rerun of them never re-measures this cell."""
-    from calorimeter.placement.policy import prerequisites
+    """The host profiles a train job waits for (a thermal cell: those of the sweep's calibration cells, made by the
+    thermal_profile rule). ancient(): they order the jobs, a later rerun of them never re-measures this cell."""
+    from calorimeter.plan.placement import prerequisites
 
     cells = [pc.cell for pc in PLAN.runnable]
-    return [ancient(str(cell_paths(cid).run_json)) for cid in prerequisites(get_cell(wildcards).cell, cells)]
+    return [ancient(str(cell_paths(cid).thermal_profile)) for cid in prerequisites(get_cell(wildcards).cell, cells)]
+
+
+def get_cell_profiles():
+    """What every cell that can profile its hosts gave the thermal-profile store (the thermal_profile rule's
+    outputs): each calibration cell, and with placement.derive_profiles (the default) each dense training cell
+    without pipeline stages."""
+    from calorimeter.plan.models import CATALOGUE
+    from calorimeter.plan.placement import profiles_host
+
+    derive = config.get("placement", {}).get("derive_profiles", True)
+    return [str(cell_paths(cid).thermal_profile) for cid, pc in CELLS.items()
+            if profiles_host(pc.cell, CATALOGUE.get(pc.cell.model))
+            and (derive or pc.cell.kind == "thermal-calibration")]
 
 
 def figures_only():

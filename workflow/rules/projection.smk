@@ -1,30 +1,42 @@
 # ---- projection: a calibrated model projects every planned cell; validated on held-out measured cells ----
 #
 #   results/<sweep>/projection/validation.parquet|.csv   per fold, every held-out measured cell: measured, predicted, error
-#   results/<sweep>/projection/validation.json           per fold: median/max error, cells beyond 25% and their notes
-#   results/<sweep>/projection/calibration.json          the fitted model (with the validation's error band)
+#   results/<sweep>/projection/validation.json           per GPU type and fingerprint: median/max/mean signed error,
+#                                                        band coverage, per fold; cross-fingerprint errors
+#   results/<sweep>/projection/calibration.json          one calibration per GPU type and engine fingerprint: its
+#                                                        records, bands, coverage, cross-fingerprint error
 #   results/<sweep>/projection/projected.parquet|.csv    one row per planned cell, source=projected (never in tables/)
 #   results/<sweep>/figures/projection_validation.png    predicted vs. measured
 #   results/<sweep>/figures/projection.png               projected cells (hatched, error band) next to measured ones
 #
 # `snakemake projection --configfile <sweep>.yaml` trains nothing: it reads committed or existing sweep tables.
 
-from calorimeter.projection.sweep import DEFAULT_CALIBRATION, DEFAULT_COLLECTIVES, DEFAULT_FOLDS
+import glob
 
-PROJECTION = config.get("projection") or {}
-PROJ_CALIBRATION = list(PROJECTION.get("calibration") or DEFAULT_CALIBRATION)
-PROJ_COLLECTIVES = list(PROJECTION.get("collectives") or DEFAULT_COLLECTIVES)
-PROJ_FOLDS = list(PROJECTION.get("validation") or DEFAULT_FOLDS)
+from calorimeter.projection.settings import ProjectionSettings
+
+PROJ = ProjectionSettings.from_config(config, workflow.basedir)
+PROJ_CALIBRATION = list(PROJ.calibration)
+PROJ_FOLDS = [dict(f) for f in PROJ.validation]
 PROJ_SOURCE_TABLES = ("runs", "kernels", "gpus")
-PROJ_FOLD_SOURCES = sorted({s for f in PROJ_FOLDS for s in (*f["train"], *f["test"])})
-# the aggregated tables each projection step reads from its source sweep folders
-PROJ_CALIBRATION_TABLES = [f"{s}/tables/{t}.parquet" for s in PROJ_CALIBRATION for t in PROJ_SOURCE_TABLES]
-PROJ_FOLD_TABLES = [f"{s}/tables/{t}.parquet" for s in PROJ_FOLD_SOURCES for t in PROJ_SOURCE_TABLES]
+PROJ_SOURCES = sorted({*PROJ_CALIBRATION, *(s for f in PROJ_FOLDS for s in (*f["train"], *f["test"]))})
+
+
+def proj_records(sources):
+    """What each projection step reads of its sources: their tables (or engine-benchmark files) and every cell
+    record, so that the calibration reruns when a new record lands in a source (or a new calibration sweep is
+    committed: the default sources include them)."""
+    out = []
+    for s in sources:
+        jsonl = sorted(glob.glob(f"{s}/*/engine_speed.jsonl"))
+        out += jsonl or [f"{s}/tables/{t}.parquet" for t in PROJ_SOURCE_TABLES]
+        out += sorted(glob.glob(f"{s}/cells/*/run.json"))
+    return out
 
 
 rule projection_validate:
     input:
-        PROJ_FOLD_TABLES,
+        proj_records(PROJ_SOURCES),
     output:
         table=f"{RESULTS}/{{sweep}}/projection/validation.parquet",
         csv=report(f"{RESULTS}/{{sweep}}/projection/validation.csv", caption="../report/projection.rst",
@@ -32,6 +44,9 @@ rule projection_validate:
         summary=f"{RESULTS}/{{sweep}}/projection/validation.json",
     params:
         folds=PROJ_FOLDS,
+        sources=PROJ_CALIBRATION,
+        collectives=list(PROJ.collectives),
+        coverage=PROJ.coverage,
     log:
         f"{RESULTS}/{{sweep}}/logs/projection_validate.log",
     localrule: True
@@ -43,13 +58,14 @@ rule projection_validate:
 
 rule projection_calibrate:
     input:
-        tables=PROJ_CALIBRATION_TABLES,
+        tables=proj_records(PROJ_CALIBRATION),
         validation=f"{RESULTS}/{{sweep}}/projection/validation.parquet",
     output:
         f"{RESULTS}/{{sweep}}/projection/calibration.json",
     params:
         sources=PROJ_CALIBRATION,
-        collectives=PROJ_COLLECTIVES,
+        collectives=list(PROJ.collectives),
+        coverage=PROJ.coverage,
     log:
         f"{RESULTS}/{{sweep}}/logs/projection_calibrate.log",
     localrule: True
@@ -67,7 +83,8 @@ rule projection_project:
         csv=report(f"{RESULTS}/{{sweep}}/projection/projected.csv", caption="../report/projection.rst",
                    category="Projection"),
     params:
-        network=PROJECTION.get("network"),
+        network=PROJ.network,
+        engine=PROJ.engine,
         cells=lambda wc: [pc.cell.to_dict() for pc in PLAN.runnable],
     log:
         f"{RESULTS}/{{sweep}}/logs/projection_project.log",
@@ -82,7 +99,7 @@ rule projection_figures:
     input:
         validation=f"{RESULTS}/{{sweep}}/projection/validation.parquet",
         projected=f"{RESULTS}/{{sweep}}/projection/projected.parquet",
-        measured=[f"{s}/tables/runs.parquet" for s in PROJ_CALIBRATION],
+        measured=[f"{s}/tables/runs.parquet" for s in PROJ_CALIBRATION if not glob.glob(f"{s}/*/engine_speed.jsonl")],
     output:
         validation=report(f"{RESULTS}/{{sweep}}/figures/projection_validation.png",
                           caption="../report/projection.rst", category="Projection"),

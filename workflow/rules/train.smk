@@ -38,6 +38,29 @@ rule train:
         "../scripts/train_cell.py"
 
 
+# ---- thermal_profile: a recorded cell's hosts profiled from its tables (docs/placement.md) ----
+#
+# From the tables rule cell_tables computed (never again in the job); the profiles go to <results_dir>/thermal-profiles/,
+# this rule's output says what the cell gave (or why nothing). A thermal cell's train job waits for its sweep's
+# calibration cells' profiles (get_placement_inputs).
+
+
+rule thermal_profile:
+    input:
+        run=str(CELL_FILES.run_json),
+        runs=str(CELL_FILES.table("runs")),
+        gpus=str(CELL_FILES.table("gpus")),
+    output:
+        str(CELL_FILES.thermal_profile),
+    log:
+        str(SWEEP_FILES.log("thermal_profile/{cell}")),
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/thermal_profile.py"
+
+
 rule records:
     # `snakemake records`: train every runnable cell that has no record and stop there (no tables, no figures): what
     # a GPU node runs when its records are aggregated elsewhere (bench/gpu/run_reference.sh). Not `--until train`:

@@ -8,11 +8,14 @@ from pathlib import Path
 import pandas as pd
 
 from calorimeter.figures import FIGURES, render
+from calorimeter.records.atomic import write_atomic
+from calorimeter.records.legacy import upgrade_runs
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 sys.stderr = open(sm.log[0], "w", buffering=1)  # noqa: SIM115
 tables = {name: pd.read_parquet(sm.input[name]) for name in {t for f in FIGURES.values() for t in f.TABLES}}
-extra = [pd.read_parquet(p) for p in sm.input.get("compare", [])]
+tables["runs"] = upgrade_runs(tables["runs"])  # tables of any age, with today's columns
+extra = [upgrade_runs(pd.read_parquet(p)) for p in sm.input.get("compare", [])]
 failed = []
 for name in sm.params.figures:
     mine = {t: tables[t] for t in FIGURES[name].TABLES}
@@ -24,7 +27,8 @@ for name in sm.params.figures:
         failed.append(name)
         print(f"{name}: FAILED\n{traceback.format_exc()}", file=sys.stderr)
         continue
-    Path(sm.output[f"{name}_json"]).write_text(json.dumps(res.to_dict(), indent=1) + "\n")
+    text = json.dumps(res.to_dict(), indent=1) + "\n"
+    write_atomic(Path(sm.output[f"{name}_json"]), lambda tmp, text=text: tmp.write_text(text))
     print(f"{name}: {res.n_points} points; missing: {res.missing}", file=sys.stderr)
 if failed:
     raise SystemExit(f"figures that could not be drawn: {', '.join(failed)} (traceback in {sm.log[0]})")

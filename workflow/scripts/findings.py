@@ -6,11 +6,15 @@ import pandas as pd
 
 from calorimeter.findings import evaluate
 from calorimeter.findings.report import write_findings
+from calorimeter.records.legacy import upgrade_runs
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 sys.stderr = open(sm.log[0], "w", buffering=1)  # noqa: SIM115
+# tables of any age read with today's columns (calorimeter.records.legacy.upgrade_runs): the findings do not depend
+# on which sweep was rebuilt last
 tables = {name: pd.read_parquet(sm.input[name]) for name in ("runs", "gpus", "kernels")}
-compare = [pd.read_parquet(p) for p in sm.input.compare]
+tables["runs"] = upgrade_runs(tables["runs"])
+compare = [upgrade_runs(pd.read_parquet(p)) for p in sm.input.compare]
 tables["compare"] = pd.concat(compare, ignore_index=True) if compare else pd.DataFrame()
 tables["compare_missing"] = pd.DataFrame({"sweep": list(sm.params.compare_missing)})
 df = evaluate(tables)

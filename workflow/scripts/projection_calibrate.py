@@ -1,18 +1,25 @@
-"""Snakemake script of rule projection_calibrate: fit the model on the calibration sweeps, per GPU type."""
+"""Snakemake script of rule projection_calibrate: one calibration per GPU type and engine fingerprint, with the
+validation's bands, coverage and cross-fingerprint errors."""
 
 import json
 import sys
+from pathlib import Path
 
 import pandas as pd
 
 from calorimeter.projection.calibration import calibrate_all
-from calorimeter.projection.validation import error_band
+from calorimeter.projection.fingerprint import Fingerprint
+from calorimeter.projection.validation import apply_validation
+from calorimeter.records.atomic import write_atomic
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 sys.stderr = open(sm.log[0], "w", buffering=1)  # noqa: SIM115
-band = error_band(pd.read_parquet(sm.input.validation))
-cals = calibrate_all(sm.params.sources, sm.params.collectives, band)
-with open(sm.output[0], "w") as f:
-    json.dump({hw: cal.to_dict() for hw, cal in cals.items()}, f, indent=1, default=float)
-for hw, cal in cals.items():
-    print(f"{hw}: {len(cal.cells)} cells, compute fit {cal.compute.fit_rel_error}, band {band}", file=sys.stderr)
+cals = calibrate_all(sm.params.sources, sm.params.collectives)
+apply_validation(cals, pd.read_parquet(sm.input.validation), float(sm.params.coverage))
+text = json.dumps({"sources": list(sm.params.sources), "collectives": list(sm.params.collectives),
+                   "calibrations": [cal.to_dict() for cal in cals.values()]}, indent=1, default=float)
+write_atomic(Path(sm.output[0]), lambda tmp: tmp.write_text(text))
+for key, cal in cals.items():
+    print(f"{key}: {Fingerprint.from_dict(cal.fingerprint).describe()}; {len(cal.cells)} cells, newest "
+          f"{cal.recorded_at or '-'}; band {cal.error_band}; coverage {cal.coverage}; cross-fingerprint "
+          f"{cal.cross_fingerprint_error}", file=sys.stderr)

@@ -1,20 +1,42 @@
-"""Snakemake script of rule projection_validate: predict every held-out measured cell of each fold."""
+"""Snakemake script of rule projection_validate: leave one configuration out over the calibration cells of every GPU
+type's newest engine fingerprint (or the configured folds), the cross-fingerprint errors, band coverage."""
 
 import json
 import sys
+from pathlib import Path
 
-from calorimeter.projection.validation import Fold, summarize, validate, write_validation
+import pandas as pd
+
+from calorimeter.projection.calibration import collective_points
+from calorimeter.projection.measured import load_measured
+from calorimeter.projection.validation import (
+    Fold,
+    add_bands,
+    loco,
+    loco_summary,
+    newest_fingerprints,
+    summarize,
+    validate,
+    write_validation,
+)
+from calorimeter.records.atomic import write_atomic
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 sys.stderr = open(sm.log[0], "w", buffering=1)  # noqa: SIM115
-folds = [Fold.from_dict(f) for f in sm.params.folds]
-table = validate(folds) if folds else None
+coverage = float(sm.params.coverage)
+if sm.params.folds:
+    table = validate([Fold.from_dict(f) for f in sm.params.folds])
+    if len(table):
+        table["relation"] = "match"
+        table = add_bands(table, coverage)
+    summary = summarize(table) if len(table) else {}
+else:
+    ms = load_measured(list(sm.params.sources))
+    table = loco(ms, newest_fingerprints(ms), collective_points(list(sm.params.collectives)), coverage=coverage)
+    summary = loco_summary(table, coverage)
 if table is None or table.empty:
-    import pandas as pd
-
-    table = pd.DataFrame(columns=["fold", "cell_id", "notes"])
+    table = pd.DataFrame(columns=["fold", "cell_id", "notes", "relation", "hardware", "fingerprint", "calibration"])
 write_validation(table, sm.output.table)
-summary = summarize(table) if len(table) else {}
-with open(sm.output.summary, "w") as f:
-    json.dump(summary, f, indent=1, default=float)
+text = json.dumps(summary, indent=1, default=float)
+write_atomic(Path(sm.output.summary), lambda tmp: tmp.write_text(text))
 print(json.dumps(summary, indent=1, default=float), file=sys.stderr)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from calorimeter.analysis.placement import placement_columns
 from calorimeter.analysis.window import (
     LINK_COUNTERS,
     POWER_COLUMNS,
@@ -31,10 +32,11 @@ from calorimeter.analysis.window import (
     GpuSamples,
     valid_readings,
 )
-from calorimeter.placement.compare import placement_columns
+from calorimeter.plan.layout import Layout
 from calorimeter.records.atomic import write_parquet_atomic
-from calorimeter.records.legacy import upgrade_record
+from calorimeter.records.metrics import energy_metrics
 from calorimeter.records.paths import TABLE_NAMES, CellPaths
+from calorimeter.records.run_record import RunRecord, read_run_record
 from calorimeter.telemetry.kernels import CATEGORIES, COMM_CATEGORIES
 
 METRIC_KEYS = ("iteration_time_s", "iteration_time_std_s", "samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
@@ -78,26 +80,20 @@ class CellTables:
 # loading
 
 
-def load_record(cell_dir: Path) -> dict[str, Any]:
-    """run.json of a cell, with today's names (:func:`calorimeter.records.legacy.upgrade_record`)."""
-    return upgrade_record(json.loads(CellPaths(Path(cell_dir)).run_json.read_text()))
-
-
 def _read_parquet(path: Path) -> pd.DataFrame | None:
     return pd.read_parquet(path) if path.is_file() else None
 
 
-def rank_table(record: dict[str, Any]) -> pd.DataFrame:
+def rank_table(record: RunRecord) -> pd.DataFrame:
     """One row per rank: rank, local_rank, node, hostname, nvml_index, uuid, device_name, stage, tp_rank, dp_rank.
 
-    ``stage`` comes from the record where present, else from the rank layout (pipeline outermost, as DeepSpeed's
-    and Megatron's topologies: stage = rank // (world_size / pp)); ``stage_source`` says which.
+    ``stage`` comes from the record where present, else from the rank layout (:class:`calorimeter.plan.layout.Layout`);
+    ``stage_source`` says which.
     """
-    cell = record["cell"]
-    ranks = (record.get("provenance") or {}).get("ranks") or []
+    cell = record.cell
+    ranks = record.ranks
     world = int(cell.get("world_size") or len(ranks) or 1)
-    pp = max(int(cell.get("pp") or 1), 1)
-    per_stage = max(world // pp, 1)
+    layout = Layout(world, max(int(cell.get("pp") or 1), 1), int(cell.get("gpus_per_node") or world))
     rows = []
     for r in ranks:
         di = r.get("device_info") or {}
@@ -111,7 +107,7 @@ def rank_table(record: dict[str, Any]) -> pd.DataFrame:
             "nvml_index": di.get("nvml_index"),
             "uuid": di.get("uuid"),
             "device_name": di.get("name"),
-            "stage": r.get("stage") if r.get("stage") is not None else (int(rank) // per_stage if derived else None),
+            "stage": r.get("stage") if r.get("stage") is not None else (layout.stage(int(rank)) if derived else None),
             "stage_source": "record" if r.get("stage") is not None else "layout",
             "tp_rank": r.get("tp_rank"),
             "dp_rank": r.get("dp_rank"),
@@ -332,37 +328,36 @@ def timeseries_frame(tele: pd.DataFrame, gpu_map: pd.DataFrame, t0: float,
 # the run row
 
 
-def record_row(record: dict[str, Any]) -> dict[str, Any]:
+def record_row(record: RunRecord) -> dict[str, Any]:
     """Flatten one run.json into a table row: parameters, status, record metrics, provenance."""
-    row = {k: record["cell"].get(k) for k in PARAM_KEYS}
+    row = {k: record.cell.get(k) for k in PARAM_KEYS}
     row["config_id"] = row["config_id"] or row["cell_id"]  # records from before repetitions: their own config
     row["repeat"] = int(row["repeat"] or 0)
     row["kind"] = row["kind"] or "train"  # records from before cell kinds trained
-    row["pp_split"] = str(record["cell"].get("pp_split") or "")
+    row["pp_split"] = str(record.cell.get("pp_split") or "")
     row.update(placement_columns(record))
-    row["status"] = record["status"]
-    row["reason"] = record.get("reason", "") or ""
-    row["failure_class"] = record.get("failure_class", "") or ""
-    m = record.get("metrics") or {}
+    row["status"] = record.status
+    row["reason"] = record.reason
+    row["failure_class"] = record.failure_class
+    m = record.metrics
     row.update({k: (float("nan") if m.get(k) is None else m.get(k)) for k in METRIC_KEYS})
     row["mfu_unavailable_reason"] = m.get("mfu_unavailable_reason", "") or ""
-    peak_mem = record.get("peak_memory_bytes")
+    peak_mem = record.peak_memory_bytes
     row["peak_memory_gb"] = peak_mem / 1e9 if peak_mem is not None else float("nan")
-    losses = [x["loss"] for x in record.get("loss", []) or []]
+    losses = [x["loss"] for x in record.loss]
     row["loss_first"] = losses[0] if losses else float("nan")
     row["loss_last"] = losses[-1] if losses else float("nan")
-    prov = record.get("provenance", {}) or {}
+    prov = record.provenance
     row["hosts"] = ",".join(prov.get("hosts", []) or [])
-    devices = {(r.get("device_info") or {}).get("name") or r.get("device") for r in prov.get("ranks", []) or []}
+    devices = {(r.get("device_info") or {}).get("name") or r.get("device") for r in record.ranks}
     row["devices"] = ",".join(sorted(d for d in devices if d))
-    row["job_id"] = (prov.get("launcher") or {}).get("job_id")
+    row["job_id"] = record.launcher.get("job_id")
     row["git_commit"] = (prov.get("git") or {}).get("commit")
-    hw = record.get("hardware") or {}
-    row["peak_bf16_tflops"] = hw.get("peak_bf16_tflops")
-    w = record.get("warmup") or {}  # absent in records from before the steady-state warm-up
+    row["peak_bf16_tflops"] = record.hardware.get("peak_bf16_tflops")
+    w = record.warmup  # empty in records from before the steady-state warm-up
     row["warmup_mode"] = w.get("mode_used") or "fixed"
     row["warmup_reason"] = w.get("reason") or ("" if w else "fixed (record predates steady-state warm-up)")
-    row["warmup_steps_run"] = w.get("steps", record["cell"].get("warmup_steps"))
+    row["warmup_steps_run"] = w.get("steps", record.cell.get("warmup_steps"))
     row["warmup_s"] = float("nan") if w.get("seconds") is None else float(w["seconds"])
     row["warmup_final_slope_c_per_min"] = float("nan") if w.get("final_slope_c_per_min") is None else float(
         w["final_slope_c_per_min"])
@@ -429,12 +424,8 @@ def efficiency_metrics(row: dict[str, Any], gpus: pd.DataFrame) -> dict[str, Any
             if it is not None and it == it:
                 out["energy_per_iteration_j"] = mean_power_total * float(it)
             break
-    epi = out["energy_per_iteration_j"]
-    gb, seq, sps = row.get("global_batch"), row.get("seq_len"), row.get("samples_per_s")
-    if epi == epi and gb and seq:
-        out["energy_per_token_j"] = epi / (float(gb) * float(seq))
-    if epi == epi and epi > 0 and sps == sps and sps is not None:
-        out["efficiency"] = float(sps) / (epi / 1e6)
+    out.update(energy_metrics(out["energy_per_iteration_j"], row.get("global_batch"), row.get("seq_len"),
+                              row.get("samples_per_s")))
     return out
 
 
@@ -491,13 +482,17 @@ def _quality_notes(gpus: pd.DataFrame) -> list[str]:
             for g in gpus.itertuples(index=False) if isinstance(g.quality_notes, str) and g.quality_notes]
 
 
-def cell_tables(cell_dir: str | Path, record: dict[str, Any] | None = None, skip: Collection[str] = ()
+def cell_tables(cell_dir: str | Path, record: RunRecord | None = None, skip: Collection[str] = ()
                 ) -> CellTables:
     """Every table of one cell folder (see the module docstring); files named in ``skip`` are treated as missing
-    (a damaged file, see :mod:`calorimeter.analysis.damaged`)."""
+    (a damaged file, see :mod:`calorimeter.analysis.damaged`).
+
+    Raises:
+        RecordError: the cell's run.json cannot be used (when ``record`` is not given).
+    """
     paths = CellPaths(Path(cell_dir))
-    record = upgrade_record(record) if record is not None else load_record(paths.root)
-    cid = record["cell"].get("cell_id") or record["cell_id"]
+    record = record if record is not None else read_run_record(paths.run_json)
+    cid = record.cell_id
     row = record_row(record)
     ranks = rank_table(record)
     steps, tele, kern_raw = (_read_parquet(path) if path.name not in skip else None
@@ -535,9 +530,9 @@ def cell_tables(cell_dir: str | Path, record: dict[str, Any] | None = None, skip
             tele["time_s"].min())
         ts = timeseries_frame(tele, gpu_map, t0)
     else:
-        notes.append("no telemetry" if record.get("status") == "ok" else f"no telemetry ({record.get('status')})")
+        notes.append("no telemetry" if record.ok else f"no telemetry ({record.status})")
     kern = kernels_frame(kern_raw, ranks) if kern_raw is not None else pd.DataFrame()
-    if kern_raw is None and record.get("status") == "ok":
+    if kern_raw is None and record.ok:
         notes.append("no kernel trace")
     row.update(efficiency_metrics(row, gpus))
     row.update(kernel_metrics(kern))

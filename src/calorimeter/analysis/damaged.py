@@ -12,7 +12,6 @@ figures of the healthy cells, and nothing on disk is changed:
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pandas as pd
 
 from calorimeter.analysis.cell import METRIC_KEYS, TELEMETRY_KEYS, CellTables, cell_tables
 from calorimeter.records.paths import KERNELS_PARQUET, RUN_JSON, STEPS_PARQUET, TELEMETRY_JSON, TELEMETRY_PARQUET
+from calorimeter.records.run_record import RecordError, RunRecord, read_run_record
 
 #: files of a cell folder that are left out one by one when the cell's tables cannot be computed with them
 OPTIONAL_FILES = (TELEMETRY_PARQUET, KERNELS_PARQUET, TELEMETRY_JSON, STEPS_PARQUET)
@@ -54,20 +54,12 @@ def parquet_problem(path: Path) -> str | None:
     return None
 
 
-def load_record(cell_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+def load_record(cell_dir: Path) -> tuple[RunRecord | None, str | None]:
     """(run.json, None) or (None, why it cannot be used)."""
-    path = Path(cell_dir) / RUN_JSON
     try:
-        rec = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None, "missing"
-    except (OSError, UnicodeDecodeError) as e:
-        return None, f"cannot be read ({_problem_text(e)})"
-    except ValueError as e:
-        return None, f"not JSON ({e})"
-    if not isinstance(rec, dict) or not isinstance(rec.get("cell"), dict) or not isinstance(rec.get("status"), str):
-        return None, "not a cell record (no 'cell' mapping or no 'status')"
-    return rec, None
+        return read_run_record(Path(cell_dir) / RUN_JSON), None
+    except RecordError as e:
+        return None, str(e)
 
 
 def corrupt_tables(cell_id: str, problem: str) -> CellTables:

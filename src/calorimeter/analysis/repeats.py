@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from calorimeter.findings.stats import mean_interval
+from calorimeter.records.legacy import config_ids
 
 #: metrics summarised over repetitions, with the resolution of the reading (0: continuous)
 CONFIG_METRICS: dict[str, float] = {
@@ -43,15 +44,6 @@ CONFIG_METRICS: dict[str, float] = {
 _KEEP = ("sweep", "model", "hardware", "nodes", "gpus_per_node", "world_size", "tp", "pp", "dp", "ep", "cp",
          "sequence_parallel", "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch",
          "grad_accum", "seq_len", "precision", "parallel_label", "optimization_label", "pp_split", "placement")
-
-
-def config_ids(runs: pd.DataFrame) -> pd.Series:
-    """Each row's configuration: ``config_id`` where the table has it, else the cell id (records from before
-    repetitions: one repetition each)."""
-    cid = runs["cell_id"].astype(str)
-    if "config_id" not in runs.columns:
-        return cid
-    return runs["config_id"].where(runs["config_id"].notna() & (runs["config_id"].astype(str) != ""), cid).astype(str)
 
 
 def configs_table(runs: pd.DataFrame) -> pd.DataFrame:

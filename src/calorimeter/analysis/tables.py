@@ -19,7 +19,7 @@ import pandas as pd
 
 from calorimeter.analysis.cell import METRIC_KEYS, PARAM_KEYS, TELEMETRY_KEYS
 from calorimeter.records.atomic import write_atomic, write_parquet_atomic
-from calorimeter.records.legacy import upgrade_plan_cell
+from calorimeter.records.legacy import upgrade_plan_cell, upgrade_runs
 from calorimeter.records.paths import TABLE_NAMES
 
 
@@ -101,11 +101,14 @@ def load_plan_cells(plan_json: str | Path) -> list[dict[str, Any]]:
 
 
 def read_tables(tables_dir: str | Path, names: Iterable[str] = TABLE_NAMES) -> dict[str, pd.DataFrame]:
-    """The sweep's tables that exist (missing ones are empty frames)."""
+    """The sweep's tables that exist (missing ones are empty frames); runs and configs tables of any age with
+    today's parameter columns (:func:`calorimeter.records.legacy.upgrade_runs`)."""
     out = {}
     for n in names:
         p = Path(tables_dir) / f"{n}.parquet"
         out[n] = pd.read_parquet(p) if p.is_file() else pd.DataFrame()
+        if n in ("runs", "configs"):
+            out[n] = upgrade_runs(out[n])
     return out
 
 

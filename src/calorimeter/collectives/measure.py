@@ -14,7 +14,6 @@ reports as out-of-place time; it includes the launch overhead a training step al
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,9 +21,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from calorimeter.projection.collectives import bus_factor
-
-KINDS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+from calorimeter.collectives.table import bus_factor
+from calorimeter.plan.work import COLLECTIVES
+from calorimeter.telemetry.timer import synchronize, time_batch
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,7 @@ class SweepSpec:
     max_bytes: int
     warmup: int
     iterations: int
-    kinds: tuple[str, ...] = KINDS
+    kinds: tuple[str, ...] = COLLECTIVES
     dtype: torch.dtype = torch.float32
 
     @classmethod
@@ -68,11 +67,6 @@ def group_sizes(world: int) -> list[int]:
     if world > 1 and world not in out:
         out.append(world)
     return out
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _op(kind: str, size: int, group: Any, g: int, rank_in_group: int, spec: SweepSpec,
@@ -105,19 +99,15 @@ def _op(kind: str, size: int, group: Any, g: int, rank_in_group: int, spec: Swee
                 req.wait()
 
         return sendrecv
-    raise ValueError(f"unknown collective {kind!r}; known: {', '.join(KINDS)}")
+    raise ValueError(f"unknown collective {kind!r}; known: {', '.join(COLLECTIVES)}")
 
 
 def _time_point(call: Callable[[], None], spec: SweepSpec, device: torch.device) -> float:
     for _ in range(spec.warmup):
         call()
-    _sync(device)
+    synchronize(device)
     dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(spec.iterations):
-        call()
-    _sync(device)
-    mine = (time.perf_counter() - t0) / max(spec.iterations, 1)
+    mine = time_batch(call, device, spec.iterations) / max(spec.iterations, 1)
     t = torch.tensor([mine], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())

@@ -1,24 +1,16 @@
-"""Per-rank entry point of the ``collectives`` cell kind (:data:`calorimeter.kinds.KINDS`)."""
+"""Per-rank entry point of the ``collectives`` cell kind (:data:`calorimeter.plan.kinds.KINDS`)."""
 
 from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from calorimeter.collectives.measure import SweepSpec, measure
 from calorimeter.collectives.table import write_table
-from calorimeter.plan.cell import Cell
-
-
-def _device() -> torch.device:
-    if torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+from calorimeter.records.rank import RankContext, RankResult
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -34,21 +26,21 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run_collectives(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str, Any]:
-    """Time the collectives on this rank's group of ranks; rank 0 writes ``collectives.parquet`` into ``run_dir``.
+def run_collectives(ctx: RankContext) -> RankResult:
+    """Time the collectives on this rank's group of ranks; rank 0 writes ``collectives.parquet`` into the run's
+    folder.
 
     Message sizes and dtype follow the device (:meth:`SweepSpec.for_device`); each point gets the cell's
     ``warmup_steps`` untimed and ``measured_steps`` timed calls.
     """
-    device = _device()
+    cell, device = ctx.cell, torch.device(ctx.rank.device)
     spec = SweepSpec.for_device(device, warmup=max(cell.warmup_steps, 1), iterations=max(cell.measured_steps, 1))
     t0 = time.time()
-    rank = dist.get_rank()
+    rank = ctx.rank.rank
     progress = (lambda msg: print(f"[collectives] {msg}", flush=True)) if rank == 0 else None
     rows = measure(spec, device, cell.gpus_per_node, progress)
     if rank == 0:
-        write_table(rows, run_dir)
+        write_table(rows, ctx.run.root)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    return {"steps": [], "kind_metrics": {"collectives": summarize(rows), "points": len(rows),
-                                           "wall_time_s": time.time() - t0},
-            "peak_memory_bytes": peak}
+    return RankResult(kind_metrics={"collectives": summarize(rows), "points": len(rows),
+                                    "wall_time_s": time.time() - t0}, peak_memory_bytes=peak)

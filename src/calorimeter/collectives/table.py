@@ -1,4 +1,6 @@
-"""The collectives table of a ``collectives`` cell: one row per (collective, group size, message size).
+"""The table of a ``collectives`` cell: one row per (collective, group size, message size), and the conventions of
+its curves that the projection reads (:func:`bus_factor`, :data:`CURVE_COLUMNS`). The collectives themselves are
+named once, in :data:`calorimeter.plan.work.COLLECTIVES`.
 
 Columns: ``kind`` (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv), ``group`` (ranks per group; every
 disjoint group of that size runs at once, as tensor-parallel groups do in training), ``size_bytes`` (nccl-tests'
@@ -14,12 +16,26 @@ from pathlib import Path
 
 import pandas as pd
 
+from calorimeter.plan.kinds import COLLECTIVES_PARQUET
 from calorimeter.records.atomic import write_parquet_atomic
 from calorimeter.records.paths import CellPaths
+from calorimeter.records.run_record import RecordError, read_run_record
 
-COLLECTIVES_PARQUET = "collectives.parquet"
+#: columns of a curve of measured points (seconds per call of one collective over one group and message size)
+CURVE_COLUMNS = ("kind", "role", "group", "size_bytes", "time_s", "source")
 TABLE_COLUMNS: tuple[str, ...] = ("kind", "group", "size_bytes", "time_s", "algbw_gbyte_s", "busbw_gbyte_s",
                                   "iterations", "backend", "dtype", "nodes", "error")
+
+
+def bus_factor(kind: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth factor of a collective over ``n`` ranks."""
+    if n <= 1:
+        return 0.0
+    if kind == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
 
 
 def write_table(rows: list[dict], cell_dir: str | Path) -> Path:
@@ -33,19 +49,15 @@ def read_collective_points(sweep_dir: str | Path) -> pd.DataFrame:
     """Curve points for the projection from every ``collectives`` cell of a sweep folder.
 
     Only cells whose record says ``ok`` count; points with an error or no time are dropped. Returns the columns of
-    :data:`calorimeter.projection.collectives.CURVE_COLUMNS` plus ``hardware`` and ``cell_id``.
+    :data:`CURVE_COLUMNS` plus ``hardware`` and ``cell_id``.
     """
-    import json
-
-    from calorimeter.projection.collectives import CURVE_COLUMNS
-
     frames = []
     for table in sorted(Path(sweep_dir).glob(f"cells/*/{COLLECTIVES_PARQUET}")):
-        run = CellPaths(table.parent).run_json
-        if not run.is_file():
+        try:
+            record = read_run_record(CellPaths(table.parent).run_json)
+        except RecordError:
             continue
-        record = json.loads(run.read_text())
-        if record.get("status") != "ok":
+        if not record.ok:
             continue
         t = pd.read_parquet(table)
         t = t[t["time_s"].notna() & (t["time_s"] > 0) & t["error"].isna()]
@@ -53,7 +65,7 @@ def read_collective_points(sweep_dir: str | Path) -> pd.DataFrame:
             continue
         frames.append(pd.DataFrame({
             "kind": t["kind"], "role": "sync", "group": t["group"].astype(int), "size_bytes": t["size_bytes"],
-            "time_s": t["time_s"], "source": "collectives", "hardware": record["cell"]["hardware"],
-            "cell_id": record["cell"].get("cell_id", table.parent.name)}))
+            "time_s": t["time_s"], "source": "collectives", "hardware": record.cell["hardware"],
+            "cell_id": record.cell_id or table.parent.name}))
     cols = [*CURVE_COLUMNS, "hardware", "cell_id"]
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)

@@ -24,6 +24,7 @@ with its last console lines.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -34,8 +35,14 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from calorimeter.command.steplog import STEP_LOG_ENV, ConsoleParser, LoggedStep, read_step_log
+from calorimeter.command.steplog import STEP_LOG_ENV, ConsoleParser, LoggedStep, StepLogWriter, read_step_log
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.hardware import PROFILES, accelerator_of
+from calorimeter.plan.models import get_model
+from calorimeter.records.metrics import step_times_s, throughput_metrics
+from calorimeter.records.progress import ProgressWriter
+from calorimeter.records.rank import RankContext, RankResult
+from calorimeter.train.steady import slope_c_per_min, temperature_source
 
 #: console lines of a failed command kept in the error
 TAIL_LINES = 20
@@ -59,10 +66,6 @@ def command_env(cell: Cell, rank: int, world_size: int, local_rank: int, step_lo
         "CALORIMETER_PRECISION": cell.precision, "CALORIMETER_PYTHON": sys.executable,
     })
     if cell.model != "-":  # the declared model's shape, so that a script can build exactly it
-        import json
-
-        from calorimeter.plan.models import get_model
-
         env["CALORIMETER_MODEL_SPEC"] = json.dumps(get_model(cell.model).to_dict())
     return env
 
@@ -158,7 +161,6 @@ def steady_warmup(cell: Cell, steps: list[LoggedStep], readings: list[tuple[floa
     Returns:
         (warm-up steps, reason, the slope at the boundary in °C/min (NaN where too early)).
     """
-    from calorimeter.train.steady import slope_c_per_min
 
     if not steps:
         return 0, "no step", float("nan")
@@ -181,7 +183,6 @@ def command_metrics(cell: Cell, rank_steps: list[list[LoggedStep]], peak_tflops:
     Raises:
         RuntimeError: no measured step, or logged tokens that are not the cell's ``global_batch x seq_len``.
     """
-    from calorimeter.records.metrics import step_times_s, throughput_metrics
 
     n_warm = cell.warmup_steps if warmup_steps is None else warmup_steps
     rows = [phases(cell, steps, n_warm) for steps in rank_steps]
@@ -213,25 +214,21 @@ def command_metrics(cell: Cell, rank_steps: list[list[LoggedStep]], peak_tflops:
     return out
 
 
-def run_command(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str, Any]:
-    """Kind ``command`` on one rank (:func:`calorimeter.kinds.run_kind`): run the command, return its steps; rank 0
-    also returns the cell's metrics from every rank's steps."""
+def run_command(ctx: RankContext) -> RankResult:
+    """Kind ``command`` on one rank (:func:`calorimeter.launch.task.run_kind`): run the command, return its steps;
+    rank 0 also returns the cell's metrics from every rank's steps."""
     import torch.distributed as dist
 
-    from calorimeter.plan.hardware import PROFILES
-    from calorimeter.records.paths import RunPaths
-    from calorimeter.records.progress import ProgressWriter
-
+    cell, run_dir = ctx.cell, ctx.run.root
     if not cell.command:
         raise ValueError(f"{cell.cell_id}: kind command needs `command`")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    local_rank = int(os.environ.get("LOCAL_RANK", rank % cell.gpus_per_node))
+    rank, world, local_rank = ctx.rank.rank, ctx.rank.world_size, ctx.rank.local_rank
     folder = Path(run_dir) / "command"
     folder.mkdir(parents=True, exist_ok=True)
     step_log = folder / f"steps-rank{rank}.jsonl"
     step_log.unlink(missing_ok=True)
     fmt = cell.log_format or "jsonl"
-    progress = ProgressWriter(RunPaths(Path(run_dir)).progress, cell, 0, True) if rank == 0 else None
+    progress = ProgressWriter(ctx.run.progress, cell, 0, True) if rank == 0 else None
     count = [0]
 
     def report(s: LoggedStep) -> None:
@@ -253,24 +250,22 @@ def run_command(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[st
     steps = parser.steps if parser is not None else read_step_log(step_log)
     warmup = _warmup(cell, steps, Path(run_dir), local_rank)
     if parser is not None:  # console steps: kept beside the console log, in the protocol's format
-        from calorimeter.command.steplog import StepLogWriter
-
         w = StepLogWriter(step_log)
         for s in steps:
             w.step(s.step, s.t_begin_s, s.t_end_s, loss=s.loss)
-    out: dict[str, Any] = {"steps": phases(cell, steps, warmup["steps"]), "warmup": warmup,
-                           "command": {"exit_code": rc, "wall_s": time.time() - t0}}
+    out = RankResult(steps=phases(cell, steps, warmup["steps"]), warmup=warmup,
+                     command={"exit_code": rc, "wall_s": time.time() - t0})
     dist.barrier()  # every rank's step log is complete
     if rank == 0:
         # console formats: only the ranks that print have steps (torchtitan and Megatron print on rank 0)
         rank_steps = [read_step_log(folder / f"steps-rank{r}.jsonl") for r in range(world)]
         rank_steps = [s for s in rank_steps if s] or [steps]
         profile = PROFILES.get(cell.hardware)
-        out["kind_metrics"] = {**command_metrics(cell, rank_steps, profile.peak_bf16_tflops if profile else None,
-                                                 warmup["steps"]),
-                               "warmup_mode_used": warmup["mode_used"], "warmup_reason": warmup["reason"],
-                               "warmup_steps_used": warmup["steps"]}
-        out["peak_memory_bytes"] = out["kind_metrics"].get("peak_memory_bytes_logged")
+        out.kind_metrics = {**command_metrics(cell, rank_steps, profile.peak_bf16_tflops if profile else None,
+                                              warmup["steps"]),
+                            "warmup_mode_used": warmup["mode_used"], "warmup_reason": warmup["reason"],
+                            "warmup_steps_used": warmup["steps"]}
+        out.peak_memory_bytes = out.kind_metrics.get("peak_memory_bytes_logged")
     return out
 
 
@@ -280,12 +275,8 @@ def _warmup(cell: Cell, steps: list[LoggedStep], run_dir: Path, local_rank: int)
     import torch
     import torch.distributed as dist
 
-    from calorimeter.plan.hardware import accelerator_of
-
     source, note = (None, "no GPU temperature on a CPU rank")
     if cell.warmup == "steady" and accelerator_of(cell.hardware) != "cpu" and torch.cuda.is_available():
-        from calorimeter.train.steady import temperature_source
-
         source, note = temperature_source(run_dir, torch.device("cuda", local_rank))
     readings = source() if source is not None else []
     if cell.warmup == "steady" and readings:

@@ -29,13 +29,16 @@ from calorimeter.figures import (
     throughput,
     timeline,
 )
-from calorimeter.figures.common import FigureResult, Tables, save
+from calorimeter.figures.common import FigureResult, Tables, save, training_only
 
 #: every figure of the report, by output name, in report order
 FIGURES: dict[str, ModuleType] = {m.NAME: m for m in (
     throughput, fig04_parallelism, fig05_links, fig08_optimization, fig10_kernels, fig13_microbatch, fig15_stages,
     fig17_temperature, fig17_sm_clock, scale_compare, timeline, throttle, data_quality, placement)}
 
+
+#: figures about every cell of any kind (the data quality of a calibration cell matters too)
+ALL_KINDS = ("data_quality",)
 
 #: the projection's figures (``snakemake projection``): drawn from the projection's tables, not the sweep's
 PROJECTION_FIGURES: dict[str, ModuleType] = {m.NAME: m for m in (projection_validation, projection)}
@@ -44,6 +47,10 @@ PROJECTION_FIGURES: dict[str, ModuleType] = {m.NAME: m for m in (projection_vali
 def render(name: str, tables: Tables, png: Path, pdf: Path | None = None) -> FigureResult:
     """Draw figure ``name`` (of :data:`FIGURES` or :data:`PROJECTION_FIGURES`) from the tables and save it as PNG
     (and PDF)."""
+    notes: list[str] = []
+    if name in FIGURES and name not in ALL_KINDS:  # training figures never draw a calibration cell as a model
+        tables, notes = training_only(tables)
     fig, res = {**FIGURES, **PROJECTION_FIGURES}[name].draw(tables)
+    res.missing = [*res.missing, *notes]
     save(fig, png, pdf)
     return res

@@ -14,7 +14,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from calorimeter.analysis.repeats import CONFIG_METRICS, config_ids  # noqa: E402
+from calorimeter.analysis.repeats import CONFIG_METRICS  # noqa: E402
+from calorimeter.records.atomic import write_atomic  # noqa: E402
+from calorimeter.records.legacy import config_ids  # noqa: E402
 from calorimeter.telemetry.kernels import CATEGORIES  # noqa: E402
 from calorimeter.telemetry.reasons import REASON_NAMES  # noqa: E402
 
@@ -43,28 +45,35 @@ AVG_COLOR, PEAK_COLOR, EFF_COLOR = "#1f77b4", "#d62728", "#2ca02c"
 
 @dataclass
 class FigureResult:
-    """What a figure drew: its name, number of x points (or rows), the cells drawn and what is missing."""
+    """What a figure drew: its name, number of x points (or rows), the cells drawn, what is missing and what the
+    compared cells do not hold fixed."""
 
     name: str
     n_points: int = 0
     cells: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    differs: list[str] = field(default_factory=list)  # what the compared cells do not hold fixed (the bottom note)
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
-        return {"name": self.name, "n_points": self.n_points, "cells": self.cells, "missing": self.missing}
+        return {"name": self.name, "n_points": self.n_points, "cells": self.cells, "missing": self.missing,
+                "differs": self.differs}
 
 
 def config_label(row: pd.Series | dict, short: bool = False) -> str:
     """Label of a cell's parallel layout from its parameters: ``TP4-PP8``, ``EP8-TP1-PP1``, ``TP8-FSDP``, with the
-    ZeRO stage where it is not implied and the node count where it is not one; `` r<k>`` for repetition k > 0
-    (figures that draw every repetition would otherwise show two identical labels)."""
+    ZeRO stage where it is not implied and the node count where it is not one; `` pl-<policy>`` for a placement
+    other than the default; `` r<k>`` for repetition k > 0 (figures that draw every repetition would otherwise show
+    two identical labels)."""
     lab = str(row["parallel_label"])
     z = int(row["zero_stage"]) if row.get("zero_stage") == row.get("zero_stage") else None
     if z in (0, 2) and int(row.get("dp") or 1) > 1:
         lab += f"-Z{z}"
     if short:
         lab = lab.replace("TP", "T").replace("PP", "P").replace("EP", "E").replace("-DP", "-D")
+    pl = row.get("placement")
+    if isinstance(pl, str) and pl not in ("", "default"):  # the placement knob is part of what a cell compares
+        lab += f" pl-{pl}"
     rep = pd.to_numeric(pd.Series([row.get("repeat")]), errors="coerce").fillna(0).iloc[0]
     return lab + (f" r{int(rep)}" if rep > 0 else "")
 
@@ -116,9 +125,10 @@ CUT_NOTE = ("95% intervals cut at the axes (few repetitions give wide t-interval
 
 
 def config_key(row: pd.Series | dict) -> tuple:
-    """Identity of a parallel configuration (everything but optimization and micro-batch)."""
+    """Identity of a parallel configuration (everything but optimization and micro-batch; the placement policy is
+    part of it: cells placed differently are different configurations)."""
     return (row["model"], row["hardware"], row["world_size"], row["parallel_label"], row["zero_stage"],
-            str(row.get("pp_split") or ""), bool(row.get("sequence_parallel")))
+            str(row.get("pp_split") or ""), bool(row.get("sequence_parallel")), str(row.get("placement") or "default"))
 
 
 def model_order(df: pd.DataFrame) -> dict[str, int]:
@@ -205,7 +215,7 @@ def note(fig: plt.Figure, missing: list[str], differs: list[str] | None = None) 
 #: parameters a comparison may leave unequal, and how to name them
 COMPARED_PARAMS = {"recompute": "recompute", "overlap": "overlap", "micro_batch": "micro-batch",
                    "global_batch": "global batch", "seq_len": "sequence", "precision": "precision",
-                   "hardware": "hardware", "world_size": "GPUs"}
+                   "hardware": "hardware", "world_size": "GPUs", "placement": "placement"}
 LAYOUT_KNOBS = ("tp", "pp", "dp", "ep", "cp", "sequence_parallel", "zero_stage", "pp_split", "parallel_label")
 
 
@@ -273,11 +283,10 @@ def finite(values: pd.Series | np.ndarray) -> np.ndarray:
 
 def save(fig: plt.Figure, out_png: Path | str, out_pdf: Path | str | None = None, dpi: int = 130) -> None:
     """Save deterministically (no dates or software versions in the files) and close the figure."""
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=dpi, metadata={"Software": None})
+    write_atomic(Path(out_png), lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None}))
     if out_pdf is not None:
-        fig.savefig(out_pdf, metadata={"CreationDate": None, "Producer": None, "Creator": None})
+        write_atomic(Path(out_pdf), lambda tmp: fig.savefig(tmp, format="pdf", metadata={
+            "CreationDate": None, "Producer": None, "Creator": None}))
     plt.close(fig)
 
 
@@ -288,25 +297,62 @@ def hardware_label(df: pd.DataFrame) -> str:
     return ", ".join(sorted({f"{h} x{int(w)}" for h, w in zip(df["hardware"], df["world_size"], strict=True)}))
 
 
+#: metrics that are a maximum over samples and GPUs: over repetitions their maximum as well, so that a peak is
+#: always a value a sensor reported (never the mean of maxima), drawn without an interval
+PEAK_METRICS: tuple[str, ...] = ("temp_peak_c", "power_peak_w", "sm_clock_peak_mhz", "hbm_temp_peak_c")
+#: fewest repetitions drawn as a mean with a 95% t-interval; with fewer (2 or 3: 12.7 or 4.3 standard errors each
+#: side) the repetitions are drawn as points around their mean
+MIN_INTERVAL_REPEATS = 4
+
+
 def collapse_repeats(tables: Tables) -> pd.DataFrame:
     """The runs table with one row per configuration where the sweep repeats cells: the first repetition's row, its
-    metrics replaced by the mean over the configuration's ok repetitions (``configs`` table), with
-    ``<metric>_ci95_low``/``_high`` for the intervals and ``repeat_cell_ids``; status ``ok`` when any repetition is.
+    metrics replaced by the mean over the configuration's ok repetitions (peaks, :data:`PEAK_METRICS`: their
+    maximum), with ``<metric>_ci95_low``/``_high`` (the ``configs`` table's intervals), ``<metric>_n`` and
+    ``<metric>_reps`` (the repetitions' values) and ``repeat_cell_ids``; status ``ok`` when any repetition is.
     The runs table as it is when there are no repetitions (or no configs table)."""
     runs = tables["runs"]
     cfg = tables.get("configs")
     if cfg is None or cfg.empty or runs.empty or "n_planned" not in cfg.columns or (cfg["n_planned"] <= 1).all():
         return runs
-    first = runs.assign(config_id=config_ids(runs)).drop_duplicates("config_id").reset_index(drop=True)
+    ids = config_ids(runs)
+    first = runs.assign(config_id=ids).drop_duplicates("config_id").reset_index(drop=True)
     keep = ["config_id", "n_repeats", "repeat_cell_ids"] + [c for c in cfg.columns if c.endswith(
         ("_mean", "_ci95_low", "_ci95_high"))]
     out = first.merge(cfg[keep], on="config_id", how="left")
     ok = out["n_repeats"].fillna(0) > 0
-    for m in CONFIG_METRICS:
-        if f"{m}_mean" in out.columns:
-            out[m] = out[f"{m}_mean"].where(ok, out[m] if m in out.columns else np.nan)
+    good = runs.assign(config_id=ids)[runs["status"] == "ok"]
+    cols: dict[str, pd.Series] = {}
+    for m in [*CONFIG_METRICS, *PEAK_METRICS]:
+        if m not in runs.columns:
+            continue
+        vals = good.groupby("config_id")[m].apply(lambda v: [float(x) for x in pd.to_numeric(v, errors="coerce")
+                                                             if np.isfinite(x)])
+        reps = out["config_id"].map(vals).apply(lambda v: v if isinstance(v, list) else [])
+        n = reps.apply(len)
+        combine = max if m in PEAK_METRICS else (lambda v: float(np.mean(v)))
+        agg = reps.apply(lambda v, f=combine: f(v) if v else np.nan)
+        cols[m] = agg.where(ok & (n > 0), out[m])
+        cols[f"{m}_reps"], cols[f"{m}_n"] = reps, n
+    peaks_ci = [f"{m}_ci95_{b}" for m in PEAK_METRICS for b in ("low", "high")]  # a maximum has no t-interval
+    out = out.drop(columns=[c for c in [*cols, *peaks_ci] if c in out.columns])
+    out = pd.concat([out, pd.DataFrame(cols, index=out.index)], axis=1)
     out.loc[ok, "status"] = "ok"
     return out
+
+
+def rep_points(df: pd.DataFrame, metric: str, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """x positions (row index) and values of the repetitions of rows that have 2 to ``MIN_INTERVAL_REPEATS - 1``
+    of them (drawn as points instead of an interval), for ``ax.plot(x, y, ...)``."""
+    col = f"{metric}_reps"
+    if col not in df.columns:
+        return np.array([]), np.array([])
+    xs, ys = [], []
+    for i, v in enumerate(df[col]):
+        if isinstance(v, list) and 2 <= len(v) < MIN_INTERVAL_REPEATS:
+            xs += [i] * len(v)
+            ys += [x * scale for x in v]
+    return np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
 
 
 def drawn_cells(df: pd.DataFrame) -> list[str]:
@@ -320,14 +366,35 @@ def drawn_cells(df: pd.DataFrame) -> list[str]:
 
 
 def interval(df: pd.DataFrame, metric: str, scale: float = 1.0) -> np.ndarray | None:
-    """``[[mean - low], [high - mean]]`` of a metric's 95% intervals (rows without one: 0), for ``yerr``; None when
-    no row has one."""
+    """``[[mean - low], [high - mean]]`` of a metric's 95% intervals (rows without one, or with fewer than
+    ``MIN_INTERVAL_REPEATS`` repetitions: 0), for ``yerr``; None when no row has one."""
     lo, hi = f"{metric}_ci95_low", f"{metric}_ci95_high"
     if lo not in df.columns or metric not in df.columns:
         return None
     v = finite(df[metric]) * scale
     low, high = finite(df[lo]) * scale, finite(df[hi]) * scale
+    if f"{metric}_n" in df.columns:  # few repetitions: drawn as points (rep_points), not as a t-interval
+        few = finite(df[f"{metric}_n"]) < MIN_INTERVAL_REPEATS
+        low, high = np.where(few, np.nan, low), np.where(few, np.nan, high)
     if not np.isfinite(low).any():
         return None
     return np.vstack([np.nan_to_num(v - low), np.nan_to_num(high - v)])
 
+
+
+def training_only(tables: Tables) -> tuple[Tables, list[str]]:
+    """The tables without cells of other kinds (``thermal-calibration``, ``collectives``: no model, no training
+    metrics), which no training figure draws as a model; and a note naming them."""
+    runs = tables.get("runs")
+    if runs is None or runs.empty or "kind" not in runs.columns:
+        return tables, []
+    other = runs[runs["kind"].fillna("train").astype(str) != "train"]
+    if other.empty:
+        return tables, []
+    drop = set(other["cell_id"])
+    out = {n: (t[~t["cell_id"].isin(drop)] if isinstance(t, pd.DataFrame) and "cell_id" in t.columns else t)
+           for n, t in tables.items()}
+    if "configs" in out and isinstance(out["configs"], pd.DataFrame) and "config_id" in out["configs"].columns:
+        out["configs"] = out["configs"][~out["configs"]["config_id"].isin(set(config_ids(other)))]
+    kinds = ", ".join(f"{n} {k}" for k, n in other["kind"].value_counts().sort_index().items())
+    return out, [f"{len(drop)} non-training cell{'s' if len(drop) > 1 else ''} not drawn ({kinds})"]

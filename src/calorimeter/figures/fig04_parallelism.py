@@ -24,13 +24,13 @@ TABLES = ("runs", "configs")
 def select(runs: pd.DataFrame) -> pd.DataFrame:
     """One cell per parallel configuration: the study's recompute-only variant (``act``) where the sweep has
     it, else ``base``, else the configuration's most common optimization; the smallest micro-batch."""
-    df = prefer(runs, "optimization_label", ["act", "base"])
+    df = prefer(runs, "optimization_label", ["act", "cc+act", "base", "cc"])
     return order_configs(smallest(df, "micro_batch"))
 
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
     df = select(collapse_repeats(tables))
-    fig, missing = draw_panels(df, None, "efficiency", "Samples/(s·MJ)", "Fig. 4: parallelism sweep",
+    fig, missing, diff = draw_panels(df, None, "efficiency", "Samples/(s·MJ)", "Fig. 4: parallelism sweep",
                                "parallelism configuration", knobs=())
-    return fig, FigureResult(NAME, len(df), drawn_cells(df), missing)
+    return fig, FigureResult(NAME, len(df), drawn_cells(df), missing, diff)

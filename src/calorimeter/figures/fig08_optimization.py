@@ -22,7 +22,7 @@ def select(runs: pd.DataFrame) -> pd.DataFrame:
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
     df = select(collapse_repeats(tables))
-    fig, missing = draw_panels(df, "optimization_label", "efficiency_norm", "Norm. efficiency",
+    fig, missing, diff = draw_panels(df, "optimization_label", "efficiency_norm", "Norm. efficiency",
                                "Fig. 8: optimization sweep", "optimization configuration",
                                knobs=("overlap", "recompute"))
-    return fig, FigureResult(NAME, len(df), drawn_cells(df), missing)
+    return fig, FigureResult(NAME, len(df), drawn_cells(df), missing, diff)

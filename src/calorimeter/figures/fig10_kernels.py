@@ -19,7 +19,6 @@ from calorimeter.figures.common import (
     config_label,
     differs,
     empty_axes_message,
-    group_bounds,
     group_separators,
     hardware_label,
     note,
@@ -52,84 +51,109 @@ def per_stage_breakdown(kernels: pd.DataFrame, cell_id: str) -> tuple[dict[str, 
     return {c: float(sums.get(c, 0.0)) for c in CATEGORIES}, busy, n
 
 
+def mean_breakdown(kernels: pd.DataFrame, cell_ids: list[str]) -> tuple[dict[str, float], float, int, int]:
+    """:func:`per_stage_breakdown` averaged over repetitions (the cells of one configuration that have a trace):
+    (sums, busy, traced ranks of the first, number of repetitions averaged)."""
+    parts = [per_stage_breakdown(kernels, c) for c in cell_ids]
+    parts = [p for p in parts if p[2]]
+    if not parts:
+        return {}, float("nan"), 0, 0
+    sums = {c: float(np.mean([p[0][c] for p in parts])) for c in CATEGORIES}
+    busy = float(np.nanmean([p[1] for p in parts])) if any(p[1] == p[1] for p in parts) else float("nan")
+    return sums, busy, parts[0][2], len(parts)
+
+
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
-    """The figure (left open) and what it drew."""
+    """The figure (left open) and what it drew: one panel per model with its own time axis (models' step times
+    differ by an order of magnitude); each bar the mean over the configuration's ok repetitions."""
     kernels = tables["kernels"]
     df = select(tables["runs"])
     configs = list(dict.fromkeys((config_key(r), bool(r["overlap"])) for _, r in df.iterrows()))
-    n = 2 * len(configs)
-    fig, ax = plt.subplots(figsize=(max(7.0, 0.38 * n + 3), 5.2))
-    missing: list[str] = []
-    res = FigureResult(NAME, 0)
     if not configs:
+        fig, ax = plt.subplots(figsize=(7.0, 5.2))
         empty_axes_message(ax, "no cells with and without recomputation")
         fig.suptitle("Fig. 10: kernel-time breakdown, without vs. with recomputation", fontsize=10)
         note(fig, ["no configuration has a base/act or cc/cc+act cell: nothing to compare"])
         return fig, FigureResult(NAME, 0, [], ["no cells to compare"])
+    models = list(dict.fromkeys(k[0][0] for k in configs))
+    per_model = {m: [k for k in configs if k[0][0] == m] for m in models}
+    n = 2 * len(configs)
+    fig, axs = plt.subplots(1, len(models), figsize=(max(7.0, 0.38 * n + 2.2 * len(models) + 1), 5.2), squeeze=False,
+                            gridspec_kw={"width_ratios": [max(len(per_model[m]), 1) for m in models]})
+    missing: list[str] = []
+    res = FigureResult(NAME, 0)
     keys = pd.Series([(config_key(r), bool(r["overlap"])) for _, r in df.iterrows()], index=df.index)
     by_cfg = {k: df.loc[idx] for k, idx in df.groupby(keys, sort=False).groups.items()}
     seen_cats: set[str] = set()
-    labels, models = [], []
     unpaired = 0
-    for i, key in enumerate(configs):
-        g = by_cfg[key]
-        variants = PAIRS[key[1]]
-        unpaired += int(g["optimization_label"].nunique() < 2)
-        for j, var in enumerate(variants):
-            x = 2 * i + j
-            labels.append(var)
-            models.append(key[0][0])
-            row = g[g["optimization_label"] == var]
-            if row.empty:
-                ax.text(x, 0.02, "not in sweep", rotation=90, ha="center", va="bottom", fontsize=6,
-                        transform=ax.get_xaxis_transform(), gid="absent")
-                continue
-            r = row.iloc[0]
-            res.cells.append(r["cell_id"])
-            if r["status"] != "ok":
-                status_band(ax, x, r["status"])
-                continue
-            sums, busy, n_ranks = per_stage_breakdown(kernels, r["cell_id"])
-            if not n_ranks:
-                ax.text(x, 0.02, "no trace", rotation=90, ha="center", va="bottom", fontsize=6,
-                        transform=ax.get_xaxis_transform(), gid="notrace")
-                missing.append(f"kernel trace of {r['cell_id']}")
-                continue
-            bottom = 0.0
-            for c in CATEGORIES:
-                if sums[c] > 0:
-                    ax.bar(x, sums[c], 0.8, bottom=bottom, color=CATEGORY_COLORS[c],
-                           label=CATEGORY_LABELS[c] if c not in seen_cats else None, gid=f"bar:{c}")
-                    seen_cats.add(c)
-                    bottom += sums[c]
-            res.n_points += 1
-            if busy == busy:
-                ax.hlines(busy, x - 0.4, x + 0.4, color="k", lw=2,
-                          label="wall (union)" if "wall" not in seen_cats else None, gid="busy")
-                seen_cats.add("wall")
+    for ax, model in zip(axs[0], models, strict=True):
+        mine = per_model[model]
+        labels = []
+        for i, key in enumerate(mine):
+            g = by_cfg[key]
+            variants = PAIRS[key[1]]
+            unpaired += int(g["optimization_label"].nunique() < 2)
+            for j, var in enumerate(variants):
+                x = 2 * i + j
+                labels.append(var)
+                rows = g[g["optimization_label"] == var]
+                if rows.empty:
+                    ax.text(x, 0.02, "not in sweep", rotation=90, ha="center", va="bottom", fontsize=6,
+                            transform=ax.get_xaxis_transform(), gid="absent")
+                    continue
+                ok = rows[rows["status"] == "ok"]
+                res.cells.extend(rows["cell_id"])
+                if ok.empty:
+                    status_band(ax, x, rows["status"].iloc[0])
+                    continue
+                sums, busy, n_ranks, n_reps = mean_breakdown(kernels, list(ok["cell_id"]))
+                if not n_ranks:
+                    ax.text(x, 0.02, "no trace", rotation=90, ha="center", va="bottom", fontsize=6,
+                            transform=ax.get_xaxis_transform(), gid="notrace")
+                    missing.append(f"kernel trace of {ok['cell_id'].iloc[0]}")
+                    continue
+                if n_reps < len(ok):
+                    missing.append(f"{len(ok) - n_reps} repetition(s) of {ok['cell_id'].iloc[0]} without a trace")
+                bottom = 0.0
+                for c in CATEGORIES:
+                    if sums[c] > 0:
+                        ax.bar(x, sums[c], 0.8, bottom=bottom, color=CATEGORY_COLORS[c],
+                               label=CATEGORY_LABELS[c] if c not in seen_cats else None, gid=f"bar:{c}")
+                        seen_cats.add(c)
+                        bottom += sums[c]
+                if n_reps > 1:
+                    ax.text(x, bottom, f"n={n_reps}", ha="center", va="bottom", fontsize=5, gid="nreps")
+                res.n_points += 1
+                if busy == busy:
+                    ax.hlines(busy, x - 0.4, x + 0.4, color="k", lw=2,
+                              label="wall (union)" if "wall" not in seen_cats else None, gid="busy")
+                    seen_cats.add("wall")
+        group_separators(ax, [2 * i for i in range(1, len(mine))], style="--", lw=0.5)
+        ax.set_title(model, fontsize=8, fontweight="bold")
+        cfg = ax.secondary_xaxis(-0.16)
+        cfg.set_xticks([2 * i + 0.5 for i in range(len(mine))],
+                       [config_label(by_cfg[key].iloc[0], short=True) for key in mine], fontsize=6, rotation=90)
+        cfg.tick_params(length=0)
+        cfg.spines["bottom"].set_visible(False)
+        ax.set_xticks(np.arange(2 * len(mine)), labels, rotation=90, fontsize=6)
+        ax.set_xlim(-0.6, 2 * len(mine) - 0.4)
+        ax.tick_params(axis="y", labelsize=7)
+    axs[0][0].set_ylabel("kernel time per stage (s" + (", own axis per model)" if len(models) > 1 else ")"),
+                         fontsize=8)
+    handles, names = [], []
+    for ax in axs[0]:  # every category drawn in any panel
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in names:
+                handles.append(h)
+                names.append(lab)
+    if handles:
+        fig.legend(handles, names, fontsize=6, ncol=6, loc="upper left", bbox_to_anchor=(0.01, 0.95), frameon=False)
     if unpaired:
         missing.insert(0, f"{unpaired} of {len(configs)} configuration(s) measured without or with recomputation "
                           "only (\"not in sweep\")")
-    group_separators(ax, [2 * i for i in range(1, len(configs))], style="--", lw=0.5)
-    mb = group_bounds(models)
-    group_separators(ax, [a for a, _ in mb[1:]])
-    top = ax.secondary_xaxis("top")
-    top.set_xticks([(a + b - 1) / 2 for a, b in mb], [models[a] for a, _ in mb], fontsize=8, fontweight="bold")
-    top.tick_params(length=0)
-    cfg = ax.secondary_xaxis(-0.16)
-    cfg.set_xticks([2 * i + 0.5 for i in range(len(configs))],
-                   [config_label(by_cfg[key].iloc[0], short=True) for key in configs], fontsize=6, rotation=90)
-    cfg.tick_params(length=0)
-    cfg.spines["bottom"].set_visible(False)
-    ax.set_xticks(np.arange(n), labels, rotation=90, fontsize=6)
-    ax.set_xlim(-0.6, n - 0.4)
-    ax.set_ylabel("kernel time per stage (s)", fontsize=8)
-    cfg.set_xlabel("configuration", fontsize=8)
-    if seen_cats:
-        ax.legend(fontsize=6, ncol=6, loc="lower left", bbox_to_anchor=(0, 1.08), frameon=False)
     fig.suptitle(f"Fig. 10: kernel-time breakdown, without vs. with recomputation ({hardware_label(df)})",
                  fontsize=10)
-    res.missing = missing
-    bottom = note(fig, missing, differs(df, ("recompute", "overlap")))
-    fig.tight_layout(rect=(0, bottom, 1, 1))
+    res.missing, res.differs = missing, differs(df, ("recompute", "overlap"))
+    bottom = note(fig, missing, res.differs)
+    fig.tight_layout(rect=(0, bottom, 1, 0.9))
     return fig, res

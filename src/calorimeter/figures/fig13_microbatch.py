@@ -16,12 +16,12 @@ TABLES = ("runs", "configs")
 def select(runs: pd.DataFrame) -> pd.DataFrame:
     """Every micro-batch of every configuration, at one optimization per configuration (the study's ``act``
     where present, else ``base``, else the most common)."""
-    return order_configs(prefer(runs, "optimization_label", ["act", "base"]))
+    return order_configs(prefer(runs, "optimization_label", ["act", "cc+act", "base", "cc"]))
 
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
     df = select(collapse_repeats(tables))
-    fig, missing = draw_panels(df, "micro_batch", "efficiency_norm", "Norm. efficiency",
+    fig, missing, diff = draw_panels(df, "micro_batch", "efficiency_norm", "Norm. efficiency",
                                "Fig. 13: micro-batch sweep", "micro-batch size", knobs=("micro_batch",))
-    return fig, FigureResult(NAME, len(df), drawn_cells(df), missing)
+    return fig, FigureResult(NAME, len(df), drawn_cells(df), missing, diff)

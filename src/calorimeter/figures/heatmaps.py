@@ -14,7 +14,7 @@ from collections.abc import Callable
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.colors import LogNorm, Normalize
+from matplotlib.colors import ListedColormap, LogNorm, Normalize
 from matplotlib.patches import Patch, Rectangle
 
 from calorimeter.figures.common import (
@@ -33,12 +33,18 @@ from calorimeter.figures.common import (
 
 #: a volume is drawn on a log scale only if its positive values span at least this factor
 LOG_SPAN = 100.0
-ZERO_COLOR, NODATA_COLOR = "#ffffff", "#d9d9d9"
+ZERO_COLOR, NODATA_COLOR, UNUSED_COLOR = "#ffffff", "#d9d9d9", "#efefef"
+#: temperature panels share one colour scale spanning at least this many degrees (a 1 degC sensor step is not the
+#: whole colour map, and one colour is one temperature in every panel)
+MIN_CELSIUS_SPAN = 10.0
+#: the low end of a volume colour map left out, so that the smallest volume is visibly coloured (never white like
+#: a measured zero or an unused GPU)
+VOLUME_CMAP_FLOOR = 0.25
 
 
 def select(runs: pd.DataFrame) -> pd.DataFrame:
     """One cell per configuration: the baseline (``base``) where present, as the study; smallest micro-batch."""
-    df = prefer(runs, "optimization_label", ["base", "act"])
+    df = prefer(runs, "optimization_label", ["base", "cc", "act", "cc+act"])
     return order_configs(smallest(df, "micro_batch"))
 
 
@@ -68,8 +74,9 @@ def gpu_matrix(rows: pd.DataFrame, gpus: pd.DataFrame, column: str) -> tuple[np.
 
 
 def color_norm(values: np.ndarray, scale: str) -> tuple[Normalize, str]:
-    """The colour normalisation of a panel and how to say it: ``linear`` = the data's range (temperatures,
-    clocks); ``volume`` = linear from zero, or log when positive values span ``LOG_SPAN`` or more."""
+    """The colour normalisation of a panel and how to say it: ``linear`` = the data's range (clocks); ``celsius``
+    = the data's range widened to ``MIN_CELSIUS_SPAN`` (the caller passes every temperature panel's values, so the
+    panels share it); ``volume`` = linear from zero, or log when positive values span ``LOG_SPAN`` or more."""
     finite = values[np.isfinite(values)]
     if finite.size == 0:
         return Normalize(0, 1), ""
@@ -80,7 +87,21 @@ def color_norm(values: np.ndarray, scale: str) -> tuple[Normalize, str]:
         top = float(finite.max())
         return Normalize(0, top if top > 0 else 1.0), "linear from 0"
     lo, hi = float(finite.min()), float(finite.max())
-    return Normalize(lo, hi if hi > lo else lo + 1.0), ""
+    if scale == "celsius" and hi - lo < MIN_CELSIUS_SPAN:  # widened around the data, never below 0 degC
+        mid = (lo + hi) / 2
+        lo, hi = max(0.0, mid - MIN_CELSIUS_SPAN / 2), max(0.0, mid - MIN_CELSIUS_SPAN / 2) + MIN_CELSIUS_SPAN
+        return Normalize(lo, hi), f"{MIN_CELSIUS_SPAN:g} degC at least, shared"
+    return Normalize(lo, hi if hi > lo else lo + 1.0), "shared" if scale == "celsius" else ""
+
+
+def ok_rows_for(rows: pd.DataFrame, status: list[str], no_tele: list[str]) -> np.ndarray:
+    """Which rows are measured cells with telemetry."""
+    return np.array([st == "ok" and cid not in no_tele for cid, st in zip(rows["cell_id"], status, strict=True)])
+
+
+def ok_rows_full(ok: np.ndarray, avg_row: bool) -> np.ndarray:
+    """``ok`` with the average row (always drawn) in front when there is one."""
+    return np.concatenate([[True], ok]) if avg_row else ok
 
 
 def _row_runs(mask: np.ndarray) -> list[tuple[int, int, int]]:
@@ -134,21 +155,33 @@ def draw_heatmaps(runs: pd.DataFrame, gpus: pd.DataFrame, panels: list[tuple[str
     no_tele = [cid for cid, st in zip(rows["cell_id"], status, strict=True) if st == "ok" and cid not in have]
     off = 1 if avg_row else 0
     legend: dict[str, Patch] = {}
+    celsius = [gpu_matrix(rows, gpus, p[0])[0].ravel() * p[4] for p in panels if p[3] == "celsius"]
+    shared = color_norm(np.concatenate(celsius), "celsius") if celsius else None
     for ax, (column, label, cmap, scale, factor) in zip(flat, panels, strict=False):
         m, used, per_node, ncol = gpu_matrix(rows, gpus, column)
         m = m * factor
         ok_rows = np.array([st == "ok" and cid not in no_tele for cid, st in zip(rows["cell_id"], status,
                                                                                   strict=True)])
         nodata = used & ~np.isfinite(m) & ok_rows[:, None]
-        if avg_row:
+        if avg_row:  # over the cells that use the most GPUs only: every column averages the same cells
+            widest = used.sum(axis=1) == used.sum(axis=1).max() if used.size else np.zeros(0, dtype=bool)
             with np.errstate(all="ignore"):
-                avg = np.nanmean(m, axis=0) if np.isfinite(m).any() else np.full(ncol, np.nan)
+                avg = np.nanmean(m[widest], axis=0) if np.isfinite(m[widest]).any() else np.full(ncol, np.nan)
+            avg_of = int(widest.sum())
             m = np.vstack([avg, m])
             nodata = np.vstack([np.zeros(ncol, dtype=bool), nodata])
-        norm, how = color_norm(m, scale)
+        norm, how = shared if scale == "celsius" and shared is not None else color_norm(m, scale)
         zero = np.isfinite(m) & (m == 0)
         data = np.ma.masked_where(~np.isfinite(m) | (zero if isinstance(norm, LogNorm) else False), m)
-        cm = plt.get_cmap(cmap).with_extremes(bad="#ffffff")  # unused GPUs blank; zeros and no-data overdrawn
+        cm = plt.get_cmap(cmap)
+        if scale == "volume":
+            cm = ListedColormap(cm(np.linspace(VOLUME_CMAP_FLOOR, 1.0, 256)))
+        cm = cm.with_extremes(bad=UNUSED_COLOR)  # unused GPUs light grey; zeros and no-data overdrawn
+        unused = ~used.copy()
+        if avg_row:
+            unused = np.vstack([~np.isfinite(m[0]), unused])
+        if (unused & ok_rows_full(ok_rows_for(rows, status, no_tele), avg_row)[:, None]).any():
+            legend["unused"] = Patch(facecolor=UNUSED_COLOR, label="GPU not used by the cell")
         im = ax.imshow(data, aspect="auto", cmap=cm, norm=norm, interpolation="nearest", gid=f"heatmap:{column}")
         if zero.any():  # zeros in white with a thin outline, whatever the scale
             for i, j0, n in _row_runs(zero):
@@ -186,20 +219,26 @@ def draw_heatmaps(runs: pd.DataFrame, gpus: pd.DataFrame, panels: list[tuple[str
                 ax.axhline(i + off - 0.5, color="k", lw=0.8)
         if avg_row:
             ax.axhline(0.5, color="k", lw=1.2)
-        ax.set_yticks(np.arange(nrows), (["per-GPU avg."] if avg_row else []) + ylabels, fontsize=5)
+        avg_label = [f"per-GPU avg. ({avg_of} widest cell{'s' if avg_of != 1 else ''})"] if avg_row else []
+        ax.set_yticks(np.arange(nrows), avg_label + ylabels, fontsize=5)
         step = max(1, -(-ncol // 32))
         ax.set_xticks(np.arange(0, ncol, step), [str(i) for i in range(0, ncol, step)], fontsize=5)
         ax.set_xlabel("GPU index", fontsize=7)
         ax.set_title(label, fontsize=8)
-    if legend:
-        fig.legend(handles=list(legend.values()), loc="upper right", fontsize=6, frameon=False, ncol=len(legend))
+    top = 0.97
+    if legend:  # a line of its own under the title (beside it, a long title ran into it)
+        inch = 1.0 / fig.get_figheight()
+        fig.legend(handles=list(legend.values()), loc="upper right", fontsize=6, frameon=False, ncol=len(legend),
+                   bbox_to_anchor=(0.995, 1 - 0.32 * inch))
+        top = min(top, 1 - 0.55 * inch)
     if no_tele:
         res.missing.append(f"{len(no_tele)} ok cell{'s' if len(no_tele) > 1 else ''} without GPU telemetry")
     counts = rows.loc[rows["status"] != "ok", "status"].value_counts()
     res.missing += [f"{n} {s.replace('_', ' ')} (hatched rows)" for s, n in sorted(counts.items())]
     fig.suptitle(f"{title} ({hardware_label(rows)})", fontsize=10, x=0.01, ha="left")
-    bottom = note(fig, res.missing, differs(rows, ()))
-    fig.tight_layout(rect=(0, bottom, 1, 0.97))
+    res.differs = differs(rows, ())
+    bottom = note(fig, res.missing, res.differs)
+    fig.tight_layout(rect=(0, bottom, 1, top))
     return fig, res
 
 

@@ -31,6 +31,7 @@ from calorimeter.figures.common import (
     hardware_label,
     interval,
     note,
+    rep_points,
     status_band,
     status_missing,
 )
@@ -41,6 +42,8 @@ PANELS = (
     ("power_avg_w", "power_peak_w", "GPU power (W)", 1.0),
     ("sm_clock_avg_mhz", "sm_clock_peak_mhz", "SM clock (GHz)", 1e-3),
 )
+#: the narrowest temperature axis (degrees C): the sensor reads whole degrees
+MIN_TEMP_AXIS_C = 6.0
 #: inches per x point, and per model column for its axes' labels
 POINT_IN, COLUMN_IN = 0.3, 1.1
 
@@ -69,7 +72,7 @@ def unmatched(df: pd.DataFrame, knobs: tuple[str, ...]) -> list[str]:
 
 
 def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_label: str, title: str,
-                xlabel: str, knobs: tuple[str, ...] = ()) -> tuple[plt.Figure, list[str]]:
+                xlabel: str, knobs: tuple[str, ...] = ()) -> tuple[plt.Figure, list[str], list[str]]:
     """Draw the panels for ``df`` (already selected and ordered).
 
     Args:
@@ -84,7 +87,7 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
             a model's cells is named at the bottom of the figure.
 
     Returns:
-        The figure and the list of missing-data notes.
+        The figure, the list of missing-data notes and the "differs" notes (what the cells do not hold fixed).
     """
     n = len(df)
     if n == 0:
@@ -93,7 +96,7 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
             empty_axes_message(ax, "no cells")
         fig.suptitle(title, fontsize=10)
         note(fig, ["no cells selected"])
-        return fig, ["no cells selected"]
+        return fig, ["no cells selected"], []
     models = list(dict.fromkeys(df["model"]))
     counts = [int((df["model"] == m).sum()) for m in models]
     width = max(7.0, POINT_IN * n + COLUMN_IN * len(models) + 1.2)
@@ -116,11 +119,15 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
     if no_tele.any():
         missing.append(f"{int(no_tele.sum())} ok cell{'s' if no_tele.sum() > 1 else ''} without GPU telemetry")
     missing += unmatched(df, knobs)
+    if variant is None:  # one configuration of a model: nothing to compare, said rather than left silent
+        one = [m for m in dict.fromkeys(df["model"]) if (df["model"] == m).sum() == 1]
+        missing += [f"{m}: one configuration only, no comparison" for m in one]
     eff_all = _series(df, efficiency)
     if ok_all.any() and not np.isfinite(eff_all[ok_all]).any():
         missing.append("efficiency (no energy measured)")
     handles: dict[str, object] = {}
     drawn: list[list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = [[], [], []]  # (avg, peak, avg yerr)
+    reps_drawn: list[list[np.ndarray]] = [[], [], []]  # repetitions drawn as points
     cut = False
     for c, model in enumerate(models):
         d = df[df["model"] == model]
@@ -137,6 +144,11 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
             drawn[r].append((a, p, err))
             if err is not None:  # repetitions: the average's 95% interval
                 ax.errorbar(x, a, yerr=err, fmt="none", ecolor=AVG_COLOR, capsize=2, lw=0.8, gid="avg_ci95")
+            for metric, color, marker in ((avg, AVG_COLOR, "o"), (pk, PEAK_COLOR, "s")):  # 2-3 repetitions: points
+                rx, ry = rep_points(d, metric, scale)
+                if rx.size:
+                    ax.plot(rx, ry, marker, mfc="none", mec=color, ms=3, mew=0.7, lw=0, gid=f"reps:{metric}")
+                    reps_drawn[r].append(ry)
             for s0, s1 in segments:  # lines are broken between configurations
                 (la,) = ax.plot(x[s0:s1], a[s0:s1], "o-", color=AVG_COLOR, ms=4, lw=1.2, gid="avg")
                 (lp,) = ax.plot(x[s0:s1], p[s0:s1], "s-", color=PEAK_COLOR, ms=4, lw=1.2, gid="peak")
@@ -152,12 +164,15 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
             eff_err = interval(d, efficiency)
             if eff_err is not None:
                 ax2.errorbar(x, eff, yerr=eff_err, fmt="none", ecolor=EFF_COLOR, capsize=2, lw=0.8, gid="eff_ci95")
+            ex, ey = rep_points(d, efficiency)
+            if ex.size:
+                ax2.plot(ex, ey, "x", color=EFF_COLOR, ms=3, mew=0.6, lw=0, alpha=0.6, gid=f"reps:{efficiency}")
             for s0, s1 in segments:
                 (le,) = ax2.plot(x[s0:s1], eff[s0:s1], "x-", color=EFF_COLOR, ms=5, lw=1.0, gid="efficiency")
             handles.setdefault(eff_label, le)
             ax2.tick_params(labelsize=6, colors=EFF_COLOR)
             if np.isfinite(eff).any():
-                lims = data_limits([eff, np.zeros(1)], [(eff, eff_err)], floor=0.0, margin=0.1)
+                lims = data_limits([eff, ey, np.zeros(1)], [(eff, eff_err)], floor=0.0, margin=0.1)
                 ax2.set_ylim(*(lims if lims is not None and lims[1] > 0 else (0.0, 1.0)))
                 cut |= cut_intervals(ax2.get_ylim(), [eff], [eff_err])
             if c == len(models) - 1:
@@ -184,8 +199,11 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
         bottom_ax.set_xlabel(xlabel, fontsize=7)
         bottom_ax.set_xlim(-0.6, max(m, 2) - 0.4)
     for r, (avg, _pk, _lab, _scale) in enumerate(PANELS):  # axes fit the points; long intervals are cut
-        lims = data_limits([v for a, p, _ in drawn[r] for v in (a, p)], [(a, e) for a, _, e in drawn[r]],
-                           floor=0.0 if "power" in avg else None)
+        points = [v for a, p, _ in drawn[r] for v in (a, p)] + reps_drawn[r]
+        lims = data_limits(points, [(a, e) for a, _, e in drawn[r]], floor=0.0 if "power" in avg else None)
+        if lims is not None and avg.endswith("_c") and lims[1] - lims[0] < MIN_TEMP_AXIS_C:
+            mid = (lims[0] + lims[1]) / 2  # whole-degree sensor steps must not look like a trend
+            lims = (mid - MIN_TEMP_AXIS_C / 2, mid + MIN_TEMP_AXIS_C / 2)
         if lims is not None:
             axes[r][0].set_ylim(*lims)  # shared by the row's models
             cut |= cut_intervals(lims, [a for a, _, _ in drawn[r]], [e for _, _, e in drawn[r]])
@@ -193,6 +211,7 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
         missing.append(CUT_NOTE)
     fig.suptitle(f"{title} ({hardware_label(df)})", fontsize=10)
     legend_ax.legend(list(handles.values()), list(handles.keys()), loc="center", ncol=3, fontsize=7, frameon=False)
-    bottom = note(fig, missing, differs(df, knobs))
+    diff = differs(df, knobs)
+    bottom = note(fig, missing, diff)
     fig.get_layout_engine().set(rect=(0, bottom, 1, 1 - bottom))
-    return fig, missing
+    return fig, missing, diff

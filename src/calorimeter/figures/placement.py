@@ -7,8 +7,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from calorimeter.analysis.placement import layout_id, policy_comparison
 from calorimeter.figures.common import FigureResult, Tables, empty_axes_message, hardware_label, note
-from calorimeter.placement.compare import layout_id, policy_comparison
 
 NAME = "placement"
 TABLES = ("runs", "gpus")
@@ -16,9 +16,18 @@ POLICY_COLORS = {"default": "#bab0ac", "balanced": "#4e79a7", "thermal": "#e1575
 PANELS = (
     ("tokens_per_s_per_gpu", "tokens/s per GPU", True),
     ("energy_per_token_j", "energy per token (J)", True),
-    ("temp_spread_c", "GPU temperature spread (C)\n(max - min of GPU averages)", False),
+    ("temp_spread_c", "GPU temperature spread (°C)\n(max - min of GPU averages)", False),
     ("clock_spread_mhz", "SM clock spread (MHz)\n(max - min of GPU averages)", False),
 )
+
+
+def select(runs: pd.DataFrame) -> pd.DataFrame:
+    """The cells of every layout measured under more than one placement policy (what the figure compares)."""
+    if runs.empty or "placement" not in runs.columns:
+        return runs.iloc[0:0]
+    lay = runs["cell_id"].map(layout_id)
+    n = runs.groupby(lay)["placement"].transform(lambda p: p.fillna("default").nunique())
+    return runs[n > 1]
 
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
@@ -55,7 +64,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
                             continue
                         txt = f"{g:+.1%}" + (f" [{gl:+.1%}, {gh:+.1%}]" if np.isfinite(gl) else " (n=1)")
                         # inside the axes whatever the bar's height: from its foot, on a light box
-                        ax.text(xi, 0.03, txt, rotation=90, ha="center", va="bottom", fontsize=5, gid="gain",
+                        ax.text(xi, 0.03, txt, rotation=90, ha="center", va="bottom", fontsize=6, gid="gain",
                                 transform=ax.get_xaxis_transform(),
                                 bbox={"facecolor": "white", "alpha": 0.7, "lw": 0, "pad": 0.5})
             if not np.isfinite(mean).any():

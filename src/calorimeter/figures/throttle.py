@@ -35,6 +35,10 @@ def _stack(ax: plt.Axes, x: np.ndarray, frame: pd.DataFrame, reasons: list[str],
         v = pd.to_numeric(frame[f"throttle_{r}_frac"], errors="coerce").to_numpy(dtype=float)
         ax.bar(x - 0.425 + (j + 0.5) * w, np.nan_to_num(v), w, color=REASON_COLORS[r],
                label=r if r not in seen else None, gid=f"reason:{r}")
+        zero = np.isfinite(v) & (v == 0)  # a measured 0 share: a tick, so that it never looks like a missing one
+        if zero.any():
+            ax.plot((x - 0.425 + (j + 0.5) * w)[zero], v[zero], "_", color=REASON_COLORS[r], ms=max(3.0, 30 * w),
+                    mew=2.0, gid=f"zero:{r}")
         acc = f"throttle_{r}_counter_frac"
         if acc in frame.columns and pd.to_numeric(frame[acc], errors="coerce").notna().any():
             a = pd.to_numeric(frame[acc], errors="coerce").to_numpy(dtype=float)

@@ -17,6 +17,8 @@ from calorimeter.figures.common import (
     drawn_cells,
     interval,
     note,
+    order_configs,
+    rep_points,
 )
 
 NAME = "throughput"
@@ -41,8 +43,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     their status, never dropped.
     """
     runs = collapse_repeats(tables)
-    df = runs.sort_values(["model", "world_size", "pp", "tp", "zero_stage", "recompute", "overlap",
-                              "micro_batch"], kind="stable").reset_index(drop=True)
+    df = order_configs(runs).reset_index(drop=True)  # the order of Fig. 4 (FSDP first, then deeper pipelines)
     have_mfu = df["mfu_full"].notna().any()
     lower_key, lower_label = ("mfu_full", "MFU, full attention (%)") if have_mfu else ("tflops_per_gpu",
                                                                                        "TFLOP/s per GPU")
@@ -53,10 +54,14 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     err1, err2 = interval(df, "tokens_per_s_per_gpu"), interval(df, lower_key, 100 if have_mfu else 1)
     ax1.bar(x, tps.fillna(0), color="#4e79a7", yerr=err1, capsize=3, error_kw={"gid": "ci95"})
     ax2.bar(x, low.fillna(0), color="#f28e2b", yerr=err2, capsize=3, error_kw={"gid": "ci95"})
+    reps = [rep_points(df, "tokens_per_s_per_gpu"), rep_points(df, lower_key, 100 if have_mfu else 1)]
+    for ax, (rx, ry) in zip((ax1, ax2), reps, strict=True):  # 2-3 repetitions: their values, not a t-interval
+        if rx.size:
+            ax.plot(rx, ry, "o", mfc="none", mec="k", ms=3, mew=0.7, lw=0, gid="reps")
     cut = False
-    for ax, v, e, room in ((ax1, tps, err1, 0.3), (ax2, low, err2, 0.08)):  # from zero; long intervals are cut
-        lims = data_limits([np.append(v.to_numpy(dtype=float), 0.0)], [(v.to_numpy(dtype=float), e)], floor=0.0,
-                           margin=room)
+    for ax, v, e, room, (_, ry) in ((ax1, tps, err1, 0.3, reps[0]), (ax2, low, err2, 0.08, reps[1])):
+        lims = data_limits([np.append(v.to_numpy(dtype=float), 0.0), ry], [(v.to_numpy(dtype=float), e)], floor=0.0,
+                           margin=room)  # from zero; long intervals are cut
         if lims is not None:
             ax.set_ylim(*lims)
             cut |= cut_intervals(lims, [v.to_numpy(dtype=float)], [e])
@@ -74,6 +79,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     ax2.set_ylabel(lower_label.replace("GPU", unit))
     # Model groups separated by lines, model name above.
     bounds = [0] + [i for i in range(1, len(df)) if df.loc[i, "model"] != df.loc[i - 1, "model"]] + [len(df)]
+    bounds = bounds if len(df) else [0]  # no training cell (a collectives sweep): no model groups
     for a in bounds[1:-1]:
         for ax in (ax1, ax2):
             ax.axvline(a - 0.5, color="k", lw=0.8)

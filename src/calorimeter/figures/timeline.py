@@ -11,6 +11,8 @@ from calorimeter.figures.common import REASON_COLORS, FigureResult, Tables, empt
 from calorimeter.telemetry.reasons import CLOCK_EVENT_REASON_BITS
 
 NAME = "timeline"
+#: the cell is picked when drawing (the hottest measured): a caption written before cannot name it
+PICKED_AT_RENDER = True
 TABLES = ("runs", "timeseries", "steps")
 PHASE_COLORS = {"warmup": "#d9d9d9", "measured": "#ffffff", "profiled": "#e5d8f0"}
 
@@ -54,7 +56,8 @@ def draw(tables: Tables, cell_id: str | None = None) -> tuple[plt.Figure, Figure
                 ax.axvline(r.b - t0, color="#999999", lw=0.3)
         for phase, g in w.groupby("phase", sort=False):  # inside the top panel: the GPU legend sits above it
             axes[0].text(g["b"].min() - t0, 0.97, f" {phase}", transform=axes[0].get_xaxis_transform(), fontsize=6,
-                         va="top", color="#555555", gid=f"phasetext:{phase}")
+                         va="top", color="#555555", gid=f"phasetext:{phase}", zorder=5,
+                         bbox={"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 0.5})  # above the GPU lines
     else:
         res.missing.append("step timings")
     gpus = list(ts.groupby(["node", "gpu_index"], sort=True))
@@ -67,6 +70,13 @@ def draw(tables: Tables, cell_id: str | None = None) -> tuple[plt.Figure, Figure
             ax.plot(g["t_rel_s"], g[c] * scale, color=col, lw=0.8, label=lab if ax is axes[0] else None,
                     gid=f"gpu:{node}:{gi}")
     res.n_points = len(gpus)
+    if not st.empty and not ts.empty:  # idle time before the run: a short lead-in, not half of the x range
+        begin, end = float(w["b"].min() - t0), float(max(w["e"].max() - t0, ts["t_rel_s"].max()))
+        lead = max(2.0, 0.1 * (end - begin))
+        if float(ts["t_rel_s"].min()) < begin - lead:
+            for ax in axes:
+                ax.set_xlim(begin - lead, end)
+            res.missing.append(f"idle samples before the first step shown for {lead:.0f} s only")
     for ax, lab in zip(axes[:3], ("GPU temp. (°C)", "power (W)", "SM clock (GHz)"), strict=True):
         ax.set_ylabel(lab, fontsize=8)
         ax.tick_params(labelsize=7)

@@ -37,6 +37,7 @@ from calorimeter.findings.preconditions import (
 )
 from calorimeter.findings.select import LAYOUT_PARAMS, column
 from calorimeter.findings.stats import Claim
+from calorimeter.plan.models import CATALOGUE
 
 #: the catalogue's version, written into every ``findings.csv``
 CATALOG_VERSION = 2
@@ -106,8 +107,6 @@ def overlap_effective(df: pd.DataFrame) -> pd.Series:
 
 def is_moe(df: pd.DataFrame) -> pd.Series:
     """Rows of a mixture-of-experts model."""
-    from calorimeter.plan.models import CATALOGUE
-
     return df["model"].map(lambda m: CATALOGUE[m].is_moe if m in CATALOGUE else "mixtral" in str(m))
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from calorimeter.findings.stats import Effect, mean_interval, welch, within_slope
+from calorimeter.records.legacy import config_ids
 
 #: parameters that define a configuration; a comparison holds every one of them fixed but its knob
 #: (columns a table does not have are skipped: ``placement``, ``kind`` and ``engine`` are newer)
@@ -25,13 +26,6 @@ CONFIG_PARAMS: tuple[str, ...] = (
 )  # fmt: skip
 #: a parallel layout (what Fig. 4 compares)
 LAYOUT_PARAMS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "sequence_parallel", "zero_stage", "pp_split")
-
-
-def config_ids(runs: pd.DataFrame) -> pd.Series:
-    """The configuration of each row: ``config_id`` where the table has it, else the cell id."""
-    if "config_id" in runs.columns:
-        return runs["config_id"].where(runs["config_id"].notna() & (runs["config_id"] != ""), runs["cell_id"])
-    return runs["cell_id"]
 
 
 def column(df: pd.DataFrame, *names: str) -> pd.Series:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from calorimeter.launch.snapshot import with_snapshot
 from calorimeter.launch.submit import (
     CellConfigError,
     _new_attempt,
@@ -28,9 +29,12 @@ from calorimeter.launch.submit import (
     executor_parameters,
     make_executor,
     open_attempt,
+    resolve_executor,
 )
 from calorimeter.launch.task import CellTask
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.placement import prerequisites
+from calorimeter.plan.plan import make_plan
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import CellPaths
 
@@ -45,8 +49,6 @@ def _shape(params: dict[str, Any]) -> dict[str, Any]:
 def array_mates(cell: Cell, cells: list[Cell], settings: dict[str, Any], results_dir: str | Path) -> list[Cell]:
     """``cell`` and the other cells that can go into its array: same sbatch parameters, no record, no open attempt,
     waiting for no other cell."""
-    from calorimeter.placement.policy import prerequisites
-
     kind, mine = executor_parameters(cell, settings)
     if kind != "slurm":
         return [cell]
@@ -84,8 +86,6 @@ def submit_array(cell: Cell, cells: list[Cell], settings: dict[str, Any], result
             return 0  # one cell: launch_cell submits it as usual
         kind, params = executor_parameters(cell, settings)
         if settings.get("snapshot", True):
-            from calorimeter.launch.snapshot import with_snapshot
-
             params, code = with_snapshot(params, paths.root.parents[1])
             settings = {**settings, "code_snapshot": str(code)}
         params = {**params, "job_name": f"{cell.sweep}-array"}
@@ -109,11 +109,7 @@ def submit_array(cell: Cell, cells: list[Cell], settings: dict[str, Any], result
 def submit_ahead(cell: Cell, settings: dict[str, Any], config: dict[str, Any]) -> int:
     """The train rule's hook: with ``launcher.array`` on SLURM, submit the cell's array (:func:`submit_array`) over
     the sweep's runnable cells; 0 otherwise."""
-    from calorimeter.launch.submit import resolve_executor
-
     if not settings.get("array") or resolve_executor(settings.get("executor") or "local") != "slurm":
         return 0
-    from calorimeter.plan.plan import make_plan
-
     plan = make_plan(dict(config))
     return submit_array(cell, [pc.cell for pc in plan.runnable], settings, plan.results_dir)

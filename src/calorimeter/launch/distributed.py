@@ -5,24 +5,10 @@ from __future__ import annotations
 import datetime
 import os
 import random
-from dataclasses import dataclass
 
 import submitit
 
-
-@dataclass(frozen=True)
-class RankInfo:
-    """Where this process sits in the job."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    node: int
-    hostname: str
-    backend: str
-    device: str
-
+from calorimeter.records.rank import RankInfo
 
 #: the ports a job's rendezvous is drawn from when the sweep sets none: below Linux's ephemeral range (32768-60999 by
 #: default), which submitit's own draw (20000-60000) overlaps, so that no outgoing connection of another process on

@@ -23,6 +23,8 @@ import fnmatch
 import os
 import time
 
+from calorimeter.train.errors import CellOOMError
+
 ENV = "CALORIMETER_TEST_FAULTS"
 
 
@@ -43,8 +45,6 @@ def inject(cell_id: str, rank: int, restart: int) -> None:
     for fault in faults_for(cell_id):
         name, _, arg = fault.partition(":")
         if name == "oom":
-            from calorimeter.train.errors import CellOOMError
-
             raise CellOOMError(0, f"injected by {ENV}")
         if name == "fail" and rank == 0:
             raise RuntimeError(f"failure injected by {ENV}")

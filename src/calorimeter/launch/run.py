@@ -7,11 +7,12 @@ from typing import Any
 
 from calorimeter.launch.submit import CellConfigError, LaunchOutcome, launch_cell
 from calorimeter.placement.apply import placement_record
-from calorimeter.placement.profile import keep_cell_profiles
 from calorimeter.plan.cell import TRAINING_KINDS, Cell
-from calorimeter.records.atomic import write_json_atomic
-from calorimeter.records.paths import CellPaths
+from calorimeter.plan.kinds import get_kind
+from calorimeter.records.atomic import write_atomic, write_json_atomic
+from calorimeter.records.paths import CellPaths, results_relative
 from calorimeter.records.record import TransientCellError, build_record, steps_frame, write_cell_record
+from calorimeter.telemetry.collect import collect_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,8 @@ def _evidence(outcome: LaunchOutcome) -> dict[str, Any]:
 def _record(cell: Cell, outcome: LaunchOutcome, estimates: dict[str, Any] | None) -> dict[str, Any]:
     launch = {"executor": outcome.executor, "job_id": outcome.job_id, "attempt": outcome.attempt.name,
               "launcher_error": outcome.launcher_error, "wall_time_s": outcome.wall_time_s,
-              "submitit_folder": str(outcome.attempt.submitit), "reattached": outcome.reattached,
+              "reattached": outcome.reattached,
+              "submitit_folder": results_relative(outcome.attempt.submitit, outcome.attempt.root.parents[1]),
               "requeues": len([e for e in outcome.requeues if e.get("requeued")])}
     record = build_record(cell, outcome.rank_results, launch, estimates, _evidence(outcome))
     placement = placement_record(outcome.rank_results)
@@ -75,7 +77,6 @@ def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: 
     if cell.kind not in TRAINING_KINDS:
         record["kind_files"] = _collect_kind_outputs(cell, outcome, paths)
     write_cell_record(paths, outcome.attempt, record, steps_frame(outcome.rank_results))
-    keep_cell_profiles(paths.root, record, settings.get("placement"))
     m = record.get("metrics", {})
     log.info("cell %s: %s %s", cell.cell_id, record["status"],
              f"{m.get('iteration_time_s', float('nan')):.3f} s/iter, {m.get('tokens_per_s_per_gpu', 0):.0f} "
@@ -88,8 +89,6 @@ def _collect_telemetry(outcome: LaunchOutcome, paths: CellPaths, record: dict[st
 
     A failure here never loses the measurement: it is logged and noted in the record.
     """
-    from calorimeter.records.telemetry import collect_telemetry
-
     restart = max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)
     try:
         return collect_telemetry(outcome.attempt.run(restart), paths, outcome.rank_results)
@@ -103,9 +102,6 @@ def _collect_kind_outputs(cell: Cell, outcome: LaunchOutcome, paths: CellPaths) 
     """Copy the files a calibration kind's rank 0 wrote into its run folder (``CellKind.outputs``) into the cell
     folder, atomically and before run.json; the attempt keeps its own copies."""
     import shutil
-
-    from calorimeter.kinds import get_kind
-    from calorimeter.records.atomic import write_atomic
 
     restart = max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)
     run_dir = outcome.attempt.run(restart).root

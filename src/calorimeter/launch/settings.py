@@ -46,6 +46,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from calorimeter.placement.apply import placement_settings
+from calorimeter.plan.config_errors import ConfigError, short, suggest
+from calorimeter.plan.definitions import definitions_of, register_definitions
+
 #: profile resource -> key of ``launcher.slurm``
 SLURM_RESOURCES = {
     "slurm_partition": "partition",
@@ -102,8 +106,6 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
         ``placement`` settings (with the absolute folder of the hosts' thermal profiles) and the models and
         hardware it defines (``definitions``).
     """
-    from calorimeter.plan.definitions import definitions_of, register_definitions
-
     out = copy.deepcopy(config["launcher"])
     resources = _plugin_resources(dict(resources or {}), explicit, out)
     # models and hardware the sweep defined (plan time): this process and every rank register them
@@ -124,7 +126,6 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
         else:
             out["slurm"][key] = None if str(v).lower() in ("none", "null") else str(v)
     out["telemetry"] = copy.deepcopy(config["telemetry"])
-    from calorimeter.placement.apply import placement_settings
 
     out["placement"] = placement_settings(config)
     return out
@@ -133,8 +134,6 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
 def _plugin_resources(resources: dict[str, Any], explicit: set[str] | None, out: dict[str, Any]) -> dict[str, Any]:
     """The resources in calorimeter's names: plugin names translated (into ``out["slurm"]`` where they have no
     calorimeter name), Snakemake's implicit ones dropped, refused and unknown names raised (module docstring)."""
-    from calorimeter.plan.config_errors import ConfigError, short, suggest
-
     given = set(resources) if explicit is None else {k for k in resources if k in explicit or
                                                      k not in SNAKEMAKE_RESOURCES}
     known = sorted({*LAUNCHER_RESOURCES, *SLURM_RESOURCES, *PLUGIN_ALIASES, "mem_mb", "mem_mib", "mem_mb_per_cpu",
@@ -178,8 +177,6 @@ def _slurm_extra(text: str, slurm: dict[str, Any], where: str) -> None:
     """The plugin's ``slurm_extra`` (sbatch options as one string) into ``exclusive`` and ``extra``."""
     import shlex
 
-    from calorimeter.plan.config_errors import ConfigError
-
     words = shlex.split(text)
     i = 0
     while i < len(words):
@@ -200,8 +197,6 @@ def _slurm_extra(text: str, slurm: dict[str, Any], where: str) -> None:
 def _gpu_request(name: str, value: Any, slurm: dict[str, Any], where: str) -> None:
     """``gpu: N``, ``gres: gpu[:type]:N`` or ``gpu_model: type``: the GPU type for the request; a count is checked
     against the cell's GPUs per node when the cell is submitted."""
-    from calorimeter.plan.config_errors import ConfigError
-
     text = str(value).strip()
     if name == "gpu_model":
         slurm["gpu_type"] = text
@@ -254,8 +249,6 @@ def train_resources_from_env() -> set[str] | None:
 def _number(resource: str, value: Any, kind: type) -> Any:
     """A profile resource as a finite non-negative int or float, or a ConfigError naming it."""
     import math
-
-    from calorimeter.plan.config_errors import ConfigError, short
 
     try:
         x = kind(value) if kind is float or isinstance(value, int) else int(str(value).strip())

@@ -7,9 +7,8 @@ import subprocess
 import time
 from typing import Any
 
-#: states after which the job will not run again (sacct / squeue spelling, without the "by <uid>" suffix)
-TERMINAL = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-            "REVOKED", "TIMEOUT", "SPECIAL_EXIT"}
+from calorimeter.records.job_states import ENDED, base_state
+
 SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "DerivedExitCode", "Reason", "Elapsed", "Timelimit",
                 "NodeList", "Submit", "Start", "End", "AllocTRES")
 
@@ -48,11 +47,6 @@ def sacct_records(job_id: str, steps: bool = False) -> list[dict[str, str]]:
         if len(parts) == len(SACCT_FIELDS):
             rows.append(dict(zip(SACCT_FIELDS, parts, strict=True)))
     return rows
-
-
-def base_state(state: str | None) -> str | None:
-    """``CANCELLED by 0`` -> ``CANCELLED``."""
-    return state.split()[0].rstrip("+") if state else state
 
 
 def job_state(job_id: str) -> str | None:
@@ -98,7 +92,7 @@ def final_evidence(job_id: str, wait_s: float = 20.0) -> dict[str, Any]:
     rows: list[dict[str, str]] = []
     while True:
         rows = sacct_records(job_id)
-        if rows and base_state(rows[-1]["State"]) in TERMINAL:
+        if rows and base_state(rows[-1]["State"]) in ENDED:
             break
         if time.time() >= deadline:
             break

@@ -29,10 +29,12 @@ import submitit
 
 from calorimeter.launch import slurm as slurm_cli
 from calorimeter.launch.sbatch import SbatchValueError, check_sbatch_parameters
+from calorimeter.launch.snapshot import with_snapshot
 from calorimeter.launch.task import CellTask
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES, accelerator_of
 from calorimeter.records.atomic import write_json_atomic
+from calorimeter.records.job_states import ENDED, base_state
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.progress import ProgressLog
 
@@ -288,7 +290,7 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
             reattached = True
             kind = info["executor"]
             state = slurm_cli.job_state(str(info["job_id"]))
-            ended_unwatched = state is None or slurm_cli.base_state(state) in slurm_cli.TERMINAL
+            ended_unwatched = state is None or base_state(state) in ENDED
             log.info("cell %s: re-attaching to job %s of attempt %s (state %s)", cell.cell_id, info["job_id"],
                      attempt.name, state)
         else:
@@ -303,8 +305,6 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
     if job is None:
         attempt = _new_attempt(paths)
         if kind == "slurm" and settings.get("snapshot", True):  # a queued job runs the code of its submission
-            from calorimeter.launch.snapshot import with_snapshot
-
             params, code = with_snapshot(params, paths.root.parents[1])
             settings = {**settings, "code_snapshot": str(code)}
         executor = make_executor(kind, params, attempt.submitit, int(settings["max_requeues"]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import time
@@ -13,11 +14,19 @@ from typing import Any
 import submitit
 from submitit.core.utils import UncompletedJobError
 
+from calorimeter.launch.distributed import init_distributed
+from calorimeter.launch.faults import inject
+from calorimeter.placement.apply import JobPlacement
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.definitions import register_definitions
 from calorimeter.plan.hardware import accelerator_of
+from calorimeter.plan.kinds import get_kind
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import AttemptPaths
 from calorimeter.records.provenance import device_info
+from calorimeter.records.rank import RankContext, RankResult
+from calorimeter.telemetry.cell import start_cell_sampler, stop_cell_sampler
+from calorimeter.train.errors import CellOOMError
 
 
 @dataclasses.dataclass
@@ -54,10 +63,6 @@ class CellTask(submitit.helpers.Checkpointable):
 
     def __call__(self) -> dict[str, Any]:
         """Entry point on each rank."""
-        from calorimeter.launch.distributed import init_distributed
-        from calorimeter.launch.faults import inject
-        from calorimeter.plan.definitions import register_definitions
-
         t0 = time.time()
         register_definitions(self.settings.get("definitions"))  # the sweep's own models and hardware
         cell = Cell.from_dict(self.cell)
@@ -71,26 +76,21 @@ class CellTask(submitit.helpers.Checkpointable):
         out: dict[str, Any] = {"t_start_s": t0, "pid": os.getpid(), "restart": restart, "requeues": self.requeues,
                                "job_id": job.job_id, "rank": rank}
         try:
-            from calorimeter.placement.apply import JobPlacement
-
             # Decided here, where the host is known, and applied before anything starts CUDA.
-            placement = JobPlacement.start(cell, self.settings.get("placement"), Path(self.attempt_dir).parents[1])
+            placement = JobPlacement.start(cell, self.settings.get("placement"), Path(self.attempt_dir).parents[1],
+                                           node=job.node)
             info = init_distributed(accelerator_of(cell.hardware), self.settings["master_port"])
             placement.agree()
             out.update(world_size=info.world_size, local_rank=info.local_rank, node=info.node,
                        hostname=info.hostname, backend=info.backend, device_info=device_info(info.device))
             out["placement"] = placement.record(out["device_info"], info.local_rank)
-            from calorimeter.kinds import run_kind
-            from calorimeter.telemetry.cell import start_cell_sampler, stop_cell_sampler
-            from calorimeter.train.errors import CellOOMError
 
             # Local rank 0 samples every GPU of its node for the whole attempt (stopped below, or killed with us).
             sampler = start_cell_sampler(run, info.node, info.local_rank, telemetry)
             try:
                 inject(cell.cell_id, rank, restart)
-                result = run_kind(placement.cell, run.root, telemetry)  # training, or a calibration kind
-                out.update(status="ok", **result)
-                out["restart"] = restart  # train_cell's record must not hide which run this was
+                result = run_kind(RankContext(placement.cell, run, info, telemetry))  # training, or a calibration
+                out.update(status="ok", **result.to_dict())
             except CellOOMError as e:
                 out.update(status="oom", peak_memory_bytes=e.peak_memory_bytes, error=str(e))
             if out.get("status") == "ok":
@@ -134,6 +134,12 @@ class CellTask(submitit.helpers.Checkpointable):
     def requeued(self) -> CellTask:
         """This task, requeued once more."""
         return dataclasses.replace(self, requeues=self.requeues + 1)
+
+
+def run_kind(ctx: RankContext) -> RankResult:
+    """The per-rank dispatch: run the cell's kind (its entry, imported by name) on this rank."""
+    module, func = get_kind(ctx.cell.kind).entry.split(":")
+    return getattr(importlib.import_module(module), func)(ctx)
 
 
 def _teardown(destroy: bool = True) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 from calorimeter.operate.state import CellStatus
 from calorimeter.plan.hardware import accelerator_of
 from calorimeter.plan.plan import PlannedCell
+from calorimeter.records.run_record import RunRecord
 
 
 @dataclass(frozen=True)
@@ -91,19 +92,19 @@ def _is_fixed(pc: PlannedCell) -> bool:
     return pc.cell.warmup == "fixed" or accelerator_of(pc.cell.hardware) == "cpu"
 
 
-def _finished_sample(rec: dict[str, Any]) -> tuple[float, float, float] | None:
+def _finished_sample(rec: RunRecord) -> tuple[float, float, float] | None:
     """(FLOP/s per device, overhead s, warm-up s) of one finished ok training record."""
-    m, cell = rec.get("metrics") or {}, rec.get("cell") or {}
-    wall = ((rec.get("provenance") or {}).get("launcher") or {}).get("wall_time_s")
-    it, flops, world = m.get("iteration_time_s"), m.get("model_flops_per_iteration"), cell.get("world_size")
+    m = rec.metrics
+    wall = rec.launcher.get("wall_time_s")
+    it, flops, world = m.get("iteration_time_s"), m.get("model_flops_per_iteration"), rec.cell.get("world_size")
     if not all(isinstance(x, int | float) and x > 0 for x in (wall, it, flops, world)):
         return None
-    steps = [s.get("phase") for s in rec.get("loss") or []]
-    warm = float((rec.get("warmup") or {}).get("seconds") or 0.0)
+    steps = [s.get("phase") for s in rec.loss]
+    warm = float(rec.warmup.get("seconds") or 0.0)
     if not warm:
         warm = steps.count("warmup") * it
     stepped = warm + (steps.count("measured") + steps.count("profiled")) * it
-    if (rec.get("provenance") or {}).get("launcher", {}).get("reattached"):
+    if rec.launcher.get("reattached"):
         return flops / it / world, math.nan, warm  # its wall time covers only the wait after re-attaching
     return flops / it / world, max(wall - stepped, 0.0), warm
 
@@ -113,11 +114,11 @@ def bases(statuses: list[CellStatus]) -> dict[str, Basis]:
     samples: dict[str, list[tuple[float, float, float]]] = {}
     for cs in statuses:
         rec = cs.record
-        if cs.state != "ok" or rec is None or (rec.get("cell") or {}).get("kind", "train") != "train":
+        if cs.state != "ok" or rec is None or rec.kind != "train":
             continue
         s = _finished_sample(rec)
         if s is not None:
-            samples.setdefault(str(rec["cell"].get("hardware")), []).append(s)
+            samples.setdefault(str(rec.cell.get("hardware")), []).append(s)
     out = {}
     for hw, ss in samples.items():
         overheads = [o for _, o, _ in ss if o == o]
@@ -159,9 +160,8 @@ def estimate(cells: list[PlannedCell], statuses: list[CellStatus], profile_steps
     kind_walls: dict[str, list[float]] = {}
     for cs in statuses:
         rec = cs.record
-        if cs.state == "ok" and rec is not None and (rec.get("cell") or {}).get("kind", "train") != "train" \
-                and isinstance(cs.elapsed_s, int | float):
-            kind_walls.setdefault(rec["cell"]["kind"], []).append(float(cs.elapsed_s))
+        if cs.state == "ok" and rec is not None and rec.kind != "train" and isinstance(cs.elapsed_s, int | float):
+            kind_walls.setdefault(rec.kind, []).append(float(cs.elapsed_s))
     left: list[float] = []
     running_left: list[float] = []
     missing = 0

@@ -32,7 +32,10 @@ from typing import Any
 
 from calorimeter.operate.state import CellStatus
 from calorimeter.plan.config_errors import ConfigError, short, suggest
-from calorimeter.records.paths import RECORD_FILES, RUN_JSON, AttemptPaths, CellPaths
+from calorimeter.plan.kinds import KINDS
+from calorimeter.records.atomic import write_json_atomic
+from calorimeter.records.paths import RECORD_FILES, RUN_JSON, THERMAL_PROFILE_JSON, AttemptPaths, CellPaths
+from calorimeter.records.run_record import RecordError, read_run_record
 
 #: states ``--failed`` selects
 FAILED_STATES = ("failed", "interrupted")
@@ -43,10 +46,8 @@ CELL_TABLES = "cell_tables"
 
 def record_files() -> tuple[str, ...]:
     """The top-level files and folders of a cell's record, ``run.json`` last (set aside in this order)."""
-    from calorimeter.kinds import KINDS
-
     kind_files = tuple(f for k in KINDS.values() for f in k.outputs)
-    return (*(f for f in RECORD_FILES if f != RUN_JSON), *kind_files, CELL_TABLES, RUN_JSON)
+    return (*(f for f in RECORD_FILES if f != RUN_JSON), *kind_files, CELL_TABLES, THERMAL_PROFILE_JSON, RUN_JSON)
 
 
 def select(statuses: list[CellStatus], failed: bool = False, oom: bool = False,
@@ -95,9 +96,8 @@ class SetAside:
 def _record_attempt(cell: CellPaths) -> AttemptPaths | None:
     """The attempt that wrote the cell's top-level record (named in it), if it is there."""
     try:
-        rec = json.loads(cell.run_json.read_text())
-        name = rec["provenance"]["launcher"]["attempt"]
-    except (OSError, ValueError, KeyError, TypeError):
+        name = read_run_record(cell.run_json).launcher.get("attempt")
+    except RecordError:
         return None
     attempt = cell.attempt(str(name)) if name and "/" not in str(name) else None
     return attempt if attempt is not None and attempt.root.is_dir() else None
@@ -138,7 +138,6 @@ def set_aside(cell: CellPaths, why: str, now: float | None = None) -> SetAside:
             previous = json.loads(attempt.set_aside.read_text()).get("history", [])
         except (OSError, ValueError, AttributeError):
             previous = []
-    from calorimeter.records.atomic import write_json_atomic
 
     write_json_atomic(attempt.set_aside, {**note, "history": [*previous, note]})
     return SetAside(cell.root.name, attempt.root, moved)

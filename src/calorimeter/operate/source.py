@@ -12,8 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from calorimeter.plan.cell import Cell
+from calorimeter.plan.config import load_sweep_config, sweep_lines
 from calorimeter.plan.config_errors import ConfigError, short
-from calorimeter.plan.plan import Plan, PlannedCell, plan_file
+from calorimeter.plan.plan import Plan, PlannedCell, make_plan, plan_file
+from calorimeter.records.legacy import upgrade_plan_cell
 
 PLAN_JSON = "plan.json"
 #: keys of a plan.json cell that are neither parameters nor estimates
@@ -46,9 +49,6 @@ def _profile_steps(folder: Path) -> int:
 
 def plan_from_results(folder: str | Path) -> Plan:
     """The plan a results folder's ``plan.json`` records (cells, plan status, reasons, estimates)."""
-    from calorimeter.plan.cell import Cell
-    from calorimeter.records.legacy import upgrade_plan_cell
-
     root = sweep_folder(Path(folder).expanduser())
     path = root / PLAN_JSON
     try:
@@ -85,8 +85,6 @@ def load_plan(target: str, results_dir: str | None = None) -> Plan:
         return plan_from_results(path)
     if not results_dir:
         return plan_file(target)
-    from calorimeter.plan.config import load_sweep_config, sweep_lines
-    from calorimeter.plan.plan import make_plan
 
     over = {"results_dir": results_dir}
     return make_plan({**load_sweep_config([target], over), "_source": target,

@@ -29,15 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from calorimeter.launch import slurm
+from calorimeter.launch.submit import attempts
 from calorimeter.plan.plan import PlannedCell
+from calorimeter.records import job_states
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.progress import Progress, attempt_progress
+from calorimeter.records.run_record import RecordError, RunRecord, read_run_record
 
 STATES = ("running", "queued", "interrupted", "failed", "oom", "ok", "planned", "unknown", "pruned")
-#: SLURM states of a job that waits to start
-SLURM_WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "STOPPED",
-                 "CONFIGURING", "SPECIAL_EXIT", "RESIZING"}
-SLURM_RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
 #: a local job on another host counts as running while its progress file moved this recently
 FRESH_PROGRESS_S = 600.0
 
@@ -57,7 +57,7 @@ class CellStatus:
     progress: Progress | None = None
     restart: int | None = None
     note: str = ""
-    record: dict[str, Any] | None = None
+    record: RunRecord | None = None
     #: a ``planned`` cell whose record ``calorimeter rerun`` set aside: that record's state (ok, oom, failed)
     aside_state: str | None = None
 
@@ -72,8 +72,6 @@ class CellStatus:
 
 def list_attempts(cell: CellPaths) -> list[AttemptPaths]:
     """Attempts of a cell, oldest first (the launcher's definition)."""
-    from calorimeter.launch.submit import attempts
-
     return attempts(cell)
 
 
@@ -83,6 +81,13 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return obj if isinstance(obj, dict) else None
+
+
+def _read_record(path: Path) -> RunRecord | None:
+    try:
+        return read_run_record(path)
+    except RecordError:
+        return None
 
 
 def local_job_alive(job: dict[str, Any]) -> bool | None:
@@ -97,11 +102,11 @@ def local_job_alive(job: dict[str, Any]) -> bool | None:
     return b"submitit" in cmdline  # a reused pid runs something else
 
 
-def _record_status(cs: CellStatus, rec: dict[str, Any]) -> None:
-    launch = (rec.get("provenance") or {}).get("launcher") or {}
-    cs.state = rec["status"] if rec["status"] in ("ok", "oom", "failed") else "failed"
-    cs.failure_class = rec.get("failure_class") or rec["status"]
-    cs.reason = str(rec.get("reason") or "")
+def _record_status(cs: CellStatus, rec: RunRecord) -> None:
+    launch = rec.launcher
+    cs.state = rec.status if rec.status in ("ok", "oom", "failed") else "failed"
+    cs.failure_class = rec.failure_class or rec.status
+    cs.reason = rec.reason
     cs.job_id = str(launch["job_id"]) if launch.get("job_id") else None
     cs.executor = launch.get("executor")
     cs.elapsed_s = launch.get("wall_time_s")
@@ -123,10 +128,10 @@ def _open_attempt(cs: CellStatus, attempt: AttemptPaths, job: dict[str, Any], no
             return
         info = scheduler.get(cs.job_id)
         state = (info or {}).get("state", "")
-        if state in SLURM_WAITING:
+        if state in job_states.WAITING:
             cs.state, cs.note = "queued", f"SLURM {state}" + (f" ({info['reason']})" if info.get("reason") and
                                                                info["reason"] != "None" else "")
-        elif state in SLURM_RUNNING:
+        elif state in job_states.RUNNING:
             cs.state, cs.note = "running", f"SLURM {state} on {info.get('nodelist') or '?'}"
         else:
             cs.state = "interrupted"
@@ -165,8 +170,6 @@ def cell_status(pc: PlannedCell, paths: CellPaths, scheduler: dict[str, dict[str
         scheduler: SLURM's view of the jobs (:func:`slurm_view`), None where SLURM cannot be asked.
         now: the time (``time.time()``).
     """
-    from calorimeter.analysis.damaged import load_record
-
     now = time.time() if now is None else now
     cs = CellStatus(pc.cell.cell_id, "planned")
     if pc.status != "planned":
@@ -174,24 +177,24 @@ def cell_status(pc: PlannedCell, paths: CellPaths, scheduler: dict[str, dict[str
         return cs
     atts = list_attempts(paths)
     cs.attempts = len(atts)
-    rec, why = load_record(paths.root)
-    if rec is not None:
-        _record_status(cs, rec)
+    try:
+        _record_status(cs, read_run_record(paths.run_json))
         return cs
-    if why != "missing":
-        cs.state, cs.failure_class, cs.reason = "failed", "damaged", f"{paths.run_json}: {why}"
-        return cs
+    except RecordError as e:
+        if str(e) != "missing":
+            cs.state, cs.failure_class, cs.reason = "failed", "damaged", f"{paths.run_json}: {e}"
+            return cs
     if not atts:
         return cs
     newest = atts[-1]
     if newest.set_aside.is_file():
-        aside, _ = load_record(newest.root)
+        aside = _read_record(newest.run_json)
         if aside is not None:
-            cs.aside_state = aside["status"] if aside["status"] in ("ok", "oom") else "failed"
+            cs.aside_state = aside.status if aside.status in ("ok", "oom") else "failed"
         cs.note = (f"{cs.aside_state or 'its'} record set aside by calorimeter rerun into attempts/{newest.name}; "
                    "waits to run again")
         return cs
-    closed = _read_json(newest.run_json)
+    closed = _read_record(newest.run_json)
     if closed is not None:  # ended without a record at the top: transient (or abandoned)
         _record_status(cs, closed)
         cs.state, cs.record = "failed", None
@@ -219,8 +222,6 @@ def open_job_ids(cells: list[CellPaths]) -> list[str]:
 
 def slurm_view(job_ids: list[str]) -> dict[str, dict[str, str]] | None:
     """SLURM's state of these jobs in one squeue (and sacct) call; None where SLURM cannot be asked."""
-    from calorimeter.launch import slurm
-
     if not job_ids:
         return {}
     if not slurm.available():

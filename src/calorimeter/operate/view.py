@@ -10,7 +10,7 @@ from typing import Any
 
 from calorimeter.operate.eta import Eta, estimate, format_duration, n_cells
 from calorimeter.operate.state import STATES, CellStatus, cell_status, open_job_ids, slurm_view
-from calorimeter.plan.plan import Plan
+from calorimeter.plan.plan import Plan, make_plan
 from calorimeter.records.paths import CellPaths
 
 
@@ -111,8 +111,6 @@ def to_json(st: SweepStatus) -> str:
 def progress_line(config: dict[str, Any], now: float | None = None) -> str:
     """One line on where a sweep stands, for the train rule's log as each cell finishes: ``sweep S: 3 of 10 cells
     finished (2 ok, 1 failed), 1 running; ETA: ~4 min (...)``."""
-    from calorimeter.plan.plan import make_plan
-
     st = sweep_status(make_plan(dict(config)), now)
     c = st.counts
     planned = [cs for cs, pc in zip(st.cells, st.plan.cells, strict=True) if pc.status == "planned"]

@@ -17,7 +17,6 @@ they matched.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -26,16 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from calorimeter.placement.policy import (
-    Decision,
-    NodeGpus,
-    StageCosts,
-    decide,
-    fallback,
-    flops_stage_costs,
-    measured_stage_costs,
-    static_reason,
-)
 from calorimeter.placement.profile import (
     DEFAULT_MAX_AGE_H,
     PROFILES_DIR,
@@ -45,7 +34,21 @@ from calorimeter.placement.profile import (
     staleness,
 )
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.memory import max_stage_layers
 from calorimeter.plan.models import get_model, stage_block_counts
+from calorimeter.plan.placement import (
+    Decision,
+    NodeGpus,
+    StageCosts,
+    decide,
+    fallback,
+    flops_stage_costs,
+    measured_stage_costs,
+    static_reason,
+)
+from calorimeter.records.paths import CellPaths
+from calorimeter.records.run_record import read_run_record
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +74,6 @@ def job_hosts() -> list[str]:
 
         return list(SlurmJobEnvironment().hostnames)
     return [socket.gethostname()]
-
-
-def node_index() -> int:
-    """This process's node index in the job."""
-    return int(os.environ.get("SLURM_NODEID", os.environ.get("SUBMITIT_LOCAL_NODEID", "0")))
 
 
 def job_gpus() -> tuple[list[str], HostGpus] | None:
@@ -191,25 +189,25 @@ def sibling_costs(cell: Cell, cell_dir: Path, profiles: dict[str, ThermalProfile
     base = dataclasses.replace(cell, placement="default", pp_split=None, repeat=0).cell_id
     root = Path(cell_dir).parent
     found = [d for d in [root / base, *sorted(root.glob(base + "_r*"))]
-             if (d / "kernels.parquet").is_file() and (d / "run.json").is_file()]
+             if CellPaths(d).kernels.is_file() and CellPaths(d).run_json.is_file()]
     if not found:
         return None
     sib = found[0]
     sib_id = sib.name
-    kern, run = sib / "kernels.parquet", sib / "run.json"
+    paths = CellPaths(sib)
     try:
-        record = json.loads(run.read_text())
-        k = pd.read_parquet(kern)
-    except (OSError, ValueError):
+        record = read_run_record(paths.run_json)
+        k = pd.read_parquet(paths.kernels)
+    except (OSError, ValueError):  # RecordError is a ValueError
         return None
-    if record.get("status") != "ok" or "compute_s" not in k.columns or "stage" not in k.columns:
+    if not record.ok or "compute_s" not in k.columns or "stage" not in k.columns:
         return None
     per_rank = k.groupby(["rank", "stage"], as_index=False)["compute_s"].first()
     compute = per_rank.groupby("stage")["compute_s"].mean().to_dict()
     m = get_model(cell.model)
-    split = tuple(record["cell"].get("pp_split") or stage_block_counts(m.num_layers, cell.pp))
+    split = tuple(record.cell.get("pp_split") or stage_block_counts(m.num_layers, cell.pp))
     speeds: dict[int, float] = {}
-    for r in (record.get("provenance") or {}).get("ranks") or []:
+    for r in record.ranks:
         p = profiles.get(r.get("hostname") or "")
         g = p.gpu((r.get("device_info") or {}).get("uuid", "")) if p is not None else None
         if g is not None and math.isfinite(g.speed) and r.get("stage") is not None:
@@ -219,19 +217,16 @@ def sibling_costs(cell: Cell, cell_dir: Path, profiles: dict[str, ThermalProfile
 
 
 def decide_in_job(cell: Cell, settings: dict[str, Any], cell_dir: Path | None, now_s: float | None = None,
-                  hosts: list[str] | None = None, this_node: int | None = None,
+                  hosts: list[str] | None = None, this_node: int = 0,
                   local: tuple[list[str], HostGpus] | None | str = "probe") -> Decision:
-    """The decision of this rank (see the module docstring); every input can be given for tests."""
-    from calorimeter.plan.hardware import get_profile
-    from calorimeter.plan.memory import max_stage_layers
-
+    """The decision of this rank on node ``this_node`` of the job (see the module docstring); every input can be
+    given for tests."""
     if cell.placement == "default" or getattr(cell, "kind", "train") != "train":
         return Decision("default", True, "default placement", pp_split=cell.pp_split)
     if static_reason(cell) is not None:
         return decide(cell, get_model(cell.model), StageCosts(1.0, 0.0, 0.0, "none"))
     now_s = time.time() if now_s is None else now_s
     hosts = job_hosts() if hosts is None else hosts
-    this_node = node_index() if this_node is None else this_node
     local_gpus = job_gpus() if local == "probe" else local
     assert not isinstance(local_gpus, str)
     pdir = Path(settings.get("profiles_dir") or PROFILES_DIR)
@@ -256,7 +251,7 @@ class JobPlacement:
 
     Usage on every rank (``calorimeter.launch.task``)::
 
-        placement = JobPlacement.start(cell, settings, cell_dir)   # before anything touches CUDA
+        placement = JobPlacement.start(cell, settings, cell_dir, node)   # before anything touches CUDA
         ... init the process group ...
         placement.agree()                                        # all ranks hold the same decision
         train(placement.cell)                                    # the cell with the effective split
@@ -270,11 +265,12 @@ class JobPlacement:
         self.cuda_visible_devices: str | None = None
 
     @classmethod
-    def start(cls, cell: Cell, settings: dict[str, Any] | None, cell_dir: Path | None) -> JobPlacement:
-        """Decide, and set this process's CUDA device order when the decision moves ranks."""
-        node = node_index()
+    def start(cls, cell: Cell, settings: dict[str, Any] | None, cell_dir: Path | None, node: int = 0
+              ) -> JobPlacement:
+        """Decide on node ``node`` of the job (submitit's job environment), and set this process's CUDA device order
+        when the decision moves ranks."""
         try:
-            decision = decide_in_job(cell, settings or {}, cell_dir)
+            decision = decide_in_job(cell, settings or {}, cell_dir, this_node=node)
         except Exception as e:  # noqa: BLE001 - a placement error must not lose the measurement: recorded
             log.exception("placement %s of %s failed", cell.placement, cell.cell_id)
             decision = fallback(cell.placement, f"decision failed: {type(e).__name__}: {e}", cell)

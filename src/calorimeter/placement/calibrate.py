@@ -14,8 +14,17 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from calorimeter.plan.cell import Cell
+from calorimeter.records.provenance import device_info
+from calorimeter.records.rank import RankContext, RankResult
+from calorimeter.telemetry.timer import time_batch
+from calorimeter.train.loop import device_name, peak_memory_bytes
 
 #: matrix size per accelerator kind
 MATMUL_N = {"cuda": 8192, "cpu": 256}
@@ -28,18 +37,12 @@ def load_text(n: int, dtype: str, per_step: int) -> str:
     return f"{dtype} {n}x{n}x{n} matmul, {per_step} per step of ~{STEP_S:g} s, every GPU of the node at once"
 
 
-def calibrate_rank(cell: Any, out_dir: Path, step_callback: Any = None, **_: Any) -> dict[str, Any]:
-    """Run the calibration load on this rank; returns a record shaped like ``train_cell``'s plus ``calibration``.
+def calibrate_rank(cell: Cell, device: torch.device,
+                   step_callback: Callable[[int, str, float, float], None] | None = None) -> RankResult:
+    """Run the calibration load on this rank; its result carries ``calibration`` (the load and the rates).
 
     Steps carry ``loss`` and ``grad_norm`` NaN (no model) and ``tflops`` (this rank's matmul rate in the step).
     """
-    import torch
-    import torch.distributed as dist
-
-    from calorimeter.train.engine import rank_device
-    from calorimeter.train.loop import device_name, peak_memory_bytes
-
-    device = rank_device()
     cuda = device.type == "cuda"
     n = MATMUL_N["cuda" if cuda else "cpu"]
     dtype = torch.bfloat16 if cuda else torch.float32
@@ -48,17 +51,8 @@ def calibrate_rank(cell: Any, out_dir: Path, step_callback: Any = None, **_: Any
     b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
     c = torch.empty(n, n, device=device, dtype=dtype)
 
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(device)
-
     def run(k: int) -> float:
-        sync()
-        t = time.perf_counter()
-        for _ in range(k):
-            torch.matmul(a, b, out=c)
-        sync()
-        return time.perf_counter() - t
+        return time_batch(lambda: torch.matmul(a, b, out=c), device, k)
 
     run(2)
     one = run(3) / 3
@@ -82,55 +76,30 @@ def calibrate_rank(cell: Any, out_dir: Path, step_callback: Any = None, **_: Any
     measured = [s["tflops"] for s in steps if s["phase"] == "measured"]
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
-    return {
-        "cell_id": cell.cell_id, "rank": rank, "world_size": world, "dp_rank": rank, "dp_size": world, "tp_rank": 0,
-        "stage": 0, "num_stages": 1, "device": device_name(device), "precision": str(dtype).replace("torch.", ""),
-        "parameters_on_rank": 0, "parameters_model": 0, "peak_memory_bytes": peak_memory_bytes(device),
-        "traced": False, "steps": steps,
-        "calibration": {"load": load_text(n, str(dtype).replace("torch.", ""), per_step), "n": n,
-                        "matmuls_per_step": per_step,
-                        "tflops": sum(measured) / len(measured) if measured else math.nan,
-                        "tflops_min": min(measured) if measured else math.nan,
-                        "tflops_max": max(measured) if measured else math.nan},
-    }
+    precision = str(dtype).replace("torch.", "")
+    return RankResult(
+        steps=steps, peak_memory_bytes=peak_memory_bytes(device), dp_rank=rank, dp_size=world, tp_rank=0,
+        device=device_name(device), precision=precision,
+        calibration={"load": load_text(n, precision, per_step), "n": n, "matmuls_per_step": per_step,
+                     "tflops": sum(measured) / len(measured) if measured else math.nan,
+                     "tflops_min": min(measured) if measured else math.nan,
+                     "tflops_max": max(measured) if measured else math.nan})
 
 
-def run_calibration(cell: Any, run_dir: Path, telemetry: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_calibration(ctx: RankContext) -> RankResult:
     """Entry of the ``thermal-calibration`` kind on every rank: the load, then every GPU's rate gathered on rank 0.
 
     Returns this rank's result; rank 0's ``kind_metrics`` (the record's ``metrics``) hold the load and, per rank, its
     node, host, GPU (NVML index, UUID) and matmul rate, from which the host's profile is built.
     """
-    import socket
-
-    import torch.distributed as dist
-
-    from calorimeter.records.provenance import device_info
-    from calorimeter.train.engine import rank_device
-
-    out = calibrate_rank(cell, Path(run_dir))
-    device = rank_device()
-    di = device_info(str(device))
-    mine = {"rank": out["rank"], "node": int(_node()), "hostname": socket.gethostname(),
-            "nvml_index": di.get("nvml_index"), "uuid": di.get("uuid"), **out["calibration"]}
+    out = calibrate_rank(ctx.cell, torch.device(ctx.rank.device))
+    assert out.calibration is not None
+    di = device_info(ctx.rank.device)
+    mine: dict[str, Any] = {"rank": ctx.rank.rank, "node": ctx.rank.node, "hostname": ctx.rank.hostname,
+                            "nvml_index": di.get("nvml_index"), "uuid": di.get("uuid"), **out.calibration}
     gathered: list[Any] = [mine]
     if dist.is_initialized() and dist.get_world_size() > 1:
         gathered = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, mine)
-    out["kind_metrics"] = {"load": out["calibration"]["load"], "gpus": gathered}
-    return out
-
-
-def _node() -> int:
-    import os
-
-    return int(os.environ.get("SLURM_NODEID", os.environ.get("SUBMITIT_LOCAL_NODEID", "0")))
-
-
-def calibration_tflops(record: dict[str, Any]) -> dict[tuple[int, int], float]:
-    """Measured matmul rate per (node, NVML index) from a calibration cell's record (empty for other cells)."""
-    out: dict[tuple[int, int], float] = {}
-    for g in (record.get("metrics") or {}).get("gpus") or []:
-        if g.get("node") is not None and g.get("nvml_index") is not None and g.get("tflops") is not None:
-            out[(int(g["node"]), int(g["nvml_index"]))] = float(g["tflops"])
+    out.kind_metrics = {"load": out.calibration["load"], "gpus": gathered}
     return out

@@ -34,7 +34,10 @@ from typing import Any
 
 import pandas as pd
 
+from calorimeter.analysis.cell import CellTables, cell_tables
 from calorimeter.records.atomic import write_json_atomic
+from calorimeter.records.paths import CellPaths
+from calorimeter.records.run_record import RunRecord, read_run_record
 from calorimeter.telemetry.reasons import THROTTLING
 
 FORMAT_VERSION = 1
@@ -208,15 +211,14 @@ def build_profile(host: str, stats: pd.DataFrame, gpu_meta: list[dict[str, Any]]
 # profiles from recorded cells
 
 
-def cell_eligibility(record: dict[str, Any]) -> list[str]:
+def cell_eligibility(record: RunRecord) -> list[str]:
     """Why a cell's telemetry cannot profile its host (empty when it can; see the module docstring)."""
-    cell = record.get("cell") or {}
-    model = record.get("model") or {}
+    cell = record.cell
+    model = record.model or {}
     reasons = []
-    if record.get("status") != "ok":
-        reasons.append(f"status {record.get('status')}")
-    kind = cell.get("kind", "train")
-    if kind == "thermal-calibration":
+    if not record.ok:
+        reasons.append(f"status {record.status}")
+    if record.kind == "thermal-calibration":
         return reasons
     if int(cell.get("pp") or 1) != 1:
         reasons.append(f"pp={cell.get('pp')}: pipeline stages load the GPUs unequally")
@@ -244,8 +246,17 @@ def _load_stats(stats: pd.DataFrame, need_limited: bool = True) -> list[str]:
     return out
 
 
-def profiles_from_cell(cell_dir: str | Path, record: dict[str, Any] | None = None,
-                       tflops: dict[tuple[int, int], float] | None = None
+def calibration_tflops(record: RunRecord) -> dict[tuple[int, int], float]:
+    """Measured matmul rate per (node, NVML index) from a calibration cell's record (empty for other cells)."""
+    out: dict[tuple[int, int], float] = {}
+    for g in record.metrics.get("gpus") or []:
+        if g.get("node") is not None and g.get("nvml_index") is not None and g.get("tflops") is not None:
+            out[(int(g["node"]), int(g["nvml_index"]))] = float(g["tflops"])
+    return out
+
+
+def profiles_from_cell(cell_dir: str | Path, record: RunRecord | None = None,
+                       tflops: dict[tuple[int, int], float] | None = None, tables: CellTables | None = None
                        ) -> tuple[list[ThermalProfile], list[str]]:
     """Profiles of the hosts of one recorded cell (one per node), and why none could be made.
 
@@ -254,18 +265,15 @@ def profiles_from_cell(cell_dir: str | Path, record: dict[str, Any] | None = Non
 
     Args:
         cell_dir: the cell's folder (``run.json``, ``steps.parquet``, ``telemetry.parquet``, ``telemetry.json``).
-        record: its ``run.json`` content, if already loaded.
+        record: its ``run.json``, if already read.
         tflops: measured matmul rate per (node, NVML index); default: a calibration record's ``metrics``.
+        tables: the cell's tables, when already computed (rule ``cell_tables`` wrote them); computed if None.
 
     Returns:
         (profiles, reasons): the profiles, and the reasons for every host (or the whole cell) left out.
     """
-    from calorimeter.analysis.cell import cell_tables, load_record
-    from calorimeter.placement.calibrate import calibration_tflops
-    from calorimeter.records.paths import CellPaths
-
     paths = CellPaths(Path(cell_dir))
-    record = record if record is not None else load_record(paths.root)
+    record = record if record is not None else read_run_record(paths.run_json)
     tflops = calibration_tflops(record) if tflops is None else tflops
     reasons = cell_eligibility(record)
     if reasons:
@@ -275,7 +283,7 @@ def profiles_from_cell(cell_dir: str | Path, record: dict[str, Any] | None = Non
         return [], ["no GPU telemetry (CPU ranks, or no GPU the sampler could read)"]
     if missing:
         return [], [f"no {', '.join(missing)}"]
-    tables = cell_tables(paths.root, record)
+    tables = tables if tables is not None else cell_tables(paths.root, record)
     run = tables.runs.iloc[0]
     begin, end = float(run.get("measured_begin_s", math.nan)), float(run.get("measured_end_s", math.nan))
     if not end - begin >= MIN_WINDOW_S:
@@ -285,18 +293,18 @@ def profiles_from_cell(cell_dir: str | Path, record: dict[str, Any] | None = Non
     stats = tables.gpus.merge(_power_limits(pd.read_parquet(paths.telemetry), begin, end),
                               on=["node", "gpu_index"], how="left")
     meta = json.loads(paths.telemetry_json.read_text())
-    cell = record.get("cell") or {}
+    cell = record.cell
     profiles: list[ThermalProfile] = []
     for node, g in stats.groupby("node", sort=True):
         host = str(g["hostname"].iloc[0])
         node_meta = (meta.get(f"node{int(node)}") or {}).get("sampler") or {}
-        low = _load_stats(g, need_limited=cell.get("kind") != "thermal-calibration")
+        low = _load_stats(g, need_limited=record.kind != "thermal-calibration")
         if low:
             reasons += [f"{host}: {r}" for r in low]
             continue
         lib = node_meta.get("gpu_library") or {}
-        source = {"kind": "calibration" if cell.get("kind") == "thermal-calibration" else "cell",
-                  "sweep": cell.get("sweep"), "cell_id": record.get("cell_id"), "load": _load_text(record)}
+        source = {"kind": "calibration" if record.kind == "thermal-calibration" else "cell",
+                  "sweep": cell.get("sweep"), "cell_id": record.cell_id, "load": _load_text(record)}
         conditions = {"driver": lib.get("driver_version"), "gpus_in_cell": int(len(g)),
                       "data_quality": ",".join(sorted(set(g.get("data_quality", pd.Series(dtype=str)).astype(str))))}
         node_tflops = {idx: v for (n, idx), v in (tflops or {}).items() if n == int(node)}
@@ -317,10 +325,10 @@ def _power_limits(tele: pd.DataFrame, begin: float, end: float) -> pd.DataFrame:
     return lim.reset_index()
 
 
-def _load_text(record: dict[str, Any]) -> str:
-    cell = record.get("cell") or {}
-    if cell.get("kind") == "thermal-calibration":
-        return str((record.get("metrics") or {}).get("load") or "thermal calibration")
+def _load_text(record: RunRecord) -> str:
+    cell = record.cell
+    if record.kind == "thermal-calibration":
+        return str(record.metrics.get("load") or "thermal calibration")
     return (f"training {cell.get('model')} {cell.get('parallel_label')} z{cell.get('zero_stage')} "
             f"rc-{cell.get('recompute')} mb{cell.get('micro_batch')} s{cell.get('seq_len')} {cell.get('precision')}")
 
@@ -434,37 +442,44 @@ def save_profile(profiles_dir: str | Path, profile: ThermalProfile, now_s: float
     return hist, current
 
 
-def keep_cell_profiles(cell_dir: str | Path, record: dict[str, Any], settings: dict[str, Any] | None,
-                       tflops: dict[tuple[int, int], float] | None = None) -> list[Path]:
-    """After a cell's record is written: profile its hosts from its telemetry and keep the profiles.
+def keep_cell_profiles(cell_dir: str | Path, record: RunRecord, settings: dict[str, Any] | None,
+                       tables: CellTables | None = None, tflops: dict[tuple[int, int], float] | None = None
+                       ) -> dict[str, Any]:
+    """Profile a recorded cell's hosts from its tables and keep the profiles (rule ``thermal_profile``).
 
     Runs for every calibration cell, and for other cells when ``placement.derive_profiles`` is on (default) and
     the cell qualifies (:func:`cell_eligibility`). Never raises: a profile is a by-product of a measurement.
 
     Returns:
-        The history files written.
+        What happened, JSON-able: ``written`` (history files), ``current`` (hosts whose current profile it became),
+        ``reasons`` (why a host, or the cell, gave none).
     """
     import logging
 
     log = logging.getLogger(__name__)
     settings = settings or {}
-    calibration = (record.get("cell") or {}).get("kind") == "thermal-calibration"
+    out: dict[str, Any] = {"cell_id": record.cell_id, "written": [], "current": [], "reasons": []}
+    calibration = record.kind == "thermal-calibration"
     if not settings.get("profiles_dir") or not (calibration or settings.get("derive_profiles", True)):
-        return []
+        out["reasons"].append("placement.derive_profiles is off" if settings.get("profiles_dir") else
+                              "no profiles folder")
+        return out
     try:
-        profiles, reasons = profiles_from_cell(cell_dir, record, tflops)
-        written = []
+        profiles, reasons = profiles_from_cell(cell_dir, record, tflops, tables)
         for p in profiles:
             hist, current = save_profile(settings["profiles_dir"], p,
                                          max_age_h=float(settings.get("profile_max_age_h", DEFAULT_MAX_AGE_H)))
-            written.append(hist)
-            log.info("thermal profile of %s from %s (%s): %s", p.host, record.get("cell_id"),
+            out["written"].append(str(hist))
+            if current:
+                out["current"].append(p.host)
+            log.info("thermal profile of %s from %s (%s): %s", p.host, record.cell_id,
                      "current" if current else "history only", p.summary())
+        out["reasons"] = reasons
         if reasons:
             # a cell that cannot qualify (pipeline, MoE, failed) is not news; an eligible one that fell short is
             level = logging.INFO if calibration or not cell_eligibility(record) else logging.DEBUG
-            log.log(level, "no thermal profile from %s: %s", record.get("cell_id"), "; ".join(reasons))
-        return written
-    except Exception:  # noqa: BLE001
-        log.exception("thermal profile from %s failed", record.get("cell_id"))
-        return []
+            log.log(level, "no thermal profile from %s: %s", record.cell_id, "; ".join(reasons))
+    except Exception as e:  # noqa: BLE001
+        log.exception("thermal profile from %s failed", record.cell_id)
+        out["reasons"].append(f"failed: {type(e).__name__}: {e}")
+    return out

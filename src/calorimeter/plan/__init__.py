@@ -1,4 +1,9 @@
-"""Planning: config models, grid expansion, validation and memory/FLOPs estimates (no torch import)."""
+"""What a cell is, and the plan of a sweep (no torch import; the ground floor: imports no other package).
+
+Config, grid expansion and validation; the cell's model, hardware, memory and FLOP estimates; its workload per
+pipeline stage (:mod:`~calorimeter.plan.work`), rank layout (:mod:`~calorimeter.plan.layout`), kind
+(:mod:`~calorimeter.plan.kinds`) and placement policy (:mod:`~calorimeter.plan.placement`). See docs/architecture.md.
+"""
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.config import ConfigError, load_config

@@ -47,9 +47,9 @@ class Cell:
         engine: training engine (``deepspeed``).
         repeat: repetition number (0 for the first); every repetition is its own cell, record and folder, with
             ``_r<k>`` appended to the id for k > 0 (``config_id`` is the id without it).
-        kind: what the cell runs (:data:`calorimeter.kinds.KINDS`): ``train`` (default) or a calibration kind such
+        kind: what the cell runs (:data:`calorimeter.plan.kinds.KINDS`): ``train`` (default) or a calibration kind such
             as ``collectives``; a non-train cell ignores the model and the parallel layout.
-        placement: placement policy (``default``, ``balanced``, ``thermal``; :mod:`calorimeter.placement.policy`):
+        placement: placement policy (``default``, ``balanced``, ``thermal``; :mod:`calorimeter.plan.placement`):
             which GPU each rank uses and the layers per pipeline stage, decided in the job.
         lora_rank: kind ``lora``: rank of the LoRA adapters (:mod:`calorimeter.train.lora`); ignored otherwise.
         command: kind ``command``: the shell command every rank runs (:mod:`calorimeter.command`); None otherwise.

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import HardwareProfile
-from calorimeter.plan.memory import GB, MemoryEstimate
+from calorimeter.plan.memory import GB, MemoryEstimate, estimate_memory, max_stage_layers
 from calorimeter.plan.models import ModelSpec, expert_capacity, parameter_count
+from calorimeter.plan.placement import decide, flops_stage_costs, static_reason
 
 
 def divisibility_reasons(cell: Cell, m: ModelSpec) -> list[str]:
@@ -101,11 +104,6 @@ def placement_checks(cell: Cell, m: ModelSpec, hw: HardwareProfile, memory_check
     it can choose passes the memory check; the note says what the plan knows. A policy that cannot apply (pp = 1)
     is noted: the cell runs with the default placement and its record says so.
     """
-    import dataclasses
-
-    from calorimeter.placement.policy import decide, flops_stage_costs, static_reason
-    from calorimeter.plan.memory import estimate_memory, max_stage_layers
-
     if cell.placement == "default":
         return [], [], {}
     why = static_reason(cell)

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from calorimeter.plan.config_errors import ConfigError, locate, short, suggest
-from calorimeter.plan.hardware import PROFILES, HardwareProfile, register_profile
-from calorimeter.plan.models import CATALOGUE, ModelSpec, register_model
+from calorimeter.plan.hardware import BUILTIN_PROFILES, PROFILES, HardwareProfile, register_profile
+from calorimeter.plan.models import BUILTIN_MODELS, CATALOGUE, ModelSpec, register_model
 
 #: ModelSpec fields a definition sets directly (``head_dim`` is spelt like Hugging Face's, stored as kv_channels)
 MODEL_KEYS = ("family", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
@@ -246,9 +246,6 @@ def inline_model(value: Mapping[str, Any], config: Mapping[str, Any], where: str
 
 def definitions_of(config: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Every model and hardware profile registered by sweeps in this process, as plain dicts (for the ranks)."""
-    from calorimeter.plan.hardware import BUILTIN_PROFILES
-    from calorimeter.plan.models import BUILTIN_MODELS
-
     return {"models": {n: m.to_dict() | {"description": m.description} for n, m in CATALOGUE.items()
                        if n not in BUILTIN_MODELS},
             "hardware_profiles": {n: p.to_dict() for n, p in PROFILES.items() if n not in BUILTIN_PROFILES

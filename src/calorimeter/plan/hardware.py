@@ -7,6 +7,8 @@ import subprocess
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from calorimeter.plan.config_errors import short, suggest
+
 
 @dataclass(frozen=True)
 class HardwareProfile:
@@ -74,8 +76,6 @@ def get_profile(name: str) -> HardwareProfile:
     try:
         return PROFILES[name]
     except KeyError:
-        from calorimeter.plan.config_errors import short, suggest
-
         raise KeyError(f"unknown hardware {short(name)}{suggest(name, ['auto', *PROFILES])}: neither built in nor "
                        "defined under `hardware_profiles:` of the sweep file (docs/models.md); known: auto, "
                        f"{', '.join(sorted(PROFILES))}") from None

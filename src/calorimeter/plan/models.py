@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
+from calorimeter.plan.config_errors import short, suggest
+
 Family = Literal["gpt", "llama", "mixtral"]
 
 
@@ -174,8 +176,6 @@ def get_model(name: str) -> ModelSpec:
     try:
         return CATALOGUE[name]
     except KeyError:
-        from calorimeter.plan.config_errors import short, suggest
-
         raise KeyError(f"unknown model {short(name)}{suggest(name, CATALOGUE)}: neither in the catalogue nor defined "
                        "in the sweep file (define it under `models:` or inline as `model: {hf_config: "
                        "path/to/config.json}` or `model: {name: ..., family: ..., num_layers: ...}`, see "

@@ -20,6 +20,7 @@ from calorimeter.plan.definitions import definitions_of
 from calorimeter.plan.flops import iteration_flops
 from calorimeter.plan.grid import expand
 from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.kinds import kind_reasons
 from calorimeter.plan.memory import estimate_memory
 from calorimeter.plan.models import get_model, padded_vocab_size, parameter_count
 
@@ -65,13 +66,9 @@ class Plan:
 def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
     """Run every check on one cell."""
     if cell.kind not in TRAINING_KINDS:  # a calibration kind: no model, no layout; only its own checks
-        from calorimeter.kinds import kind_reasons
-
         reasons = kind_reasons(cell)
         return PlannedCell(cell, "pruned" if reasons else "planned", reasons, {})
     if cell.kind != "train":  # a training kind (lora): its own checks first, then the training checks
-        from calorimeter.kinds import kind_reasons
-
         own = kind_reasons(cell)
         if own:
             return PlannedCell(cell, "pruned", own, {})

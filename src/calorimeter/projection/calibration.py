@@ -1,8 +1,11 @@
-"""One GPU type's calibration: compute rates, collective curves and the power model, from measured cells.
+"""One GPU type's and engine build's calibration: compute rates, host gaps, collective curves, TP overlap and the
+power model, from measured cells of that fingerprint.
 
 Built from a :class:`~calorimeter.projection.measured.MeasuredSet` (the committed reference sweeps, or any results
-folder) and, where present, the tables of ``collectives`` calibration cells. Saved as JSON so a projection of
-thousands of cells reads it instead of refitting; it names every cell it was fitted on.
+folder) and, where present, the tables of ``collectives`` calibration cells; one calibration per (GPU type, engine
+fingerprint). Saved as JSON so a projection of thousands of cells reads it instead of refitting; it names its
+fingerprint, every record (sweep folder and cell) it was fitted on, its error bands with their coverage, and the
+error measured across fingerprints.
 """
 
 from __future__ import annotations
@@ -11,14 +14,20 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from calorimeter.collectives.table import CURVE_COLUMNS, read_collective_points
+from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
-from calorimeter.projection.collectives import CURVE_COLUMNS, trace_points
-from calorimeter.projection.compute import COMPUTE_CATEGORIES, ComputeRates, fit_compute
-from calorimeter.projection.measured import MeasuredSet
+from calorimeter.plan.models import get_model, padded_vocab_size, parameter_count
+from calorimeter.plan.work import COLLECTIVES, workload
+from calorimeter.projection.collectives import trace_points
+from calorimeter.projection.compute import COMPUTE_CATEGORIES, TP_OVERLAP_MECHANISMS, ComputeRates, fit_compute
+from calorimeter.projection.fingerprint import Fingerprint, fingerprint_of
+from calorimeter.projection.measured import HOST_BOUND_BUSY_FRAC, MeasuredSet, load_measured
 from calorimeter.projection.power import PowerModel, fit_power
-from calorimeter.projection.workload import COLLECTIVES, workload
+from calorimeter.records.atomic import write_atomic
 from calorimeter.records.paths import SweepPaths
 from calorimeter.telemetry.kernels import COMM_CATEGORIES
 
@@ -28,16 +37,27 @@ POWER_LIMIT_COLUMN = "power_limit_w"
 
 @dataclass
 class Calibration:
-    """Everything fitted for one hardware profile.
+    """Everything fitted for one GPU type and one engine build (fingerprint).
 
     Attributes:
         hardware: profile name (``h200``).
         compute: per-category compute rates.
-        curves: collective curve points (columns :data:`~calorimeter.projection.collectives.CURVE_COLUMNS`).
+        curves: collective curve points (columns :data:`~calorimeter.collectives.table.CURVE_COLUMNS`).
         power: power model, or None when no cell had telemetry.
         cells: the cells fitted on.
         excluded: cell id -> why it was not used for fitting.
-        error_band: metric -> relative half-width of the error band (from a validation), empty if none ran.
+        error_band: metric -> relative half-width of the error band (from the validation), empty if none ran.
+        fingerprint: the engine fingerprint of the cells (:mod:`~calorimeter.projection.fingerprint`), its fields.
+        records: sweep folder -> the cell ids of it fitted on.
+        recorded_at: the newest cell's launcher stamp (which calibration is newest).
+        tp_hidden: tensor-parallel overlap mechanism -> share of the TP communication hidden under compute, as
+            measured in the profiled steps of this calibration's cells with that mechanism.
+        ranges: feature -> (smallest, largest) value over the fitted cells (group sizes, sequence, model size, GPUs,
+            micro-batch): a projected cell outside is flagged ``extrapolated``.
+        coverage: the stated coverage of the bands (e.g. 0.9) and the coverage measured on held-out cells.
+        cross_fingerprint_error: metric -> relative error measured when cells of another engine build are
+            predicted with this calibration (or this build's with another's): the band's widening for a foreign
+            fingerprint.
     """
 
     hardware: str
@@ -47,13 +67,28 @@ class Calibration:
     cells: list[str]
     excluded: dict[str, str] = field(default_factory=dict)
     error_band: dict[str, float] = field(default_factory=dict)
+    fingerprint: dict[str, str] = field(default_factory=dict)
+    records: dict[str, list[str]] = field(default_factory=dict)
+    recorded_at: str = ""
+    tp_hidden: dict[str, float] = field(default_factory=dict)
+    ranges: dict[str, list[float]] = field(default_factory=dict)
+    coverage: dict[str, float] = field(default_factory=dict)
+    cross_fingerprint_error: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """``<hardware>/<fingerprint key>``: the calibration's name in calibration.json."""
+        return f"{self.hardware}/{Fingerprint.from_dict(self.fingerprint).key}"
 
     def to_dict(self) -> dict:
         """JSON-ready."""
-        return {"hardware": self.hardware, "compute": self.compute.to_dict(),
-                "curves": self.curves[list(CURVE_COLUMNS)].to_dict(orient="records"),
-                "power": self.power.to_dict() if self.power else None, "cells": self.cells,
-                "excluded": self.excluded, "error_band": self.error_band}
+        return {"hardware": self.hardware, "key": self.key, "fingerprint": self.fingerprint,
+                "recorded_at": self.recorded_at, "records": self.records, "cells": self.cells,
+                "error_band": self.error_band, "coverage": self.coverage,
+                "cross_fingerprint_error": self.cross_fingerprint_error, "ranges": self.ranges,
+                "tp_hidden": self.tp_hidden, "compute": self.compute.to_dict(),
+                "power": self.power.to_dict() if self.power else None, "excluded": self.excluded,
+                "curves": self.curves[list(CURVE_COLUMNS)].to_dict(orient="records")}
 
     @classmethod
     def from_dict(cls, d: dict) -> Calibration:
@@ -61,11 +96,15 @@ class Calibration:
         return cls(d["hardware"], ComputeRates.from_dict(d["compute"]),
                    pd.DataFrame(d["curves"], columns=list(CURVE_COLUMNS)),
                    PowerModel.from_dict(d["power"]) if d.get("power") else None, list(d["cells"]),
-                   dict(d.get("excluded", {})), dict(d.get("error_band", {})))
+                   dict(d.get("excluded", {})), dict(d.get("error_band", {})), dict(d.get("fingerprint", {})),
+                   {k: list(v) for k, v in d.get("records", {}).items()}, str(d.get("recorded_at", "")),
+                   dict(d.get("tp_hidden", {})), {k: list(v) for k, v in d.get("ranges", {}).items()},
+                   dict(d.get("coverage", {})), dict(d.get("cross_fingerprint_error", {})))
 
     def save(self, path: str | Path) -> None:
         """Write as JSON."""
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1, default=float) + "\n")
+        text = json.dumps(self.to_dict(), indent=1, default=float) + "\n"
+        write_atomic(Path(path), lambda tmp: tmp.write_text(text))
 
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
@@ -103,39 +142,87 @@ def measured_shares(k: pd.Series, iteration_s: float, pipeline: bool) -> dict[st
             "u_comm": comm / iteration_s}
 
 
-def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None = None) -> Calibration:
-    """Fit one hardware profile's calibration on the usable cells of ``ms`` run on that hardware.
+#: the calibration range checked for every projected cell (beyond it the row is flagged ``extrapolated``)
+RANGE_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "world_size", "seq_len", "micro_batch", "model_params",
+                               "experts")
+
+
+def range_values(cell: Cell) -> dict[str, float]:
+    """The values of :data:`RANGE_KEYS` of one cell (``model_params``: the model's parameter count; ``experts``:
+    its experts per MoE layer, 0 for a dense model)."""
+    m = get_model(cell.model)
+    return {"tp": cell.tp, "pp": cell.pp, "dp": cell.dp, "ep": cell.ep, "world_size": cell.world_size,
+            "seq_len": cell.seq_len, "micro_batch": cell.micro_batch,
+            "model_params": float(parameter_count(m, padded_vocab_size(m, cell.tp))),
+            "experts": m.num_experts if m.is_moe else 0}
+
+
+def cell_tp_overlap(cell: Cell, recorded: object) -> str:
+    """The tensor-parallel overlap mechanism a cell ran: ``none`` without tp > 1 and overlap, else the recorded
+    mechanism (``ring``/``symm_mem``); a record that does not name it ran the engine before TP overlap existed
+    (``none``)."""
+    if not (cell.overlap and cell.tp > 1):
+        return "none"
+    return str(recorded) if recorded in TP_OVERLAP_MECHANISMS else "none"
+
+
+def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None = None,
+              fingerprint: str | None = None) -> Calibration:
+    """Fit one calibration on the cells of ``ms`` run on ``hardware`` (and, if given, with this fingerprint key).
+
+    Compute rates and host gaps are fitted on the traced, GPU-bound cells; the host launch time on the traced,
+    host-bound cells without pipeline; the power model on every GPU with telemetry.
 
     Args:
         ms: measured cells (any hardware; only ``hardware``'s are used).
         hardware: profile name.
         collectives: points from ``collectives`` calibration cells (:data:`CURVE_COLUMNS`), if any.
+        fingerprint: only cells with this fingerprint key (column ``fingerprint``); None: all of that hardware.
 
     Raises:
-        ValueError: no traced, GPU-bound cell of that hardware.
+        ValueError: no traced, GPU-bound cell of that hardware (and fingerprint).
     """
     get_profile(hardware)
-    on_hw = set(ms.runs.loc[ms.runs.hardware == hardware, "cell_id"])
+    sel = ms.runs.hardware == hardware
+    if fingerprint is not None and "fingerprint" in ms.runs:
+        sel &= ms.runs["fingerprint"] == fingerprint
+    on_hw = set(ms.runs.loc[sel, "cell_id"])
+    traced = set(ms.kernels.cell_id)
     usable = [c for c in ms.calibration_cells() if c in on_hw]
-    excluded = {c: "host-bound (GPU busy < 80% of the iteration) or not traced"
+    excluded = {c: "host-bound (GPU busy < 80% of the iteration) or not traced: host gaps and power only"
                 for c in on_hw if c not in usable}
     if not usable:
-        raise ValueError(f"no traced, GPU-bound measured cell on {hardware!r} to calibrate on")
-    comp_rows, comm_rows, power_rows, host_rows = [], [], [], []
+        raise ValueError(f"no traced, GPU-bound measured cell on {hardware!r}"
+                         + (f" with fingerprint {fingerprint}" if fingerprint else "") + " to calibrate on")
+    comp_rows, comm_rows, power_rows, host_rows, launch_rows = [], [], [], [], []
+    hidden: dict[str, list[float]] = {}
     gpus = ms.gpus
-    for cid in usable:
+    runs = ms.runs.set_index("cell_id")
+    for cid in sorted(on_hw):
         cell = ms.cell(cid)
         w = workload(cell)
-        t_iter = float(ms.runs.loc[ms.runs.cell_id == cid, "iteration_time_s"].iloc[0])
+        r = runs.loc[cid]
+        t_iter = float(r["iteration_time_s"])
+        mech = cell_tp_overlap(cell, r.get("tp_overlap"))
         ranks = ms.kernels[ms.kernels.cell_id == cid]
         shares_by_stage = {}
-        if cell.pp == 1 and len(ranks):
-            host_rows.append((cid, w.stages[0], t_iter - float(ranks["busy_s"].max())))
+        if len(ranks):
+            busiest = ranks.loc[ranks["busy_s"].idxmax()]
+            busy = float(busiest["busy_s"])
+            if cid in usable:
+                host_rows.append((cid, w.stages[int(busiest["stage"])], t_iter - busy))
+            elif busy < HOST_BOUND_BUSY_FRAC * t_iter and cell.pp == 1:
+                launch_rows.append((cid, w.stages[0], t_iter, mech))
         for _, k in ranks.iterrows():
             st = w.stages[int(k["stage"])]
-            comp_rows.append((cid, st, {c: float(k.get(f"{c}_sum_s", 0.0)) for c in COMPUTE_CATEGORIES}))
-            comm_rows.append((cid, st.comm, {c: float(k.get(f"{c}_sum_s", 0.0)) for c in COLLECTIVES},
-                              {c: float(k.get(f"{c}_count", 0.0)) for c in COLLECTIVES}))
+            if cid in usable:
+                comp_rows.append((cid, st, {c: float(k.get(f"{c}_sum_s", 0.0)) for c in COMPUTE_CATEGORIES}))
+                if mech == "none":  # fused TP collectives are no link time
+                    comm_rows.append((cid, st.comm, {c: float(k.get(f"{c}_sum_s", 0.0)) for c in COLLECTIVES},
+                                      {c: float(k.get(f"{c}_count", 0.0)) for c in COLLECTIVES}))
+            comm = sum(float(k.get(f"{c}_sum_s", 0.0)) for c in COMM_CATEGORIES)
+            if mech != "none" and comm > 0 and k.get("comm_exposed_s") == k.get("comm_exposed_s"):
+                hidden.setdefault(mech, []).append(1.0 - float(k["comm_exposed_s"]) / comm)
             shares_by_stage.setdefault(int(k["stage"]), measured_shares(k, t_iter, cell.pp > 1))
         for _, g in gpus[gpus.cell_id == cid].iterrows():
             stage = int(g["stage"]) if g.get("stage") == g.get("stage") else 0
@@ -146,33 +233,48 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
     if collectives is not None and not collectives.empty:
         curves = pd.concat([collectives[list(CURVE_COLUMNS)], curves], ignore_index=True)
     power = fit_power(power_rows, _power_limit_w(ms, usable)) if power_rows else None
-    return Calibration(hardware, fit_compute(comp_rows, host_rows), curves, power, sorted(usable), excluded)
+    fitted = sorted(on_hw & (set(usable) | traced | set(gpus.cell_id)))
+    records: dict[str, list[str]] = {}
+    for cid in fitted:
+        records.setdefault(str(runs.loc[cid, "source"]), []).append(cid)
+    fp = fingerprint_of(runs.loc[usable[0]]).to_dict() if "fingerprint" in runs else {}
+    fp.pop("tp_overlap", None)
+    stamps = [str(v) for v in runs.loc[fitted].get("recorded_at", pd.Series(dtype=str)).dropna() if v]
+    ranges: dict[str, list[float]] = {}
+    for cid in usable:
+        for k, v in range_values(ms.cell(cid)).items():
+            lo, hi = ranges.get(k, [v, v])
+            ranges[k] = [min(lo, v), max(hi, v)]
+    return Calibration(hardware, fit_compute(comp_rows, host_rows, launch_rows), curves, power, fitted, excluded,
+                       fingerprint=fp, records=records, recorded_at=max(stamps) if stamps else "",
+                       tp_hidden={m: float(np.median(v)) for m, v in hidden.items()}, ranges=ranges)
 
 
 def calibrate_all(sources: list[str], collectives: list[str] | None = None,
-                  error_band: dict[str, float] | None = None) -> dict[str, Calibration]:
-    """A calibration for every hardware profile that has usable measured cells in ``sources``.
+                  ms: MeasuredSet | None = None) -> dict[str, Calibration]:
+    """A calibration for every (GPU type, engine fingerprint) with usable measured cells in ``sources``.
 
     Args:
-        sources: sweep folders with aggregated tables.
-        collectives: sweep folders holding ``collectives`` calibration cells.
-        error_band: the validation's error band, stored with every calibration.
+        sources: sweep folders with aggregated tables (or engine-benchmark folders).
+        collectives: sweep folders holding ``collectives`` calibration cells (their GPU type's curves, used with
+            every fingerprint of that GPU type: NCCL's curves do not depend on the training engine's kernels).
+        ms: the measured cells when already loaded.
+
+    Returns:
+        ``<hardware>/<fingerprint key>`` -> calibration.
 
     Raises:
         ValueError: no hardware has a usable cell.
     """
-    from calorimeter.projection.measured import load_measured
-
-    ms = load_measured(list(sources))
+    ms = ms if ms is not None else load_measured(list(sources))
     points = collective_points(collectives or [])
     out = {}
-    for hw in sorted(set(ms.runs["hardware"])):
+    for (hw, key), _ in ms.runs.groupby(["hardware", "fingerprint"], sort=True):
         try:
-            cal = calibrate(ms, hw, points[points.hardware == hw] if not points.empty else None)
+            cal = calibrate(ms, hw, points[points.hardware == hw] if not points.empty else None, key)
         except ValueError:
             continue
-        cal.error_band = dict(error_band or {})
-        out[hw] = cal
+        out[cal.key] = cal
     if not out:
         raise ValueError(f"no usable measured cell in {list(sources)}")
     return out
@@ -180,14 +282,12 @@ def calibrate_all(sources: list[str], collectives: list[str] | None = None,
 
 def collective_points(sources: list[str]) -> pd.DataFrame:
     """Curve points of every ``collectives`` cell under the given sweep folders (with a ``hardware`` column)."""
-    from calorimeter.collectives.table import read_collective_points
-
     frames = [read_collective_points(s) for s in sources]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*CURVE_COLUMNS, "hardware"])
 
 
 def load_calibrations(path: str | Path) -> dict[str, Calibration]:
-    """The calibrations written by the workflow (one per hardware profile)."""
+    """The calibrations written by the workflow (``calibrations``: one per GPU type and engine fingerprint)."""
     d = json.loads(Path(path).read_text())
-    return {hw: Calibration.from_dict(c) for hw, c in d.items()}
+    return {c["key"]: Calibration.from_dict(c) for c in d["calibrations"]}

@@ -4,7 +4,7 @@ A curve is a set of measured points ``(kind, role, group, size_bytes) -> seconds
 
 * ``collectives``: the calibration cell kind (``kind: collectives``) sweeps message and group sizes on a node;
 * ``trace``: the collectives seen in the profiled training steps (``kernels.parquet``), one point per kind, role and
-  group size, their message sizes known from the workload (:mod:`calorimeter.projection.workload`). ZeRO-3's
+  group size, their message sizes known from the workload (:mod:`calorimeter.plan.work`). ZeRO-3's
   gathers run next to the GEMMs and are kept apart (role ``zero3``) from the synchronous ones (role ``sync``).
 
 Between measured sizes the time is interpolated log-log; above the largest the largest point's bus bandwidth holds,
@@ -28,23 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from calorimeter.collectives.table import CURVE_COLUMNS, bus_factor
 from calorimeter.plan.hardware import HardwareProfile
-from calorimeter.projection.workload import CommOp
+from calorimeter.plan.work import CommOp
 
-CURVE_COLUMNS = ("kind", "role", "group", "size_bytes", "time_s", "source")
 #: a curve whose largest message is at least this big measures bandwidth (smaller ones only latency)
 BANDWIDTH_BYTES = 2**20
-
-
-def bus_factor(kind: str, n: int) -> float:
-    """nccl-tests' bus-bandwidth factor of a collective over ``n`` ranks."""
-    if n <= 1:
-        return 0.0
-    if kind == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Compute time per kernel category, calibrated on the profiled steps' kernel times (``kernels.parquet``).
 
 For each kernel category the summed kernel time of one rank in one iteration is modelled as a non-negative
-combination of that rank's work counts (:data:`~calorimeter.projection.workload.FEATURES`):
+combination of that rank's work counts (:data:`~calorimeter.plan.work.FEATURES`):
 
 * ``gemm_attention``: seconds per dense FLOP, per executed attention FLOP, plus a ZeRO-3 contention term (dense
   FLOPs of cells whose parameter gathers run next to the GEMMs);
@@ -20,19 +20,34 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from calorimeter.projection.workload import FEATURES, StageWork
+from calorimeter.plan.work import FEATURES, StageWork
 
 #: the compute kernel categories (telemetry/kernels.py) and the work counts each depends on
 CATEGORY_FEATURES: dict[str, tuple[str, ...]] = {
-    "gemm_attention": ("dense_flops", "attention_flops", "z3_flops"),
-    "memory_elementwise": ("act_elems", "head_elems", "z3_elems", "optim_elems", "moe_elems"),
-    "normalization": ("act_elems",),
-    "other": ("act_elems", "moe_elems"),
+    "gemm_attention": ("dense_flops", "attention_flops", "z3_flops", "layer_passes"),
+    "memory_elementwise": ("act_elems", "head_elems", "z3_elems", "optim_elems", "moe_elems", "layer_passes"),
+    "normalization": ("act_elems", "layer_passes"),
+    "other": ("act_elems", "moe_elems", "layer_passes"),
 }
 COMPUTE_CATEGORIES: tuple[str, ...] = tuple(CATEGORY_FEATURES)
 #: host gaps (the GPU idle between kernels while the host launches them): per iteration, per layer pass, per local
-#: expert pass
-HOST_FEATURES: tuple[str, ...] = ("iteration", "layer_passes", "expert_passes")
+#: expert pass, per ZeRO-3 gather/reduce-scatter call (DeepSpeed's per-module hooks), per tensor-parallel collective,
+#: and per tensor-parallel collective fused into its GEMM by each overlap mechanism (its workspace lookups, streams,
+#: barriers and copies are host work; measured: symm_mem on small shards doubles the idle time)
+HOST_FEATURES: tuple[str, ...] = ("single_stage", "pipeline", "layer_passes", "expert_passes", "z3_calls",
+                                  "tp_calls")
+#: the host-gap features paid once per iteration (the others are spread over the micro-batches)
+HOST_ONCE: tuple[str, ...] = ("single_stage", "pipeline")
+#: host launch time of an iteration (the host-bound regime: the GPU waits for the host, so the iteration lasts as long
+#: as the host takes to issue it): per iteration, per layer pass, per ZeRO-3 gather/reduce-scatter call (DeepSpeed's
+#: per-module hooks), per tensor-parallel collective, per tensor-parallel collective fused into its GEMM by an overlap
+#: mechanism (ring or symm_mem: workspace lookups, two streams, barriers and copies are host work; symm_mem on small
+#: shards doubles the GPU's idle time), and the extra of symm_mem over the ring (pooled: one mechanism's cells inform
+#: the other's, and the extra stays 0 where only one was measured)
+LAUNCH_FEATURES: tuple[str, ...] = ("iteration", "layer_passes", "z3_calls", "tp_calls", "tp_fused_calls",
+                                    "tp_symm_mem_calls")
+#: the tensor-parallel overlap mechanisms the host-gap and schedule models know
+TP_OVERLAP_MECHANISMS: tuple[str, ...] = ("ring", "symm_mem")
 
 
 @dataclass(frozen=True)
@@ -49,11 +64,22 @@ class ComputeRates:
     fit_rel_error: dict[str, float]
     n_rows: int
     host: dict[str, float] = field(default_factory=dict)
+    launch: dict[str, float] = field(default_factory=dict)
 
     def host_gap_s(self, stage: StageWork) -> tuple[float, float]:
         """(seconds per iteration spread over the micro-batches, seconds once per iteration) of host gaps."""
-        spread = sum(self.host.get(f, 0.0) * stage.features.get(f, 0.0) for f in HOST_FEATURES[1:])
-        return spread, self.host.get("iteration", 0.0)
+        feats = host_features(stage)
+        spread = sum(self.host.get(f, 0.0) * feats[f] for f in HOST_FEATURES if f not in HOST_ONCE)
+        return spread, sum(self.host.get(f, 0.0) * feats[f] for f in HOST_ONCE)
+
+    def launch_s(self, stage: StageWork, tp_overlap: str = "none") -> float:
+        """Seconds the host needs to issue one iteration of a stage's rank (0 when never calibrated).
+
+        Args:
+            tp_overlap: the cell's tensor-parallel overlap mechanism (``none`` without overlap).
+        """
+        feats = host_features(stage, tp_overlap)
+        return sum(self.launch.get(f, 0.0) * feats.get(f, 0.0) for f in LAUNCH_FEATURES)
 
     def seconds(self, stage: StageWork) -> dict[str, float]:
         """Predicted summed kernel seconds per compute category for one rank of a stage, one iteration."""
@@ -62,49 +88,100 @@ class ComputeRates:
 
     def to_dict(self) -> dict:
         """JSON-ready."""
-        return {"coef": self.coef, "fit_rel_error": self.fit_rel_error, "n_rows": self.n_rows, "host": self.host}
+        return {"coef": self.coef, "fit_rel_error": self.fit_rel_error, "n_rows": self.n_rows, "host": self.host,
+                "launch": self.launch}
 
     @classmethod
     def from_dict(cls, d: dict) -> ComputeRates:
         """Inverse of :meth:`to_dict`."""
         return cls({k: dict(v) for k, v in d["coef"].items()}, dict(d["fit_rel_error"]), int(d["n_rows"]),
-                   dict(d.get("host", {})))
+                   dict(d.get("host", {})), dict(d.get("launch", {})))
 
 
-def _nnls_rel(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Non-negative least squares of ``x b = y`` with row weights ``w``, columns scaled for conditioning."""
+def host_features(stage: StageWork, tp_overlap: str = "none") -> dict[str, float]:
+    """The host-gap work counts of one rank of a stage: once per iteration (``single_stage`` without pipeline,
+    ``pipeline`` with: DeepSpeed's pipeline engine steps differently), layer and expert passes from the workload,
+    collective calls from its messages (ZeRO-3 module hooks; tensor-parallel collectives, split by the overlap
+    mechanism that fuses them into the GEMMs)."""
+    z3 = sum(op.calls for op in stage.comm if op.role == "zero3")
+    tp = sum(op.calls for op in stage.comm if op.role == "tp")
+    pipeline = any(op.role == "pp" for op in stage.comm)
+    return {"iteration": 1.0, "single_stage": 0.0 if pipeline else 1.0, "pipeline": 1.0 if pipeline else 0.0,
+            "layer_passes": stage.features.get("layer_passes", 0.0),
+            "expert_passes": stage.features.get("expert_passes", 0.0), "z3_calls": z3, "tp_calls": tp,
+            "tp_fused_calls": tp if tp_overlap in TP_OVERLAP_MECHANISMS else 0.0,
+            "tp_symm_mem_calls": tp if tp_overlap == "symm_mem" else 0.0}
+
+
+def _nnls_rel(x: np.ndarray, y: np.ndarray, w: np.ndarray, unbiased: bool = False) -> np.ndarray:
+    """Non-negative least squares of ``x b = y`` with row weights ``w``, columns scaled for conditioning.
+
+    With ``w = 1 / y`` this minimises the squared relative errors, and that estimator is biased low: for one
+    coefficient it gives ``mean(pred / y) = mean(r)^2 / mean(r^2) <= 1`` (``r`` the per-row ratio), short by about the
+    squared dispersion of the rows (10-20% scatter: 1-4% low, the under-prediction the earlier model showed on every
+    cell). ``unbiased`` rescales the solution so that the weighted mean of ``pred / y`` over the rows is 1: the
+    relative errors then average zero (every coefficient scaled alike; the fit's shape is unchanged).
+    """
     from scipy.optimize import nnls  # fitting only: projecting never imports scipy
 
     xs, ys = x * w[:, None], y * w
     scale = np.where(np.abs(xs).max(axis=0) > 0, np.abs(xs).max(axis=0), 1.0)
     beta, _ = nnls(xs / scale, ys)
-    return beta / scale
+    beta = beta / scale
+    if unbiased:
+        pred = x @ beta
+        ok = (y > 0) & (pred > 0)
+        if ok.any():
+            ww = (w * y)[ok]  # the per-cell weights (w = per-cell weight / y)
+            beta = beta / (np.sum(ww * pred[ok] / y[ok]) / np.sum(ww))
+    return beta
 
 
 def fit_host_gaps(rows: list[tuple[str, StageWork, float]]) -> dict[str, float]:
-    """Seconds of host gap per iteration, per layer pass and per local-expert pass.
+    """Seconds of host gap per iteration (with and without pipeline), layer pass, local-expert pass, ZeRO-3 and TP
+    collective call of GPU-bound cells.
 
     Args:
-        rows: per calibration cell without pipeline (cell id, its stage work, measured iteration time minus the
-            busiest traced rank's kernel-busy time). Pipeline cells are left out: their ranks' NCCL kernels spin
-            while waiting for other stages, so their busy time is not GPU work.
+        rows: per GPU-bound calibration cell (cell id, the busiest traced rank's stage work, measured iteration time
+            minus that rank's kernel-busy time). In pipeline cells the NCCL kernels spin while waiting for the other
+            stage, so the busiest rank's busy time holds the pipeline bubble and what is left is host gap.
     """
     if not rows:
         return dict.fromkeys(HOST_FEATURES, 0.0)
-    x = np.array([[1.0] + [st.features.get(f, 0.0) for f in HOST_FEATURES[1:]] for _, st, _ in rows])
+    x = np.array([[host_features(st)[f] for f in HOST_FEATURES] for _, st, _ in rows])
     y = np.array([max(gap, 0.0) for _, _, gap in rows])
     beta = _nnls_rel(x, y, np.ones(len(rows)))
     return {f: float(b) for f, b in zip(HOST_FEATURES, beta, strict=True)}
 
 
+def fit_launch(rows: list[tuple[str, StageWork, float, str]]) -> dict[str, float]:
+    """Host launch seconds per unit of :data:`LAUNCH_FEATURES`, fitted (relative errors, mean-unbiased) on the
+    host-bound cells without pipeline, whose iteration lasts as long as the host takes to issue it.
+
+    Args:
+        rows: (cell id, its stage work, measured iteration time, its TP overlap mechanism).
+    """
+    if not rows:
+        return dict.fromkeys(LAUNCH_FEATURES, 0.0)
+    feats = [host_features(st, ov) for _, st, _, ov in rows]
+    x = np.array([[f[h] for h in LAUNCH_FEATURES] for f in feats])
+    y = np.array([t for _, _, t, _ in rows])
+    per_cell = Counter(cid for cid, _, _, _ in rows)
+    w = np.array([1.0 / per_cell[cid] for cid, _, _, _ in rows]) / y
+    beta = _nnls_rel(x, y, w, unbiased=True)
+    return {f: float(b) for f, b in zip(LAUNCH_FEATURES, beta, strict=True)}
+
+
 def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
-                host_rows: list[tuple[str, StageWork, float]] | None = None) -> ComputeRates:
+                host_rows: list[tuple[str, StageWork, float]] | None = None,
+                launch_rows: list[tuple[str, StageWork, float, str]] | None = None) -> ComputeRates:
     """Fit the per-category rates.
 
     Args:
         rows: (cell id, the traced rank's stage work, measured ``{category: summed kernel seconds}``) per traced rank
             of every calibration cell.
         host_rows: rows for :func:`fit_host_gaps`.
+        launch_rows: rows for :func:`fit_launch`.
 
     Raises:
         ValueError: no rows.
@@ -123,12 +200,12 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
             err[cat] = float("nan")
             continue
         w = np.array([1.0 / per_cell[cid] for cid, _, _ in rows])[ok] / y[ok]
-        beta = _nnls_rel(x[ok], y[ok], w)
+        beta = _nnls_rel(x[ok], y[ok], w, unbiased=True)
         coef[cat] = {f: float(b) for f, b in zip(feats, beta, strict=True)}
         pred = x[ok] @ beta
         err[cat] = float(np.median(np.abs(pred / y[ok] - 1.0)))
-    return ComputeRates(coef, err, len(rows), fit_host_gaps(host_rows or []))
+    return ComputeRates(coef, err, len(rows), fit_host_gaps(host_rows or []), fit_launch(launch_rows or []))
 
 
-__all__ = ["CATEGORY_FEATURES", "COMPUTE_CATEGORIES", "FEATURES", "HOST_FEATURES", "ComputeRates", "fit_compute",
-           "fit_host_gaps"]
+__all__ = ["CATEGORY_FEATURES", "COMPUTE_CATEGORIES", "FEATURES", "HOST_FEATURES", "TP_OVERLAP_MECHANISMS",
+           "LAUNCH_FEATURES", "ComputeRates", "fit_compute", "fit_host_gaps", "fit_launch", "host_features"]

@@ -1,8 +1,10 @@
 """The measured cells a projection is calibrated on or validated against, read from sweeps' aggregated tables.
 
 A source is a sweep folder holding ``tables/runs.parquet`` (and ``kernels.parquet``, ``gpus.parquet``), as written
-by ``snakemake figures``/``snakemake`` (``results/<sweep>/``) or shipped under ``results/reference/``. Only cells
-that ran (status ``ok``) with a measured iteration time are used; each kept or dropped cell says why.
+by ``snakemake figures``/``snakemake`` (``results/<sweep>/``) or shipped under ``results/reference/``, or a folder
+of engine-benchmark calls (:mod:`~calorimeter.projection.engine_speed`). Only cells that ran (status ``ok``) with a
+measured iteration time are used; each kept or dropped cell says why. Every cell carries its engine fingerprint
+(:mod:`~calorimeter.projection.fingerprint`: columns ``fingerprint``, its fields, ``recorded_at``).
 """
 
 from __future__ import annotations
@@ -14,11 +16,16 @@ import pandas as pd
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.models import CATALOGUE
+from calorimeter.projection.engine_speed import is_engine_speed_set, load_engine_speed
+from calorimeter.projection.fingerprint import UNRECORDED, fingerprint_of, matches, read_fingerprints
 from calorimeter.records.paths import SweepPaths
 
 #: a cell whose GPUs are busy for less than this share of the iteration is host-bound: its kernel times say little
 #: about the GPU, so it calibrates nothing (it is still predicted and validated)
 HOST_BOUND_BUSY_FRAC = 0.80
+#: a traced rank busy for longer than this share of the measured iteration was not traced over one iteration of the
+#: measured steps (the record's trace and metrics disagree): it calibrates nothing
+MAX_BUSY_FRAC = 1.02
 
 
 @dataclass
@@ -53,7 +60,8 @@ class MeasuredSet:
         """Cells whose kernels calibrate compute and communication: traced and not host-bound."""
         out = []
         for _, r in self.runs.iterrows():
-            if r["cell_id"] in set(self.kernels.cell_id) and r.get("busy_frac", 0.0) >= HOST_BOUND_BUSY_FRAC:
+            if (r["cell_id"] in set(self.kernels.cell_id)
+                    and HOST_BOUND_BUSY_FRAC <= r.get("busy_frac", 0.0) <= MAX_BUSY_FRAC):
                 out.append(r["cell_id"])
         return out
 
@@ -67,6 +75,9 @@ def cell_from_row(row: dict) -> Cell:
         clean[k] = v
     split = clean.get("pp_split")
     clean["pp_split"] = [int(n) for n in split] if split is not None and len(split) else None
+    applied = str(clean.get("placement_split") or "")
+    if clean["pp_split"] is None and "/" in applied:  # the split a placement policy chose in the job (17/15)
+        clean["pp_split"] = [int(n) for n in applied.split("/")]
     for k in ("nodes", "gpus_per_node", "tp", "pp", "ep", "cp", "zero_stage", "micro_batch", "global_batch",
               "seq_len", "recompute_layers"):
         if k in clean and clean[k] is not None:
@@ -91,6 +102,25 @@ def _wide_kernels(long: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([totals, sums, counts], axis=1).reset_index()
 
 
+def canonical_fingerprints(runs: pd.DataFrame) -> pd.DataFrame:
+    """Cells whose records leave some engine fields unrecorded (the engine benchmark's lines: no package versions, no
+    power limit) join the one fully recorded fingerprint of their GPU type they match; with none or several such
+    fingerprints they keep their own."""
+    if "fingerprint" not in runs or runs.empty:
+        return runs
+    firsts = runs.drop_duplicates(["hardware", "fingerprint"])
+    fps = {(row["hardware"], row["fingerprint"]): fingerprint_of(row) for _, row in firsts.iterrows()}
+    complete = {k: f for k, f in fps.items() if UNRECORDED not in f.engine.values()}
+    runs = runs.copy()
+    for (hw, k), f in fps.items():
+        if (hw, k) in complete or not f.kernels_recorded:
+            continue
+        cands = [c for (h, c), g in complete.items() if h == hw and matches(f, g)]
+        if len(cands) == 1:
+            runs.loc[(runs.hardware == hw) & (runs.fingerprint == k), "fingerprint"] = cands[0]
+    return runs
+
+
 def load_measured(sources: list[str | Path]) -> MeasuredSet:
     """Read the tables of every source sweep folder; keep the usable cells.
 
@@ -98,19 +128,33 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
         FileNotFoundError: a source has no ``tables/runs.parquet``.
     """
     runs, kernels, gpus, dropped = [], [], [], {}
+    seen: set[str] = set()
     for src in sources:
         sweep = SweepPaths(Path(src))
-        if not sweep.table("runs").is_file():
+        if not sweep.table("runs").is_file() and is_engine_speed_set(src):
+            r, k, d = load_engine_speed(src)
+            k, g = _wide_kernels(k), pd.DataFrame(columns=["cell_id"])
+            dropped.update(d)
+        elif not sweep.table("runs").is_file():
             raise FileNotFoundError(f"{src}: no tables/runs.parquet (build it with `snakemake figures`)")
-        r = pd.read_parquet(sweep.table("runs"))
-        r["source"] = str(src)
+        else:
+            r = pd.read_parquet(sweep.table("runs"))
+            r["source"] = str(src)
+            r = r.merge(read_fingerprints(src, list(r["cell_id"])), on="cell_id", how="left")
+            k = (_wide_kernels(pd.read_parquet(sweep.table("kernels"))) if sweep.table("kernels").is_file()
+                 else _wide_kernels(pd.DataFrame()))
+            g = pd.read_parquet(sweep.table("gpus")) if sweep.table("gpus").is_file() else pd.DataFrame(
+                columns=["cell_id"])
+            g = g[[c for c in ("cell_id", "rank", "stage", "power_avg_w", "sm_clock_avg_mhz") if c in g.columns]]
+        # the same cell measured again in another sweep (e.g. the TP-overlap set repeats findings cells) is another
+        # measurement: it keeps its configuration and gets its own id
+        again = {c: f"{c}@{Path(src).parent.name}" for c in set(r["cell_id"]) & seen}
+        if again:
+            r, k, g = (x.assign(cell_id=x["cell_id"].replace(again)) for x in (r, k, g))
+        seen |= set(r["cell_id"])
         runs.append(r)
-        if sweep.table("kernels").is_file():
-            kernels.append(_wide_kernels(pd.read_parquet(sweep.table("kernels"))))
-        if sweep.table("gpus").is_file():
-            g = pd.read_parquet(sweep.table("gpus"))
-            gpus.append(g[[c for c in ("cell_id", "rank", "stage", "power_avg_w", "sm_clock_avg_mhz")
-                           if c in g.columns]])
+        kernels.append(k)
+        gpus.append(g)
     run = pd.concat(runs, ignore_index=True) if runs else pd.DataFrame()
     keep = []
     for i, r in run.iterrows():
@@ -124,8 +168,11 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
     run = run.loc[keep].drop_duplicates("cell_id", keep="last").reset_index(drop=True)
     kern = pd.concat(kernels, ignore_index=True) if kernels else _wide_kernels(pd.DataFrame())
     kern = kern[kern.cell_id.isin(set(run.cell_id))].reset_index(drop=True)
+    cats = [c for c in kern.columns if c.endswith(("_sum_s", "_count"))]
+    kern[cats] = kern[cats].fillna(0.0)  # a category a source never traced took no time there
     busy = kern.groupby("cell_id")["busy_s"].mean()
     run["busy_frac"] = run["cell_id"].map(busy) / run["iteration_time_s"]
+    run = canonical_fingerprints(run)
     gpu = pd.concat(gpus, ignore_index=True) if gpus else pd.DataFrame(columns=["cell_id"])
     gpu = gpu[gpu.cell_id.isin(set(run.cell_id))].reset_index(drop=True)
     return MeasuredSet(run, kern, gpu, dropped)

@@ -13,23 +13,57 @@ from typing import Any
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
-from calorimeter.projection.calibration import Calibration
+from calorimeter.plan.work import COLLECTIVES, workload
+from calorimeter.projection.calibration import Calibration, range_values
 from calorimeter.projection.collectives import CollectiveCurves, Network
 from calorimeter.projection.compute import COMPUTE_CATEGORIES
+from calorimeter.projection.fingerprint import Fingerprint
 from calorimeter.projection.schedule import pipeline_time, stage_time
-from calorimeter.projection.workload import COLLECTIVES, workload
+from calorimeter.records.metrics import energy_metrics, throughput_metrics
 
 SOURCE = "projected"
-#: metrics that get an error band (relative half-width from the validation)
-BANDED = ("iteration_time_s", "energy_per_token_j", "power_avg_w")
+#: metrics that get an error band: ``<metric>_low``/``_high`` hold the measured value's interval at the stated
+#: coverage (a relative error ``e = predicted / measured - 1`` within ``+-b`` puts the measured value within
+#: ``[predicted / (1 + b), predicted / (1 - b)]``)
+BANDED = ("iteration_time_s", "tokens_per_s_per_gpu", "mfu_full", "power_avg_w", "energy_per_token_j")
+#: a projected cell whose host gaps take more than this share of the iteration is flagged host-bound (the measured
+#: cells' definition: GPU busy < 80%)
+HOST_BOUND_GAP_FRAC = 0.20
+
+
+def tp_overlap_mechanism(cell: Cell) -> str:
+    """The TP overlap mechanism the engine picks for a cell (train/tp_overlap.py, ``auto``): ``symm_mem`` where the
+    tensor-parallel group is NCCL on one host, ``ring`` across hosts; ``none`` without tp > 1 and overlap."""
+    if not (cell.overlap and cell.tp > 1):
+        return "none"
+    return "symm_mem" if cell.tp <= cell.gpus_per_node else "ring"
+
+
+def band_interval(value: float, half: float) -> tuple[float, float]:
+    """The measured value's interval for a prediction ``value`` with relative error band ``+-half``."""
+    if half != half or value != value:
+        return math.nan, math.nan
+    return value / (1.0 + half), (value / (1.0 - half) if half < 1.0 else math.inf)
 
 
 class Projector:
-    """Projects cells with one calibration (one GPU type) and one inter-node network."""
+    """Projects cells with one calibration (one GPU type, one engine fingerprint) and one inter-node network.
 
-    def __init__(self, calibration: Calibration, network: dict | None = None) -> None:
+    Args:
+        calibration: the calibration.
+        network: inter-node override (``projection.network``).
+        relation: how the calibration relates to the engine projected for: ``match`` (same fingerprint and GPU
+            type), ``foreign`` (another engine build of the same GPU type) or ``other-gpu`` (another GPU type's):
+            the latter two say so in ``assumed`` and widen the bands by the measured cross-fingerprint error.
+        target: a description of the engine projected for (for ``assumed``).
+    """
+
+    def __init__(self, calibration: Calibration, network: dict | None = None, relation: str = "match",
+                 target: str = "") -> None:
         self.cal = calibration
         self.network_override = network or None
+        self.relation = relation
+        self.target = target
         self._curves: dict[str, CollectiveCurves] = {}
 
     def curves(self, hardware: str) -> CollectiveCurves:
@@ -49,6 +83,8 @@ class Projector:
         comm_sources: set[str] = set()
         stage_times = []
         opt_coef = cal.compute.coef["memory_elementwise"].get("optim_elems", 0.0)
+        mech = tp_overlap_mechanism(cell)
+        tp_hidden = cal.tp_hidden.get(mech, 0.0) if mech != "none" else 0.0
         for st in w.stages:
             compute = cal.compute.seconds(st)
             ops = []
@@ -59,7 +95,7 @@ class Projector:
                 ops.append((op, t))
             stage_times.append(stage_time(st.stage, st.micro_batches, compute,
                                           opt_coef * st.features.get("optim_elems", 0.0), ops, cell.overlap,
-                                          cal.compute.host_gap_s(st)))
+                                          cal.compute.host_gap_s(st), tp_hidden, cal.compute.launch_s(st, mech)))
         it = pipeline_time(stage_times)
         t = it.iteration_s
         row: dict[str, Any] = {**cell.to_dict(), "source": SOURCE, "status": SOURCE, "iteration_time_s": t}
@@ -72,18 +108,40 @@ class Projector:
         for kind in COLLECTIVES:
             row[f"t_exposed_{kind}_s"] = crit.comm_exposed_s[kind] + crit.step_exposed_s.get(kind, 0.0)
             row[f"t_comm_{kind}_s"] = crit.comm_busy_s[kind]
-        row["t_host_gap_s"] = crit.host_gap_s[0] + crit.host_gap_s[1]
+        row["t_host_gap_s"] = crit.host_gap_s[0] + crit.host_gap_s[1] + crit.launch_wait_s
         row["t_bubble_s"] = it.bubble_s
         row["critical_stage"] = it.critical_stage
         row["micro_batches"] = m
         row.update(self._power(cell, it, t))
-        row.update(self._provenance(cell, comm_sources))
+        row.update(self._provenance(cell, comm_sources, mech))
+        row["tp_overlap"] = mech
+        row["host_bound"] = bool(t > 0 and row["t_host_gap_s"] / t > HOST_BOUND_GAP_FRAC)
+        outside = self._outside(cell)
+        row["extrapolated"] = bool(outside)
+        row["extrapolated_parts"] = "; ".join(outside)
+        row["band_coverage"] = cal.coverage.get("stated", math.nan)
         for key in BANDED:
-            band = cal.error_band.get(key)
-            value = row.get(key, math.nan)
-            row[f"{key}_low"] = value * (1 - band) if band is not None else math.nan
-            row[f"{key}_high"] = value * (1 + band) if band is not None else math.nan
+            half = self.band(key)
+            row[f"{key}_band"] = half
+            row[f"{key}_low"], row[f"{key}_high"] = band_interval(row.get(key, math.nan), half)
         return row
+
+    def band(self, metric: str) -> float:
+        """Relative half-width of a metric's band: the calibration's, plus the measured cross-fingerprint error when
+        the calibration is not the engine's own (NaN where either was never measured)."""
+        half = self.cal.error_band.get(metric, math.nan)
+        if self.relation != "match":
+            half += self.cal.cross_fingerprint_error.get(metric, math.nan)
+        return float(half)
+
+    def _outside(self, cell: Cell) -> list[str]:
+        """The calibration-range keys this cell lies outside of."""
+        out = []
+        for k, v in range_values(cell).items():
+            lo_hi = self.cal.ranges.get(k)
+            if lo_hi and not (lo_hi[0] <= v <= lo_hi[1]):
+                out.append(f"{k}={v:.4g} outside [{lo_hi[0]:.4g}, {lo_hi[1]:.4g}]")
+        return out
 
     def _power(self, cell: Cell, it, t: float) -> dict[str, float]:
         if self.cal.power is None:
@@ -95,14 +153,11 @@ class Projector:
             other = sum(v for k, v in st.compute_s.items() if k != "gemm_attention")
             comm = sum(v for k, v in st.comm_busy_s.items() if k != "send_recv" or cell.pp == 1)
             total += gpus_per_stage * self.cal.power.power_w(gemm / t, other / t, comm / t)
-        avg = total / cell.world_size
         energy = total * t
-        tokens = cell.global_batch * cell.seq_len
-        return {"power_avg_w": avg, "power_total_avg_w": total, "energy_per_iteration_j": energy,
-                "energy_per_token_j": energy / tokens,
-                "efficiency": (cell.global_batch / t) / (energy / 1e6) if energy > 0 else math.nan}
+        return {"power_avg_w": total / cell.world_size, "power_total_avg_w": total, "energy_per_iteration_j": energy,
+                **energy_metrics(energy, cell.global_batch, cell.seq_len, cell.global_batch / t)}
 
-    def _provenance(self, cell: Cell, comm_sources: set[str]) -> dict[str, Any]:
+    def _provenance(self, cell: Cell, comm_sources: set[str], mech: str) -> dict[str, Any]:
         cal = self.cal
         calibrated, assumed = [], []
         same_gpu = cell.hardware == cal.hardware
@@ -113,21 +168,31 @@ class Projector:
                 calibrated.append(f"power: {cal.power.n_gpus} measured {cal.hardware} GPUs")
         else:
             assumed.append(f"compute and power: {cal.hardware} calibration used for {cell.hardware} "
-                           "(no measurement of that GPU)")
+                           "(no calibration of that GPU type: fallback)")
+        if self.relation == "foreign":
+            cross = cal.cross_fingerprint_error
+            assumed.append(f"engine: calibration {cal.key} ({Fingerprint.from_dict(cal.fingerprint).describe()}) "
+                           f"is not the engine projected for{' (' + self.target + ')' if self.target else ''}; "
+                           "bands widened by the measured cross-fingerprint error"
+                           + (f" ({', '.join(f'{k} {v:.1%}' for k, v in cross.items())})" if cross
+                              else " (never measured: bands NaN)"))
         for s in sorted(comm_sources):
             (assumed if "assumed" in s or "group " in s else calibrated).append(f"comm {s}")
-        if cell.overlap and cell.tp > 1:
-            assumed.append("tensor-parallel communication exposed (no TP overlap measured)")
+        if mech != "none":
+            if mech in cal.tp_hidden:
+                calibrated.append(f"TP overlap {mech}: {cal.tp_hidden[mech]:.0%} of TP communication hidden, "
+                                  "as measured")
+            else:
+                assumed.append(f"TP overlap {mech} never measured in this calibration: TP communication exposed")
         if cal.power is None:
             assumed.append("power: no calibration (NaN)")
         return {"calibrated": "; ".join(calibrated), "assumed": "; ".join(assumed),
-                "calibration_hardware": cal.hardware, "calibration_cells": n}
+                "calibration_hardware": cal.hardware, "calibration_cells": n, "calibration": cal.key,
+                "calibration_relation": self.relation}
 
 
 def _throughput(cell: Cell, t: float, peak_tflops: float | None) -> dict[str, float]:
     """The runs table's throughput columns for an iteration time (records/metrics.py, plan/flops.py conventions)."""
-    from calorimeter.records.metrics import throughput_metrics
-
     m = throughput_metrics(cell, [t], peak_tflops)
     return {k: m[k] for k in ("samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
                               "model_tflops_per_gpu", "mfu_full", "mfu_causal", "hfu")}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from calorimeter.projection.workload import COLLECTIVES, CommOp
+from calorimeter.plan.work import COLLECTIVES, CommOp
 
 
 @dataclass
@@ -31,11 +31,12 @@ class StageTime:
     per_micro_batch_s: float = 0.0
     step_s: float = 0.0
     host_gap_s: tuple[float, float] = (0.0, 0.0)
+    launch_wait_s: float = 0.0
 
 
 def stage_time(stage: int, micro_batches: int, compute_s: dict[str, float], optimizer_s: float,
-               ops: list[tuple[CommOp, float]], overlap: bool, host_gap_s: tuple[float, float] = (0.0, 0.0)
-               ) -> StageTime:
+               ops: list[tuple[CommOp, float]], overlap: bool, host_gap_s: tuple[float, float] = (0.0, 0.0),
+               tp_hidden: float = 0.0, launch_s: float = 0.0) -> StageTime:
     """Combine one stage's compute and its collectives (each with its modelled seconds per iteration).
 
     Args:
@@ -54,6 +55,8 @@ def stage_time(stage: int, micro_batches: int, compute_s: dict[str, float], opti
             continue
         if op.role == "dp":
             step[op.kind] += t
+        elif op.role == "tp":
+            exposed[op.kind] += t * (1.0 - tp_hidden)
         else:
             exposed[op.kind] += t
     if z3:
@@ -66,9 +69,11 @@ def stage_time(stage: int, micro_batches: int, compute_s: dict[str, float], opti
             visible = total
         for op, t in z3:
             exposed[op.kind] += visible * t / total if total else 0.0
-    per_mb = compute_mb + sum(exposed.values()) / m + host_gap_s[0] / m
+    gpu_mb = compute_mb + sum(exposed.values()) / m + host_gap_s[0] / m
+    per_mb = max(gpu_mb, launch_s / m)
     step_s = optimizer_s + sum(step.values()) + host_gap_s[1]
-    return StageTime(stage, m, compute_s, optimizer_s, busy, exposed, step, per_mb, step_s, host_gap_s)
+    return StageTime(stage, m, compute_s, optimizer_s, busy, exposed, step, per_mb, step_s, host_gap_s,
+                     m * (per_mb - gpu_mb))
 
 
 @dataclass

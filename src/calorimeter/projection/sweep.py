@@ -1,4 +1,10 @@
-"""Project every planned cell of a sweep (the ``projection`` workflow target and ``calorimeter project``)."""
+"""Project every planned cell of a sweep (the ``projection`` workflow target).
+
+Each cell is projected with the newest calibration of its GPU type whose engine fingerprint matches the engine
+projected for (``projection.engine``; default: the newest engine recorded for that GPU type); without one, the
+newest calibration of its GPU type (``foreign``: the row's ``assumed`` says so and its bands widen by the measured
+cross-fingerprint error), else another GPU type's (``other-gpu``: a stated fallback).
+"""
 
 from __future__ import annotations
 
@@ -10,55 +16,93 @@ import pandas as pd
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.plan import Plan
 from calorimeter.projection.calibration import Calibration
+from calorimeter.projection.fingerprint import Fingerprint
 from calorimeter.projection.model import Projector
+from calorimeter.projection.settings import DEFAULT_CALIBRATION, DEFAULT_COLLECTIVES
+from calorimeter.records.atomic import write_atomic, write_parquet_atomic
 
-#: the default calibration sources: the committed H200 measurements (sweep folders with tables/)
-DEFAULT_CALIBRATION: tuple[str, ...] = (
-    "results/reference/h200x2-2026-11-21/gpu-llama8b",
-    "results/reference/h200x2-moe-tp-check-2026-11-21/h200x2-moe-tp-check",
-    "results/reference/h200x4-2026-11-21/h200x4-parallelism",
-    "results/reference/h200x8-2026-11-21/h200x8-parallelism",
-)
-
-#: the default collective curves: the committed NCCL sweep (``kind: collectives``) on 2x H200; group sizes other
-#: than 2 carry its bus bandwidth over (projection.collectives), and traced collectives fill sizes it does not cover
-DEFAULT_COLLECTIVES: tuple[str, ...] = (
-    "results/reference/h200x2-collectives-2026-11-23/h200x2-collectives",
-)
-
-#: the default validation: predict the 8-GPU H200 cells from the 2- and 4-GPU sets, and the reverse
-DEFAULT_FOLDS: tuple[dict, ...] = (
-    {"name": "8 GPUs from 2+4", "train": list(DEFAULT_CALIBRATION[:3]), "test": [DEFAULT_CALIBRATION[3]]},
-    {"name": "2+4 GPUs from 8", "train": [DEFAULT_CALIBRATION[3]], "test": list(DEFAULT_CALIBRATION[:3])},
+#: the earlier validation design, kept for comparison: predict the 8-GPU H200 cells of 2026-11-21 from the 2- and
+#: 4-GPU sets, and the reverse (``projection.validation`` takes folds of this form)
+SCALE_FOLDS: tuple[dict, ...] = (
+    {"name": "8 GPUs from 2+4", "train": list(DEFAULT_CALIBRATION[6:9]), "test": [DEFAULT_CALIBRATION[9]]},
+    {"name": "2+4 GPUs from 8", "train": [DEFAULT_CALIBRATION[9]], "test": list(DEFAULT_CALIBRATION[6:9])},
 )
 
 
-def project_cells(cells: list[Cell], calibrations: dict[str, Calibration], network: dict[str, Any] | None = None
-                  ) -> pd.DataFrame:
-    """One projected row per cell.
+def _newest(cals: list[Calibration]) -> Calibration:
+    """The newest calibration (recorded kernels first, then the newest record, then the most cells)."""
+    return max(cals, key=lambda c: (Fingerprint.from_dict(c.fingerprint).kernels_recorded, c.recorded_at,
+                                    len(c.cells)))
 
-    A cell uses the calibration of its own hardware when there is one, else the first calibration (the row's
-    ``assumed`` column says so).
+
+def choose_calibration(hardware: str, calibrations: dict[str, Calibration], engine: dict[str, str] | None = None
+                       ) -> tuple[Calibration, str]:
+    """The calibration a cell on ``hardware`` is projected with, and its relation (``match``, ``foreign``,
+    ``other-gpu``).
+
+    Args:
+        engine: fingerprint fields the engine projected for must have (``{}``/None: the newest engine recorded
+            for that GPU type, which then matches by definition).
 
     Raises:
         ValueError: no calibration at all.
     """
     if not calibrations:
         raise ValueError("no calibration to project with")
-    projectors = {hw: Projector(cal, network) for hw, cal in calibrations.items()}
-    fallback = next(iter(projectors.values()))
-    return pd.DataFrame([projectors.get(c.hardware, fallback).project(c) for c in cells])
+    own = [c for c in calibrations.values() if c.hardware == hardware]
+    if not own:
+        return _newest(list(calibrations.values())), "other-gpu"
+    if not engine:
+        return _newest(own), "match"
+    fits = [c for c in own if all(c.fingerprint.get(k) == v for k, v in engine.items())]
+    return (_newest(fits), "match") if fits else (_newest(own), "foreign")
 
 
-def project_plan(plan: Plan, calibrations: dict[str, Calibration], network: dict[str, Any] | None = None
-                 ) -> pd.DataFrame:
+def project_cells(cells: list[Cell], calibrations: dict[str, Calibration], network: dict[str, Any] | None = None,
+                  engine: dict[str, str] | None = None) -> pd.DataFrame:
+    """One projected row per cell (:func:`choose_calibration` picks each cell's calibration).
+
+    Raises:
+        ValueError: no calibration at all.
+    """
+    target = ", ".join(f"{k} {v}" for k, v in (engine or {}).items())
+    projectors: dict[str, Projector] = {}
+    rows = []
+    for c in cells:
+        if c.hardware not in projectors:
+            cal, relation = choose_calibration(c.hardware, calibrations, engine)
+            projectors[c.hardware] = Projector(cal, network, relation, target)
+        rows.append(projectors[c.hardware].project(c))
+    return pd.DataFrame(rows)
+
+
+def used_calibrations(df: pd.DataFrame, calibrations: dict[str, Calibration]) -> list[str]:
+    """One line per calibration a projection used: GPU type, relation, fingerprint, records (for the log)."""
+    lines = []
+    if df.empty:
+        return lines
+    for (hw, key, rel), g in df.groupby(["hardware", "calibration", "calibration_relation"]):
+        cal = calibrations[key]
+        recs = ", ".join(f"{src} ({len(ids)} cells)" for src, ids in sorted(cal.records.items()))
+        lines.append(f"{len(g)} {hw} cells: calibration {key} [{rel}] fingerprint "
+                     f"{Fingerprint.from_dict(cal.fingerprint).describe()}; newest record {cal.recorded_at or '-'}; "
+                     f"records: {recs}")
+    return lines
+
+
+def project_plan(plan: Plan, calibrations: dict[str, Calibration], network: dict[str, Any] | None = None,
+                 engine: dict[str, str] | None = None) -> pd.DataFrame:
     """Every planned cell of a plan (pruned cells are not projected: they cannot run as planned)."""
-    return project_cells([pc.cell for pc in plan.runnable], calibrations, network)
+    return project_cells([pc.cell for pc in plan.runnable], calibrations, network, engine)
 
 
 def write_projection(df: pd.DataFrame, out: str | Path) -> None:
     """Parquet plus a CSV next to it (list-valued columns as strings)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_parquet(out, index=False)
-    df.to_csv(out.with_suffix(".csv"), index=False)
+    write_parquet_atomic(out, df)
+    write_atomic(out.with_suffix(".csv"), lambda tmp: df.to_csv(tmp, index=False))
+
+
+__all__ = ["DEFAULT_CALIBRATION", "DEFAULT_COLLECTIVES", "SCALE_FOLDS", "choose_calibration", "project_cells",
+           "project_plan", "used_calibrations", "write_projection"]

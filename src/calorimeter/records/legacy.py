@@ -7,7 +7,8 @@
   is ``energy_millijoule``; reason names follow pynvml (``hw_power_brake`` is ``hw_power_brake_slowdown``);
 * ``run.json`` metrics: ``mfu`` was Megatron's convention (full attention) and is ``mfu_full``; ``mfu_causal`` is
   derived for records that lack it;
-* plan estimates: ``model_flops_per_iter`` is ``model_flops_per_iteration``.
+* plan estimates: ``model_flops_per_iter`` is ``model_flops_per_iteration``;
+* runs tables from before repetitions have no ``config_id``: each cell is its own configuration (:func:`config_ids`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import copy
 from typing import Any
 
 import pandas as pd
+
+from calorimeter.plan.flops import iteration_flops
+from calorimeter.plan.models import get_model, padded_vocab_size
 
 #: old sample column -> new one
 SAMPLE_RENAMES: dict[str, str] = {
@@ -47,9 +51,6 @@ def upgrade_samples(df: pd.DataFrame) -> pd.DataFrame:
 
 def _causal_ratio(record: dict[str, Any]) -> float | None:
     """model FLOPs with causal attention / with full attention, for a record's cell (None if not computable)."""
-    from calorimeter.plan.flops import iteration_flops
-    from calorimeter.plan.models import get_model, padded_vocab_size
-
     cell = record.get("cell") or {}
     try:
         m = get_model(cell["model"])
@@ -91,4 +92,39 @@ def upgrade_plan_cell(cell: dict[str, Any]) -> dict[str, Any]:
     for old, new in ESTIMATE_RENAMES.items():
         if old in out:
             out.setdefault(new, out.pop(old))
+    return out
+
+
+def config_ids(runs: pd.DataFrame) -> pd.Series:
+    """Each row's configuration: ``config_id`` where the table has it, else the cell id (records from before
+    repetitions: one repetition each)."""
+    cid = runs["cell_id"].astype(str)
+    if "config_id" not in runs.columns:
+        return cid
+    return runs["config_id"].where(runs["config_id"].notna() & (runs["config_id"].astype(str) != ""), cid).astype(str)
+
+
+#: runs/configs table columns added since tables were first shipped, with the value every older table implied
+#: (before the ``kind`` column every cell trained; before ``placement`` every cell used the default rank order)
+RUNS_DEFAULTS: dict[str, str] = {"kind": "train", "placement": "default", "pp_split": ""}
+
+
+def upgrade_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """A runs or configs table with today's parameter columns: a column an older table lacks (or a row that has
+    no value in it) gets the value the older code implied, so that tables of different ages compare the same
+    configurations (any build order of sweeps that name each other under ``compare:`` gives the same findings).
+    A cell without a model (``-``) in a table older than the ``kind`` column has the kind its id starts with."""
+    if df is None or df.empty or "model" not in df.columns:
+        return df
+    out = df.copy()
+    if "kind" not in out.columns or out["kind"].isna().any():
+        # a cell of another kind has no model ("-") and its kind leads its id (``thermal-calibration_h200-1x2``)
+        ids = out["cell_id"] if "cell_id" in out.columns else out.get("config_id", pd.Series("", index=out.index))
+        implied = ids.astype(str).str.split("_").str[0].where(out["model"].astype(str) == "-", "train")
+        out["kind"] = out["kind"].astype(object).where(out["kind"].notna(), implied) if "kind" in out else implied
+    for col, default in RUNS_DEFAULTS.items():
+        if col not in out.columns:
+            out[col] = default
+        else:
+            out[col] = out[col].astype(object).where(out[col].notna(), default)
     return out

@@ -1,4 +1,4 @@
-"""Throughput metrics of a cell from its per-rank step timings (pure functions)."""
+"""Throughput and energy metrics of a cell (pure functions): one definition each, for measured and projected cells."""
 
 from __future__ import annotations
 
@@ -59,4 +59,20 @@ def throughput_metrics(cell: Cell, iteration_times_s: list[float], peak_tflops: 
     }
     if not peak_tflops:
         out["mfu_unavailable_reason"] = f"hardware profile {cell.hardware!r} has no dense peak FLOP/s"
+    return out
+
+
+def energy_metrics(energy_per_iteration_j: float | None, global_batch: Any, seq_len: Any, samples_per_s: Any
+                   ) -> dict[str, float]:
+    """Energy per token and the study's efficiency of one iteration's energy (NaN where an input is missing).
+
+    ``energy_per_token_j`` = energy per iteration / (global batch x sequence length); ``efficiency`` = samples/s /
+    (energy per iteration in megajoules), the study's samples/(s*MJ).
+    """
+    out = {"energy_per_token_j": math.nan, "efficiency": math.nan}
+    epi = math.nan if energy_per_iteration_j is None else energy_per_iteration_j
+    if epi == epi and global_batch and seq_len:
+        out["energy_per_token_j"] = epi / (float(global_batch) * float(seq_len))
+    if epi == epi and epi > 0 and samples_per_s is not None and samples_per_s == samples_per_s:
+        out["efficiency"] = float(samples_per_s) / (epi / 1e6)
     return out

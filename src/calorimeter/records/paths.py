@@ -25,6 +25,7 @@ workflow's rules spell their files through the same object.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,8 @@ TELEMETRY_PARQUET = "telemetry.parquet"
 HOST_TELEMETRY_PARQUET = "host_telemetry.parquet"
 TELEMETRY_JSON = "telemetry.json"
 KERNELS_PARQUET = "kernels.parquet"
+#: what a cell's telemetry gave the hosts' thermal profiles (derived from its tables by rule ``thermal_profile``)
+THERMAL_PROFILE_JSON = "thermal-profile.json"
 #: the files of a cell's record (what is kept of a measurement; the rest is rebuilt or evidence)
 RECORD_FILES = (RUN_JSON, STEPS_PARQUET, TELEMETRY_PARQUET, HOST_TELEMETRY_PARQUET, TELEMETRY_JSON, KERNELS_PARQUET)
 #: the tables of a sweep (and of each cell), in their order
@@ -45,6 +48,12 @@ CONFIGS_TABLE = "configs"
 def _file(name: str, doc: str) -> property:
     """A file directly in the folder (``root / name``)."""
     return property(lambda self: self.root / name, doc=doc)
+
+
+def results_relative(path: str | Path, cell_root: str | Path) -> str:
+    """``path`` relative to the results folder of the cell ``<results_dir>/<sweep>/cells/<cell_id>``: what a record
+    stores, so that it names no machine's folders and still reads after the results are moved."""
+    return os.path.relpath(Path(path).absolute(), Path(cell_root).absolute().parents[2])
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,7 @@ class CellPaths:
     host_telemetry = _file(HOST_TELEMETRY_PARQUET, "Host samples of every node.")
     telemetry_json = _file(TELEMETRY_JSON, "Sampler metadata per node.")
     kernels = _file(KERNELS_PARQUET, "Kernel breakdown of the traced ranks.")
+    thermal_profile = _file(THERMAL_PROFILE_JSON, "The host profiles derived from this cell, or why none.")
     attempts = _file("attempts", "Every attempt, one folder each.")
     latest = _file("latest", "Link to the newest attempt.")
 

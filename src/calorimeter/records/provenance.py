@@ -37,6 +37,24 @@ def git_state(repo: Path | None = None) -> dict[str, Any]:
     return {"commit": commit, "dirty": dirty}
 
 
+#: the file, in a cell folder and its attempt folder, holding ``git diff HEAD`` of a run from a modified tree
+PATCH_NAME = "source.patch"
+
+
+def git_patch(repo: Path | None = None) -> str | None:
+    """``git diff HEAD`` of the tracked files (binary changes included): what a modified tree adds to its commit.
+
+    None outside git; an empty string for a clean tree. Untracked files are not in it (``git status`` does not call
+    them a modification either).
+    """
+    try:
+        return subprocess.run(["git", "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff"],
+                              cwd=str(repo or Path.cwd()), capture_output=True, text=True, timeout=30,
+                              check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def device_info(device: str) -> dict[str, Any]:
     """Name, UUID and driver of this rank's device through NVML; for CPU ranks the processor."""
     if not device.startswith("cuda"):

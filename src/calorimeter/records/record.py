@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import shutil
 from pathlib import Path
@@ -12,12 +13,13 @@ import pandas as pd
 from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.hardware import PROFILES
 from calorimeter.plan.models import get_model
+from calorimeter.records import job_states
 from calorimeter.records.atomic import write_atomic, write_json_atomic, write_parquet_atomic
 from calorimeter.records.metrics import step_times_s, throughput_metrics
 from calorimeter.records.paths import AttemptPaths, CellPaths
-from calorimeter.records.provenance import git_state, package_versions
+from calorimeter.records.provenance import PATCH_NAME, git_patch, git_state, package_versions
+from calorimeter.records.run_record import SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
 RANK_KEYS = ("rank", "local_rank", "node", "hostname", "backend", "device", "device_info", "pid", "stage",
              "num_stages", "dp_rank", "dp_size", "traced", "engine")
 
@@ -33,8 +35,6 @@ TRANSIENT_PATTERNS = (
     "killed", "sigterm", "sigkill", "signal 9", "signal 15", "node failure", "node_fail", "ecc error",
     "cuda error: an illegal memory access", "unspecified launch failure", "uncorrectable", "xid",
 )
-#: SLURM states that classify an attempt whatever the ranks said
-SLURM_TRANSIENT = {"BOOT_FAIL", "CANCELLED", "DEADLINE", "NODE_FAIL", "PREEMPTED", "REVOKED"}
 
 
 def _is_transient_error(text: str | None) -> bool:
@@ -65,14 +65,14 @@ def classify_attempt(rank_results: list[dict[str, Any]], world_size: int, launch
     ooms = [r for r in rank_results if r.get("status") == "oom"]
     if ooms:
         return "oom", "oom", f"rank {ooms[0].get('rank')}: {ooms[0].get('error', 'out of memory')}"
-    state = (slurm_state or "").split()[0].rstrip("+") if slurm_state else ""
+    state = job_states.base_state(slurm_state) or ""
     if state == "OUT_OF_MEMORY":
         return "oom", "oom", "SLURM OUT_OF_MEMORY: the job exceeded its host memory (--mem)"
     timeouts = [r for r in rank_results if r.get("status") == "timeout"]
     if timeouts or state == "TIMEOUT":
         why = timeouts[0].get("error") if timeouts else "SLURM TIMEOUT"
         return "failed", "timeout", f"time limit hit and not requeued any more ({why}); raise launcher.timeout_min"
-    if state in SLURM_TRANSIENT:
+    if state in job_states.TRANSIENT:
         return "transient", "transient", (f"SLURM {state}" + (f"; launcher: {launcher_error}" if launcher_error
                                                                else ""))
     preempted = [r for r in rank_results if r.get("status") == "preempted"]
@@ -166,8 +166,30 @@ def write_cell_record(cell: CellPaths, attempt: AttemptPaths, record: dict[str, 
     Both files are also kept in the attempt folder, so a later rerun that replaces the top-level files never
     loses this measurement.
     """
+    _keep_patch(cell, attempt, record)
     write_parquet_atomic(attempt.steps, steps)
     write_json_atomic(attempt.run_json, record)
     write_atomic(cell.steps, lambda p: shutil.copyfile(attempt.steps, p))
     write_json_atomic(cell.run_json, record)
     return cell.run_json
+
+
+def _keep_patch(cell: CellPaths, attempt: AttemptPaths, record: dict[str, Any]) -> None:
+    """A record from a modified tree keeps the modification: ``source.patch`` (``git diff HEAD``) next to its
+    run.json in the cell and the attempt folder, named with its SHA-256 under ``provenance.git`` (so that commit +
+    patch give back the code that measured)."""
+    git = (record.get("provenance") or {}).get("git") or {}
+    if not git.get("dirty"):
+        (cell.root / PATCH_NAME).unlink(missing_ok=True)  # an earlier attempt's patch stays in its attempt folder
+        return
+    patch = git_patch()
+    if patch is None:
+        git["patch"] = None
+        git["patch_unavailable"] = "git diff HEAD failed"
+        return
+    data = patch.encode()
+    for folder in (attempt.root, cell.root):
+        write_atomic(folder / PATCH_NAME, lambda p, data=data: p.write_bytes(data))
+    git["patch"] = PATCH_NAME
+    git["patch_sha256"] = hashlib.sha256(data).hexdigest()
+    git["patch_bytes"] = len(data)

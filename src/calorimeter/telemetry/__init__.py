@@ -29,7 +29,7 @@ from calorimeter.telemetry.kernels import (
     uncovered_length,
     union_length,
 )
-from calorimeter.telemetry.process import NodeSampler, local_rank, maybe_start_node_sampler, start_node_sampler
+from calorimeter.telemetry.process import NodeSampler, start_node_sampler
 from calorimeter.telemetry.reasons import (
     CLOCK_EVENT_REASON_BITS,
     REASON_NAMES,
@@ -65,8 +65,6 @@ __all__ = [
     "load_gpu_samples",
     "load_host_samples",
     "load_trace",
-    "local_rank",
-    "maybe_start_node_sampler",
     "merge_intervals",
     "read_stream",
     "reason_flags",

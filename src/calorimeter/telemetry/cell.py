@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from calorimeter.records.atomic import write_atomic
 from calorimeter.records.paths import RunPaths
+from calorimeter.telemetry.process import start_node_sampler
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +23,6 @@ def start_cell_sampler(run: RunPaths, node: int, local_rank: int, settings: dict
     """
     if local_rank != 0 or not settings["enabled"]:
         return None
-    from calorimeter.telemetry.process import start_node_sampler
 
     try:
         return start_node_sampler(run.node(node), period_s=float(settings["period_ms"]) / 1000.0,
@@ -29,7 +30,8 @@ def start_cell_sampler(run: RunPaths, node: int, local_rank: int, settings: dict
     except Exception as e:  # noqa: BLE001 - a failed sampler must not fail the measurement; the record says why
         log.warning("telemetry sampler did not start on node %d: %s", node, e)
         run.node(node).mkdir(parents=True, exist_ok=True)
-        run.sampler_failed(node).write_text(f"{type(e).__name__}: {e}\n")
+        text = f"{type(e).__name__}: {e}\n"
+        write_atomic(run.sampler_failed(node), lambda tmp: tmp.write_text(text))
         return None
 
 

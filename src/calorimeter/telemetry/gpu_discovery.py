@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from calorimeter.telemetry.gpu_amd import make_amd_reader
 from calorimeter.telemetry.gpu_common import GpuReader, describe_error, record_all_unavailable
+from calorimeter.telemetry.gpu_nvidia import make_nvidia_reader
 from calorimeter.telemetry.metadata import ALL_DEVICES, UnavailableRegistry
 
 log = logging.getLogger(__name__)
@@ -65,8 +67,6 @@ def open_gpu_readers(registry: UnavailableRegistry) -> tuple[list[GpuReader], di
     if backend.startswith("NVIDIA"):
         import pynvml
 
-        from calorimeter.telemetry.gpu_nvidia import make_nvidia_reader
-
         try:
             info["driver_version"] = pynvml.nvmlSystemGetDriverVersion()
             info["nvml_version"] = pynvml.nvmlSystemGetNVMLVersion()
@@ -77,8 +77,6 @@ def open_gpu_readers(registry: UnavailableRegistry) -> tuple[list[GpuReader], di
             reader.probe(registry)
             readers.append(reader)
     else:
-        from calorimeter.telemetry.gpu_amd import make_amd_reader
-
         for zgpu in gpus.gpus:
             reader, unsupported = make_amd_reader(zgpu)
             reader.probe(registry, unsupported)

@@ -21,14 +21,12 @@ from typing import Any
 
 import pandas as pd
 
+from calorimeter.plan.work import COLLECTIVES
+
 #: Kernel categories, in report order.
 CATEGORIES: tuple[str, ...] = (
     "gemm_attention",
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "send_recv",
-    "all_to_all",
+    *COLLECTIVES,
     "other_comm",
     "memory_elementwise",
     "normalization",
@@ -36,9 +34,7 @@ CATEGORIES: tuple[str, ...] = (
 )
 
 #: Categories that are communication.
-COMM_CATEGORIES: frozenset[str] = frozenset(
-    {"all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all", "other_comm"}
-)
+COMM_CATEGORIES: frozenset[str] = frozenset({*COLLECTIVES, "other_comm"})
 
 _COLLECTIVES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("allreduce", "all_reduce"), "all_reduce"),

@@ -10,36 +10,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import calorimeter
 from calorimeter.telemetry.sampler import SessionPaths, default_session
-
-_LOCAL_RANK_VARS = (
-    "LOCAL_RANK",
-    "SLURM_LOCALID",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "MPI_LOCALRANKID",
-    "MV2_COMM_WORLD_LOCAL_RANK",
-)
-
-
-def local_rank(env: Mapping[str, str] | None = None) -> int | None:
-    """The process's local rank from the usual launcher variables (torchrun, SLURM, Open MPI, ...).
-
-    Args:
-        env: Environment to inspect (default ``os.environ``).
-
-    Returns:
-        The local rank, or None if no launcher variable is set.
-    """
-    env = os.environ if env is None else env
-    for var in _LOCAL_RANK_VARS:
-        if env.get(var, "").strip().isdigit():
-            return int(env[var])
-    return None
 
 
 class NodeSampler:
@@ -184,19 +159,3 @@ def start_node_sampler(
             handle.kill()
             raise
     return handle
-
-
-def maybe_start_node_sampler(out_dir: str | Path, **kwargs: Any) -> NodeSampler | None:
-    """Start the node sampler only on local rank 0 (or when no launcher variable is set).
-
-    Args:
-        out_dir: Directory for the node's files.
-        **kwargs: Passed to :func:`start_node_sampler`.
-
-    Returns:
-        The handle on local rank 0, else None.
-    """
-    lr = local_rank()
-    if lr not in (None, 0):
-        return None
-    return start_node_sampler(out_dir, **kwargs)

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from calorimeter.records.atomic import write_json_atomic
-from calorimeter.telemetry.gpu_common import GpuReader
+from calorimeter.telemetry.gpu_common import GpuReader, record_all_unavailable
+from calorimeter.telemetry.gpu_discovery import open_gpu_readers
 from calorimeter.telemetry.host import HostReader
 from calorimeter.telemetry.metadata import UnavailableRegistry
 from calorimeter.telemetry.schema import GPU_METRICS, GPU_SCHEMA, HOST_SCHEMA
@@ -177,12 +178,10 @@ class Sampler:
             if self.config.all_gpus:
                 for var in _VISIBILITY_VARS:
                     os.environ.pop(var, None)
-            from calorimeter.telemetry.gpu_discovery import open_gpu_readers
 
             self.gpu_readers, self.gpu_info = open_gpu_readers(self.registry)
         else:
             self.gpu_info = {"gpu_backend": None, "gpu_error": "GPU sampling disabled (gpus=False)"}
-            from calorimeter.telemetry.gpu_common import record_all_unavailable
 
             record_all_unavailable(self.registry, "all", "GPU sampling disabled by configuration")
         self.host.probe(self.registry)

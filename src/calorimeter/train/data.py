@@ -29,6 +29,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from calorimeter.records.atomic import write_atomic
+
 PHRASES = 256
 PHRASE_TOKENS = 8
 ZIPF_EXPONENT = 1.2
@@ -207,10 +209,9 @@ def write_token_file(prefix: str | Path, tokens: np.ndarray, vocab_size: int, dt
     if tokens.ndim != 1 or (tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size)):
         raise ValueError(f"{prefix}: tokens must be a 1-D array of ids in [0, {vocab_size})")
     bin_path = Path(str(prefix) + ".bin")
-    bin_path.parent.mkdir(parents=True, exist_ok=True)
-    tokens.astype(dt).tofile(bin_path)
-    meta = {"dtype": dt.name, "vocab_size": vocab_size, "num_tokens": int(tokens.size)}
-    Path(str(prefix) + ".json").write_text(json.dumps(meta) + "\n")
+    write_atomic(bin_path, lambda tmp: tokens.astype(dt).tofile(tmp))
+    text = json.dumps({"dtype": dt.name, "vocab_size": vocab_size, "num_tokens": int(tokens.size)}) + "\n"
+    write_atomic(Path(str(prefix) + ".json"), lambda tmp: tmp.write_text(text))
     return bin_path
 
 

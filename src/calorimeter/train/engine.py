@@ -217,13 +217,6 @@ class ExplicitPipelineModule(PipelineModule):
         self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])
 
 
-def rank_device() -> torch.device:
-    """``cuda:<LOCAL_RANK>`` when CUDA is available, else ``cpu``."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
-
-
 def _local_parameter_count(module: torch.nn.Module) -> int:
     total = 0
     for p in module.parameters():
@@ -236,7 +229,7 @@ def _full_parameter_count(module: torch.nn.Module) -> int:
     return sum(int(getattr(p, "ds_numel", p.numel())) for p in module.parameters())
 
 
-def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device | None = None,
+def build_engine(cell: Cell, spec: ModelSpec | None, device: torch.device,
                  model_hook: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> TrainEngine:
     """Build model, optimizer and DeepSpeed engine for a cell on this rank.
 
@@ -249,14 +242,13 @@ def build_engine(cell: Cell, spec: ModelSpec | None = None, device: torch.device
         cell: the cell (cp must be 1). tp > 1 builds Megatron-core tensor-parallel layers (and process groups, in
             DeepSpeed's rank order); ep > 1 spreads a MoE model's experts over ep data-parallel ranks.
         spec: the model (default: the catalogue entry ``cell.model``).
-        device: this rank's device (default: :func:`rank_device`).
+        device: this rank's device (:attr:`calorimeter.records.rank.RankInfo.device`).
         model_hook: applied to the built model before the optimizer is made (kind ``lora``).
 
     Raises:
         ValueError: for an inconsistent cell or a refused combination (:func:`refusal_reasons`).
     """
     spec = spec or get_model(cell.model)
-    device = device or rank_device()
     if cell.seq_len > spec.seq_length and spec.learned_positions:
         raise ValueError(f"{cell.cell_id}: seq_len {cell.seq_len} exceeds {spec.name}'s {spec.seq_length} positions")
     world = torch.distributed.get_world_size()

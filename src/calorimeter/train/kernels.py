@@ -33,6 +33,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from calorimeter.telemetry.timer import time_calls
+
 ATTENTION_BACKENDS = ("cudnn", "flash", "efficient", "math")
 """SDPA backends that can be required by name (PyTorch's ``SDPBackend`` members)."""
 FUSED_PROVIDERS = ("liger", "compile", "eager")
@@ -271,17 +273,8 @@ def _time_backend(name: str, shape: AttentionShape, expand_kv: bool, device: tor
     kern = Kernels(attention=name, expand_kv=expand_kv)
     grad = torch.randn(shape.batch, shape.heads, shape.seq, shape.head_dim, device=device, dtype=dtype,
                        generator=gen)
-    times = []
-    for i in range(reps + 1):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        out = attention(*leaves, kern)
-        out.backward(grad)
-        end.record()
-        end.synchronize()
-        if i:
-            times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+    times = time_calls(lambda: attention(*leaves, kern).backward(grad), device, reps)
+    return sorted(times)[len(times) // 2] * 1e3
 
 
 _SDP_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn"}

@@ -24,6 +24,7 @@ from calorimeter.plan.models import MOE_MIN_CAPACITY, ModelSpec
 from calorimeter.train import kernels
 from calorimeter.train.kernels import EAGER, Kernels
 from calorimeter.train.parallel import TPConfig, mark_sequence_parallel, megatron_config, tp_rank_size
+from calorimeter.train.tp_overlap import overlap_layer_classes
 
 NO_TP = TPConfig()
 
@@ -110,8 +111,6 @@ def row_shard(full: torch.Tensor) -> torch.Tensor:
 def _column_class(par: TPConfig) -> type:
     """Megatron-core's ``ColumnParallelLinear``, or its overlapped subclass under SP with ``overlap``."""
     if par.sp and par.overlap:
-        from calorimeter.train.tp_overlap import overlap_layer_classes
-
         return overlap_layer_classes()[0]
     from megatron.core.tensor_parallel import ColumnParallelLinear
 
@@ -121,8 +120,6 @@ def _column_class(par: TPConfig) -> type:
 def _row_class(par: TPConfig) -> type:
     """Megatron-core's ``RowParallelLinear``, or its overlapped subclass under SP with ``overlap``."""
     if par.sp and par.overlap:
-        from calorimeter.train.tp_overlap import overlap_layer_classes
-
         return overlap_layer_classes()[1]
     from megatron.core.tensor_parallel import RowParallelLinear
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import platform
 import random
 import resource
@@ -18,10 +17,15 @@ import torch
 import torch.distributed as dist
 
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.hardware import accelerator_of
 from calorimeter.plan.models import get_model, padded_vocab_size
 from calorimeter.records.paths import RunPaths
+from calorimeter.records.progress import ProgressWriter
+from calorimeter.records.rank import RankContext, RankResult
+from calorimeter.telemetry.timer import synchronize
 from calorimeter.train.data import BatchLayout, make_source, micro_batches
 from calorimeter.train.errors import CellOOMError
+from calorimeter.train.gradients import capture_first_step
 from calorimeter.train.steady import steady_schedule
 
 StepCallback = Callable[[int, str, float, float], None]
@@ -55,11 +59,6 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError) or (isinstance(e, RuntimeError) and "CUDA out of memory" in str(e))
 
@@ -91,9 +90,9 @@ def _profiler(trace_path: Path, device: torch.device) -> Any:
     return profile(activities=activities, on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)))
 
 
-def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = None, profile_steps: int = 0,
-               profile_all_ranks: bool = False, gradients_out: Path | None = None,
-               model_hook: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> dict[str, Any]:
+def train_cell(cell: Cell, out_dir: Path, device: torch.device, step_callback: StepCallback | None = None,
+               profile_steps: int = 0, profile_all_ranks: bool = False, gradients_out: Path | None = None,
+               model_hook: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> RankResult:
     """Train ``cell`` on this rank and return its per-step record (the same losses on every rank).
 
     Must be called on every rank after ``torch.distributed.init_process_group`` (and, on CUDA,
@@ -103,12 +102,12 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
     is in the record's ``warmup``. Each step is bracketed by device synchronisation; ``time_s`` comes from
     ``time.perf_counter`` and ``t_begin_s``/``t_end_s`` from ``time.time``. The loss of a step is the mean over the
     global batch (averaged over micro-batches and data-parallel ranks; read from the last pipeline stage and broadcast
-    for pp>1), read once per step after the step's end timestamp. The record is also written to
-    ``out_dir/train-rank<rank>.json``.
+    for pp>1), read once per step after the step's end timestamp.
 
     Args:
         cell: the cell to train.
-        out_dir: directory for this rank's record (created if missing).
+        out_dir: the run's folder (traces and the steady-state warm-up's files go there).
+        device: this rank's device (:attr:`calorimeter.records.rank.RankInfo.device`).
         step_callback: called as ``(step, phase, t_begin_s, t_end_s)`` after each step, e.g. to mark telemetry.
         profile_steps: extra steps after the measured ones, in phase ``profiled``, traced with torch.profiler on
             one rank per pipeline stage (data-parallel rank 0; tensor-parallel rank 0), or on every rank with
@@ -120,18 +119,16 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
             :mod:`calorimeter.train.gradients`), to compare parallel layouts tensor by tensor.
 
     Returns:
-        JSON-able dict with ``steps`` (list of ``{step, phase, loss, grad_norm, time_s, t_begin_s, t_end_s}``;
-        ``grad_norm`` is the global gradient norm before clipping, as DeepSpeed computed it),
-        ``peak_memory_bytes``, ``parameters_on_rank``, ``parameters_model``, ``device``, ``rank``, ``world_size``,
-        ``dp_rank``, ``dp_size``, ``stage``, ``num_stages``, ``precision``, ``warmup``, ``cell_id`` and ``engine``
-        (kernels and overlap mechanisms the engine chose: :func:`calorimeter.train.engine.engine_record`).
+        This rank's result: ``steps`` (``{step, phase, loss, grad_norm, time_s, t_begin_s, t_end_s}``; ``grad_norm``
+        is the global gradient norm before clipping, as DeepSpeed computed it), peak memory, parameters, device,
+        the rank's stage and data-/tensor-parallel ranks, precision, ``warmup`` and ``engine`` (kernels and overlap
+        mechanisms the engine chose: :func:`calorimeter.train.engine.engine_record`).
 
     Raises:
         CellOOMError: when the rank runs out of GPU memory while building or training.
     """
-    from calorimeter.train.engine import build_engine, rank_device, release_engine, use_bf16  # imports DeepSpeed
+    from calorimeter.train.engine import build_engine, release_engine, use_bf16  # heavy: DeepSpeed
 
-    device = rank_device()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     seed_everything(cell.seed)
@@ -142,8 +139,6 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         te = build_engine(cell, model_spec, device, model_hook=model_hook)
         engine = te.engine
         if gradients_out is not None:
-            from calorimeter.train.gradients import capture_first_step
-
             capture_first_step(te, Path(gradients_out))
         layout = BatchLayout(cell.global_batch, cell.micro_batch, te.dp_size, te.dp_rank)
         source = make_source(cell.dataset, spec.vocab_size, cell.seq_len, cell.seed)
@@ -155,14 +150,14 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         trace_path = RunPaths(Path(out_dir)).trace(dist.get_rank())
         for step, phase in enumerate(schedule):
             ctx = _profiler(trace_path, device) if (phase == "profiled" and traced) else contextlib.nullcontext()
-            _synchronize(device)
+            synchronize(device)
             t_begin_s, p_begin = time.time(), time.perf_counter()
             with ctx:
                 if te.pipeline:
                     loss = engine.train_batch(data_iter=batches).detach()
                 else:
                     loss = _plain_step(engine, batches, layout.grad_accum)
-                _synchronize(device)
+                synchronize(device)
             p_end, t_end_s = time.perf_counter(), time.time()
             schedule.done(p_end - p_begin)
             if dp_group is not None and te.dp_size > 1:
@@ -178,27 +173,25 @@ def train_cell(cell: Cell, out_dir: Path, step_callback: StepCallback | None = N
         if _is_oom(e):
             raise CellOOMError(peak_memory_bytes(device), str(e).splitlines()[0] if str(e) else "") from e
         raise
-    record = {
-        "cell_id": cell.cell_id,
-        "rank": dist.get_rank(),
-        "world_size": dist.get_world_size(),
-        "dp_rank": te.dp_rank,
-        "dp_size": te.dp_size,
-        "tp_rank": te.tp_rank,
-        "stage": te.stage,
-        "num_stages": te.num_stages,
-        "device": device_name(device),
-        "precision": "bf16" if use_bf16(cell, device) else "fp32",
-        "parameters_on_rank": te.parameters_on_rank,
-        "parameters_model": te.parameters_model,
-        "peak_memory_bytes": peak_memory_bytes(device),
-        "engine": te.engine_info,
-        "traced": traced,
-        "warmup": schedule.record(),
-        "steps": steps,
-    }
+    result = RankResult(steps=steps, peak_memory_bytes=peak_memory_bytes(device), stage=te.stage,
+                        num_stages=te.num_stages, dp_rank=te.dp_rank, dp_size=te.dp_size, tp_rank=te.tp_rank,
+                        device=device_name(device), precision="bf16" if use_bf16(cell, device) else "fp32",
+                        parameters_on_rank=te.parameters_on_rank, parameters_model=te.parameters_model,
+                        traced=traced, engine=te.engine_info, warmup=schedule.record())
     release_engine(te)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"train-rank{record['rank']}.json").write_text(json.dumps(record, indent=1) + "\n")
-    return record
+    return result
+
+
+def run_train(ctx: RankContext, model_hook: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> RankResult:
+    """Kind ``train`` (:data:`calorimeter.plan.kinds.KINDS`): the training loop with the sweep's profiling settings;
+    rank 0 writes the run's progress file (one line per finished step, :mod:`calorimeter.records.progress`).
+    ``model_hook`` (kind ``lora``) changes the built model before the optimizer sees it."""
+    cell = ctx.cell
+    profile_steps = int(ctx.telemetry.get("profile_steps", 0))
+    progress = None
+    if ctx.rank.rank == 0:
+        fixed = cell.warmup == "fixed" or accelerator_of(cell.hardware) == "cpu"
+        progress = ProgressWriter(ctx.run.progress, cell, profile_steps, fixed)
+    all_ranks = bool(ctx.telemetry.get("profile_all_ranks", False))
+    return train_cell(cell, ctx.run.root, torch.device(ctx.rank.device), step_callback=progress,
+                      profile_steps=profile_steps, profile_all_ranks=all_ranks, model_hook=model_hook)

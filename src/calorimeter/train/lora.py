@@ -9,16 +9,17 @@ and every parameter but the adapters' is frozen. Embedding, norms and output hea
 
 So the base model runs its forward pass and the backward pass of its activations, but computes no weight gradient
 and keeps no optimizer state: :func:`calorimeter.plan.flops.iteration_flops` with ``lora_rank`` counts that.
-Plan checks (:func:`lora_reasons`): tp = 1, pp = 1, ZeRO stage 0-2, a dense model (peft adapts plain linear
-layers; the tensor-parallel, pipeline and ZeRO-3 builds hold other modules).
+Plan checks (:func:`calorimeter.plan.kinds.lora_reasons`): tp = 1, pp = 1, ZeRO stage 0-2, a dense model (peft
+adapts plain linear layers; the tensor-parallel, pipeline and ZeRO-3 builds hold other modules).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from calorimeter.plan.cell import Cell
+from calorimeter.records.rank import RankContext, RankResult
+from calorimeter.train.layers import Linear
+from calorimeter.train.loop import run_train
 
 #: the block projections that get adapters (attention qkv and output, MLP up/gate and down)
 LORA_TARGETS = ("qkv", "proj", "fc1", "fc2")
@@ -27,26 +28,6 @@ LORA_TARGETS = ("qkv", "proj", "fc1", "fc2")
 def lora_alpha(rank: int) -> float:
     """LoRA's scaling numerator: twice the rank (the scaling ``alpha / rank`` is 2)."""
     return 2.0 * rank
-
-
-def lora_reasons(cell: Cell) -> list[str]:
-    """Plan-time reasons why a ``lora`` cell cannot run (empty when it can)."""
-    from calorimeter.plan.models import get_model
-
-    out = []
-    if cell.lora_rank < 1:
-        out.append(f"lora_rank must be >= 1, is {cell.lora_rank}")
-    if cell.tp != 1 or cell.pp != 1:
-        out.append(f"a lora cell needs tp = 1 and pp = 1 (peft adapts plain linear layers), has tp {cell.tp} pp "
-                   f"{cell.pp}")
-    if cell.zero_stage >= 3:
-        out.append("a lora cell needs ZeRO stage 0-2 (ZeRO-3 partitions the weights the adapters wrap)")
-    try:
-        if get_model(cell.model).is_moe:
-            out.append(f"a lora cell needs a dense model, {cell.model} is a mixture of experts")
-    except KeyError:
-        pass  # the training checks name an unknown model
-    return out
 
 
 def _as_torch_linear(module: Any) -> Any:
@@ -68,8 +49,6 @@ def apply_lora(model: Any, rank: int) -> dict[str, Any]:
     """
     import peft
     from torch import nn
-
-    from calorimeter.train.layers import Linear
 
     swapped = 0
     for parent in list(model.modules()):
@@ -94,17 +73,15 @@ def apply_lora(model: Any, rank: int) -> dict[str, Any]:
             "total_parameters": int(sum(p.numel() for p in model.parameters())), "peft_version": peft.__version__}
 
 
-def run_lora(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str, Any]:
+def run_lora(ctx: RankContext) -> RankResult:
     """Kind ``lora``: the training loop of kind ``train`` (warm-up, measured and profiled steps, progress file) on
     the model with LoRA adapters; the rank's result carries the adapters' summary under ``engine.lora``."""
-    from calorimeter.kinds import run_train
-
     info: dict[str, Any] = {}
 
     def hook(model: Any) -> Any:
-        info.update(apply_lora(model, cell.lora_rank))
+        info.update(apply_lora(model, ctx.cell.lora_rank))
         return model
 
-    result = run_train(cell, run_dir, telemetry, model_hook=hook)
-    result.setdefault("engine", {})["lora"] = info
+    result = run_train(ctx, model_hook=hook)
+    result.engine = {**(result.engine or {}), "lora": info}
     return result

@@ -29,6 +29,9 @@ from typing import Any
 import numpy as np
 
 from calorimeter.plan.cell import Cell
+from calorimeter.records.paths import RunPaths
+from calorimeter.records.provenance import device_info
+from calorimeter.telemetry.streamio import read_stream
 
 #: (time_s, temperature_c) readings of this rank's GPU, oldest first
 Readings = list[tuple[float, float]]
@@ -49,9 +52,6 @@ def sampler_stream_source(out_dir: Path, nvml_index: int) -> TemperatureSource:
     """Readings of one GPU from this host's node sampler stream in the run folder ``out_dir``
     (:class:`calorimeter.records.paths.RunPaths`; the stream is found through the sampler metadata's hostname; empty
     until it appears)."""
-    from calorimeter.records.paths import RunPaths
-    from calorimeter.telemetry.streamio import read_stream
-
     host = socket.gethostname()
     found: list[Path] = []
 
@@ -104,7 +104,6 @@ def temperature_source(out_dir: Path, device: Any) -> tuple[TemperatureSource | 
     (None, why) on a CPU rank or without NVML."""
     if getattr(device, "type", "cpu") != "cuda":
         return None, "no GPU temperature on a CPU rank"
-    from calorimeter.records.provenance import device_info
 
     info = device_info(str(device))
     idx = info.get("nvml_index")

@@ -3,9 +3,11 @@
 Every kind runs through the same launcher, per-rank setup (``torch.distributed``) and node sampler as training;
 only the work in the middle differs. A kind names:
 
-* ``entry``: ``module:function`` called on every rank with ``(cell, run_dir, telemetry)`` after the process group
-  is up; it returns this rank's result (``steps``: measured steps if any; ``kind_metrics``: a summary for the
-  record; ``peak_memory_bytes``), and rank 0 writes the kind's files into ``run_dir``;
+* ``entry``: ``module:function`` called on every rank with a :class:`calorimeter.records.rank.RankContext` (the
+  cell, the run's folder, the rank's place and device, the telemetry settings) after the process group is up; it
+  returns this rank's :class:`calorimeter.records.rank.RankResult` (steps, peak memory, a summary for the record),
+  and rank 0 writes the kind's files into the run's folder. The launcher imports it by name
+  (:func:`calorimeter.launch.task.run_kind`): this registry is plan-time code and imports no kind;
 * ``outputs``: those files, copied into the cell folder next to ``run.json`` when the cell's record is written;
 * ``checks``: plan-time reasons why a cell of this kind cannot run (an empty list when it can);
 * ``uses_model``: whether the model and the parallel layout mean anything (only training).
@@ -15,13 +17,11 @@ Adding a kind (e.g. a thermal profile) = one entry here, its module, and its nam
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.models import get_model
 
 
 @dataclass(frozen=True)
@@ -45,23 +45,38 @@ def _collectives_checks(cell: Cell) -> list[str]:
     return [] if cell.world_size >= 2 else [f"a collectives cell needs at least 2 ranks, has {cell.world_size}"]
 
 
-def _lora_checks(cell: Cell) -> list[str]:
-    from calorimeter.train.lora import lora_reasons
+def lora_reasons(cell: Cell) -> list[str]:
+    """Plan-time reasons why a ``lora`` cell cannot run (empty when it can)."""
+    out = []
+    if cell.lora_rank < 1:
+        out.append(f"lora_rank must be >= 1, is {cell.lora_rank}")
+    if cell.tp != 1 or cell.pp != 1:
+        out.append(f"a lora cell needs tp = 1 and pp = 1 (peft adapts plain linear layers), has tp {cell.tp} pp "
+                   f"{cell.pp}")
+    if cell.zero_stage >= 3:
+        out.append("a lora cell needs ZeRO stage 0-2 (ZeRO-3 partitions the weights the adapters wrap)")
+    try:
+        if get_model(cell.model).is_moe:
+            out.append(f"a lora cell needs a dense model, {cell.model} is a mixture of experts")
+    except KeyError:
+        pass  # the training checks name an unknown model
+    return out
 
-    return lora_reasons(cell)
 
+#: the table a ``collectives`` cell writes (:mod:`calorimeter.collectives.table`)
+COLLECTIVES_PARQUET = "collectives.parquet"
 
 KINDS: dict[str, CellKind] = {
     k.name: k
     for k in [
-        CellKind("train", "calorimeter.kinds:run_train", (), True,
+        CellKind("train", "calorimeter.train.loop:run_train", (), True,
                  "train the model with the cell's layout: warm-up, measured and profiled steps"),
-        CellKind("collectives", "calorimeter.collectives.run:run_collectives", ("collectives.parquet",), False,
+        CellKind("collectives", "calorimeter.collectives.run:run_collectives", (COLLECTIVES_PARQUET,), False,
                  "time all-reduce, all-gather, reduce-scatter, all-to-all and send/recv over message and group "
                  "sizes (projection calibration)", _collectives_checks),
         CellKind("lora", "calorimeter.train.lora:run_lora", (), True,
                  "LoRA fine-tuning (peft adapters on the block projections, base model frozen) with the training "
-                 "loop of `train`", _lora_checks),
+                 "loop of `train`", lora_reasons),
         CellKind("thermal-calibration", "calorimeter.placement.calibrate:run_calibration", (), False,
                  "a standard load on every GPU of the node at once (bf16 matmuls), to profile the host's GPUs for "
                  "thermal-aware placement (docs/placement.md)"),
@@ -89,29 +104,3 @@ def kind_reasons(cell: Cell) -> list[str]:
         return [str(e.args[0])]
     return kind.checks(cell) if kind.checks else []
 
-
-def run_kind(cell: Cell, run_dir: Path, telemetry: dict[str, Any]) -> dict[str, Any]:
-    """The per-rank dispatch: run the cell's kind on this rank and return its result."""
-    module, func = get_kind(cell.kind).entry.split(":")
-    entry = getattr(importlib.import_module(module), func)
-    return entry(cell, Path(run_dir), telemetry)
-
-
-def run_train(cell: Cell, run_dir: Path, telemetry: dict[str, Any], model_hook: Any = None) -> dict[str, Any]:
-    """Kind ``train``: the training loop with the sweep's profiling settings; rank 0 writes the run's progress file
-    (one line per finished step, :mod:`calorimeter.records.progress`). ``model_hook`` (kind ``lora``) changes the
-    built model before the optimizer sees it."""
-    import torch.distributed as dist
-
-    from calorimeter.plan.hardware import accelerator_of
-    from calorimeter.records.paths import RunPaths
-    from calorimeter.records.progress import ProgressWriter
-    from calorimeter.train.loop import train_cell
-
-    profile_steps = int(telemetry.get("profile_steps", 0))
-    progress = None
-    if dist.get_rank() == 0:
-        fixed = cell.warmup == "fixed" or accelerator_of(cell.hardware) == "cpu"
-        progress = ProgressWriter(RunPaths(Path(run_dir)).progress, cell, profile_steps, fixed)
-    return train_cell(cell, run_dir, step_callback=progress, profile_steps=profile_steps,
-                      profile_all_ranks=bool(telemetry.get("profile_all_ranks", False)), model_hook=model_hook)

@@ -15,7 +15,8 @@ import pytest
 
 from calorimeter.analysis.cell import gpu_samples, measured_window, normalize_telemetry, rank_table, sampler_periods
 from calorimeter.records.paths import CellPaths, RunPaths
-from calorimeter.records.telemetry import collect_telemetry
+from calorimeter.records.run_record import RunRecord
+from calorimeter.telemetry.collect import collect_telemetry
 
 FIXTURE = Path(__file__).parent / "fixtures" / "telemetry" / "h200x2-matmul-50ms"
 
@@ -64,7 +65,7 @@ def test_energy_counter_and_integral_agree_on_real_data(staging: RunPaths, tmp_p
     ranks = [{"rank": 0, "local_rank": 0, "node": 0, "hostname": "h", "stage": 0}]
     collect_telemetry(staging, dest, ranks)
     tel = normalize_telemetry(pd.read_parquet(dest.telemetry),
-                              rank_table({"cell": {"world_size": 1}, "provenance": {"ranks": ranks}}))
+                              rank_table(RunRecord({"world_size": 1}, "ok", provenance={"ranks": ranks})))
     samples = gpu_samples(tel, sampler_periods(json.loads(dest.telemetry_json.read_text())))
     begin, end, n = measured_window(fixture_steps())
     assert n == 16 and len(samples) == 2

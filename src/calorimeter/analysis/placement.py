@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from calorimeter.findings.stats import mean_interval, welch
+from calorimeter.records.run_record import RunRecord
 
 #: the study's placement result, from a secondary source only (shared/notes/paper-findings.md, S3)
 STUDY_CLAIM = ("study (secondary source): asymmetric stage placement +4% efficiency on Llama3-70B (PP 4, 21/19 "
@@ -42,10 +43,10 @@ def layout_id(cell_id: str) -> str:
     return re.sub(r"_r\d+$", "", re.sub(r"_pl-[a-z0-9-]+", "", str(cell_id)))
 
 
-def placement_columns(record: dict[str, Any]) -> dict[str, Any]:
+def placement_columns(record: RunRecord) -> dict[str, Any]:
     """Runs-table columns of a record's placement: policy, whether it applied, why, the effective split, moves."""
-    cell = record.get("cell") or {}
-    pl = record.get("placement") or {}
+    cell = record.cell
+    pl = record.placement
     split = pl.get("pp_split") or cell.get("pp_split")
     moved = any(pl.get("device_order") or {})
     pred = pl.get("predicted") or {}
@@ -140,7 +141,7 @@ def claim_text(row: pd.Series, metric: str = "tokens_per_s_per_gpu") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m calorimeter.placement.compare results/<sweep>``: the comparison table and one claim per policy."""
+    """``python -m calorimeter.analysis.placement results/<sweep>``: the comparison table and one claim per policy."""
     import argparse
     from pathlib import Path
 

@@ -15,7 +15,10 @@ from calorimeter.records.paths import (
     TELEMETRY_PARQUET,
     CellPaths,
     RunPaths,
+    results_relative,
 )
+from calorimeter.telemetry.convert import convert_node
+from calorimeter.telemetry.kernels import breakdown_traces
 
 
 def _hostnames(rank_results: list[dict[str, Any]]) -> dict[int, str]:
@@ -37,8 +40,6 @@ def collect_telemetry(run: RunPaths, dest: CellPaths, rank_results: list[dict[st
     Returns:
         Names of the files written into ``dest``.
     """
-    from calorimeter.telemetry.convert import convert_node
-
     written: list[str] = []
     hosts = _hostnames(rank_results)
     gpu_frames, host_frames, meta = [], [], {}
@@ -67,9 +68,9 @@ def collect_telemetry(run: RunPaths, dest: CellPaths, rank_results: list[dict[st
     traces = sorted(run.traces.glob("rank-*.json*"),
                     key=lambda p: int(p.name.split("-")[1].split(".")[0]))
     if traces:
-        from calorimeter.telemetry.kernels import breakdown_traces
-
         kern = breakdown_traces(traces)
+        if "file" in kern:  # the trace's path relative to the results folder: no machine's folders in a record
+            kern["file"] = [results_relative(f, dest.root) for f in kern["file"]]
         stage = {int(r["rank"]): r.get("stage") for r in rank_results}
         if "rank" in kern:
             kern.insert(1, "stage", [stage.get(int(r)) for r in kern["rank"]])

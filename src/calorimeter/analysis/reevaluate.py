@@ -1,6 +1,6 @@
 """Re-evaluate committed findings tables with the current catalogue and list the verdicts that changed.
 
-``python -m calorimeter.findings.reevaluate results/reference`` finds every sweep folder with a ``findings.csv``
+``python -m calorimeter.analysis.reevaluate results/reference`` finds every sweep folder with a ``findings.csv``
 and a ``tables/`` folder, evaluates the current catalogue on its tables (with the runs tables of the sweeps its
 config names under ``compare:`` that lie beside it), and prints, as Markdown, the verdict tally before and after and
 every row whose verdict changed with the new reason. ``--write`` also rewrites ``findings.csv`` (and

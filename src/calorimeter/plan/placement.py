@@ -27,12 +27,13 @@ import hashlib
 import itertools
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from calorimeter.plan.cell import Cell
-from calorimeter.plan.flops import layer_forward_flops
-from calorimeter.plan.models import ModelSpec, padded_vocab_size, stage_block_counts
+from calorimeter.plan.layout import Layout
+from calorimeter.plan.models import ModelSpec, stage_block_counts
+from calorimeter.plan.work import stage_work
 
 POLICIES = ("default", "balanced", "thermal")
 #: at most this many candidate mappings are evaluated exhaustively (else identity and sorted only)
@@ -45,24 +46,31 @@ TIE_MARGIN = 0.005
 
 @dataclass(frozen=True)
 class StageCosts:
-    """Cost of a pipeline stage in relative units: ``n x layer`` plus ``first`` / ``last`` on the end stages.
+    """Cost of a pipeline stage in relative units: ``n x layer`` plus ``first`` / ``last`` on the end stages, plus
+    ``recompute`` for each of the first ``recompute_layers`` blocks of a stage (partial full recomputation).
 
     Attributes:
-        layer: one transformer block (forward + backward + recomputation).
+        layer: one transformer block (forward + backward, and its recomputation when every block recomputes).
         first: extra work of the first stage (embedding).
         last: extra work of the last stage (output head and loss).
         source: ``flops`` (the FLOP model) or ``measured:<cell_id>`` (kernel time per stage of a recorded cell).
+        recompute: extra work of one recomputed block (0 when recomputation is none, selective or of every block:
+            then it is part of ``layer``).
+        recompute_layers: blocks per stage that pay ``recompute`` (None: none pays it apart).
     """
 
     layer: float
     first: float
     last: float
     source: str
+    recompute: float = 0.0
+    recompute_layers: int | None = None
 
     def stage(self, index: int, n_layers: int, pp: int) -> float:
         """Cost of stage ``index`` holding ``n_layers`` blocks."""
         extra = (self.first if index == 0 else 0.0) + (self.last if index == pp - 1 else 0.0)
-        return n_layers * self.layer + extra
+        recomputed = min(n_layers, self.recompute_layers) if self.recompute_layers is not None else 0
+        return n_layers * self.layer + recomputed * self.recompute + extra
 
     def all(self, split: tuple[int, ...]) -> list[float]:
         """Cost of every stage of a split."""
@@ -70,23 +78,29 @@ class StageCosts:
 
 
 def flops_stage_costs(m: ModelSpec, cell: Cell) -> StageCosts:
-    """Stage costs from the FLOP model (:mod:`calorimeter.plan.flops`), per sequence, normalised to one block.
+    """Stage costs from the workload model (:func:`calorimeter.plan.work.stage_work`), normalised to one block.
 
-    The attention core counts causally (half of Megatron's ``4 s^2 h``: flash attention skips the masked half),
-    recomputation adds the forward it repeats, the last stage carries the output logits (``2 s h V``, times 3 for
-    training), the first stage's embedding lookup costs no FLOPs. The softmax/cross-entropy over the vocabulary is
-    memory-bound and not in the model: on H200 the measured head costs 2.5-2.8 blocks where the FLOPs say 2.1 for
-    Llama-3 8B (docs/placement.md), which is why :func:`measured_stage_costs` is preferred when a record exists.
+    The cost of a stage is its compute FLOPs there (:attr:`calorimeter.plan.work.StageWork.compute_flops`): the
+    attention core counts causally (flash attention skips the masked half), recomputation adds the forward it
+    repeats (with ``recompute: full, recompute_layers: k`` only for the first k blocks of each stage), the last
+    stage carries the output logits, the first stage's embedding lookup costs no FLOPs. The softmax/cross-entropy
+    over the vocabulary is memory-bound and not in the model: on H200 the measured head costs 2.5-2.8 blocks where
+    the FLOPs say 2.1 for Llama-3 8B (docs/placement.md), which is why :func:`measured_stage_costs` is preferred
+    when a record exists.
     """
-    dense, core = layer_forward_flops(m, cell.seq_len)
-    fwd = dense + core / 2.0
-    layer = 3.0 * fwd
-    if cell.recompute == "full":
-        layer += fwd
-    elif cell.recompute == "selective":
-        layer += core / 2.0
-    head = 3.0 * 2.0 * cell.seq_len * m.hidden_size * padded_vocab_size(m, cell.tp)
-    return StageCosts(layer=1.0, first=0.0, last=head / layer, source="flops")
+    pp = max(cell.pp, 2)  # a first and a last stage apart, whatever the cell's pp (only the ratios are used)
+    partial = cell.recompute == "full" and cell.recompute_layers is not None
+    plain = replace(cell, recompute="none", recompute_layers=None) if partial else cell
+
+    def flops(c: Cell, stage: int, layers: int) -> float:
+        return stage_work(replace(c, pp=pp) if c.pp != pp else c, m, stage, layers).compute_flops
+
+    block = flops(plain, 0, 2) - flops(plain, 0, 1)
+    first = flops(plain, 0, 1) - block
+    last = flops(plain, pp - 1, 1) - block
+    recompute = flops(replace(cell, recompute_layers=None), 0, 1) - flops(plain, 0, 1) if partial else 0.0
+    return StageCosts(layer=1.0, first=first / block, last=last / block, source="flops",
+                      recompute=recompute / block, recompute_layers=cell.recompute_layers if partial else None)
 
 
 def measured_stage_costs(compute_s: dict[int, float], split: tuple[int, ...], cell_id: str,
@@ -149,20 +163,7 @@ def best_split(costs: StageCosts, speeds: list[float], num_layers: int, max_laye
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# rank layout and mapping
-
-
-def rank_stage(rank: int, cell: Cell) -> int:
-    """Pipeline stage of a global rank (pipeline outermost, as DeepSpeed's and Megatron's topologies)."""
-    return rank // max(cell.world_size // cell.pp, 1)
-
-
-def node_stage_groups(cell: Cell, node: int) -> dict[int, list[int]]:
-    """Local ranks of one node per stage (ranks are placed on nodes in blocks of ``gpus_per_node``)."""
-    groups: dict[int, list[int]] = {}
-    for local in range(cell.gpus_per_node):
-        groups.setdefault(rank_stage(node * cell.gpus_per_node + local, cell), []).append(local)
-    return groups
+# mapping ranks to GPUs
 
 
 @dataclass(frozen=True)
@@ -199,11 +200,12 @@ def _assignments(groups: dict[int, list[int]], gpus: NodeGpus, exhaustive: bool
 def _stage_speeds(cell: Cell, nodes: dict[int, NodeGpus], mapping: dict[int, dict[int, int]]) -> list[float]:
     """Speed of every stage: the slowest GPU it spans under a mapping."""
     speed = [math.inf] * cell.pp
+    layout = Layout.of(cell)
     for node, gpus in nodes.items():
         for local, pos in mapping[node].items():
             if local >= cell.gpus_per_node:
                 continue
-            s = rank_stage(node * cell.gpus_per_node + local, cell)
+            s = layout.stage(node * cell.gpus_per_node + local)
             speed[s] = min(speed[s], gpus.speeds[pos])
     return [1.0 if math.isinf(s) else s for s in speed]
 
@@ -313,12 +315,13 @@ def decide(cell: Cell, m: ModelSpec, costs: StageCosts, nodes: dict[int, NodeGpu
             return fallback(policy, f"node {n}: the profile does not give a speed for each of the job's "
                             f"{cell.gpus_per_node} GPUs", cell, profiles=profiles)
     # default speeds: identity mapping on every node
-    per_node = {n: _assignments(node_stage_groups(cell, n), g, exhaustive=False) for n, g in nodes.items()}
+    layout = Layout.of(cell)
+    per_node = {n: _assignments(layout.node_stage_groups(n), g, exhaustive=False) for n, g in nodes.items()}
     identity = {n: c[0][1] for n, c in per_node.items()}
     t_default = max(stage_times(costs, default_split, _stage_speeds(cell, nodes, identity)))
-    n_cand = math.prod(math.factorial(len(node_stage_groups(cell, n))) for n in nodes)
+    n_cand = math.prod(math.factorial(len(layout.node_stage_groups(n))) for n in nodes)
     exhaustive = n_cand <= MAX_CANDIDATES
-    per_node = {n: _assignments(node_stage_groups(cell, n), g, exhaustive) for n, g in nodes.items()}
+    per_node = {n: _assignments(layout.node_stage_groups(n), g, exhaustive) for n, g in nodes.items()}
     if not exhaustive:  # identity and the sorted assignment only
         per_node = {n: per_node[n][:1] + _sorted_only(cell, n, nodes[n], costs.all(default_split)) for n in nodes}
     cost = costs.all(default_split)
@@ -349,7 +352,7 @@ def decide(cell: Cell, m: ModelSpec, costs: StageCosts, nodes: dict[int, NodeGpu
 
 def _sorted_only(cell: Cell, node: int, g: NodeGpus, stage_cost: list[float]) -> list[tuple[str, dict[int, int]]]:
     """The sorted assignment alone: the costliest stages of the node on its fastest GPUs."""
-    groups = node_stage_groups(cell, node)
+    groups = Layout.of(cell).node_stage_groups(node)
     order = sorted(range(len(g.uuids)), key=lambda p: (-g.speeds[p], p))
     m: dict[int, int] = {}
     i = 0
@@ -369,6 +372,14 @@ def _device_order(g: NodeGpus, mapping: dict[int, int], ranks: int) -> list[str]
 def _predicted(t_default: float, t: float) -> dict[str, float]:
     return {"bottleneck_default": t_default, "bottleneck_chosen": t,
             "predicted_speedup": t_default / t if t > 0 else math.nan}
+
+
+def profiles_host(cell: Cell, m: ModelSpec | None) -> bool:
+    """Whether a recorded cell of this kind and layout can profile its hosts (:mod:`calorimeter.placement.profile`):
+    a thermal calibration, or a dense training cell without pipeline stages (they load the GPUs unequally)."""
+    if getattr(cell, "kind", "train") == "thermal-calibration":
+        return True
+    return getattr(cell, "kind", "train") == "train" and cell.pp == 1 and m is not None and not m.is_moe
 
 
 def prerequisites(cell: Cell, cells: list[Cell]) -> list[str]:

@@ -15,11 +15,11 @@ are per iteration on one rank of the stage (all its micro-batches).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.flops import layer_forward_flops
+from calorimeter.plan.layout import group_nodes
 from calorimeter.plan.models import (
     ModelSpec,
     expert_capacity,
@@ -29,8 +29,9 @@ from calorimeter.plan.models import (
     trained_parameter_count,
 )
 
-#: the collectives the model prices (the kernel categories of telemetry/kernels.py)
-COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+#: the collectives a cell issues, in report order: one vocabulary for the workload's messages, the kernel categories
+#: of a trace (:mod:`calorimeter.telemetry.kernels`), the points a ``collectives`` cell times and the projection
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all")
 
 #: compute features, in the order of the calibration's coefficient vectors
 FEATURES: tuple[str, ...] = (
@@ -90,6 +91,11 @@ class StageWork:
         """A feature per micro-batch."""
         return self.features.get(name, 0.0) / max(self.micro_batches, 1)
 
+    @property
+    def compute_flops(self) -> float:
+        """Floating-point operations of the stage's kernels: linear layers, output head and attention core."""
+        return self.features.get("dense_flops", 0.0) + self.features.get("attention_flops", 0.0)
+
 
 @dataclass
 class Workload:
@@ -98,16 +104,6 @@ class Workload:
     cell: Cell
     model: ModelSpec
     stages: list[StageWork]
-
-
-def group_nodes(size: int, stride: int, gpus_per_node: int) -> int:
-    """Nodes spanned by a group of ``size`` ranks ``stride`` apart, ranks filling nodes in order."""
-    if size <= 1:
-        return 1
-    span = (size - 1) * stride + 1
-    if stride >= gpus_per_node:
-        return size
-    return max(1, math.ceil(span / gpus_per_node))
 
 
 def _passes(cell: Cell, layers: int) -> tuple[float, float]:

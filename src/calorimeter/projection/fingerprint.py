@@ -1,0 +1,166 @@
+"""The engine fingerprint of a measured cell: what its kernel times, collective times and power depend on.
+
+Read from the cell's ``run.json`` (``engine`` and ``provenance``) and its telemetry (power limit):
+
+* ``gpu``: the device name of rank 0 (``NVIDIA H200``);
+* ``power_limit_w``: the GPUs' power limit as the node sampler read it (median), rounded to a watt;
+* ``torch``, ``deepspeed``, ``megatron_core``: the package versions the ranks ran;
+* ``attention``: ``auto`` where the engine chose the attention kernel per shape (``attention: auto``, the default:
+  it times the backends at the cell's shape, so one engine build runs cuDNN at one sequence and another backend at
+  the next: a policy, one fingerprint), else the kernel that ran (``engine.kernels.attention``; ``default`` resolved
+  to the backend PyTorch's default picked, ``engine.kernel_choice.attention_probe.pytorch_default``);
+* ``fused``: the fused elementwise kernels (``liger``, ``compile``, ``eager``);
+* ``tp_overlap``: the tensor-parallel overlap mechanism of the cell (``symm_mem``, ``ring``, ``none``, ``n/a``
+  without tensor parallelism). It is a property of the cell, not of the engine build: a calibration lists the
+  mechanisms its cells ran and the key below leaves it out.
+
+A field the record does not hold is ``unrecorded``. Records written before the engine recorded its kernel choices
+(2026-11-21) have no ``engine`` block: their attention and fused kernels are ``unrecorded`` and they never match a
+fingerprint that names them. Two fingerprints match when every field recorded on both sides is equal and both name
+their kernels (:func:`matches`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from calorimeter.records.paths import SweepPaths
+
+UNRECORDED = "unrecorded"
+#: the fields that make up an engine build's identity (the key); tp_overlap is the cell's
+KEY_FIELDS: tuple[str, ...] = ("gpu", "power_limit_w", "torch", "deepspeed", "megatron_core", "attention", "fused")
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """One engine build on one GPU type (see the module docstring for each field)."""
+
+    gpu: str = UNRECORDED
+    power_limit_w: str = UNRECORDED
+    torch: str = UNRECORDED
+    deepspeed: str = UNRECORDED
+    megatron_core: str = UNRECORDED
+    attention: str = UNRECORDED
+    fused: str = UNRECORDED
+    tp_overlap: str = UNRECORDED
+
+    @property
+    def engine(self) -> dict[str, str]:
+        """The key fields."""
+        return {f: getattr(self, f) for f in KEY_FIELDS}
+
+    @property
+    def key(self) -> str:
+        """Short stable id of the engine fields: ``<attention>-<fused>-<hash8>``."""
+        digest = hashlib.sha1(json.dumps(self.engine, sort_keys=True).encode()).hexdigest()[:8]
+        return f"{self.attention}-{self.fused}-{digest}"
+
+    @property
+    def kernels_recorded(self) -> bool:
+        """Whether the record names its kernel choices (records before 2026-11-22 do not)."""
+        return self.attention != UNRECORDED and self.fused != UNRECORDED
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON-ready."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Fingerprint:
+        """Inverse of :meth:`to_dict` (unknown keys ignored, missing ones ``unrecorded``)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: str(v) for k, v in d.items() if k in names and v is not None})
+
+    def describe(self) -> str:
+        """One line for logs and the ``assumed`` column."""
+        e = self.engine
+        return (f"{e['gpu']} {e['power_limit_w']} W, torch {e['torch']}, DeepSpeed {e['deepspeed']}, "
+                f"Megatron-core {e['megatron_core']}, attention {e['attention']}, fused {e['fused']}")
+
+
+def matches(a: Fingerprint | dict[str, Any], b: Fingerprint | dict[str, Any]) -> bool:
+    """Whether two engines are the same build: both name their kernels and every key field recorded on both sides
+    is equal (a field ``unrecorded`` on one side is not compared)."""
+    a = a if isinstance(a, Fingerprint) else Fingerprint.from_dict(a)
+    b = b if isinstance(b, Fingerprint) else Fingerprint.from_dict(b)
+    if not (a.kernels_recorded and b.kernels_recorded):
+        return False
+    return all(x == y for x, y in zip(a.engine.values(), b.engine.values(), strict=True)
+               if UNRECORDED not in (x, y))
+
+
+def _attention(engine: dict[str, Any]) -> str:
+    att = (engine.get("kernels") or {}).get("attention")
+    if not att:
+        return UNRECORDED
+    if (engine.get("kernel_choice") or {}).get("attention_requested") == "auto":
+        return "auto"  # the engine times the backends per shape and picks one: a policy, not one kernel
+    if att == "default":
+        probe = (engine.get("kernel_choice") or {}).get("attention_probe") or {}
+        return str(probe.get("pytorch_default") or "default")
+    return str(att)
+
+
+def _version(v: Any) -> str:
+    return str(v).split("+")[0] if v else UNRECORDED
+
+
+def from_record(run: dict[str, Any], power_limit_w: float | None = None) -> Fingerprint:
+    """The fingerprint of one cell's ``run.json`` (parsed), with the power limit from its telemetry if known."""
+    engine = run.get("engine") or {}
+    prov = run.get("provenance") or {}
+    packages = prov.get("packages") or {}
+    ranks = prov.get("ranks") or [{}]
+    gpu = ranks[0].get("device") or UNRECORDED
+    limit = UNRECORDED if power_limit_w is None or power_limit_w != power_limit_w else str(round(power_limit_w))
+    return Fingerprint(gpu=str(gpu), power_limit_w=limit, torch=_version(packages.get("torch") or engine.get("torch")),
+                       deepspeed=_version(packages.get("deepspeed")),
+                       megatron_core=_version(packages.get("megatron-core")), attention=_attention(engine),
+                       fused=str((engine.get("kernels") or {}).get("fused") or UNRECORDED),
+                       tp_overlap=str((engine.get("overlap") or {}).get("tp_comm_overlap") or UNRECORDED))
+
+
+def recorded_at(run: dict[str, Any]) -> str:
+    """When the cell ran: its launcher attempt stamp (``20261123T004225Z``), empty if not recorded."""
+    return str(((run.get("provenance") or {}).get("launcher") or {}).get("attempt") or "")
+
+
+def _power_limit(telemetry: Path) -> float | None:
+    if not telemetry.is_file():
+        return None
+    try:
+        v = pd.read_parquet(telemetry, columns=["power_limit_w"])["power_limit_w"].dropna()
+    except (KeyError, ValueError, OSError):
+        return None
+    return float(v.median()) if len(v) else None
+
+
+def read_fingerprints(source: str | Path, cell_ids: list[str]) -> pd.DataFrame:
+    """One row per cell of a sweep folder: ``cell_id``, the fingerprint fields, ``fingerprint`` (the key) and
+    ``recorded_at``. A cell without a ``run.json`` gets an all-``unrecorded`` fingerprint."""
+    sweep = SweepPaths(Path(source))
+    rows = []
+    for cid in cell_ids:
+        paths = sweep.cell(cid)
+        try:
+            run = json.loads(paths.run_json.read_text())
+        except (OSError, ValueError):
+            run = {}
+        fp = from_record(run, _power_limit(paths.telemetry))
+        rows.append({"cell_id": cid, **fp.to_dict(), "fingerprint": fp.key, "recorded_at": recorded_at(run)})
+    return pd.DataFrame(rows, columns=["cell_id", *(f.name for f in fields(Fingerprint)), "fingerprint",
+                                       "recorded_at"])
+
+
+def fingerprint_of(row: pd.Series | dict[str, Any]) -> Fingerprint:
+    """The fingerprint held in a measured runs row (columns of :func:`read_fingerprints`)."""
+    return Fingerprint.from_dict({f.name: row.get(f.name) for f in fields(Fingerprint)})
+
+
+__all__ = ["KEY_FIELDS", "UNRECORDED", "Fingerprint", "fingerprint_of", "from_record", "matches",
+           "read_fingerprints", "recorded_at"]

@@ -1,0 +1,98 @@
+"""The ``projection:`` block of a sweep config, resolved: one definition of every key's default.
+
+The schema (``src/calorimeter/plan/config.schema.yaml``, ``projection``) describes the keys; the workflow
+(``workflow/rules/projection.smk``) and ``bench/`` read them only through :meth:`ProjectionSettings.from_config`, so
+schema and code cannot disagree on a default (tests/test_projection_settings.py checks every key).
+"""
+
+from __future__ import annotations
+
+import glob
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from calorimeter.projection.fingerprint import KEY_FIELDS
+from calorimeter.projection.validation import COVERAGE
+
+#: the committed measurements the model is calibrated on by default: every engine build the project has records of
+#: (one calibration per GPU type and fingerprint is fitted from them; the newest that matches the engine projected
+#: for is used). The current engine (2026-11-22 on: cuDNN attention, Liger kernels, symm_mem TP overlap) on 2x H200
+#: (findings, TP overlap, placement, fidelity, engine benchmark) and 1x H100 (findings); the 2026-11-21 records
+#: (before the engine recorded its kernels) for the cross-fingerprint error and as the fallback of other engines.
+DEFAULT_CALIBRATION: tuple[str, ...] = (
+    "results/reference/findings-2026-11-23/h200x2-findings",
+    "results/reference/findings-2026-11-23/h100x1-findings",
+    "results/reference/h200x2-tp-overlap-2026-11-23/h200x2-tp-overlap",
+    "results/reference/h200x2-placement-2026-11-23b/h200x2-placement",
+    "results/reference/h200x2-fidelity-2026-11-23/h200x2-fidelity",
+    "results/reference/h200x2-engine-speed-2026-11-23c",
+    "results/reference/h200x2-2026-11-21/gpu-llama8b",
+    "results/reference/h200x2-moe-tp-check-2026-11-21/h200x2-moe-tp-check",
+    "results/reference/h200x4-2026-11-21/h200x4-parallelism",
+    "results/reference/h200x8-2026-11-21/h200x8-parallelism",
+)
+#: calibration sweeps (config/reference/<gpu>-calibration.yaml, kept as results/reference/<gpu>-calibration-<date>/)
+#: join the default calibration as soon as they are committed: the calibration rule reruns on them
+CALIBRATION_SWEEP_GLOB = "results/reference/*-calibration-*/*-calibration"
+
+#: the default collective curves: the committed NCCL sweep (``kind: collectives``) on 2x H200; group sizes other
+#: than 2 carry its bus bandwidth over, and traced collectives fill sizes it does not cover
+DEFAULT_COLLECTIVES: tuple[str, ...] = (
+    "results/reference/h200x2-collectives-2026-11-23/h200x2-collectives",
+)
+
+
+def default_calibration(root: str | Path = ".") -> tuple[str, ...]:
+    """:data:`DEFAULT_CALIBRATION` plus every committed calibration sweep (relative to ``root``)."""
+    found = sorted(str(Path(p).relative_to(root)) for p in glob.glob(str(Path(root) / CALIBRATION_SWEEP_GLOB))
+                   if (Path(p) / "tables" / "runs.parquet").is_file())
+    return (*DEFAULT_CALIBRATION, *(p for p in found if p not in DEFAULT_CALIBRATION))
+
+
+@dataclass(frozen=True)
+class ProjectionSettings:
+    """The resolved ``projection:`` block.
+
+    Attributes:
+        calibration: sweep folders the model is calibrated on (default :func:`default_calibration`).
+        collectives: sweep folders of ``collectives`` cells; absent: :data:`DEFAULT_COLLECTIVES`; ``[]``: none (the
+            curves come from the kernel traces alone).
+        network: inter-node network override (None: the hardware profile's).
+        validation: folds of sweep folders; empty (default): leave-one-configuration-out over the calibration cells.
+        engine: fingerprint fields of the engine projected for (``{}``, default: the newest engine recorded for
+            the cell's GPU type).
+        coverage: the stated coverage of every error band.
+    """
+
+    calibration: tuple[str, ...] = field(default_factory=default_calibration)
+    collectives: tuple[str, ...] = DEFAULT_COLLECTIVES
+    network: dict[str, float] | None = None
+    validation: tuple[dict[str, Any], ...] = ()
+    engine: dict[str, str] = field(default_factory=dict)
+    coverage: float = COVERAGE
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any] | None, root: str | Path = ".") -> ProjectionSettings:
+        """From a (validated) sweep config; keys absent or null take the defaults above.
+
+        Raises:
+            ValueError: an ``engine`` key that is not a fingerprint field, or a coverage outside (0, 1).
+        """
+        p = dict((config or {}).get("projection") or {})
+        engine = dict(p.get("engine") or {})
+        bad = sorted(set(engine) - set(KEY_FIELDS))
+        if bad:
+            raise ValueError(f"projection.engine: unknown key(s) {bad}; expected some of {list(KEY_FIELDS)}")
+        coverage = float(p["coverage"]) if p.get("coverage") is not None else COVERAGE
+        if not 0.0 < coverage < 1.0:
+            raise ValueError(f"projection.coverage: {coverage} is not within (0, 1)")
+        return cls(calibration=tuple(p["calibration"]) if p.get("calibration") else default_calibration(root),
+                   collectives=tuple(p["collectives"]) if p.get("collectives") is not None else DEFAULT_COLLECTIVES,
+                   network=dict(p["network"]) if p.get("network") else None,
+                   validation=tuple(p.get("validation") or ()), engine={k: str(v) for k, v in engine.items()},
+                   coverage=coverage)
+
+
+__all__ = ["CALIBRATION_SWEEP_GLOB", "DEFAULT_CALIBRATION", "DEFAULT_COLLECTIVES", "ProjectionSettings",
+           "default_calibration"]

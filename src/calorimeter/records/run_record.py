@@ -1,0 +1,138 @@
+"""``run.json`` read through one door: the typed, versioned :class:`RunRecord`.
+
+The file's format does not change (a JSON object, written by :func:`calorimeter.records.record.build_record`,
+``schema_version`` :data:`SCHEMA_VERSION`); :class:`RunRecord` is its read model. :func:`read_run_record` parses a
+file, checks that it is a cell record, brings older names up to date (:func:`calorimeter.records.legacy.upgrade_record`,
+so ``results/reference/`` records read like new ones) and gives the parts every reader uses as typed fields, each
+with the default an older or a failed record implies. ``data`` keeps the upgraded object for whatever no field names.
+
+Version history: 1 (every record so far; records before ``schema_version`` existed are read as 1: their differences
+are names, which the upgrade handles).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from calorimeter.records.legacy import upgrade_record
+
+#: the run.json format written today
+SCHEMA_VERSION = 1
+
+
+class RecordError(ValueError):
+    """A run.json that cannot be used, and why (``missing``, ``not JSON (...)``, ``not a cell record (...)``)."""
+
+
+def _mapping(d: dict[str, Any], key: str) -> dict[str, Any]:
+    value = d.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One cell's record (run.json), with today's names.
+
+    Attributes:
+        cell: the cell's parameters as recorded (``Cell.to_dict()``; older records lack newer keys).
+        status: ``ok``, ``oom``, ``failed`` or ``transient``.
+        failure_class: ``ok``, ``oom``, ``failed``, ``timeout``, ``transient`` (empty in the oldest records).
+        reason: why it is not ``ok`` (empty when it is).
+        metrics: throughput metrics of a training cell, or a calibration kind's summary (empty when not ok).
+        provenance: git, packages, hosts, ``ranks`` (one entry per rank: node, device_info, stage, ...), launcher.
+        hardware: the hardware profile (``peak_bf16_tflops``, ...).
+        model: the model's dimensions (None for kinds without a model).
+        placement: the placement decision (empty for records from before placement).
+        warmup: how the warm-up was decided (empty for records from before the steady-state warm-up).
+        loss: loss and gradient norm per step of rank 0.
+        peak_memory_bytes: the largest peak over the ranks (None when no rank said).
+        telemetry_files: telemetry tables written next to run.json.
+        kind_files: a calibration kind's output files.
+        schema_version: the format version the file was written in.
+        data: the whole (upgraded) object.
+    """
+
+    cell: dict[str, Any]
+    status: str
+    failure_class: str = ""
+    reason: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    hardware: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] | None = None
+    placement: dict[str, Any] = field(default_factory=dict)
+    warmup: dict[str, Any] = field(default_factory=dict)
+    loss: tuple[dict[str, Any], ...] = ()
+    peak_memory_bytes: int | None = None
+    telemetry_files: tuple[str, ...] = ()
+    kind_files: tuple[str, ...] = ()
+    schema_version: int = SCHEMA_VERSION
+    data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunRecord:
+        """The record of a run.json object (upgraded; not modified).
+
+        Raises:
+            RecordError: it is not a cell record (no ``cell`` mapping or no ``status``).
+        """
+        if not isinstance(d, dict) or not isinstance(d.get("cell"), dict) or not isinstance(d.get("status"), str):
+            raise RecordError("not a cell record (no 'cell' mapping or no 'status')")
+        d = upgrade_record(d)
+        model = d.get("model")
+        peak = d.get("peak_memory_bytes")
+        return cls(cell=d["cell"], status=d["status"], failure_class=str(d.get("failure_class") or ""),
+                   reason=str(d.get("reason") or ""), metrics=_mapping(d, "metrics"),
+                   provenance=_mapping(d, "provenance"), hardware=_mapping(d, "hardware"),
+                   model=model if isinstance(model, dict) else None, placement=_mapping(d, "placement"),
+                   warmup=_mapping(d, "warmup"), loss=tuple(d.get("loss") or ()),
+                   peak_memory_bytes=int(peak) if peak is not None else None,
+                   telemetry_files=tuple(d.get("telemetry_files") or ()), kind_files=tuple(d.get("kind_files") or ()),
+                   schema_version=int(d.get("schema_version") or 1), data=d)
+
+    @property
+    def cell_id(self) -> str:
+        """The cell's id."""
+        return str(self.cell.get("cell_id") or self.data.get("cell_id") or "")
+
+    @property
+    def kind(self) -> str:
+        """The cell's kind (records from before cell kinds trained)."""
+        return str(self.cell.get("kind") or "train")
+
+    @property
+    def ok(self) -> bool:
+        """The cell measured what it was for."""
+        return self.status == "ok"
+
+    @property
+    def launcher(self) -> dict[str, Any]:
+        """What the launcher recorded: executor, job_id, attempt, wall_time_s, reattached, ..."""
+        value = self.provenance.get("launcher")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def ranks(self) -> list[dict[str, Any]]:
+        """Per rank: rank, local_rank, node, hostname, device_info, stage, ... (``provenance.ranks``)."""
+        return list(self.provenance.get("ranks") or [])
+
+
+def read_run_record(path: str | Path) -> RunRecord:
+    """The record in a run.json file.
+
+    Raises:
+        RecordError: the file is missing, unreadable, not JSON or not a cell record (the message says which).
+    """
+    try:
+        d = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise RecordError("missing") from None
+    except (OSError, UnicodeDecodeError) as e:
+        text = f"{type(e).__name__}: {e}".splitlines()[0]
+        raise RecordError(f"cannot be read ({text if len(text) <= 200 else text[:180] + '...'})") from e
+    except ValueError as e:
+        raise RecordError(f"not JSON ({e})") from e
+    return RunRecord.from_dict(d)

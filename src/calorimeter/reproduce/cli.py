@@ -1,0 +1,137 @@
+"""The artifact-evaluation subcommands of ``calorimeter``: ``compare`` and ``export``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _floors(items: list[str] | None) -> dict[str, float]:
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"--floor {item!r}: give METRIC=VALUE, e.g. power_peak_w=0.2")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--floor {item!r}: {value!r} is not a number") from None
+    return out
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    # heavy: pandas and matplotlib, imported only when the command runs (keeps `calorimeter --help` fast)
+    from calorimeter.reproduce.compare import NOT_COMPARABLE, compare, figure_counts, metrics_with_floors, passed
+    from calorimeter.reproduce.report import write_outputs  # heavy: matplotlib
+    from calorimeter.reproduce.sources import load_source  # heavy: pandas
+
+    try:
+        metrics = metrics_with_floors(_floors(args.floor))
+        ref, rep = load_source(args.reference), load_source(args.reproduction)
+    except (argparse.ArgumentTypeError, FileNotFoundError, KeyError, ValueError) as e:
+        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2
+    result = compare(ref, rep, metrics, subset=args.subset)
+    counts = figure_counts(result, ref)
+    out = Path(args.out) if args.out else Path(args.reproduction) / "compare"
+    write_outputs(result, counts, out, str(args.reference), str(args.reproduction))
+    print(f"reference {args.reference}: {', '.join(ref.sweeps)}; reproduction {args.reproduction}: "
+          f"{', '.join(rep.sweeps)}")
+    with pd.option_context("display.width", 200, "display.max_colwidth", 70):
+        shown = result[result["verdict"] != NOT_COMPARABLE] if not args.all else result
+        print(shown[["config_id", "metric", "difference", "tolerance", "verdict", "reason"]].to_string(index=False))
+        nc = result[result["verdict"] == NOT_COMPARABLE].drop_duplicates(["config_id", "reproduction_config_id",
+                                                                          "reason"])
+        for _, r in nc.iterrows():
+            print(f"not comparable: {r['config_id'] or r['reproduction_config_id']}: {r['reason']}")
+        print(counts.to_string(index=False))
+    ok = passed(result)
+    print(f"{'REPRODUCED' if ok else 'NOT REPRODUCED'}: written {out}/compare.csv, compare_counts.csv, "
+          "compare.html, compare.png")
+    return 0 if ok else 1
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``compare`` (and ``export``) on the ``calorimeter`` parser."""
+    c = sub.add_parser("compare", help="check a reproduction against reference records: per configuration and "
+                       "metric the difference, the tolerance and a verdict; exit 0 only when every comparable "
+                       "metric is reproduced (docs/artifact.md)")
+    c.add_argument("reference", help="folder of the reference: a sweep, a set of sweeps (results/reference/<set>) "
+                   "or a tables folder")
+    c.add_argument("reproduction", help="folder of the reproduction (the same forms)")
+    c.add_argument("--out", help="where to write compare.csv/.html/.png (default: REPRODUCTION/compare)")
+    c.add_argument("--floor", action="append", metavar="METRIC=VALUE",
+                   help="replace a metric's tolerance floor (a fraction for ratios, degC for temperatures), "
+                   "e.g. --floor power_peak_w=0.2; repeatable")
+    c.add_argument("--subset", action="store_true", help="the reproduction measured only some of the reference's "
+                   "configurations on purpose: the others are not reported as missing")
+    c.add_argument("--all", action="store_true", help="print the not-comparable rows too")
+    c.set_defaults(func=_compare)
+    add_rebuild(sub)
+    add_export(sub)
+
+
+def _rebuild(args: argparse.Namespace) -> int:
+    from calorimeter.reproduce.rebuild import copy_records, plan_rebuild, run_rebuild  # heavy: pandas, yaml
+
+    ref = Path(args.reference)
+    out = Path(args.out) if args.out else Path("results") / "rebuild" / ref.name
+    try:
+        steps = plan_rebuild(ref, out, args.cores, args.report)
+        if args.dry_run:
+            for st in steps:
+                print(f"{st.sweep}: " + (" ".join(st.command[1:]) if st.command else "no config/reference file"))
+            return 0
+        copy_records(ref, out)
+    except (FileNotFoundError, FileExistsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rc = run_rebuild(steps)
+    print(f"rebuilt into {out} (the committed {ref} is untouched); check it with: calorimeter compare {ref} {out}")
+    return rc
+
+
+def add_rebuild(sub: argparse._SubParsersAction) -> None:
+    """Register ``rebuild``."""
+    r = sub.add_parser("rebuild", help="rebuild a committed reference set's tables, figures and findings in a scratch "
+                       "folder (results/rebuild/<set>), never next to the committed files")
+    r.add_argument("reference", help="a committed set (results/reference/<set>) or one of its sweeps")
+    r.add_argument("--out", help="the scratch results folder (default results/rebuild/<set>; must not hold the set's "
+                   "sweeps yet)")
+    r.add_argument("--cores", type=int, default=2)
+    r.add_argument("--report", action="store_true", help="also write <out>/<sweep>/report.html")
+    r.add_argument("--dry-run", "-n", action="store_true", help="print the snakemake commands; copy and run nothing")
+    r.set_defaults(func=_rebuild)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from calorimeter.reproduce.charllm import export_charllm  # heavy: pandas, numpy
+
+    try:
+        exp = export_charllm(args.sweep, args.out, args.window, args.repeat)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    n = sum(len(v) for v in exp.runs.values())
+    print(f"exported {len(exp.runs)} cells ({n} run folders) to {args.out}/results; manifest "
+          f"{args.out}/calorimeter_manifest.json")
+    for cid, why in exp.skipped.items():
+        print(f"  not exported: {cid}: {why}")
+    return 0
+
+
+def add_export(sub: argparse._SubParsersAction) -> None:
+    """Register ``export``."""
+    e = sub.add_parser("export", help="write a sweep's records in another tool's layout (charllm-ppt: the MICRO'25 "
+                       "artifact's per-rank files, so its plotting scripts draw calorimeter measurements)")
+    e.add_argument("--format", required=True, choices=("charllm-ppt",))
+    e.add_argument("sweep", help="a sweep folder with cells/ (results/<sweep>)")
+    e.add_argument("out", help="the artifact's CharLLM-PPT folder to write (results/... and a manifest go there)")
+    e.add_argument("--window", choices=("last-step", "measured"), default="last-step",
+                   help="per rank: its last measured step (the artifact's one-iteration window; default) or every "
+                   "measured step")
+    e.add_argument("--repeat", type=int, default=0, help="which repetition to export (default 0)")
+    e.set_defaults(func=_export)

@@ -1,0 +1,104 @@
+"""Where a comparison's numbers come from: a folder of records or tables, read as one runs table.
+
+A folder can be a sweep (``<results>/<sweep>`` with ``tables/runs.parquet`` or ``cells/``), a results folder or a
+committed set holding several sweeps (``results/reference/<set>``), or a ``tables`` folder. Sweeps without tables are
+read from their cell records (the same per-cell tables ``snakemake`` builds, computed in memory: nothing is written
+next to the records). Tables of any age get today's parameter columns (:func:`calorimeter.records.legacy.upgrade_runs`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from calorimeter.analysis.damaged import readable_cell_tables
+from calorimeter.records.legacy import upgrade_runs
+from calorimeter.records.paths import RUN_JSON
+
+
+@dataclass
+class Source:
+    """The runs of one side of a comparison.
+
+    Attributes:
+        folder: what was given.
+        runs: one row per cell (all sweeps found), today's columns.
+        engines: cell id -> engine fingerprint (attention and fused kernels, overlap mechanisms, torch version)
+            from the cell's run.json; absent where no record was found.
+        sweeps: the sweep folders read, and whether from tables or records.
+    """
+
+    folder: Path
+    runs: pd.DataFrame
+    engines: dict[str, str] = field(default_factory=dict)
+    sweeps: list[str] = field(default_factory=list)
+
+
+def sweep_folders(folder: Path) -> list[Path]:
+    """The sweep folders under ``folder`` (itself, its children, or the parent of a ``tables`` folder)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such folder")
+    if folder.name == "tables" and (folder / "runs.parquet").is_file():
+        return [folder.parent]
+    if (folder / "tables" / "runs.parquet").is_file() or (folder / "cells").is_dir():
+        return [folder]
+    found = sorted(p for p in folder.iterdir() if p.is_dir() and ((p / "tables" / "runs.parquet").is_file()
+                                                                   or (p / "cells").is_dir()))
+    if not found:
+        raise FileNotFoundError(f"{folder}: no sweep here (a sweep folder has tables/runs.parquet or cells/)")
+    return found
+
+
+def engine_fingerprint(record: dict) -> str:
+    """What of the engine could change the numbers, as sorted JSON of flat keys: the attention and fused kernels
+    chosen, the overlap mechanisms and torch's major.minor version ("" for a record without an engine)."""
+    eng = record.get("engine") or {}
+    if not eng:
+        return ""
+    flat = {k: v for k, v in (eng.get("kernels") or {}).items()}
+    flat.update({f"overlap.{k}": v for k, v in (eng.get("overlap") or {}).items()})
+    torch = str(eng.get("torch") or (record.get("provenance") or {}).get("packages", {}).get("torch") or "")
+    flat["torch"] = ".".join(torch.split("+")[0].split(".")[:2])
+    return json.dumps(flat, sort_keys=True)
+
+
+def fingerprint_difference(reference: str, reproduction: str) -> str:
+    """The keys in which two engine fingerprints differ, e.g. ``attention flash vs cudnn``."""
+    a, b = json.loads(reference or "{}"), json.loads(reproduction or "{}")
+    return "; ".join(f"{k} {b.get(k)} vs {a.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+
+
+def runs_from_records(sweep: Path) -> pd.DataFrame:
+    """The runs rows of a sweep computed from its cell records alone (in memory; damaged files noted in data_notes)."""
+    rows = [readable_cell_tables(c)[0].runs for c in sorted((sweep / "cells").iterdir())
+            if (c / RUN_JSON).is_file()]
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def load_source(folder: str | Path) -> Source:
+    """Every sweep under ``folder`` as one runs table, with the engine fingerprint of each recorded cell."""
+    folder = Path(folder)
+    frames, engines, read = [], {}, []
+    for sweep in sweep_folders(folder):
+        table = sweep / "tables" / "runs.parquet"
+        if table.is_file():
+            frames.append(pd.read_parquet(table))
+            read.append(f"{sweep.name} (tables)")
+        else:
+            frames.append(runs_from_records(sweep))
+            read.append(f"{sweep.name} (records)")
+        for run_json in sorted(sweep.glob(f"cells/*/{RUN_JSON}")):
+            try:
+                rec = json.loads(run_json.read_text())
+            except (OSError, ValueError):
+                continue
+            fp = engine_fingerprint(rec)
+            if fp:
+                engines[run_json.parent.name] = fp
+    frames = [f for f in frames if not f.empty]
+    runs = upgrade_runs(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
+    return Source(folder, runs, engines, read)
