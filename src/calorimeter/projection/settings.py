@@ -15,6 +15,13 @@ from typing import Any
 from calorimeter.projection.fingerprint import KEY_FIELDS
 from calorimeter.projection.validation import COVERAGE
 
+#: the H200 sets of 2026-11-21, before the engine recorded its kernels (the scale folds of projection.sweep)
+SETS_2026_11_21: tuple[str, ...] = (
+    "results/reference/h200x2-2026-11-21/gpu-llama8b",
+    "results/reference/h200x2-moe-tp-check-2026-11-21/h200x2-moe-tp-check",
+    "results/reference/h200x4-2026-11-21/h200x4-parallelism",
+    "results/reference/h200x8-2026-11-21/h200x8-parallelism",
+)
 #: the committed measurements the model is calibrated on by default: every engine build the project has records of
 #: (one calibration per GPU type and fingerprint is fitted from them; the newest that matches the engine projected
 #: for is used). The current engine (2026-11-22 on: cuDNN attention, Liger kernels, symm_mem TP overlap) on 2x H200
@@ -27,10 +34,10 @@ DEFAULT_CALIBRATION: tuple[str, ...] = (
     "results/reference/h200x2-placement-2026-11-23b/h200x2-placement",
     "results/reference/h200x2-fidelity-2026-11-23/h200x2-fidelity",
     "results/reference/h200x2-engine-speed-2026-11-23c",
-    "results/reference/h200x2-2026-11-21/gpu-llama8b",
-    "results/reference/h200x2-moe-tp-check-2026-11-21/h200x2-moe-tp-check",
-    "results/reference/h200x4-2026-11-21/h200x4-parallelism",
-    "results/reference/h200x8-2026-11-21/h200x8-parallelism",
+    # 2026-11-25: the steady findings sweep on one H200 (with LoRA cells) and the H100 findings reproduction
+    "results/reference/findings-steady-2026-11-25/h200x1-findings-steady",
+    "results/reference/h100x1-findings-repro-2026-11-25/h100x1-findings",
+    *SETS_2026_11_21,
 )
 #: calibration sweeps (config/reference/<gpu>-calibration.yaml, kept as results/reference/<gpu>-calibration-<date>/)
 #: join the default calibration as soon as they are committed: the calibration rule reruns on them
@@ -94,5 +101,5 @@ class ProjectionSettings:
                    coverage=coverage)
 
 
-__all__ = ["CALIBRATION_SWEEP_GLOB", "DEFAULT_CALIBRATION", "DEFAULT_COLLECTIVES", "ProjectionSettings",
-           "default_calibration"]
+__all__ = ["CALIBRATION_SWEEP_GLOB", "DEFAULT_CALIBRATION", "DEFAULT_COLLECTIVES", "SETS_2026_11_21",
+           "ProjectionSettings", "default_calibration"]
