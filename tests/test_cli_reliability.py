@@ -73,5 +73,5 @@ def test_plan_prunes_a_cell_that_cannot_finish_within_the_time_limit(tmp_path: P
                                   / (c.world_size * CPU_FLOPS_BOUND))
     assert bound > 30 * 60 and "more than launcher.timeout_min 30 min" in huge.reasons[-1]
     assert f"{bound / 86400:.3g} days" in huge.reasons[-1]
-    # the bound is a lower bound: the small cell's is far under a second
-    assert min_run_time_s(small.cell, small.estimates["model_flops_per_iteration"]) < 1e-3
+    # the bound is a lower bound: the small cell's (a few seconds on this machine) is under a tenth of a second
+    assert min_run_time_s(small.cell, small.estimates["model_flops_per_iteration"]) < 0.1
