@@ -285,6 +285,9 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
                                                  "failure_class": "transient",
                                                  "reason": "abandoned: its launcher died"})
     if job is None:
+        from calorimeter.launch.space import check_free_space
+
+        check_free_space(cell, settings, paths.root)  # refuse before training: DiskSpaceError with the numbers
         attempt = _new_attempt(paths)
         executor = make_executor(kind, params, attempt.submitit, int(settings["max_requeues"]))
         job = executor.submit(CellTask(cell.to_dict(), str(attempt.root), settings))

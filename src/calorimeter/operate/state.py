@@ -11,8 +11,10 @@ States (:data:`STATES`):
                  finished) or submits the cell again;
 ``ok``, ``oom``, ``failed``  the record (``run.json``) says so, with its failure class (``failed``: ``failed`` or
                  ``timeout``); also ``failed`` with class ``transient`` (the last attempt ended without a
-                 deterministic result: cancelled, node failure, ...; no record, the next run submits it again) and
-                 class ``damaged`` (``run.json`` cannot be read);
+                 deterministic result: cancelled, node failure, ...; no record, the next run submits it again),
+                 class ``damaged`` (``run.json`` cannot be read) and class ``disk_full`` (the disk filled: before
+                 the ranks wrote their results, or while the record was written, when the attempt keeps its
+                 finished measurement and the next run completes the record without retraining);
 ``unknown``      an open attempt whose state cannot be seen from here (SLURM commands missing, or a local job on
                  another host that has written no progress lately).
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from calorimeter.launch.space import RECORD_ERROR
 from calorimeter.plan.plan import PlannedCell
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.progress import Progress, attempt_progress
@@ -202,6 +205,11 @@ def cell_status(pc: PlannedCell, paths: CellPaths, scheduler: dict[str, dict[str
         cs.state, cs.note = "unknown", f"attempt {newest.name} has no readable job.json (being submitted?)"
         return cs
     _open_attempt(cs, newest, job, now, scheduler)
+    error = _read_json(newest.root / RECORD_ERROR)
+    if error is not None and cs.state == "interrupted":  # the measurement finished, its record could not be written
+        cs.state, cs.failure_class = "failed", str(error.get("failure_class") or "failed")
+        cs.reason = str(error.get("reason") or "")
+        cs.note = "measurement kept: the next snakemake run (or calorimeter rerun --failed) completes its record"
     return cs
 
 
