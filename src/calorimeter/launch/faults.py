@@ -15,12 +15,26 @@ Faults, applied after the process group is up and before training:
 ``sleep-first:<s>``
     sleep ``s`` seconds only on the first run of the job (not after a requeue): with a short time limit the job is
     requeued once and then completes.
+
+Rank deaths (SIGKILL of the rank's own process, as the kernel's OOM killer or an operator would; ``@<rank>``
+picks the rank, default 1; only on the first run of a job):
+
+``kill-at:rendezvous@<rank>``
+    before the rank joins the process group (its peers wait in the rendezvous);
+``kill-after:<s>@<rank>``
+    ``s`` seconds after the process group is up, while the ranks train (its peers wait in a collective);
+``kill-at:result@<rank>``
+    after training, as the rank is about to write its result (its peers are writing theirs);
+``term-after:<s>@<rank>``
+    SIGTERM instead of SIGKILL after ``s`` seconds (a preemption notice the rank was not told to expect).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import signal
+import threading
 import time
 
 ENV = "CALORIMETER_TEST_FAULTS"
@@ -51,3 +65,35 @@ def inject(cell_id: str, rank: int, restart: int) -> None:
         if name == "sleep" or (name == "sleep-first" and restart == 0):
             print(f"{ENV}: rank {rank} sleeps {arg} s (restart {restart})", flush=True)
             time.sleep(float(arg))
+
+
+def _target(arg: str) -> tuple[str, int]:
+    """``<value>@<rank>`` -> (value, rank); rank 1 when not given."""
+    value, _, rank = arg.partition("@")
+    return value, int(rank) if rank else 1
+
+
+def kill_point(cell_id: str, rank: int, restart: int, point: str) -> None:
+    """SIGKILL this rank at ``point`` (``rendezvous`` or ``result``) when a ``kill-at`` fault says so."""
+    if restart:
+        return
+    for fault in faults_for(cell_id):
+        name, _, arg = fault.partition(":")
+        if name == "kill-at" and _target(arg) == (point, rank):
+            print(f"{ENV}: rank {rank} kills itself at {point} t={time.time():.3f}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def arm_timers(cell_id: str, rank: int, restart: int) -> None:
+    """Start the ``kill-after`` / ``term-after`` timers of this rank (daemon threads: they die with it)."""
+    if restart:
+        return
+    for fault in faults_for(cell_id):
+        name, _, arg = fault.partition(":")
+        if name in ("kill-after", "term-after"):
+            after, target = _target(arg)
+            if target == rank:
+                sig = signal.SIGKILL if name == "kill-after" else signal.SIGTERM
+                t = threading.Timer(float(after), os.kill, (os.getpid(), sig))
+                t.daemon = True
+                t.start()

@@ -28,6 +28,11 @@ def _evidence(outcome: LaunchOutcome) -> dict[str, Any]:
                           "rank_restart": {str(r.get("rank")): r.get("restart") for r in outcome.rank_results}}
     if outcome.slurm is not None:
         ev["slurm"] = outcome.slurm
+    from calorimeter.launch.watch import peer_death
+
+    death = peer_death(outcome.attempt)
+    if death is not None:
+        ev["peer_died"] = death
     return ev
 
 

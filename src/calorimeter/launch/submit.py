@@ -30,6 +30,8 @@ import submitit
 from calorimeter.launch import slurm as slurm_cli
 from calorimeter.launch.sbatch import SbatchValueError, check_sbatch_parameters
 from calorimeter.launch.task import CellTask
+from calorimeter.launch.watch import PeerWatch, stop_ranks
+from calorimeter.launch.watch import describe as describe_death
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES, accelerator_of
 from calorimeter.records.atomic import write_json_atomic
@@ -103,6 +105,7 @@ def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict
         time=timeout_min, signal_delay_s=int(launcher["signal_delay_s"]),
         setup=[*(s.get("setup") or []), *env_setup],
         additional_parameters={"open-mode": "append", **(s.get("extra") or {})},
+        srun_args=["--kill-on-bad-exit=1"],  # a rank that dies ends the step at once (calorimeter.launch.watch)
     )
     if gpus:
         if s.get("gpus_as_gres"):
@@ -185,16 +188,27 @@ def _job_handle(job: dict[str, Any], attempt: AttemptPaths, world_size: int) -> 
     return None  # a local attempt's processes died with the process that started them
 
 
-def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None) -> None:
+def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None, watch: PeerWatch | None = None
+          ) -> dict[str, Any] | None:
     """Block until the job is done, forcing a state check (sacct) at least every ``poll_s`` seconds; ``progress``
-    logs the running cell's steps meanwhile."""
+    logs the running cell's steps meanwhile; ``watch`` checks the ranks of this host every second: when one died
+    without a result, the job is cancelled at once and that death is returned (:mod:`calorimeter.launch.watch`)."""
     last = time.time()
     while True:
         force = time.time() - last >= poll_s
         if force:
             last = time.time()
         if job.done(force_check=force):
-            return
+            return watch.check() if watch is not None else None
+        death = watch.check() if watch is not None else None
+        if death is not None:
+            log.warning("cell %s: %s", job.paths.folder, describe_death(death))
+            stop_ranks(watch.attempt)
+            job.cancel(check=False)
+            deadline = time.time() + 30.0
+            while not job.done(force_check=True) and time.time() < deadline:
+                time.sleep(0.2)
+            return death
         if progress is not None:
             progress.tick()
         time.sleep(1.0)
@@ -301,8 +315,11 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
     _link_latest(paths, attempt)
     error = None
     try:
-        _wait(job, float(settings["poll_s"]), ProgressLog(attempt, cell.cell_id))
-        job.results()
+        death = _wait(job, float(settings["poll_s"]), ProgressLog(attempt, cell.cell_id), PeerWatch(attempt))
+        if death is not None:  # never wait for the dead rank's result (submitit would, 15 s)
+            error = f"peer died: {describe_death(death)}"
+        else:
+            job.results()
     except Exception as e:  # noqa: BLE001 - the ranks' own files say what happened; this is the launcher's view
         error = f"{type(e).__name__}: {str(e).strip()[-2000:]}"
     job_id = str(job.job_id)

@@ -66,6 +66,11 @@ class CellTask(submitit.helpers.Checkpointable):
         run = attempt.run(restart)
         telemetry = self.settings["telemetry"]
         rank = job.global_rank
+        from calorimeter.launch.faults import arm_timers, kill_point
+        from calorimeter.launch.watch import announce
+
+        announce(attempt, rank, restart)  # first: the launcher watches this pid (calorimeter.launch.watch)
+        kill_point(cell.cell_id, rank, restart, "rendezvous")
         out: dict[str, Any] = {"t_start_s": t0, "pid": os.getpid(), "restart": restart, "requeues": self.requeues,
                                "job_id": job.job_id, "rank": rank}
         try:
@@ -75,6 +80,7 @@ class CellTask(submitit.helpers.Checkpointable):
             placement = JobPlacement.start(cell, self.settings.get("placement"), Path(self.attempt_dir).parents[1])
             info = init_distributed(accelerator_of(cell.hardware), self.settings["master_port"])
             placement.agree()
+            arm_timers(cell.cell_id, rank, restart)
             out.update(world_size=info.world_size, local_rank=info.local_rank, node=info.node,
                        hostname=info.hostname, backend=info.backend, device_info=device_info(info.device))
             out["placement"] = placement.record(out["device_info"], info.local_rank)
@@ -103,6 +109,7 @@ class CellTask(submitit.helpers.Checkpointable):
         except Exception as e:  # noqa: BLE001 - every failure is recorded, then the rank exits
             out.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
         out["t_end_s"] = time.time()
+        kill_point(cell.cell_id, rank, restart, "result")
         write_json_atomic(attempt.rank_json(rank), out)
         if out["status"] != "ok":
             # Peers may be blocked in a collective with this rank: leave now so that they fail fast.

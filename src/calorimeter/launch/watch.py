@@ -1,0 +1,141 @@
+"""Fail fast when a rank dies: the launcher watches its ranks as torchrun's agent watches its workers.
+
+Every rank writes ``alive-<rank>.json`` (pid, host, start time) into the attempt's staging folder as its very first
+act, before torch is imported. While the launcher waits for the job, :class:`PeerWatch` checks each rank of its own
+host: a rank whose process is gone (or a zombie) without having written its result died (killed, OOM-killed, a
+segfault). The first such death is written to ``peer_died.json`` (the rank, host, pid and times: the evidence of
+which rank went first); the other ranks of the host get :data:`GRACE_S` to end by themselves (a broken connection
+fails their collective at once) and are then killed (one waiting in the rendezvous would wait for the store
+timeout; submitit's tasks ignore SIGTERM); the job is cancelled, and the record's class is ``peer_died``. Without
+this, a rank killed before the rendezvous held its cell for the store timeout (602 s), and one killed mid-training
+made the launcher wait 15 s for the dead rank's result.
+
+Ranks on other hosts (SLURM) are watched by SLURM itself: their step runs with ``srun --kill-on-bad-exit=1``, so a
+rank that dies ends the step (:func:`calorimeter.launch.submit.executor_parameters`). Hung peers (a lost node, a
+stuck collective) end on torch's own process-group timeout (gloo) or the NCCL watchdog
+(``TORCH_NCCL_ASYNC_ERROR_HANDLING``), see :func:`calorimeter.launch.distributed.init_distributed`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from calorimeter.records.atomic import write_json_atomic
+from calorimeter.records.paths import AttemptPaths
+
+#: the file of the first rank death the launcher saw, in the attempt folder
+PEER_DIED = "peer_died.json"
+
+
+def alive_path(attempt: AttemptPaths, rank: int) -> Path:
+    """Where rank ``rank`` says it started."""
+    return attempt.staging / f"alive-{rank}.json"
+
+
+def announce(attempt: AttemptPaths, rank: int, restart: int) -> None:
+    """Called first on every rank: its pid and host, for the launcher's watch."""
+    attempt.staging.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(alive_path(attempt, rank), {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(),
+                                                  "restart": restart, "t_start_s": time.time()}, fsync=False)
+
+
+def process_gone(pid: int) -> bool:
+    """Whether a process of this host has exited (absent, or a zombie waiting to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def peer_death(attempt: AttemptPaths) -> dict[str, Any] | None:
+    """The first rank death recorded for this attempt (``peer_died.json``), if any."""
+    return _read(attempt.root / PEER_DIED)
+
+
+class PeerWatch:
+    """Checks the ranks of this host for one that died without a result (module docstring)."""
+
+    def __init__(self, attempt: AttemptPaths, host: str | None = None):
+        self.attempt = attempt
+        self.host = host or socket.gethostname()
+
+    def check(self) -> dict[str, Any] | None:
+        """The first death (also written to ``peer_died.json``), or None while every rank lives or has a result."""
+        known = peer_death(self.attempt)
+        if known is not None:
+            return known
+        dead = []
+        for f in self.attempt.staging.glob("alive-*.json"):
+            a = _read(f)
+            if a is None or a.get("host") != self.host or not isinstance(a.get("pid"), int):
+                continue
+            rank = int(a.get("rank", -1))
+            if self.attempt.rank_json(rank).exists() or not process_gone(a["pid"]):
+                continue
+            dead.append(a)
+        if not dead:
+            return None
+        first = min(dead, key=lambda a: float(a.get("t_start_s") or 0))  # one poll: all seen at once
+        death = {"rank": first["rank"], "host": first["host"], "pid": first["pid"], "restart": first.get("restart"),
+                 "t_start_s": first.get("t_start_s"), "t_detected_s": time.time(),
+                 "ranks_dead": sorted(int(a["rank"]) for a in dead)}
+        write_json_atomic(self.attempt.root / PEER_DIED, death)
+        return death
+
+
+#: seconds the surviving ranks get to end by themselves (a broken connection fails their collective at once, and
+#: they write their own result) before they are killed (one waiting in the rendezvous never ends by itself)
+GRACE_S = 3.0
+
+
+def stop_ranks(attempt: AttemptPaths, grace_s: float = GRACE_S, host: str | None = None) -> list[int]:
+    """SIGKILL the ranks of this host that still run ``grace_s`` seconds from now; the ranks killed."""
+    host = host or socket.gethostname()
+    live = {}
+    for f in attempt.staging.glob("alive-*.json"):
+        a = _read(f)
+        if a is not None and a.get("host") == host and isinstance(a.get("pid"), int) and _is_rank(a["pid"]):
+            live[int(a.get("rank", -1))] = a["pid"]
+    deadline = time.time() + grace_s
+    while time.time() < deadline and any(not process_gone(p) for p in live.values()):
+        time.sleep(0.1)
+    killed = []
+    for rank, pid in sorted(live.items()):
+        if not process_gone(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(rank)
+            except OSError:
+                pass
+    return killed
+
+
+def _is_rank(pid: int) -> bool:
+    """Whether ``pid`` runs a submitit task (not a reused pid)."""
+    try:
+        return b"submitit" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def describe(death: dict[str, Any]) -> str:
+    """One line naming the rank and host that went first."""
+    others = [r for r in death.get("ranks_dead", []) if r != death.get("rank")]
+    return (f"rank {death.get('rank')} on host {death.get('host')} (pid {death.get('pid')}) died without a result"
+            + (f" (also gone: ranks {', '.join(map(str, others))})" if others else "")
+            + "; the other ranks were stopped")
