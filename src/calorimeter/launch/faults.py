@@ -16,6 +16,11 @@ Faults, applied after the process group is up and before training:
     sleep ``s`` seconds only on the first run of the job (not after a requeue): with a short time limit the job is
     requeued once and then completes.
 
+``tiny``
+    the rank runs no model and joins no process group: it times ``warmup_steps + measured_steps`` steps of a few
+    milliseconds of plain Python (real durations; loss and gradient norm NaN), so that a cell costs well under a
+    second (the launcher's soak test runs a hundred of them with random faults). Never a measurement of anything.
+
 Rank deaths (SIGKILL of the rank's own process, as the kernel's OOM killer or an operator would; ``@<rank>``
 picks the rank, default 1; only on the first run of a job):
 
@@ -23,6 +28,8 @@ picks the rank, default 1; only on the first run of a job):
     before the rank joins the process group (its peers wait in the rendezvous);
 ``kill-after:<s>@<rank>``
     ``s`` seconds after the process group is up, while the ranks train (its peers wait in a collective);
+``kill-at:step@<rank>``
+    after the rank's first step (``tiny`` cells only);
 ``kill-at:result@<rank>``
     after training, as the rank is about to write its result (its peers are writing theirs);
 ``term-after:<s>@<rank>``
@@ -97,3 +104,26 @@ def arm_timers(cell_id: str, rank: int, restart: int) -> None:
                 t = threading.Timer(float(after), os.kill, (os.getpid(), sig))
                 t.daemon = True
                 t.start()
+
+
+#: plain-Python work of one ``tiny`` step (about 5 ms)
+TINY_STEP_OPS = 100_000
+
+
+def is_tiny(cell_id: str) -> bool:
+    """Whether the cell runs as a ``tiny`` cell (see the module docstring)."""
+    return "tiny" in faults_for(cell_id)
+
+
+def tiny_steps(cell_id: str, rank: int, restart: int, warmup_steps: int, measured_steps: int
+               ) -> list[dict[str, object]]:
+    """The steps of a ``tiny`` cell, timed; ``kill-at:step@<rank>`` kills the rank after its first step."""
+    steps = []
+    for i in range(warmup_steps + measured_steps):
+        t0 = time.time()
+        sum(range(TINY_STEP_OPS))
+        t1 = time.time()
+        steps.append({"step": i, "phase": "warmup" if i < warmup_steps else "measured", "loss": float("nan"),
+                      "grad_norm": float("nan"), "time_s": t1 - t0, "t_begin_s": t0, "t_end_s": t1})
+        kill_point(cell_id, rank, restart, "step")
+    return steps

@@ -193,7 +193,7 @@ def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None,
     """Block until the job is done, forcing a state check (sacct) at least every ``poll_s`` seconds; ``progress``
     logs the running cell's steps meanwhile; ``watch`` checks the ranks of this host every second: when one died
     without a result, the job is cancelled at once and that death is returned (:mod:`calorimeter.launch.watch`)."""
-    last = time.time()
+    last = start = time.time()
     while True:
         force = time.time() - last >= poll_s
         if force:
@@ -211,7 +211,7 @@ def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None,
             return death
         if progress is not None:
             progress.tick()
-        time.sleep(1.0)
+        time.sleep(min(1.0, 0.05 + 0.1 * (time.time() - start)))  # a short cell is seen at once, a long one each s
 
 
 def _collect(attempt: AttemptPaths) -> list[dict[str, Any]]:

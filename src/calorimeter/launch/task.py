@@ -66,13 +66,15 @@ class CellTask(submitit.helpers.Checkpointable):
         run = attempt.run(restart)
         telemetry = self.settings["telemetry"]
         rank = job.global_rank
-        from calorimeter.launch.faults import arm_timers, kill_point
+        out: dict[str, Any] = {"t_start_s": t0, "pid": os.getpid(), "restart": restart, "requeues": self.requeues,
+                               "job_id": job.job_id, "rank": rank}
+        from calorimeter.launch.faults import arm_timers, is_tiny, kill_point
         from calorimeter.launch.watch import announce
 
         announce(attempt, rank, restart)  # first: the launcher watches this pid (calorimeter.launch.watch)
         kill_point(cell.cell_id, rank, restart, "rendezvous")
-        out: dict[str, Any] = {"t_start_s": t0, "pid": os.getpid(), "restart": restart, "requeues": self.requeues,
-                               "job_id": job.job_id, "rank": rank}
+        if is_tiny(cell.cell_id):  # test-only: no model, no process group (calorimeter.launch.faults)
+            return _run_tiny(cell, attempt, rank, restart, out)
         try:
             from calorimeter.placement.apply import JobPlacement
 
@@ -139,6 +141,31 @@ class CellTask(submitit.helpers.Checkpointable):
     def requeued(self) -> CellTask:
         """This task, requeued once more."""
         return dataclasses.replace(self, requeues=self.requeues + 1)
+
+
+def _run_tiny(cell: Cell, attempt: AttemptPaths, rank: int, restart: int, out: dict[str, Any]) -> dict[str, Any]:
+    """A ``tiny`` test cell on this rank: the injected faults, timed no-op steps, the result written as usual."""
+    from calorimeter.launch.faults import ENV, arm_timers, faults_for, inject, kill_point, tiny_steps
+
+    out.update(world_size=cell.world_size, local_rank=rank, node=0, hostname=os.uname().nodename, backend="none",
+               device="cpu")
+    try:
+        arm_timers(cell.cell_id, rank, restart)
+        if "oom" in faults_for(cell.cell_id):  # as CellOOMError says it, without importing torch
+            out.update(status="oom", peak_memory_bytes=0, error=f"out of memory (peak 0 bytes allocated): injected "
+                       f"by {ENV}")
+        else:
+            inject(cell.cell_id, rank, restart)
+            out.update(status="ok", steps=tiny_steps(cell.cell_id, rank, restart, cell.warmup_steps,
+                                                     cell.measured_steps))
+    except Exception as e:  # noqa: BLE001
+        out.update(status="failed", error=f"{type(e).__name__}: {e}")
+    out["t_end_s"] = time.time()
+    kill_point(cell.cell_id, rank, restart, "result")
+    write_json_atomic(attempt.rank_json(rank), out)
+    if out["status"] != "ok":
+        os._exit(3)
+    return {"rank": rank, "status": out["status"], "restart": restart}
 
 
 def _teardown(destroy: bool = True) -> None:
