@@ -111,3 +111,83 @@ def test_open_attempt_only_for_the_same_cell(tmp_path: Path) -> None:
     assert submit.open_attempt(_cell(lr=0.5), CellPaths(tmp_path)) is None  # a changed value never re-attaches
     (a / "run.json").write_text("{}")
     assert submit.open_attempt(cell, CellPaths(tmp_path)) is None  # closed attempts are history
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# node loss: one copy of a job, ended within a bound (calorimeter.launch.watch.slurm_decision, submit._wait)
+
+
+def test_slurm_wait_decisions_bound_a_lost_node_and_never_run_two_copies() -> None:
+    from calorimeter.launch import watch
+    from calorimeter.launch.watch import slurm_decision
+
+    COMPLETING_GRACE_S, FAILED_RANK_GRACE_S = watch.COMPLETING_GRACE_S, watch.FAILED_RANK_GRACE_S  # noqa: N806
+    REQUEUED_PENDING_MAX_S = watch.REQUEUED_PENDING_MAX_S  # noqa: N806
+
+    now = 10_000.0
+    ok = [{"rank": 0, "status": "ok", "t_end_s": now - 1}, {"rank": 1, "status": "ok", "t_end_s": now - 1}]
+    assert slurm_decision(True, None, ok, 2, now, None)[0] == "return"
+    # requeued after NODE_FAIL: waited for (submitit may even call it done), never resubmitted beside it ...
+    assert slurm_decision(True, "PENDING", [], 2, now, now - 5)[0] == "wait"
+    # ... but not while SLURM waits for the lost node
+    action, why = slurm_decision(False, "PENDING", [], 2, now, now - REQUEUED_PENDING_MAX_S - 1)
+    assert action == "cancel" and "waiting for a lost node" in why
+    # a rank failed (its peer's node is gone) and SLURM has not noticed: the job is ended after the grace
+    failed = [{"rank": 0, "status": "failed", "error": "Connection reset by peer", "t_end_s": now - 5}]
+    assert slurm_decision(False, "RUNNING", failed, 2, now, None)[0] == "wait"
+    failed[0]["t_end_s"] = now - FAILED_RANK_GRACE_S - 1
+    assert slurm_decision(False, "RUNNING", failed, 2, now, None)[0] == "cancel"
+    # every rank's result written, the job held COMPLETING by a stopped slurmd: not waited for
+    assert slurm_decision(False, "COMPLETING", ok, 2, now, None)[0] == "wait"
+    late = [dict(r, t_end_s=now - COMPLETING_GRACE_S - 1) for r in ok]
+    assert slurm_decision(False, "COMPLETING", late, 2, now, None)[0] == "return"
+    assert slurm_decision(False, "COMPLETING", late[:1], 2, now, None)[0] == "wait"  # a rank's result missing
+
+
+def test_a_job_cancelled_by_the_launcher_is_classed_by_its_cause(tmp_path: Path) -> None:
+    from calorimeter.records.record import build_record
+
+    cell = _cell()
+    why = {"why": "requeued by SLURM and still PENDING after 120 s (waiting for a lost node?)"}
+    rec = build_record(cell, [], {"executor": "slurm"}, None, {"slurm": {"state": "CANCELLED by 0"},
+                                                                 "launcher_cancelled": why})
+    assert (rec["status"], rec["failure_class"]) == ("transient", "node_fail") and why["why"] in rec["reason"]
+    ranks = [{"rank": 1, "status": "failed", "error": "RuntimeError: Connection reset by peer", "t_end_s": 1.0,
+              "hostname": "node2"}]
+    rec = build_record(cell, ranks, {"executor": "slurm"}, None, {"slurm": {"state": "CANCELLED"},
+                                                                    "launcher_cancelled": {"why": "rank 1 failed"}})
+    assert (rec["status"], rec["failure_class"]) == ("transient", "peer_died")
+    assert rec["reason"].startswith("rank 1: RuntimeError: Connection reset by peer; the launcher cancelled")
+
+
+def test_the_launcher_waits_for_the_requeued_copy_instead_of_returning(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """NODE_FAIL, then SLURM requeues the job: the launcher keeps waiting for that same job (a retry submitting a
+    second copy beside it is impossible), and returns when the requeued run ends."""
+    from calorimeter.launch import slurm as slurm_cli
+
+    live = iter(["RUNNING", "RUNNING", "PENDING", "PENDING", "RUNNING", None])
+    done = iter([False, False, True, False, False, True])  # submitit saw NODE_FAIL once, then the requeued run
+    seen: list[str | None] = []
+
+    class Job:
+        job_id = "42"
+
+        def done(self, force_check: bool = False) -> bool:
+            return next(done)
+
+        def cancel(self, check: bool = True) -> None:
+            raise AssertionError("cancelled a requeued job that restarted in time")
+
+    def squeue(job_id: str) -> str | None:
+        seen.append(s := next(live))
+        return s
+
+    monkeypatch.setattr(slurm_cli, "squeue_state", squeue)
+    monkeypatch.setattr(slurm_cli, "sacct_records", lambda job_id, steps=False: [{"State": "NODE_FAIL"},
+                                                                                {"State": "PENDING"}])
+    monkeypatch.setattr(submit.time, "sleep", lambda s: None)
+    attempt = AttemptPaths(tmp_path / "a")
+    attempt.staging.mkdir(parents=True)
+    assert submit._wait(Job(), 0.0, None, None, (attempt, 2)) is None
+    assert seen == ["RUNNING", "RUNNING", "PENDING", "PENDING", "RUNNING", None]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -33,6 +35,8 @@ def _evidence(outcome: LaunchOutcome) -> dict[str, Any]:
     death = peer_death(outcome.attempt)
     if death is not None:
         ev["peer_died"] = death
+    with contextlib.suppress(OSError, ValueError):
+        ev["launcher_cancelled"] = json.loads((outcome.attempt.root / "launcher_cancelled.json").read_text())
     return ev
 
 

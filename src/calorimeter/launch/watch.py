@@ -139,3 +139,52 @@ def describe(death: dict[str, Any]) -> str:
     return (f"rank {death.get('rank')} on host {death.get('host')} (pid {death.get('pid')}) died without a result"
             + (f" (also gone: ranks {', '.join(map(str, others))})" if others else "")
             + "; the other ranks were stopped")
+
+
+#: a rank reported a failure this long ago and the job still runs: its peers are gone or hung (a lost node SLURM has
+#: not noticed yet, for SlurmdTimeout): end the job
+FAILED_RANK_GRACE_S = 30.0
+#: every rank wrote its result and the job has been COMPLETING this long (a stopped slurmd holds it there): done
+COMPLETING_GRACE_S = 10.0
+#: a job SLURM requeued (node failure) that has not started again after this long (waiting for a lost node): end it
+REQUEUED_PENDING_MAX_S = 120.0
+#: SLURM states of a job that waits to (re)start
+WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING"}
+
+
+def slurm_decision(done: bool, live_state: str | None, results: list[dict[str, Any]], world_size: int,
+                   now: float, waiting_since: float | None) -> tuple[str, str]:
+    """What the launcher does with a SLURM job it waits for: (``wait`` | ``return`` | ``cancel``, why).
+
+    Args:
+        done: submitit's view: the job reached a terminal state.
+        live_state: squeue's state now (None: no longer listed).
+        results: the rank results written so far (this run's).
+        world_size: ranks of the cell.
+        now: the time.
+        waiting_since: when the job was first seen waiting again after a run that ended NODE_FAIL (SLURM
+            requeued it after a node failure), else None (a requeue after a preemption or time limit waits in the
+            queue as long as it must).
+
+    Exactly one copy of a cell runs: a job SLURM requeued (after NODE_FAIL) is waited for, never resubmitted beside
+    it, but not for longer than :data:`REQUEUED_PENDING_MAX_S` (then it is cancelled, and only then may a retry
+    submit the cell again).
+    """
+    if live_state in WAITING and waiting_since is not None:
+        if now - waiting_since > REQUEUED_PENDING_MAX_S:
+            return "cancel", (f"requeued by SLURM and still {live_state} after {REQUEUED_PENDING_MAX_S:.0f} s "
+                              "(waiting for a lost node?)")
+        return "wait", f"requeued by SLURM ({live_state})"
+    if done:
+        return "return", "ended"
+    failed = [r for r in results if r.get("status") not in ("ok", None)]
+    if failed and live_state == "RUNNING":
+        first = min(failed, key=lambda r: float(r.get("t_end_s") or now))
+        if now - float(first.get("t_end_s") or now) > FAILED_RANK_GRACE_S:
+            return "cancel", (f"rank {first.get('rank')} failed {now - float(first['t_end_s']):.0f} s ago and the job "
+                              "still runs (a lost node SLURM has not noticed yet)")
+    if live_state == "COMPLETING" and len(results) >= world_size:
+        last = max(float(r.get("t_end_s") or now) for r in results)
+        if now - last > COMPLETING_GRACE_S:
+            return "return", "every rank wrote its result; the job is still COMPLETING (a node's slurmd is gone?)"
+    return "wait", ""

@@ -142,6 +142,14 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
     slurm_state = ((evidence or {}).get("slurm") or {}).get("state")
     status, failure_class, reason = classify_attempt(rank_results, cell.world_size, launch.get("launcher_error"),
                                                      slurm_state, (evidence or {}).get("peer_died"))
+    cancelled = (evidence or {}).get("launcher_cancelled")
+    if status == "transient" and cancelled:  # the launcher ended a job SLURM would have held (a lost node)
+        failed = sorted((r for r in rank_results if r.get("status") == "failed"), key=lambda r: r.get("t_end_s", 0))
+        failure_class = transient_class(failed[0].get("error")) if failed else "node_fail"
+        if failure_class == "transient":
+            failure_class = "node_fail"
+        reason = (f"rank {failed[0].get('rank')}: {failed[0].get('error')}; " if failed else "") + \
+            f"the launcher cancelled the job: {cancelled.get('why')}"
     profile = PROFILES.get(cell.hardware)
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
