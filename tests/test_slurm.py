@@ -16,6 +16,9 @@ so every rerun also proves that finished cells are left alone:
    hostname columns in the tables;
 8. a two-node job hitting its time limit is requeued with every setting of its task (telemetry included) and
    completes.
+9. a node set DOWN while a two-node cell runs: SLURM fails the job (NODE_FAIL) and requeues it, the launcher waits
+   for that one job (never a second copy beside it) while it waits for the node, ends it by class (node_fail)
+   within a bound, and Snakemake's retry completes the cell once the node is back: two jobs, never at once.
 
 ``calorimeter status`` and ``calorimeter rerun`` are checked inside scenarios 2 (running, then failed transient;
 ``rerun --failed -- --profile slurm`` trains only that cell), 4 (``rerun --oom --dry-run``), 5 (jobs left by a
@@ -70,6 +73,7 @@ CELLS = {
     "M": {"model": "tiny-gpt", "nodes": 2, "gpus_per_node": 1, "zero_stage": 1},                      # 2x1
     "N": {"model": "tiny-llama", "nodes": 2, "gpus_per_node": 2, "zero_stage": 1, "global_batch": 4},  # 2x2
     "R": {"model": "tiny-gpt", "nodes": 2, "gpus_per_node": 1, "zero_stage": 0},  # 2 nodes, hits its time limit
+    "L": {"model": "tiny-gpt", "nodes": 2, "gpus_per_node": 1, "zero_stage": 0, "seq_len": 24},  # node set DOWN
 }
 DEFAULTS = {"global_batch": 2, "micro_batch": 1, "warmup_steps": 1, "measured_steps": 2, "seq_len": 32, "lr": 0.003}
 
@@ -563,3 +567,60 @@ def test_8_two_node_requeue_keeps_every_setting_and_completes(multinode: Sweep) 
     assert all(meta[n]["sampler"]["period_s"] == pytest.approx(0.25) for n in meta), meta
     assert all(e["max_requeues"] == 2 for e in rec["evidence"]["requeues"]), rec["evidence"]["requeues"]
     multinode.assert_unchanged()
+
+
+def test_9_a_node_set_down_ends_the_cell_by_class_and_one_copy_runs_at_a_time(multinode: Sweep) -> None:
+    t0 = time.time()
+    hold = multinode.tmp / "hold-L"
+    hold.write_text("")
+    cfg = multinode.write("L")
+    env_faults = f"{multinode.ids['L']}=hold:{hold}"
+    os.environ["CALORIMETER_REQUEUE_WAIT_S"] = "15"  # the launcher's bound on a requeued job waiting for its node
+    try:
+        proc = snakemake_bg(multinode.tmp / "phase9.log", "--configfile", str(cfg), faults=env_faults)
+    finally:
+        del os.environ["CALORIMETER_REQUEUE_WAIT_S"]
+    try:
+        first = wait_for_jobs(multinode, "L", {"RUNNING"})["L"]
+        deadline = time.time() + 120  # both ranks up (alive files), held before training
+        while len(list(multinode.cell_dir("L").glob("attempts/*/staging/alive-*.json"))) < 2:
+            assert time.time() < deadline, (multinode.tmp / "phase9.log").read_text()[-3000:]
+            time.sleep(0.5)
+        t_down = time.time()
+        subprocess.run(["scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=calorimeter-test"], check=True)
+        deadline = time.time() + 120
+        closed = multinode.cell_dir("L") / "attempts"
+        while not any(p.is_file() for p in closed.glob("*/run.json")):
+            assert time.time() < deadline, (multinode.tmp / "phase9.log").read_text()[-3000:]
+            time.sleep(0.5)
+        ended_s = time.time() - t_down
+        rec = multinode.latest_attempt_record("L")
+        assert (rec["status"], rec["failure_class"]) == ("transient", "node_fail"), rec["reason"]
+        assert ended_s < 15 + 60, ended_s  # the bound, not SLURM's wait for the node
+        assert squeue_state(first) is None  # the requeued copy was cancelled before any retry
+        subprocess.run(["scontrol", "update", "NodeName=node2", "State=RESUME"], check=True)
+        hold.unlink()
+        rc = proc.wait(timeout=600)
+    finally:
+        hold.unlink(missing_ok=True)
+        subprocess.run(["scontrol", "update", "NodeName=node2", "State=RESUME"], capture_output=True)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = (multinode.tmp / "phase9.log").read_text()
+    assert rc == 0, log[-6000:]
+    TIMINGS["9 node DOWN + retry"] = time.time() - t0
+    assert multinode.record("L")["status"] == "ok"
+    assert multinode.jobs()["L"] == 2  # the failed job and the retry's ...
+    runs = subprocess.run(["sacct", "-X", "-n", "-P", "-S", multinode.t_start, "--name", multinode.ids["L"],
+                           "--format=JobID,Start,End"], capture_output=True, text=True, check=True).stdout
+    spans = sorted(tuple(line.split("|")[1:]) for line in runs.splitlines() if line)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), spans  # ... never at once
+    attempts = sorted((multinode.cell_dir("L") / "attempts").iterdir())
+    assert len(attempts) == 2 and not list((attempts[0] / "staging").glob("rank-*.json")), attempts
+    print(f"\nnode DOWN: cell ended (node_fail) {ended_s:.0f} s after; retry ok")
+
+
+def squeue_state(job_id: str) -> str | None:
+    from calorimeter.launch.slurm import squeue_state as sq
+
+    return sq(job_id)

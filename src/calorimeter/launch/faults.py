@@ -16,6 +16,8 @@ Faults, applied after the process group is up and before training:
     sleep ``s`` seconds only on the first run of the job (not after a requeue): with a short time limit the job is
     requeued once and then completes.
 
+``hold:<path>``
+    sleep while the file ``path`` exists (at most 10 minutes; a test ends the hold by deleting it);
 ``tiny``
     the rank runs no model and joins no process group: it times ``warmup_steps + measured_steps`` steps of a few
     milliseconds of plain Python (real durations; loss and gradient norm NaN), so that a cell costs well under a
@@ -69,6 +71,10 @@ def inject(cell_id: str, rank: int, restart: int) -> None:
             raise CellOOMError(0, f"injected by {ENV}")
         if name == "fail" and rank == 0:
             raise RuntimeError(f"failure injected by {ENV}")
+        if name == "hold":
+            deadline = time.time() + 600
+            while os.path.exists(arg) and time.time() < deadline:
+                time.sleep(0.2)
         if name == "sleep" or (name == "sleep-first" and restart == 0):
             print(f"{ENV}: rank {rank} sleeps {arg} s (restart {restart})", flush=True)
             time.sleep(float(arg))

@@ -148,6 +148,8 @@ FAILED_RANK_GRACE_S = 30.0
 COMPLETING_GRACE_S = 10.0
 #: a job SLURM requeued (node failure) that has not started again after this long (waiting for a lost node): end it
 REQUEUED_PENDING_MAX_S = 120.0
+#: environment variable overriding :data:`REQUEUED_PENDING_MAX_S` (seconds; the SLURM tests shorten it)
+REQUEUE_WAIT_ENV = "CALORIMETER_REQUEUE_WAIT_S"
 #: SLURM states of a job that waits to (re)start
 WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING"}
 
@@ -171,8 +173,9 @@ def slurm_decision(done: bool, live_state: str | None, results: list[dict[str, A
     submit the cell again).
     """
     if live_state in WAITING and waiting_since is not None:
-        if now - waiting_since > REQUEUED_PENDING_MAX_S:
-            return "cancel", (f"requeued by SLURM and still {live_state} after {REQUEUED_PENDING_MAX_S:.0f} s "
+        bound = float(os.environ.get(REQUEUE_WAIT_ENV) or REQUEUED_PENDING_MAX_S)
+        if now - waiting_since > bound:
+            return "cancel", (f"requeued by SLURM after a node failure and still {live_state} after {bound:.0f} s "
                               "(waiting for a lost node?)")
         return "wait", f"requeued by SLURM ({live_state})"
     if done:
