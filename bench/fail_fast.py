@@ -1,7 +1,7 @@
 """Time to fail for a dead peer on CPU ranks: a rank SIGKILLed before the rendezvous, while training, or as it writes
 its result; time from the kill to the attempt's record (run.json), over repeated runs (min / median / max).
 
-    PYTHONPATH=src python bench/fail_fast.py --repeats 5 [--out /tmp/ff]
+    PYTHONPATH=src python bench/fail_fast.py --repeats 5 [--out /tmp/ff] [--hardware auto]
 
 Each run is one 2-rank tiny-gpt cell (DeepSpeed, gloo) through the local launcher (``calorimeter run-cell``). The
 kill time is the dead rank's own timestamp (fault hooks ``kill-at``, printed to its log) or, for the kill in a
@@ -27,13 +27,13 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _sweep(out: Path, repeats: int) -> tuple[Path, dict[str, list[str]]]:
+def _sweep(out: Path, repeats: int, hardware: str) -> tuple[Path, dict[str, list[str]]]:
     """The sweep: per scenario ``repeats`` cells (distinct global batches); the in-step cell trains 3000 steps."""
     cfg = out / "ff.yaml"
     gb = {s: [2 * (i + 1 + k * repeats) for i in range(repeats)] for k, s in enumerate(("rendezvous", "result",
                                                                                          "step"))}
     cfg.write_text(yaml.safe_dump({
-        "sweep": "ff", "hardware": "cpu", "results_dir": str(out / "results"),
+        "sweep": "ff", "hardware": hardware, "results_dir": str(out / "results"), "memory_check": False,
         "telemetry": {"profile_steps": 0}, "launcher": {"executor": "local", "timeout_min": 15, "poll_s": 2},
         "defaults": {"model": "tiny-gpt", "gpus_per_node": 2, "micro_batch": 1, "warmup_steps": 1,
                      "measured_steps": 2, "seq_len": 32},
@@ -79,9 +79,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--hardware", default="cpu", help="cpu (gloo) or auto (the GPUs of this node, NCCL)")
     args = p.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="fail-fast-"))
-    cfg, ids = _sweep(out, args.repeats)
+    cfg, ids = _sweep(out, args.repeats, args.hardware)
     for scenario in ("rendezvous", "step", "result"):
         times = []
         for cell_id in ids[scenario]:
