@@ -18,7 +18,6 @@ stuck collective) end on torch's own process-group timeout (gloo) or the NCCL wa
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from calorimeter.records.atomic import write_json_atomic
+from calorimeter.records.atomic import read_json_object, write_json_atomic
 from calorimeter.records.paths import AttemptPaths
 
 #: the file of the first rank death the launcher saw, in the attempt folder
@@ -54,17 +53,11 @@ def process_gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 def peer_death(attempt: AttemptPaths) -> dict[str, Any] | None:
     """The first rank death recorded for this attempt (``peer_died.json``), if any."""
-    return _read(attempt.root / PEER_DIED)
+    return read_json_object(attempt.root / PEER_DIED)
 
 
 class PeerWatch:
@@ -81,7 +74,7 @@ class PeerWatch:
             return known
         dead = []
         for f in self.attempt.staging.glob("alive-*.json"):
-            a = _read(f)
+            a = read_json_object(f)
             if a is None or a.get("host") != self.host or not isinstance(a.get("pid"), int):
                 continue
             rank = int(a.get("rank", -1))
@@ -108,7 +101,7 @@ def stop_ranks(attempt: AttemptPaths, grace_s: float = GRACE_S, host: str | None
     host = host or socket.gethostname()
     live = {}
     for f in attempt.staging.glob("alive-*.json"):
-        a = _read(f)
+        a = read_json_object(f)
         if a is not None and a.get("host") == host and isinstance(a.get("pid"), int) and _is_rank(a["pid"]):
             live[int(a.get("rank", -1))] = a["pid"]
     deadline = time.time() + grace_s

@@ -26,7 +26,6 @@ Nothing here needs Snakemake: the answer is the same while it runs and after it 
 
 from __future__ import annotations
 
-import json
 import math
 import socket
 import time
@@ -37,6 +36,7 @@ from typing import Any
 from calorimeter.launch.space import RECORD_ERROR
 from calorimeter.launch.watch import PEER_DIED
 from calorimeter.plan.plan import PlannedCell
+from calorimeter.records.atomic import read_json_object
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.progress import Progress, attempt_progress
 
@@ -85,11 +85,7 @@ def list_attempts(cell: CellPaths) -> list[AttemptPaths]:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
+    return read_json_object(path)
 
 
 def local_job_alive(job: dict[str, Any]) -> bool | None:
