@@ -129,6 +129,7 @@ def test_slurm_wait_decisions_bound_a_lost_node_and_never_run_two_copies() -> No
     assert slurm_decision(True, None, ok, 2, now, None)[0] == "return"
     # requeued after NODE_FAIL: waited for (submitit may even call it done), never resubmitted beside it ...
     assert slurm_decision(True, "PENDING", [], 2, now, now - 5)[0] == "wait"
+    assert slurm_decision(True, "RUNNING", [], 2, now, None)[0] == "wait"  # requeued and already running again
     # ... but not while SLURM waits for the lost node
     action, why = slurm_decision(False, "PENDING", [], 2, now, now - REQUEUED_PENDING_MAX_S - 1)
     assert action == "cancel" and "waiting for a lost node" in why

@@ -171,6 +171,8 @@ def slurm_decision(done: bool, live_state: str | None, results: list[dict[str, A
             return "cancel", (f"requeued by SLURM after a node failure and still {live_state} after {bound:.0f} s "
                               "(waiting for a lost node?)")
         return "wait", f"requeued by SLURM ({live_state})"
+    if done and live_state in (*WAITING, "RUNNING"):  # submitit saw the run end (NODE_FAIL); SLURM runs it again
+        return "wait", f"requeued by SLURM ({live_state})"
     if done:
         return "return", "ended"
     failed = [r for r in results if r.get("status") not in ("ok", None)]
