@@ -17,8 +17,10 @@ so every rerun also proves that finished cells are left alone:
 8. a two-node job hitting its time limit is requeued with every setting of its task (telemetry included) and
    completes.
 9. a node set DOWN while a two-node cell runs: SLURM fails the job (NODE_FAIL) and requeues it; the launcher waits
-   for that one job in its attempt (Snakemake's retry never submits a second copy beside it) and the requeued run
-   completes the cell (the bound on a requeued job that waits for a lost node is tested in test_slurm_unit.py).
+   for that one job in its attempt (Snakemake's retry never submits a second copy beside it); then the requeued
+   run's rank on node2 is killed: srun ends the step, the record names rank 1 on node2 (peer_died) within 60 s,
+   and Snakemake's retry (a second job, after the first ended) completes the cell (the bounds on a requeued job
+   that waits for a lost node and on a job held COMPLETING are tested in test_slurm_unit.py).
 
 ``calorimeter status`` and ``calorimeter rerun`` are checked inside scenarios 2 (running, then failed transient;
 ``rerun --failed -- --profile slurm`` trains only that cell), 4 (``rerun --oom --dry-run``), 5 (jobs left by a
@@ -569,7 +571,7 @@ def test_8_two_node_requeue_keeps_every_setting_and_completes(multinode: Sweep) 
     multinode.assert_unchanged()
 
 
-def test_9_a_node_set_down_requeues_one_copy_that_completes_in_its_attempt(multinode: Sweep) -> None:
+def test_9_node_down_then_a_nodes_rank_killed_one_copy_at_a_time(multinode: Sweep) -> None:
     t0 = time.time()
     hold = multinode.tmp / "hold-L"
     hold.write_text("")
@@ -577,42 +579,56 @@ def test_9_a_node_set_down_requeues_one_copy_that_completes_in_its_attempt(multi
     proc = snakemake_bg(multinode.tmp / "phase9.log", "--configfile", str(cfg),
                         faults=f"{multinode.ids['L']}=hold:{hold}")
     staging = lambda: sorted(multinode.cell_dir("L").glob("attempts/*/staging"))  # noqa: E731
+    tail = lambda: (multinode.tmp / "phase9.log").read_text()[-3000:]  # noqa: E731
 
-    def alive(restart: int) -> bool:
-        return [json.loads(f.read_text()).get("restart") for s in staging() for f in s.glob("alive-*.json")] \
-            == [restart, restart]
+    def alive(restart: int) -> list[dict]:
+        found = [json.loads(f.read_text()) for f in sorted(staging()[-1].glob("alive-*.json"))] if staging() else []
+        return found if [a.get("restart") for a in found] == [restart, restart] else []
+
+    def until(what, limit_s: float = 180):
+        deadline = time.time() + limit_s
+        while not (got := what()):
+            assert time.time() < deadline and proc.poll() is None, tail()
+            time.sleep(0.5)
+        return got
 
     try:
         first = wait_for_jobs(multinode, "L", {"RUNNING"})["L"]
-        deadline = time.time() + 120  # both ranks up, held before training
-        while not alive(0):
-            assert time.time() < deadline and proc.poll() is None, (multinode.tmp / "phase9.log").read_text()[-3000:]
-            time.sleep(0.5)
+        until(lambda: alive(0))  # both ranks up, held before training
         t_down = time.time()
+        # 1. node2 set DOWN: NODE_FAIL, SLURM requeues the job (ReturnToService=2 brings node2 back as its slurmd
+        #    registers); the launcher waits for that same job in its attempt, Snakemake submits nothing beside it
         subprocess.run(["scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=calorimeter-test"], check=True)
-        # NODE_FAIL; SLURM requeues the job (ReturnToService=2 brings node2 back as its slurmd registers): the
-        # launcher waits for that same job, in the same attempt, and Snakemake submits nothing beside it
-        deadline = time.time() + 180
-        while not alive(1):
-            assert time.time() < deadline and proc.poll() is None, (multinode.tmp / "phase9.log").read_text()[-3000:]
-            time.sleep(0.5)
+        ranks = until(lambda: alive(1))
         requeued_s = time.time() - t_down
-        hold.unlink()
+        assert len(staging()) == 1 and multinode.jobs()["L"] == 1
+        # 2. node2's rank killed: srun --kill-on-bad-exit ends the step, the cell ends by class within the bound
+        t_kill = time.time()
+        os.kill(next(a["pid"] for a in ranks if a["host"] == "node2"), signal.SIGKILL)
+        closed = until(lambda: [p for p in staging()[0].parent.glob("run.json")], 90)[0]
+        ended_s = time.time() - t_kill
+        rec = json.loads(closed.read_text())
+        assert (rec["status"], rec["failure_class"]) == ("transient", "peer_died"), rec["reason"]
+        assert rec["reason"].startswith("rank 1 on host node2 died without a result (Killed"), rec["reason"]
+        assert rec["evidence"]["slurm"]["history"][0]["State"] == "NODE_FAIL"
+        assert ended_s < 60, ended_s
+        hold.unlink()  # Snakemake's retry (a second job, after the first ended) completes the cell
         rc = proc.wait(timeout=300)
     finally:
         hold.unlink(missing_ok=True)
         subprocess.run(["scontrol", "update", "NodeName=node2", "State=RESUME"], capture_output=True)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    log = (multinode.tmp / "phase9.log").read_text()
-    assert rc == 0, log[-6000:]
-    TIMINGS["9 node DOWN + requeue"] = time.time() - t0
+    assert rc == 0, tail()
+    TIMINGS["9 node DOWN, rank killed, retry"] = time.time() - t0
     rec = multinode.record("L")
     assert rec["status"] == "ok", rec["reason"]
-    slurm = rec["evidence"]["slurm"]
-    assert slurm["runs"] >= 2 and slurm["history"][0]["State"] == "NODE_FAIL", slurm["history"]
-    assert rec["evidence"]["rank_restart"] == {"0": 1, "1": 1}  # the requeued run's results, in its attempt
-    assert multinode.jobs()["L"] == 1 and rec["provenance"]["launcher"]["job_id"] == first  # one copy, requeued
-    assert len(staging()) == 1  # one attempt
-    print(f"\nnode DOWN: requeued run up {requeued_s:.0f} s after; cell ok in its one attempt")
-
+    assert rec["provenance"]["launcher"]["job_id"] != first and multinode.jobs()["L"] == 2
+    runs = subprocess.run(["sacct", "-X", "-n", "-P", "-S", multinode.t_start, "--name", multinode.ids["L"],
+                           "--format=JobID,Start,End"], capture_output=True, text=True, check=True).stdout
+    spans = sorted(tuple(line.split("|")[1:]) for line in runs.splitlines() if line)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), spans  # never two copies at once
+    attempts = staging()
+    assert len(attempts) == 2 and not list(attempts[0].glob("rank-*.json")), attempts  # nothing misplaced
+    print(f"\nnode DOWN: requeued run up {requeued_s:.0f} s after; node2's rank killed: cell ended (peer_died) "
+          f"{ended_s:.1f} s after; the retry completed it")

@@ -192,3 +192,16 @@ def test_the_launcher_waits_for_the_requeued_copy_instead_of_returning(tmp_path:
     attempt.staging.mkdir(parents=True)
     assert submit._wait(Job(), 0.0, None, None, (attempt, 2)) is None
     assert seen == ["RUNNING", "RUNNING", "PENDING", "PENDING", "RUNNING", None]
+
+
+def test_srun_names_the_rank_that_went_first_only_when_it_left_no_result() -> None:
+    from calorimeter.launch.watch import describe, srun_death
+
+    log = ("srun: error: node2: task 1: Killed\nsrun: launch/slurm: _step_signal: Terminating StepId=7.0\n"
+           "srun: error: node1: task 0: Killed\n")
+    death = srun_death(["", log], set())
+    assert (death["rank"], death["host"], death["how"]) == (1, "node2", "Killed")
+    assert describe(death) == ("rank 1 on host node2 died without a result (Killed, said srun); the other ranks "
+                               "were stopped")
+    assert srun_death([log], {1}) == {"rank": 0, "host": "node1", "pid": None, "how": "Killed", "source": "srun"}
+    assert srun_death(["srun: error: node1: task 0: Exited with exit code 3"], {0}) is None  # it wrote its result

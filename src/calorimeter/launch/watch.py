@@ -19,6 +19,7 @@ stuck collective) end on torch's own process-group timeout (gloo) or the NCCL wa
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import time
@@ -126,10 +127,28 @@ def _is_rank(pid: int) -> bool:
         return False
 
 
+#: srun's line for a task that ended badly: ``srun: error: node2: task 1: Killed``
+_SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.-]+): tasks? (?P<rank>\d+)(?:-\d+)?: (?P<how>[^\n]+)")
+
+
+def srun_death(texts: list[str], ranks_with_result: set[int]) -> dict[str, Any] | None:
+    """The first task srun reported as ended badly (killed, or exited non-zero) that left no result: SLURM's view of
+    the rank that went first (srun --kill-on-bad-exit then ended the others), or None."""
+    for text in texts:
+        for m in _SRUN_TASK.finditer(text or ""):
+            rank = int(m.group("rank"))
+            if rank not in ranks_with_result:
+                return {"rank": rank, "host": m.group("host"), "pid": None, "how": m.group("how").strip(),
+                        "source": "srun"}
+    return None
+
+
 def describe(death: dict[str, Any]) -> str:
     """One line naming the rank and host that went first."""
     others = [r for r in death.get("ranks_dead", []) if r != death.get("rank")]
-    return (f"rank {death.get('rank')} on host {death.get('host')} (pid {death.get('pid')}) died without a result"
+    pid = f" (pid {death['pid']})" if death.get("pid") is not None else ""
+    how = f" ({death['how']}, said srun)" if death.get("how") else ""
+    return (f"rank {death.get('rank')} on host {death.get('host')}{pid} died without a result{how}"
             + (f" (also gone: ranks {', '.join(map(str, others))})" if others else "")
             + "; the other ranks were stopped")
 
