@@ -205,3 +205,46 @@ def test_srun_names_the_rank_that_went_first_only_when_it_left_no_result() -> No
                                "were stopped")
     assert srun_death([log], {1}) == {"rank": 0, "host": "node1", "pid": None, "how": "Killed", "source": "srun"}
     assert srun_death(["srun: error: node1: task 0: Exited with exit code 3"], {0}) is None  # it wrote its result
+
+
+def test_the_watch_names_a_dead_rank_of_its_host_but_not_a_requeued_one(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from calorimeter.launch.watch import PEER_DIED, PeerWatch, announce
+
+    attempt = AttemptPaths(tmp_path / "a")
+    announce(attempt, 0, 0)  # this process: alive
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (attempt.staging / "alive-1.json").write_text(json.dumps({"rank": 1, "pid": gone.pid, "host": os.uname().nodename,
+                                                              "t_start_s": 1.0}))
+    (attempt.staging / "alive-2.json").write_text(json.dumps({"rank": 2, "pid": gone.pid, "host": "elsewhere",
+                                                              "t_start_s": 1.0}))
+    attempt.requeues.write_text(json.dumps({"time_s": 2.0}) + "\n")  # rank 1 was checkpointed and requeued
+    assert PeerWatch(attempt).check() is None
+    attempt.requeues.write_text(json.dumps({"time_s": 0.5}) + "\n")  # ... before it started: it died
+    death = PeerWatch(attempt).check()
+    assert (death["rank"], death["pid"], death["ranks_dead"]) == (1, gone.pid, [1])  # rank 2: another host
+    assert json.loads((attempt.root / PEER_DIED).read_text())["rank"] == 1
+
+
+def test_the_rank_whose_heartbeat_stopped_first_is_named(tmp_path: Path) -> None:
+    import os
+
+    from calorimeter.launch.watch import describe, heartbeat_death
+
+    attempt = AttemptPaths(tmp_path / "a")
+    attempt.staging.mkdir(parents=True)
+    for rank, host, last in ((0, "node1", 1000.0), (1, "node2", 960.0)):
+        f = attempt.staging / f"alive-{rank}.json"
+        f.write_text(json.dumps({"rank": rank, "host": host, "pid": 10 + rank, "restart": 1}))
+        os.utime(f, (last, last))
+    death = heartbeat_death(attempt, set())
+    assert (death["rank"], death["host"], death["others_lived_s"]) == (1, "node2", 40.0)
+    assert describe(death).startswith("rank 1 on host node2 (pid 11) died without a result (its heartbeat stopped "
+                                      "40 s before any other rank's)")
+    assert heartbeat_death(attempt, {1}) is None  # it wrote its result: not a death
+    os.utime(attempt.staging / "alive-1.json", (999.0, 999.0))
+    assert heartbeat_death(attempt, set()) is None  # too close to tell which went first

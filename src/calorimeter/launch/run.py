@@ -30,12 +30,14 @@ def _evidence(outcome: LaunchOutcome) -> dict[str, Any]:
                           "rank_restart": {str(r.get("rank")): r.get("restart") for r in outcome.rank_results}}
     if outcome.slurm is not None:
         ev["slurm"] = outcome.slurm
-    from calorimeter.launch.watch import peer_death, srun_death
+    from calorimeter.launch.watch import heartbeat_death, peer_death, srun_death
 
     death = peer_death(outcome.attempt)
     if death is None and outcome.executor == "slurm":  # SLURM's own account of the rank that went first
-        texts = [outcome.launcher_error or "", *("\n".join(lines) for lines in outcome.log_tail.values())]
-        death = srun_death(texts, {int(r.get("rank", -1)) for r in outcome.rank_results})
+        # srun's own stderr (in the batch step's log) first: the launcher's error holds a cut tail of it
+        texts = [*("\n".join(lines) for lines in outcome.log_tail.values()), outcome.launcher_error or ""]
+        with_result = {int(r.get("rank", -1)) for r in outcome.rank_results}
+        death = heartbeat_death(outcome.attempt, with_result) or srun_death(texts, with_result)
     if death is not None:
         ev["peer_died"] = death
     with contextlib.suppress(OSError, ValueError):

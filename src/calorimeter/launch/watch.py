@@ -18,10 +18,12 @@ stuck collective) end on torch's own process-group timeout (gloo) or the NCCL wa
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -38,11 +40,51 @@ def alive_path(attempt: AttemptPaths, rank: int) -> Path:
     return attempt.staging / f"alive-{rank}.json"
 
 
+#: seconds between two heartbeats of a rank (the mtime of its alive file)
+HEARTBEAT_S = 1.0
+
+
 def announce(attempt: AttemptPaths, rank: int, restart: int) -> None:
-    """Called first on every rank: its pid and host, for the launcher's watch."""
+    """Called first on every rank: its pid and host, for the launcher's watch; then a heartbeat (the file's mtime,
+    every :data:`HEARTBEAT_S`) for as long as the process lives, so that the rank whose heartbeat stopped first can
+    be named where the launcher cannot see the process (another host: :func:`heartbeat_death`)."""
     attempt.staging.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(alive_path(attempt, rank), {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(),
-                                                  "restart": restart, "t_start_s": time.time()}, fsync=False)
+    path = alive_path(attempt, rank)
+    write_json_atomic(path, {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(), "restart": restart,
+                             "t_start_s": time.time()}, fsync=False)
+
+    def beat() -> None:
+        while True:
+            time.sleep(HEARTBEAT_S)
+            try:
+                os.utime(path)
+            except OSError:
+                return
+
+    threading.Thread(target=beat, name="calorimeter-heartbeat", daemon=True).start()
+
+
+def heartbeat_death(attempt: AttemptPaths, ranks_with_result: set[int], margin_s: float = 3 * HEARTBEAT_S
+                    ) -> dict[str, Any] | None:
+    """The rank (without a result) whose heartbeat stopped first, when it stopped at least ``margin_s`` before any
+    other's (then it went first: its peers lived on), else None."""
+    beats = []
+    for f in attempt.staging.glob("alive-*.json"):
+        a = read_json_object(f)
+        if a is None:
+            continue
+        try:
+            beats.append((f.stat().st_mtime, a))
+        except OSError:
+            continue
+    if len(beats) < 2:
+        return None
+    beats.sort(key=lambda b: b[0])
+    (t0, first), (t1, _) = beats[0], beats[1]
+    if int(first.get("rank", -1)) in ranks_with_result or t1 - t0 < margin_s:
+        return None
+    return {"rank": first.get("rank"), "host": first.get("host"), "pid": first.get("pid"),
+            "restart": first.get("restart"), "t_last_beat_s": t0, "others_lived_s": t1 - t0, "source": "heartbeat"}
 
 
 def process_gone(pid: int) -> bool:
@@ -68,12 +110,16 @@ class PeerWatch:
         self.attempt = attempt
         self.host = host or socket.gethostname()
 
+    def _last_requeue_s(self) -> float | None:
+        return _last_requeue(self.attempt)
+
     def check(self) -> dict[str, Any] | None:
         """The first death (also written to ``peer_died.json``), or None while every rank lives or has a result."""
         known = peer_death(self.attempt)
         if known is not None:
             return known
         dead = []
+        requeued_s = self._last_requeue_s()
         for f in self.attempt.staging.glob("alive-*.json"):
             a = read_json_object(f)
             if a is None or a.get("host") != self.host or not isinstance(a.get("pid"), int):
@@ -81,6 +127,8 @@ class PeerWatch:
             rank = int(a.get("rank", -1))
             if self.attempt.rank_json(rank).exists() or not process_gone(a["pid"]):
                 continue
+            if requeued_s is not None and requeued_s >= float(a.get("t_start_s") or 0):
+                continue  # checkpointed and requeued (preemption, time limit): its next run announces itself
             dead.append(a)
         if not dead:
             return None
@@ -143,11 +191,22 @@ def srun_death(texts: list[str], ranks_with_result: set[int]) -> dict[str, Any] 
     return None
 
 
+def _last_requeue(attempt: AttemptPaths) -> float | None:
+    """Time of the attempt's last checkpoint event (``requeues.jsonl``), if any."""
+    try:
+        lines = [ln for ln in attempt.requeues.read_text().splitlines() if ln.strip()]
+        return float(json.loads(lines[-1])["time_s"]) if lines else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def describe(death: dict[str, Any]) -> str:
     """One line naming the rank and host that went first."""
     others = [r for r in death.get("ranks_dead", []) if r != death.get("rank")]
     pid = f" (pid {death['pid']})" if death.get("pid") is not None else ""
     how = f" ({death['how']}, said srun)" if death.get("how") else ""
+    if death.get("others_lived_s"):
+        how = f" (its heartbeat stopped {death['others_lived_s']:.0f} s before any other rank's)"
     return (f"rank {death.get('rank')} on host {death.get('host')}{pid} died without a result{how}"
             + (f" (also gone: ranks {', '.join(map(str, others))})" if others else "")
             + "; the other ranks were stopped")
