@@ -609,7 +609,7 @@ def test_9_node_down_then_a_nodes_rank_killed_one_copy_at_a_time(multinode: Swee
         ended_s = time.time() - t_kill
         rec = json.loads(closed.read_text())
         assert (rec["status"], rec["failure_class"]) == ("transient", "peer_died"), rec["reason"]
-        assert rec["reason"].startswith("rank 1 on host node2 died without a result (Killed"), rec["reason"]
+        assert rec["reason"].startswith("rank 1 on host node2 (pid "), rec["reason"]  # its heartbeat stopped first
         assert rec["evidence"]["slurm"]["history"][0]["State"] == "NODE_FAIL"
         assert ended_s < 60, ended_s
         hold.unlink()  # Snakemake's retry (a second job, after the first ended) completes the cell
