@@ -159,6 +159,10 @@ def test_a_job_cancelled_by_the_launcher_is_classed_by_its_cause(tmp_path: Path)
                                                                     "launcher_cancelled": {"why": "rank 1 failed"}})
     assert (rec["status"], rec["failure_class"]) == ("transient", "peer_died")
     assert rec["reason"].startswith("rank 1: RuntimeError: Connection reset by peer; the launcher cancelled")
+    ranks[0]["error"] = "ValueError: a bug"  # a deterministic error stays one, whoever ended the job
+    rec = build_record(cell, ranks, {"executor": "slurm"}, None, {"slurm": {"state": "CANCELLED"},
+                                                                    "launcher_cancelled": {"why": "rank 1 failed"}})
+    assert (rec["status"], rec["failure_class"]) == ("failed", "failed")
 
 
 def test_the_launcher_waits_for_the_requeued_copy_instead_of_returning(tmp_path: Path,

@@ -146,7 +146,9 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
     if status == "transient" and cancelled:  # the launcher ended a job SLURM would have held (a lost node)
         failed = sorted((r for r in rank_results if r.get("status") == "failed"), key=lambda r: r.get("t_end_s", 0))
         failure_class = transient_class(failed[0].get("error")) if failed else "node_fail"
-        if failure_class == "transient":
+        if failed and not _is_transient_error(failed[0].get("error")):  # a deterministic error ended it
+            status, failure_class = "failed", "failed"
+        elif failure_class == "transient":
             failure_class = "node_fail"
         reason = (f"rank {failed[0].get('rank')}: {failed[0].get('error')}; " if failed else "") + \
             f"the launcher cancelled the job: {cancelled.get('why')}"
