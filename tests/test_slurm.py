@@ -19,8 +19,9 @@ so every rerun also proves that finished cells are left alone:
 9. a node set DOWN while a two-node cell runs: SLURM fails the job (NODE_FAIL) and requeues it; the launcher waits
    for that one job in its attempt (Snakemake's retry never submits a second copy beside it); then the requeued
    run's rank on node2 is killed: srun ends the step, the record names rank 1 on node2 (peer_died) within 60 s,
-   and Snakemake's retry (a second job, after the first ended) completes the cell (the bounds on a requeued job
-   that waits for a lost node and on a job held COMPLETING are tested in test_slurm_unit.py).
+   and Snakemake's retry (a second job, after the first ended) completes the cell although node2's slurmd is
+   stopped while it runs (SLURM then holds the job COMPLETING; the launcher records it within a minute of the ranks'
+   results). The bound on a requeued job that waits for a lost node is tested in test_slurm_unit.py.
 
 ``calorimeter status`` and ``calorimeter rerun`` are checked inside scenarios 2 (running, then failed transient;
 ``rerun --failed -- --profile slurm`` trains only that cell), 4 (``rerun --oom --dry-run``), 5 (jobs left by a
@@ -612,14 +613,26 @@ def test_9_node_down_then_a_nodes_rank_killed_one_copy_at_a_time(multinode: Swee
         assert rec["reason"].startswith("rank 1 on host node2 (pid "), rec["reason"]  # its heartbeat stopped first
         assert rec["evidence"]["slurm"]["history"][0]["State"] == "NODE_FAIL"
         assert ended_s < 60, ended_s
-        hold.unlink()  # Snakemake's retry (a second job, after the first ended) completes the cell
-        rc = proc.wait(timeout=300)
+        # 3. Snakemake's retry (a second job, after the first ended); node2's slurmd stopped while it runs: its
+        #    ranks finish, SLURM holds the job COMPLETING (minutes: the node never reports), the launcher does not
+        until(lambda: len(staging()) == 2 and alive(0))
+        slurmd = int((Path(SLURM_DIR) / "run" / "slurmd-node2.pid").read_text())
+        os.kill(slurmd, signal.SIGTERM)
+        until(lambda: not Path(f"/proc/{slurmd}").exists(), 30)
+        hold.unlink()
+        rc = proc.wait(timeout=240)
+        results_s = max(p.stat().st_mtime for p in staging()[-1].glob("rank-*.json"))
+        completing_s = (multinode.cell_dir("L") / "run.json").stat().st_mtime - results_s
     finally:
         hold.unlink(missing_ok=True)
         subprocess.run(["scontrol", "update", "NodeName=node2", "State=RESUME"], capture_output=True)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        up = subprocess.run(["bash", str(ROOT / "tests" / "slurm" / "up.sh")], capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "CALORIMETER_SLURM_DIR": SLURM_DIR})  # node2's slurmd back
     assert rc == 0, tail()
+    assert completing_s < 60, completing_s  # not SLURM's minutes of COMPLETING
+    assert up.returncode == 0, up.stderr[-3000:]
     TIMINGS["9 node DOWN, rank killed, retry"] = time.time() - t0
     rec = multinode.record("L")
     assert rec["status"] == "ok", rec["reason"]
@@ -631,4 +644,5 @@ def test_9_node_down_then_a_nodes_rank_killed_one_copy_at_a_time(multinode: Swee
     attempts = staging()
     assert len(attempts) == 2 and not list(attempts[0].glob("rank-*.json")), attempts  # nothing misplaced
     print(f"\nnode DOWN: requeued run up {requeued_s:.0f} s after; node2's rank killed: cell ended (peer_died) "
-          f"{ended_s:.1f} s after; the retry completed it")
+          f"{ended_s:.1f} s after; the retry completed it with node2's slurmd stopped, recorded {completing_s:.0f} s "
+          "after its ranks' results")
