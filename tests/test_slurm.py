@@ -613,11 +613,11 @@ def test_9_node_down_then_a_nodes_rank_killed_one_copy_at_a_time(multinode: Swee
         assert rec["reason"].startswith("rank 1 on host node2 (pid "), rec["reason"]  # its heartbeat stopped first
         assert rec["evidence"]["slurm"]["history"][0]["State"] == "NODE_FAIL"
         assert ended_s < 60, ended_s
-        # 3. Snakemake's retry (a second job, after the first ended); node2's slurmd stopped while it runs: its
+        # 3. Snakemake's retry (a second job, after the first ended); node1's slurmd killed while it runs: its
         #    ranks finish, SLURM holds the job COMPLETING (minutes: the node never reports), the launcher does not
         until(lambda: len(staging()) == 2 and alive(0))
-        slurmd = int((Path(SLURM_DIR) / "run" / "slurmd-node2.pid").read_text())
-        os.kill(slurmd, signal.SIGTERM)
+        slurmd = int((Path(SLURM_DIR) / "run" / "slurmd-node1.pid").read_text())  # the batch host's
+        os.kill(slurmd, signal.SIGKILL)  # killed, as a crashed daemon
         until(lambda: not Path(f"/proc/{slurmd}").exists(), 30)
         hold.unlink()
         rc = proc.wait(timeout=240)
@@ -629,7 +629,7 @@ def test_9_node_down_then_a_nodes_rank_killed_one_copy_at_a_time(multinode: Swee
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         up = subprocess.run(["bash", str(ROOT / "tests" / "slurm" / "up.sh")], capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "CALORIMETER_SLURM_DIR": SLURM_DIR})  # node2's slurmd back
+                            timeout=300, env={**os.environ, "CALORIMETER_SLURM_DIR": SLURM_DIR})  # the slurmd back
     assert rc == 0, tail()
     assert completing_s < 60, completing_s  # not SLURM's minutes of COMPLETING
     assert up.returncode == 0, up.stderr[-3000:]
@@ -644,5 +644,5 @@ def test_9_node_down_then_a_nodes_rank_killed_one_copy_at_a_time(multinode: Swee
     attempts = staging()
     assert len(attempts) == 2 and not list(attempts[0].glob("rank-*.json")), attempts  # nothing misplaced
     print(f"\nnode DOWN: requeued run up {requeued_s:.0f} s after; node2's rank killed: cell ended (peer_died) "
-          f"{ended_s:.1f} s after; the retry completed it with node2's slurmd stopped, recorded {completing_s:.0f} s "
+          f"{ended_s:.1f} s after; the retry completed it with node1's slurmd killed, recorded {completing_s:.0f} s "
           "after its ranks' results")
