@@ -189,7 +189,7 @@ def test_every_cell_state_from_the_files(sweep: Path, monkeypatch: pytest.Monkey
     finally:
         live.kill()
         live.wait()
-    assert states == {0: ("ok", "ok"), 1: ("oom", "oom"), 2: ("failed", "failed"), 3: ("failed", "transient"),
+    assert states == {0: ("ok", "ok"), 1: ("oom", "oom"), 2: ("failed", "failed"), 3: ("failed", "peer_died"),
                       4: ("running", None), 5: ("interrupted", None), 6: ("queued", None), 7: ("failed", "damaged"),
                       8: ("pruned", None)}
     assert asked == [["77"]]

@@ -16,6 +16,12 @@ so every rerun also proves that finished cells are left alone:
    hostname columns in the tables;
 8. a two-node job hitting its time limit is requeued with every setting of its task (telemetry included) and
    completes.
+9. a node set DOWN while a two-node cell runs: SLURM fails the job (NODE_FAIL) and requeues it; the launcher waits
+   for that one job in its attempt (Snakemake's retry never submits a second copy beside it); then the requeued
+   run's rank on node2 is killed: srun ends the step, the record names rank 1 on node2 (peer_died) within 60 s,
+   and Snakemake's retry (a second job, after the first ended) completes the cell although node2's slurmd is
+   stopped while it runs (SLURM then holds the job COMPLETING; the launcher records it within a minute of the ranks'
+   results). The bound on a requeued job that waits for a lost node is tested in test_slurm_unit.py.
 
 ``calorimeter status`` and ``calorimeter rerun`` are checked inside scenarios 2 (running, then failed transient;
 ``rerun --failed -- --profile slurm`` trains only that cell), 4 (``rerun --oom --dry-run``), 5 (jobs left by a
@@ -45,6 +51,7 @@ import yaml
 from conftest import ROOT, run_cli, subprocess_env
 
 from calorimeter.plan.plan import plan_file
+from calorimeter.records.paths import THERMAL_PROFILE_JSON
 
 # The scenarios share one local cluster and build on each other: `make test`'s pytest-xdist workers run one test file
 # per worker (--dist loadfile), so they run in this order on one worker. Keep them in this one file.
@@ -70,6 +77,7 @@ CELLS = {
     "M": {"model": "tiny-gpt", "nodes": 2, "gpus_per_node": 1, "zero_stage": 1},                      # 2x1
     "N": {"model": "tiny-llama", "nodes": 2, "gpus_per_node": 2, "zero_stage": 1, "global_batch": 4},  # 2x2
     "R": {"model": "tiny-gpt", "nodes": 2, "gpus_per_node": 1, "zero_stage": 0},  # 2 nodes, hits its time limit
+    "L": {"model": "tiny-gpt", "nodes": 2, "gpus_per_node": 1, "zero_stage": 0, "seq_len": 24},  # node set DOWN
 }
 DEFAULTS = {"global_batch": 2, "micro_batch": 1, "warmup_steps": 1, "measured_steps": 2, "seq_len": 32, "lr": 0.003}
 
@@ -188,8 +196,13 @@ class Sweep:
             self.checksums[x] = _checksums(self.cell_dir(x))
 
     def assert_unchanged(self) -> None:
+        """Every file of a finished cell as it was; the only file a later run may add is the host profile that rule
+        thermal_profile derives from the cell's tables (a run stopped by a failed cell may not have made it yet)."""
         for x, before in self.checksums.items():
-            assert _checksums(self.cell_dir(x)) == before, f"finished cell {x} ({self.ids[x]}) was modified"
+            now = _checksums(self.cell_dir(x))
+            added = {k: v for k, v in now.items() if k not in before}
+            assert {k: now.get(k) for k in before} == before, f"finished cell {x} ({self.ids[x]}) was modified"
+            assert set(added) <= {THERMAL_PROFILE_JSON}, f"finished cell {x} ({self.ids[x]}) got {sorted(added)}"
 
 
 def _checksums(d: Path) -> dict[str, str]:
@@ -565,3 +578,79 @@ def test_8_two_node_requeue_keeps_every_setting_and_completes(multinode: Sweep) 
     assert all(meta[n]["sampler"]["period_s"] == pytest.approx(0.25) for n in meta), meta
     assert all(e["max_requeues"] == 2 for e in rec["evidence"]["requeues"]), rec["evidence"]["requeues"]
     multinode.assert_unchanged()
+
+
+def test_9_node_down_then_a_nodes_rank_killed_one_copy_at_a_time(multinode: Sweep) -> None:
+    t0 = time.time()
+    hold = multinode.tmp / "hold-L"
+    hold.write_text("")
+    cfg = multinode.write("L")
+    proc = snakemake_bg(multinode.tmp / "phase9.log", "--configfile", str(cfg),
+                        faults=f"{multinode.ids['L']}=hold:{hold}")
+    staging = lambda: sorted(multinode.cell_dir("L").glob("attempts/*/staging"))  # noqa: E731
+    tail = lambda: (multinode.tmp / "phase9.log").read_text()[-3000:]  # noqa: E731
+
+    def alive(restart: int) -> list[dict]:
+        found = [json.loads(f.read_text()) for f in sorted(staging()[-1].glob("alive-*.json"))] if staging() else []
+        return found if [a.get("restart") for a in found] == [restart, restart] else []
+
+    def until(what, limit_s: float = 180):
+        deadline = time.time() + limit_s
+        while not (got := what()):
+            assert time.time() < deadline and proc.poll() is None, tail()
+            time.sleep(0.5)
+        return got
+
+    try:
+        first = wait_for_jobs(multinode, "L", {"RUNNING"})["L"]
+        until(lambda: alive(0))  # both ranks up, held before training
+        t_down = time.time()
+        # 1. node2 set DOWN: NODE_FAIL, SLURM requeues the job (ReturnToService=2 brings node2 back as its slurmd
+        #    registers); the launcher waits for that same job in its attempt, Snakemake submits nothing beside it
+        subprocess.run(["scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=calorimeter-test"], check=True)
+        ranks = until(lambda: alive(1))
+        requeued_s = time.time() - t_down
+        assert len(staging()) == 1 and multinode.jobs()["L"] == 1
+        # 2. node2's rank killed: srun --kill-on-bad-exit ends the step, the cell ends by class within the bound
+        t_kill = time.time()
+        os.kill(next(a["pid"] for a in ranks if a["host"] == "node2"), signal.SIGKILL)
+        closed = until(lambda: [p for p in staging()[0].parent.glob("run.json")], 90)[0]
+        ended_s = time.time() - t_kill
+        rec = json.loads(closed.read_text())
+        assert (rec["status"], rec["failure_class"]) == ("transient", "peer_died"), rec["reason"]
+        assert rec["reason"].startswith("rank 1 on host node2 (pid "), rec["reason"]  # its heartbeat stopped first
+        assert rec["evidence"]["slurm"]["history"][0]["State"] == "NODE_FAIL"
+        assert ended_s < 60, ended_s
+        # 3. Snakemake's retry (a second job, after the first ended); node1's slurmd killed while it runs: its
+        #    ranks finish, SLURM holds the job COMPLETING (minutes: the node never reports), the launcher does not
+        until(lambda: len(staging()) == 2 and alive(0))
+        slurmd = int((Path(SLURM_DIR) / "run" / "slurmd-node1.pid").read_text())  # the batch host's
+        os.kill(slurmd, signal.SIGKILL)  # killed, as a crashed daemon
+        until(lambda: not Path(f"/proc/{slurmd}").exists(), 30)
+        hold.unlink()
+        rc = proc.wait(timeout=240)
+        results_s = max(p.stat().st_mtime for p in staging()[-1].glob("rank-*.json"))
+        completing_s = (multinode.cell_dir("L") / "run.json").stat().st_mtime - results_s
+    finally:
+        hold.unlink(missing_ok=True)
+        subprocess.run(["scontrol", "update", "NodeName=node2", "State=RESUME"], capture_output=True)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        up = subprocess.run(["bash", str(ROOT / "tests" / "slurm" / "up.sh")], capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "CALORIMETER_SLURM_DIR": SLURM_DIR})  # the slurmd back
+    assert rc == 0, tail()
+    assert completing_s < 60, completing_s  # not SLURM's minutes of COMPLETING
+    assert up.returncode == 0, up.stderr[-3000:]
+    TIMINGS["9 node DOWN, rank killed, retry"] = time.time() - t0
+    rec = multinode.record("L")
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["provenance"]["launcher"]["job_id"] != first and multinode.jobs()["L"] == 2
+    runs = subprocess.run(["sacct", "-X", "-n", "-P", "-S", multinode.t_start, "--name", multinode.ids["L"],
+                           "--format=JobID,Start,End"], capture_output=True, text=True, check=True).stdout
+    spans = sorted(tuple(line.split("|")[1:]) for line in runs.splitlines() if line)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), spans  # never two copies at once
+    attempts = staging()
+    assert len(attempts) == 2 and not list(attempts[0].glob("rank-*.json")), attempts  # nothing misplaced
+    print(f"\nnode DOWN: requeued run up {requeued_s:.0f} s after; node2's rank killed: cell ended (peer_died) "
+          f"{ended_s:.1f} s after; the retry completed it with node1's slurmd killed, recorded {completing_s:.0f} s "
+          "after its ranks' results")

@@ -70,9 +70,9 @@ def test_config_errors_are_caught_before_submission(monkeypatch: pytest.MonkeyPa
     ([], "TIMEOUT", ("failed", "timeout")),
     ([{"rank": 1, "status": "failed", "error": "RuntimeError: Connection reset by peer", "t_end_s": 1}],
      "CANCELLED by 0", ("transient", "transient")),
-    ([], "NODE_FAIL", ("transient", "transient")),
+    ([], "NODE_FAIL", ("transient", "node_fail")),
     ([{"rank": 0, "status": "failed", "error": "DistBackendError: watchdog caught collective timeout"}], "FAILED",
-     ("transient", "transient")),
+     ("transient", "comm_timeout")),
     ([{"rank": 0, "status": "failed", "error": "ValueError: bad shape", "t_end_s": 1},
       {"rank": 1, "status": "failed", "error": "RuntimeError: Connection closed by peer", "t_end_s": 2}], "FAILED",
      ("failed", "failed")),
@@ -272,3 +272,146 @@ def test_slurm_states_are_one_partition() -> None:
     assert not (js.WAITING & js.RUNNING or js.WAITING & js.ENDED or js.RUNNING & js.ENDED)
     assert js.TRANSIENT < js.ENDED and "COMPLETED" not in js.TRANSIENT
     assert js.base_state("CANCELLED by 1234") == "CANCELLED" == js.base_state("CANCELLED+")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# node loss: one copy of a job, ended within a bound (calorimeter.launch.watch.slurm_decision, submit._wait)
+
+
+def test_slurm_wait_decisions_bound_a_lost_node_and_never_run_two_copies() -> None:
+    from calorimeter.launch import watch
+    from calorimeter.launch.watch import slurm_decision
+
+    COMPLETING_GRACE_S, FAILED_RANK_GRACE_S = watch.COMPLETING_GRACE_S, watch.FAILED_RANK_GRACE_S  # noqa: N806
+    REQUEUED_PENDING_MAX_S = watch.REQUEUED_PENDING_MAX_S  # noqa: N806
+
+    now = 10_000.0
+    ok = [{"rank": 0, "status": "ok", "t_end_s": now - 1}, {"rank": 1, "status": "ok", "t_end_s": now - 1}]
+    assert slurm_decision(True, None, ok, 2, now, None)[0] == "return"
+    # requeued after NODE_FAIL: waited for (submitit may even call it done), never resubmitted beside it ...
+    assert slurm_decision(True, "PENDING", [], 2, now, now - 5)[0] == "wait"
+    assert slurm_decision(True, "RUNNING", [], 2, now, None)[0] == "wait"  # requeued and already running again
+    # ... but not while SLURM waits for the lost node
+    action, why = slurm_decision(False, "PENDING", [], 2, now, now - REQUEUED_PENDING_MAX_S - 1)
+    assert action == "cancel" and "waiting for a lost node" in why
+    # a rank failed (its peer's node is gone) and SLURM has not noticed: the job is ended after the grace
+    failed = [{"rank": 0, "status": "failed", "error": "Connection reset by peer", "t_end_s": now - 5}]
+    assert slurm_decision(False, "RUNNING", failed, 2, now, None)[0] == "wait"
+    failed[0]["t_end_s"] = now - FAILED_RANK_GRACE_S - 1
+    assert slurm_decision(False, "RUNNING", failed, 2, now, None)[0] == "cancel"
+    # every rank's result written, the job held COMPLETING by a stopped slurmd: not waited for
+    assert slurm_decision(False, "COMPLETING", ok, 2, now, None)[0] == "wait"
+    late = [dict(r, t_end_s=now - COMPLETING_GRACE_S - 1) for r in ok]
+    assert slurm_decision(False, "COMPLETING", late, 2, now, None)[0] == "return"
+    assert slurm_decision(False, "COMPLETING", late[:1], 2, now, None)[0] == "wait"  # a rank's result missing
+
+
+def test_a_job_cancelled_by_the_launcher_is_classed_by_its_cause(tmp_path: Path) -> None:
+    from calorimeter.records.record import build_record
+
+    cell = _cell()
+    why = {"why": "requeued by SLURM and still PENDING after 120 s (waiting for a lost node?)"}
+    rec = build_record(cell, [], {"executor": "slurm"}, None, {"slurm": {"state": "CANCELLED by 0"},
+                                                                 "launcher_cancelled": why})
+    assert (rec["status"], rec["failure_class"]) == ("transient", "node_fail") and why["why"] in rec["reason"]
+    ranks = [{"rank": 1, "status": "failed", "error": "RuntimeError: Connection reset by peer", "t_end_s": 1.0,
+              "hostname": "node2"}]
+    rec = build_record(cell, ranks, {"executor": "slurm"}, None, {"slurm": {"state": "CANCELLED"},
+                                                                    "launcher_cancelled": {"why": "rank 1 failed"}})
+    assert (rec["status"], rec["failure_class"]) == ("transient", "peer_died")
+    assert rec["reason"].startswith("rank 1: RuntimeError: Connection reset by peer; the launcher cancelled")
+    ranks[0]["error"] = "ValueError: a bug"  # a deterministic error stays one, whoever ended the job
+    rec = build_record(cell, ranks, {"executor": "slurm"}, None, {"slurm": {"state": "CANCELLED"},
+                                                                    "launcher_cancelled": {"why": "rank 1 failed"}})
+    assert (rec["status"], rec["failure_class"]) == ("failed", "failed")
+
+
+def test_the_launcher_waits_for_the_requeued_copy_instead_of_returning(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """NODE_FAIL, then SLURM requeues the job: the launcher keeps waiting for that same job (a retry submitting a
+    second copy beside it is impossible), and returns when the requeued run ends."""
+    from calorimeter.launch import slurm as slurm_cli
+
+    live = iter(["RUNNING", "RUNNING", "PENDING", "PENDING", "RUNNING", None])
+    done = iter([False, False, True, False, False, True])  # submitit saw NODE_FAIL once, then the requeued run
+    seen: list[str | None] = []
+
+    class Job:
+        job_id = "42"
+
+        def done(self, force_check: bool = False) -> bool:
+            return next(done)
+
+        def cancel(self, check: bool = True) -> None:
+            raise AssertionError("cancelled a requeued job that restarted in time")
+
+    def squeue(job_id: str) -> str | None:
+        seen.append(s := next(live))
+        return s
+
+    monkeypatch.setattr(slurm_cli, "squeue_state", squeue)
+    monkeypatch.setattr(slurm_cli, "sacct_records", lambda job_id, steps=False: [{"State": "NODE_FAIL"},
+                                                                                {"State": "PENDING"}])
+    monkeypatch.setattr(submit.time, "sleep", lambda s: None)
+    attempt = AttemptPaths(tmp_path / "a")
+    attempt.staging.mkdir(parents=True)
+    assert submit._wait(Job(), 0.0, None, None, (attempt, 2)) is None
+    assert seen == ["RUNNING", "RUNNING", "PENDING", "PENDING", "RUNNING", None]
+
+
+def test_srun_names_the_rank_that_went_first_only_when_it_left_no_result() -> None:
+    from calorimeter.launch.watch import srun_death
+    from calorimeter.records.record import describe_death as describe
+
+    log = ("srun: error: node2: task 1: Killed\nsrun: launch/slurm: _step_signal: Terminating StepId=7.0\n"
+           "srun: error: node1: task 0: Killed\n")
+    death = srun_death(["", log], set())
+    assert (death["rank"], death["host"], death["how"]) == (1, "node2", "Killed")
+    assert describe(death) == ("rank 1 on host node2 died without a result (Killed, said srun); the other ranks "
+                               "were stopped")
+    assert srun_death([log], {1}) == {"rank": 0, "host": "node1", "pid": None, "how": "Killed", "source": "srun"}
+    assert srun_death(["srun: error: node1: task 0: Exited with exit code 3"], {0}) is None  # it wrote its result
+
+
+def test_the_watch_names_a_dead_rank_of_its_host_but_not_a_requeued_one(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from calorimeter.launch.watch import PEER_DIED, PeerWatch, announce
+
+    attempt = AttemptPaths(tmp_path / "a")
+    announce(attempt, 0, 0)  # this process: alive
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (attempt.staging / "alive-1.json").write_text(json.dumps({"rank": 1, "pid": gone.pid, "host": os.uname().nodename,
+                                                              "t_start_s": 1.0}))
+    (attempt.staging / "alive-2.json").write_text(json.dumps({"rank": 2, "pid": gone.pid, "host": "elsewhere",
+                                                              "t_start_s": 1.0}))
+    attempt.requeues.write_text(json.dumps({"time_s": 2.0}) + "\n")  # rank 1 was checkpointed and requeued
+    assert PeerWatch(attempt).check() is None
+    attempt.requeues.write_text(json.dumps({"time_s": 0.5}) + "\n")  # ... before it started: it died
+    death = PeerWatch(attempt).check()
+    assert (death["rank"], death["pid"], death["ranks_dead"]) == (1, gone.pid, [1])  # rank 2: another host
+    assert json.loads((attempt.root / PEER_DIED).read_text())["rank"] == 1
+
+
+def test_the_rank_whose_heartbeat_stopped_first_is_named(tmp_path: Path) -> None:
+    import os
+
+    from calorimeter.launch.watch import heartbeat_death
+    from calorimeter.records.record import describe_death as describe
+
+    attempt = AttemptPaths(tmp_path / "a")
+    attempt.staging.mkdir(parents=True)
+    for rank, host, last in ((0, "node1", 1000.0), (1, "node2", 960.0)):
+        f = attempt.staging / f"alive-{rank}.json"
+        f.write_text(json.dumps({"rank": rank, "host": host, "pid": 10 + rank, "restart": 1}))
+        os.utime(f, (last, last))
+    death = heartbeat_death(attempt, set())
+    assert (death["rank"], death["host"], death["others_lived_s"]) == (1, "node2", 40.0)
+    assert describe(death).startswith("rank 1 on host node2 (pid 11) died without a result (its heartbeat stopped "
+                                      "40 s before any other rank's)")
+    assert heartbeat_death(attempt, {1}) is None  # it wrote its result: not a death
+    os.utime(attempt.staging / "alive-1.json", (999.0, 999.0))
+    assert heartbeat_death(attempt, set()) is None  # too close to tell which went first

@@ -77,7 +77,36 @@ def _aggregate(args: argparse.Namespace) -> int:
     out = SweepPaths.of(plan.results_dir, plan.sweep)
     write_table(df, out.summary_parquet, out.summary_csv)
     print(df["status"].value_counts().to_string())
-    return 0
+    return _nothing_measured(df, plan.sweep)
+
+
+def _damaged_notes(runs: object) -> list[str]:
+    """One line per cell of a summary whose record was damaged: unreadable (status corrupt) or with files left
+    out (see :mod:`calorimeter.analysis.damaged`)."""
+    import pandas as pd
+
+    assert isinstance(runs, pd.DataFrame)
+    out = []
+    for _, row in runs.iterrows():
+        notes = str(row.get("data_notes") or "") if row.get("data_notes") == row.get("data_notes") else ""
+        if row.get("status") == "corrupt":
+            out.append(f"{row['cell_id']}: {row.get('reason') or notes}; not drawn")
+        elif "left out" in notes:
+            out.append(f"{row['cell_id']}: {notes}")
+    return out
+
+
+def _nothing_measured(runs: object, sweep: str) -> int:
+    """1 with a message when no cell of the summary has a measurement (nothing to draw), else 0."""
+    import pandas as pd
+
+    assert isinstance(runs, pd.DataFrame)
+    if "status" in runs and (runs["status"] == "ok").any():
+        return 0
+    counts = runs["status"].value_counts().to_dict() if "status" in runs else {}
+    print(f"error: nothing to draw: no cell of sweep {sweep} has a measurement ("
+          + (", ".join(f"{n} {s}" for s, n in counts.items()) or "no cells") + ")", file=sys.stderr)
+    return 1
 
 
 def _figure(args: argparse.Namespace) -> int:
@@ -98,8 +127,13 @@ def _figure(args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 - a damaged summary: say which file, never a traceback
         raise ConfigError(f"{summary} cannot be read ({type(e).__name__}); run `calorimeter aggregate "
                           f"{args.sweep}` again") from None
+    for note in _damaged_notes(runs):
+        print(f"note: damaged record: {note}", file=sys.stderr)
+    if _nothing_measured(runs, plan.sweep):
+        return 1
     res = render("throughput", {"runs": runs}, out.figure("throughput", "png"), out.figure("throughput", "pdf"))
-    print(f"{res.n_points} cells drawn -> {out.figure('throughput', 'png').parent}")
+    measured = int((runs["status"] == "ok").sum())
+    print(f"{res.n_points} cells drawn ({measured} measured) -> {out.figure('throughput', 'png').parent}")
     return 0
 
 

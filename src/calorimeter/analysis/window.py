@@ -7,7 +7,9 @@ the benchmarks and the tests use these definitions and no others.
   (the first in recorded order is kept); a row recorded after a later-stamped one is out of order (wall clock
   stepped back, or a re-sent batch). Both are counted.
 * **NVML errors.** A null, non-finite or negative reading (older samplers stored NVML's ``-1``) is dropped, never
-  averaged in; in the columns read every sample it is counted as an NVML error.
+  averaged in; in the columns read every sample it is counted as an NVML error. A counter reading that is negative
+  or all-ones (NVML's "not available", :func:`calorimeter.telemetry.counters.invalid_reading`) is dropped and
+  counted as an NVML error too, and noted by counter: never a glitch, a reset, a wrap or energy.
 * **Coverage rule.** Every aggregate - average, peak, energy, link bytes, throttle share - is NaN when its column's
   valid samples span less than ``MIN_COVERAGE`` of the window (nothing is extrapolated).
 * **Gaps.** Two consecutive samples more than ``MAX_GAP_PERIODS`` sampling periods apart (plus half a period of
@@ -299,7 +301,7 @@ class GpuSamples:
         width = spec.counter_bits or infer_counter_width(readings)
         trace = counter_trace(readings.reset_index(drop=True), width)
         scaled = CounterTrace(trace.cumulative * spec.tidy_scale, trace.segment, trace.glitches, trace.resets,
-                              trace.wraps)
+                              trace.wraps, trace.invalid)
         return self.t[present], scaled
 
     # -- aggregates over a window ----------------------------------------------------------------------------
@@ -356,15 +358,17 @@ class GpuSamples:
             if c is None:
                 continue
             t, trace = c
-            dropped = ~trace.kept
-            g = within(t[dropped])
+            invalid = trace.invalid if trace.invalid is not None else np.zeros(t.size, dtype=bool)
+            g = within(t[~trace.kept & ~invalid])
+            e = within(t[invalid])
             cuts = [(t[trace.segment == s - 1].max(), t[trace.segment == s].min())
                     for s in range(1, int(trace.segment.max()) + 1)]
             r = sum(1 for a, b in cuts if b >= begin and a <= end)
-            if g or r:
-                said = [f"{g} glitch(es) dropped"] * bool(g) + [f"{r} reset(s)"] * bool(r)
+            if g or r or e:
+                said = ([f"{e} NVML error(s) (negative or all-ones reading) dropped"] * bool(e)
+                        + [f"{g} glitch(es) dropped"] * bool(g) + [f"{r} reset(s)"] * bool(r))
                 notes.append(f"{spec.name}: {', '.join(said)}")
-            glitches, resets = glitches + g, resets + r
+            glitches, resets, errors = glitches + g, resets + r, errors + e
         pcol = self.power_column()
         power_cov = coverage_s(self.series(pcol)[0], begin, end, self.max_gap_s) / span if pcol and span > 0 else 0.0
         energy = self.counter("energy_j")

@@ -51,6 +51,9 @@ def init_distributed(accelerator: str, master_port: int | None = None, timeout_s
                                f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})")
         torch.cuda.set_device(job.local_rank)
         backend, device = "nccl", f"cuda:{job.local_rank}"
+        # a failed or timed-out NCCL collective tears the process down (torch's watchdog) instead of hanging: the
+        # rank exits, and the launcher's watch or srun --kill-on-bad-exit ends the cell (calorimeter.launch.watch)
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     else:
         backend, device = "gloo", "cpu"
     if not dist.is_initialized():

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import time
+from pathlib import Path
 from typing import Any
 
+from calorimeter.launch.space import DISK_FULL, FIXED_BYTES, RECORD_ERROR, DiskSpaceError, free_bytes, is_disk_full
 from calorimeter.launch.submit import CellConfigError, LaunchOutcome, launch_cell
+from calorimeter.launch.watch import heartbeat_death, peer_death, srun_death
 from calorimeter.placement.apply import placement_record
 from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.kinds import get_kind
 from calorimeter.records.atomic import write_atomic, write_json_atomic
-from calorimeter.records.paths import CellPaths, results_relative
+from calorimeter.records.paths import CellPaths, record_files, results_relative
 from calorimeter.records.record import TransientCellError, build_record, steps_frame, write_cell_record
 from calorimeter.telemetry.collect import collect_telemetry
 
@@ -27,6 +33,16 @@ def _evidence(outcome: LaunchOutcome) -> dict[str, Any]:
                           "rank_restart": {str(r.get("rank")): r.get("restart") for r in outcome.rank_results}}
     if outcome.slurm is not None:
         ev["slurm"] = outcome.slurm
+    death = peer_death(outcome.attempt)
+    if death is None and outcome.executor == "slurm":  # SLURM's own account of the rank that went first
+        # srun's own stderr (in the batch step's log) first: the launcher's error holds a cut tail of it
+        texts = [*("\n".join(lines) for lines in outcome.log_tail.values()), outcome.launcher_error or ""]
+        with_result = {int(r.get("rank", -1)) for r in outcome.rank_results}
+        death = heartbeat_death(outcome.attempt, with_result) or srun_death(texts, with_result)
+    if death is not None:
+        ev["peer_died"] = death
+    with contextlib.suppress(OSError, ValueError):
+        ev["launcher_cancelled"] = json.loads((outcome.attempt.root / "launcher_cancelled.json").read_text())
     return ev
 
 
@@ -70,18 +86,74 @@ def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: 
         outcome = launch_cell(cell, settings, paths)
         record = _record(cell, outcome, estimates)
     if record["status"] == "transient":
+        _blame_full_disk(outcome, record)
         write_json_atomic(outcome.attempt.run_json, record)
         raise TransientCellError(f"cell {cell.cell_id}: transient: {record['reason']} "
                                  f"(evidence in {outcome.attempt.run_json})")
-    record["telemetry_files"] = _collect_telemetry(outcome, paths, record)
-    if cell.kind not in TRAINING_KINDS:
-        record["kind_files"] = _collect_kind_outputs(cell, outcome, paths)
-    write_cell_record(paths, outcome.attempt, record, steps_frame(outcome.rank_results))
+    _write_record(cell, outcome, paths, record)
     m = record.get("metrics", {})
     log.info("cell %s: %s %s", cell.cell_id, record["status"],
              f"{m.get('iteration_time_s', float('nan')):.3f} s/iter, {m.get('tokens_per_s_per_gpu', 0):.0f} "
              "tokens/s/GPU" if m else f"({record['failure_class']}) {record['reason']}")
     return record
+
+
+def _write_record(cell: Cell, outcome: LaunchOutcome, paths: CellPaths, record: dict[str, Any]) -> None:
+    """Collect the telemetry and kind files and write the record (run.json last).
+
+    On a full disk nothing partial stays: the files this call put at the top of the cell folder are removed, the
+    attempt stays open (its rank results hold the finished measurement, so the next run completes the record
+    without retraining), its ``record_error.json`` says why (``calorimeter status``: failed, class ``disk_full``),
+    and :class:`DiskSpaceError` is raised. Nothing else in the results tree is touched.
+    """
+    t0 = time.time()
+    before = {n: _mtime(paths.root / n) for n in record_files()}
+    attempt_closed = outcome.attempt.run_json.exists()
+    try:
+        record["telemetry_files"] = _collect_telemetry(outcome, paths, record)
+        if cell.kind not in TRAINING_KINDS:
+            record["kind_files"] = _collect_kind_outputs(cell, outcome, paths)
+        write_cell_record(paths, outcome.attempt, record, steps_frame(outcome.rank_results))
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        for name, mtime in before.items():  # only what this call wrote
+            f = paths.root / name
+            if f.is_file() and _mtime(f) != mtime and _mtime(f) >= t0 - 1:
+                f.unlink(missing_ok=True)
+        if not attempt_closed:
+            outcome.attempt.run_json.unlink(missing_ok=True)
+        reason = (f"disk full while the record was written ({e.strerror}: {e.filename or ''}; "
+                  f"{free_bytes(paths.root) / 2**20:.1f} MiB free): the measurement is kept in attempt "
+                  f"{outcome.attempt.name}; free space and run the cell again (calorimeter rerun --failed) to "
+                  "complete its record without retraining")
+        _note_record_error(outcome.attempt.root, DISK_FULL, reason)
+        raise DiskSpaceError(f"cell {cell.cell_id}: {DISK_FULL}: {reason}") from e
+    (outcome.attempt.root / RECORD_ERROR).unlink(missing_ok=True)
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _note_record_error(attempt_root: Path, failure_class: str, reason: str) -> None:
+    """Best effort: the disk may still be full (the files removed above usually made room for these bytes)."""
+    try:
+        write_json_atomic(attempt_root / RECORD_ERROR, {"failure_class": failure_class, "reason": reason,
+                                                        "time_s": time.time()})
+    except OSError:
+        log.error("%s: %s", attempt_root, reason)
+
+
+def _blame_full_disk(outcome: LaunchOutcome, record: dict[str, Any]) -> None:
+    """Ranks that left no result on a (nearly) full disk: say so (class ``disk_full``), not a dead launcher."""
+    free = free_bytes(outcome.attempt.root)
+    if len(outcome.rank_results) < int(record["cell"].get("world_size") or 0) and free < FIXED_BYTES:
+        record["failure_class"] = DISK_FULL
+        record["reason"] = f"disk full ({free / 2**20:.1f} MiB free): {record['reason']}"
 
 
 def _collect_telemetry(outcome: LaunchOutcome, paths: CellPaths, record: dict[str, Any]) -> list[str]:
@@ -93,6 +165,8 @@ def _collect_telemetry(outcome: LaunchOutcome, paths: CellPaths, record: dict[st
     try:
         return collect_telemetry(outcome.attempt.run(restart), paths, outcome.rank_results)
     except Exception as e:  # noqa: BLE001
+        if is_disk_full(e):
+            raise
         log.exception("cell %s: telemetry could not be collected", record.get("cell_id"))
         record["telemetry_error"] = f"{type(e).__name__}: {e}"
         return []

@@ -30,13 +30,16 @@ import submitit
 from calorimeter.launch import slurm as slurm_cli
 from calorimeter.launch.sbatch import SbatchValueError, check_sbatch_parameters
 from calorimeter.launch.snapshot import with_snapshot
+from calorimeter.launch.space import check_free_space
 from calorimeter.launch.task import CellTask
+from calorimeter.launch.watch import PeerWatch, slurm_decision, stop_ranks
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES, accelerator_of
 from calorimeter.records.atomic import write_json_atomic
-from calorimeter.records.job_states import ENDED, base_state
+from calorimeter.records.job_states import ENDED, RESTARTING, base_state
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.progress import ProgressLog
+from calorimeter.records.record import describe_death
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,7 @@ def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict
         time=timeout_min, signal_delay_s=int(launcher["signal_delay_s"]),
         setup=[*(s.get("setup") or []), *env_setup],
         additional_parameters={"open-mode": "append", **(s.get("extra") or {})},
+        srun_args=["--kill-on-bad-exit=1"],  # a rank that dies ends the step at once (calorimeter.launch.watch)
     )
     if s.get("gpus") is not None and int(s["gpus"]) != gpus:
         raise CellConfigError(f"cell {cell.cell_id} uses {gpus} GPUs per node, the profile asks for {s['gpus']} "
@@ -203,19 +207,70 @@ def _job_handle(job: dict[str, Any], attempt: AttemptPaths, world_size: int) -> 
     return None  # a local attempt's processes died with the process that started them
 
 
-def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None) -> None:
+def _current_results(attempt: AttemptPaths) -> list[dict[str, Any]]:
+    """The rank results written so far by the job's current run (the highest restart)."""
+    found = []
+    for f in attempt.rank_jsons():
+        try:
+            found.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue
+    last = max((int(r.get("restart") or 0) for r in found), default=0)
+    return [r for r in found if int(r.get("restart") or 0) == last]
+
+
+def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None, watch: PeerWatch | None = None,
+          slurm: tuple[AttemptPaths, int] | None = None) -> dict[str, Any] | None:
     """Block until the job is done, forcing a state check (sacct) at least every ``poll_s`` seconds; ``progress``
-    logs the running cell's steps meanwhile."""
-    last = time.time()
+    logs the running cell's steps meanwhile; ``watch`` checks the ranks of this host every second: when one died
+    without a result, the job is cancelled at once and that death is returned (:mod:`calorimeter.launch.watch`).
+    For a SLURM job (``slurm``: its attempt and world size), :func:`calorimeter.launch.watch.slurm_decision` bounds
+    the wait: a job SLURM requeued is waited for (one copy only), but not while it waits for a lost node; a job
+    whose ranks failed while SLURM has not noticed a lost node, or that hangs COMPLETING after every rank's result,
+    is not waited for."""
+    last = start = time.time()
+    ran = False
+    waiting_since: float | None = None
     while True:
         force = time.time() - last >= poll_s
         if force:
             last = time.time()
-        if job.done(force_check=force):
-            return
+        done = job.done(force_check=force)
+        if slurm is not None and (force or done):  # (attempt, world size) of a SLURM job: its end, bounded
+            attempt, world_size = slurm
+            live = slurm_cli.squeue_state(str(job.job_id))
+            ran = ran or live in ("RUNNING", "COMPLETING")
+            if ran and live in RESTARTING and waiting_since is None:  # requeued: after a node failure?
+                history = slurm_cli.sacct_records(str(job.job_id))
+                if any(slurm_cli.base_state(r["State"]) == "NODE_FAIL" for r in history):
+                    waiting_since = time.time()
+            elif live not in RESTARTING:
+                waiting_since = None
+            action, why = slurm_decision(done, live, _current_results(attempt), world_size, time.time(),
+                                         waiting_since)
+            if action == "cancel":
+                log.warning("job %s: %s: cancelling it", job.job_id, why)
+                job.cancel(check=False)
+                write_json_atomic(attempt.root / "launcher_cancelled.json", {"job_id": str(job.job_id), "why": why,
+                                                                            "time_s": time.time()})
+                return None
+            if action == "return":
+                return watch.check() if watch is not None else None
+            done = False
+        if done:
+            return watch.check() if watch is not None else None
+        death = watch.check() if watch is not None else None
+        if death is not None:
+            log.warning("cell %s: %s", job.paths.folder, describe_death(death))
+            stop_ranks(watch.attempt)
+            job.cancel(check=False)
+            deadline = time.time() + 30.0
+            while not job.done(force_check=True) and time.time() < deadline:
+                time.sleep(0.2)
+            return death
         if progress is not None:
             progress.tick()
-        time.sleep(1.0)
+        time.sleep(min(1.0, 0.05 + 0.1 * (time.time() - start)))  # a short cell is seen at once, a long one each s
 
 
 def _collect(attempt: AttemptPaths) -> list[dict[str, Any]]:
@@ -303,6 +358,7 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
                                                  "failure_class": "transient",
                                                  "reason": "abandoned: its launcher died"})
     if job is None:
+        check_free_space(cell, settings, paths.root)  # refuse before training: DiskSpaceError with the numbers
         attempt = _new_attempt(paths)
         if kind == "slurm" and settings.get("snapshot", True):  # a queued job runs the code of its submission
             params, code = with_snapshot(params, paths.root.parents[1])
@@ -319,8 +375,12 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
     _link_latest(paths, attempt)
     error = None
     try:
-        _wait(job, float(settings["poll_s"]), ProgressLog(attempt, cell.cell_id))
-        job.results()
+        death = _wait(job, float(settings["poll_s"]), ProgressLog(attempt, cell.cell_id), PeerWatch(attempt),
+                      (attempt, cell.world_size) if kind == "slurm" else None)
+        if death is not None:  # never wait for the dead rank's result (submitit would, 15 s)
+            error = f"peer died: {describe_death(death)}"
+        else:
+            job.results()
     except Exception as e:  # noqa: BLE001 - the ranks' own files say what happened; this is the launcher's view
         error = f"{type(e).__name__}: {str(e).strip()[-2000:]}"
     job_id = str(job.job_id)

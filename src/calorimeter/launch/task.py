@@ -15,7 +15,8 @@ import submitit
 from submitit.core.utils import UncompletedJobError
 
 from calorimeter.launch.distributed import init_distributed
-from calorimeter.launch.faults import inject
+from calorimeter.launch.faults import ENV, arm_timers, faults_for, inject, is_tiny, kill_point, tiny_steps
+from calorimeter.launch.watch import announce
 from calorimeter.placement.apply import JobPlacement
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.definitions import register_definitions
@@ -75,12 +76,17 @@ class CellTask(submitit.helpers.Checkpointable):
         rank = job.global_rank
         out: dict[str, Any] = {"t_start_s": t0, "pid": os.getpid(), "restart": restart, "requeues": self.requeues,
                                "job_id": job.job_id, "rank": rank}
+        announce(attempt, rank, restart)  # first: the launcher watches this pid (calorimeter.launch.watch)
+        kill_point(cell.cell_id, rank, restart, "rendezvous")
+        if is_tiny(cell.cell_id):  # test-only: no model, no process group (calorimeter.launch.faults)
+            return _run_tiny(cell, attempt, rank, restart, out)
         try:
             # Decided here, where the host is known, and applied before anything starts CUDA.
             placement = JobPlacement.start(cell, self.settings.get("placement"), Path(self.attempt_dir).parents[1],
                                            node=job.node)
             info = init_distributed(accelerator_of(cell.hardware), self.settings["master_port"])
             placement.agree()
+            arm_timers(cell.cell_id, rank, restart)
             out.update(world_size=info.world_size, local_rank=info.local_rank, node=info.node,
                        hostname=info.hostname, backend=info.backend, device_info=device_info(info.device))
             out["placement"] = placement.record(out["device_info"], info.local_rank)
@@ -105,6 +111,7 @@ class CellTask(submitit.helpers.Checkpointable):
         except Exception as e:  # noqa: BLE001 - every failure is recorded, then the rank exits
             out.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
         out["t_end_s"] = time.time()
+        kill_point(cell.cell_id, rank, restart, "result")
         write_json_atomic(attempt.rank_json(rank), out)
         if out["status"] != "ok":
             # Peers may be blocked in a collective with this rank: leave now so that they fail fast.
@@ -140,6 +147,30 @@ def run_kind(ctx: RankContext) -> RankResult:
     """The per-rank dispatch: run the cell's kind (its entry, imported by name) on this rank."""
     module, func = get_kind(ctx.cell.kind).entry.split(":")
     return getattr(importlib.import_module(module), func)(ctx)
+
+
+def _run_tiny(cell: Cell, attempt: AttemptPaths, rank: int, restart: int, out: dict[str, Any]) -> dict[str, Any]:
+    """A ``tiny`` test cell on this rank: the injected faults, timed no-op steps (a :class:`RankResult` like any
+    kind's), the result written as usual."""
+    out.update(world_size=cell.world_size, local_rank=rank, node=0, hostname=os.uname().nodename, backend="none")
+    try:
+        arm_timers(cell.cell_id, rank, restart)
+        if "oom" in faults_for(cell.cell_id):  # as CellOOMError says it, without importing torch
+            out.update(status="oom", peak_memory_bytes=0, error=f"out of memory (peak 0 bytes allocated): injected "
+                       f"by {ENV}")
+        else:
+            inject(cell.cell_id, rank, restart)
+            result = RankResult(steps=tiny_steps(cell.cell_id, rank, restart, cell.warmup_steps, cell.measured_steps),
+                                device="cpu")
+            out.update(status="ok", **result.to_dict())
+    except Exception as e:  # noqa: BLE001
+        out.update(status="failed", error=f"{type(e).__name__}: {e}")
+    out["t_end_s"] = time.time()
+    kill_point(cell.cell_id, rank, restart, "result")
+    write_json_atomic(attempt.rank_json(rank), out)
+    if out["status"] != "ok":
+        os._exit(3)
+    return {"rank": rank, "status": out["status"], "restart": restart}
 
 
 def _teardown(destroy: bool = True) -> None:

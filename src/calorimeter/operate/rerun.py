@@ -32,22 +32,14 @@ from typing import Any
 
 from calorimeter.operate.state import CellStatus
 from calorimeter.plan.config_errors import ConfigError, short, suggest
-from calorimeter.plan.kinds import KINDS
 from calorimeter.records.atomic import write_json_atomic
-from calorimeter.records.paths import RECORD_FILES, RUN_JSON, THERMAL_PROFILE_JSON, AttemptPaths, CellPaths
+from calorimeter.records.paths import AttemptPaths, CellPaths, record_files
 from calorimeter.records.run_record import RecordError, read_run_record
 
 #: states ``--failed`` selects
 FAILED_STATES = ("failed", "interrupted")
 #: states never selected (their job is alive)
 ACTIVE_STATES = ("running", "queued")
-CELL_TABLES = "cell_tables"
-
-
-def record_files() -> tuple[str, ...]:
-    """The top-level files and folders of a cell's record, ``run.json`` last (set aside in this order)."""
-    kind_files = tuple(f for k in KINDS.values() for f in k.outputs)
-    return (*(f for f in RECORD_FILES if f != RUN_JSON), *kind_files, CELL_TABLES, THERMAL_PROFILE_JSON, RUN_JSON)
 
 
 def select(statuses: list[CellStatus], failed: bool = False, oom: bool = False,

@@ -11,8 +11,13 @@ States (:data:`STATES`):
                  finished) or submits the cell again;
 ``ok``, ``oom``, ``failed``  the record (``run.json``) says so, with its failure class (``failed``: ``failed`` or
                  ``timeout``); also ``failed`` with class ``transient`` (the last attempt ended without a
-                 deterministic result: cancelled, node failure, ...; no record, the next run submits it again) and
-                 class ``damaged`` (``run.json`` cannot be read);
+                 deterministic result: cancelled, node failure, ...; no record, the next run submits it again),
+                 classes ``peer_died`` (a rank died without a result: the record names it and its host; shown while
+                 the launcher ends the cell), ``comm_timeout``, ``killed``, ``node_fail`` (the first failing rank's
+                 error or SLURM's state), class ``damaged`` (``run.json`` cannot be read) and class ``disk_full``
+                 (the disk filled: before the ranks wrote their results, or while the record was written, when
+                 the attempt keeps its finished measurement and the next run completes the record without
+                 retraining);
 ``unknown``      an open attempt whose state cannot be seen from here (SLURM commands missing, or a local job on
                  another host that has written no progress lately).
 
@@ -21,7 +26,6 @@ Nothing here needs Snakemake: the answer is the same while it runs and after it 
 
 from __future__ import annotations
 
-import json
 import math
 import socket
 import time
@@ -30,11 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from calorimeter.launch import slurm
+from calorimeter.launch.space import RECORD_ERROR
 from calorimeter.launch.submit import attempts
+from calorimeter.launch.watch import PEER_DIED
 from calorimeter.plan.plan import PlannedCell
 from calorimeter.records import job_states
+from calorimeter.records.atomic import read_json_object
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.progress import Progress, attempt_progress
+from calorimeter.records.record import describe_death
 from calorimeter.records.run_record import RecordError, RunRecord, read_run_record
 
 STATES = ("running", "queued", "interrupted", "failed", "oom", "ok", "planned", "unknown", "pruned")
@@ -76,11 +84,7 @@ def list_attempts(cell: CellPaths) -> list[AttemptPaths]:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
+    return read_json_object(path)
 
 
 def _read_record(path: Path) -> RunRecord | None:
@@ -205,6 +209,17 @@ def cell_status(pc: PlannedCell, paths: CellPaths, scheduler: dict[str, dict[str
         cs.state, cs.note = "unknown", f"attempt {newest.name} has no readable job.json (being submitted?)"
         return cs
     _open_attempt(cs, newest, job, now, scheduler)
+    death = _read_json(newest.root / PEER_DIED)
+    if death is not None:  # the launcher saw a rank die: the cell is being ended (or its launcher died meanwhile)
+        cs.failure_class, cs.reason = "peer_died", describe_death(death)
+        if cs.state == "interrupted":
+            cs.state = "failed"
+        cs.note = ("ending the cell: " if cs.state == "running" else "") + cs.reason
+    error = _read_json(newest.root / RECORD_ERROR)
+    if error is not None and cs.state == "interrupted":  # the measurement finished, its record could not be written
+        cs.state, cs.failure_class = "failed", str(error.get("failure_class") or "failed")
+        cs.reason = str(error.get("reason") or "")
+        cs.note = "measurement kept: the next snakemake run (or calorimeter rerun --failed) completes its record"
     return cs
 
 

@@ -23,6 +23,7 @@ from calorimeter.plan.hardware import get_profile
 from calorimeter.plan.kinds import kind_reasons
 from calorimeter.plan.memory import estimate_memory
 from calorimeter.plan.models import get_model, padded_vocab_size, parameter_count
+from calorimeter.plan.time_limit import time_limit_reasons
 
 
 @dataclass
@@ -110,11 +111,26 @@ def _plan(cfg: dict[str, Any]) -> Plan:
     # the models and hardware the sweep (and the sweeps it selects from) defined: they travel to the train rule's
     # script and the ranks with the config (calorimeter.plan.definitions)
     cfg["_definitions"] = definitions_of()
+    _prune_beyond_time_limit(cells, cfg)
     name = cfg["sweep"]
     if "subset_of" in cfg and any(pc.cell.sweep == name for pc in cells):
         raise ConfigError(f"{cfg.get('_source', 'config')}: sweep {name!r} is the name of the sweep this one is a "
                           "subset of; a subset writes its own plan and tables: give it another name")
     return Plan(name, cfg["results_dir"], cfg, cells)
+
+
+def _prune_beyond_time_limit(cells: list[PlannedCell], cfg: dict[str, Any]) -> None:
+    """Prune the planned cells that cannot finish within ``launcher.timeout_min`` (:mod:`calorimeter.plan.time_limit`).
+    """
+    timeout_min = int((cfg.get("launcher") or {}).get("timeout_min") or 0)
+    profile_steps = int((cfg.get("telemetry") or {}).get("profile_steps") or 0)
+    if timeout_min <= 0:
+        return
+    for pc in cells:
+        if pc.status == "planned":
+            why = time_limit_reasons(pc.cell, pc.estimates, timeout_min, profile_steps)
+            if why:
+                pc.status, pc.reasons = "pruned", [*pc.reasons, *why]
 
 
 def plan_file(path: str | Path) -> Plan:

@@ -59,3 +59,12 @@ def _clean(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_clean(v) for v in obj]
     return obj
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """A JSON file holding an object, or None when it is missing, unreadable, not JSON or not an object."""
+    try:
+        obj = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None

@@ -20,6 +20,11 @@ ENDED = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", 
 #: ended for a cause outside the cell: the attempt is transient whatever its ranks said
 TRANSIENT = frozenset({"BOOT_FAIL", "CANCELLED", "DEADLINE", "NODE_FAIL", "PREEMPTED", "REVOKED"})
 
+#: of the waiting states, those of a job SLURM requeued (after a node failure) on its way to run again
+RESTARTING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING"})
+#: the failure class of an attempt SLURM ended in one of the :data:`TRANSIENT` states (``transient`` where not listed)
+STATE_CLASSES = {"NODE_FAIL": "node_fail"}
+
 
 def base_state(state: str | None) -> str | None:
     """``CANCELLED by 0`` -> ``CANCELLED``; ``CANCELLED+`` -> ``CANCELLED``."""

@@ -29,6 +29,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from calorimeter.plan.kinds import KINDS
+
 RUN_JSON = "run.json"
 STEPS_PARQUET = "steps.parquet"
 TELEMETRY_PARQUET = "telemetry.parquet"
@@ -39,10 +41,18 @@ KERNELS_PARQUET = "kernels.parquet"
 THERMAL_PROFILE_JSON = "thermal-profile.json"
 #: the files of a cell's record (what is kept of a measurement; the rest is rebuilt or evidence)
 RECORD_FILES = (RUN_JSON, STEPS_PARQUET, TELEMETRY_PARQUET, HOST_TELEMETRY_PARQUET, TELEMETRY_JSON, KERNELS_PARQUET)
+#: a cell's rows of each sweep table (a folder next to its record)
+CELL_TABLES = "cell_tables"
 #: the tables of a sweep (and of each cell), in their order
 TABLE_NAMES: tuple[str, ...] = ("runs", "gpus", "steps", "kernels", "timeseries")
 #: the sweep's table over repetitions (one row per configuration; made from the runs table, no per-cell part)
 CONFIGS_TABLE = "configs"
+
+
+def record_files() -> tuple[str, ...]:
+    """The top-level files and folders of a cell's record, ``run.json`` last (set aside in this order)."""
+    kind_files = tuple(f for k in KINDS.values() for f in k.outputs)
+    return (*(f for f in RECORD_FILES if f != RUN_JSON), *kind_files, CELL_TABLES, THERMAL_PROFILE_JSON, RUN_JSON)
 
 
 def _file(name: str, doc: str) -> property:

@@ -42,8 +42,37 @@ def _is_transient_error(text: str | None) -> bool:
     return any(p in t for p in TRANSIENT_PATTERNS)
 
 
+#: failure classes of a transient attempt, by the first failing rank's error (first match wins); else ``transient``
+TRANSIENT_CLASSES = (
+    ("comm_timeout", ("timed out", "timeout", "watchdog")),
+    ("peer_died", ("connection reset", "connection refused", "connection closed", "broken pipe", "socket",
+                   "no route to host", "network is unreachable", "distbackenderror", "gloo", "nccl")),
+    ("killed", ("killed", "sigterm", "sigkill", "signal 9", "signal 15")),
+    ("node_fail", ("node failure", "node_fail")),
+)
+
+
+def transient_class(error: str | None) -> str:
+    """The failure class of a transient error text (:data:`TRANSIENT_CLASSES`)."""
+    t = (error or "").lower()
+    return next((name for name, patterns in TRANSIENT_CLASSES if any(p in t for p in patterns)), "transient")
+
+
+def describe_death(death: dict[str, Any]) -> str:
+    """One line naming the rank and host that went first (a death found by :mod:`calorimeter.launch.watch`)."""
+    others = [r for r in death.get("ranks_dead", []) if r != death.get("rank")]
+    pid = f" (pid {death['pid']})" if death.get("pid") is not None else ""
+    how = f" ({death['how']}, said srun)" if death.get("how") else ""
+    if death.get("others_lived_s"):
+        how = f" (its heartbeat stopped {death['others_lived_s']:.0f} s before any other rank's)"
+    return (f"rank {death.get('rank')} on host {death.get('host')}{pid} died without a result{how}"
+            + (f" (also gone: ranks {', '.join(map(str, others))})" if others else "")
+            + "; the other ranks were stopped")
+
+
 def classify_attempt(rank_results: list[dict[str, Any]], world_size: int, launcher_error: str | None = None,
-                     slurm_state: str | None = None) -> tuple[str, str, str]:
+                     slurm_state: str | None = None, peer_died: dict[str, Any] | None = None
+                     ) -> tuple[str, str, str]:
     """(status, failure_class, reason) of an attempt.
 
     ``status`` is what run.json says: ``ok``, ``oom`` or ``failed`` end the cell (never resubmitted by a rerun);
@@ -55,9 +84,12 @@ def classify_attempt(rank_results: list[dict[str, Any]], world_size: int, launch
        failed / timeout: the cell needs a longer ``timeout_min``, resubmitting it as is would only repeat this;
     4. SLURM says NODE_FAIL, CANCELLED, PREEMPTED, BOOT_FAIL, ... -> transient, whatever the ranks wrote (peers of
        a killed rank fail on broken connections);
-    5. the first rank to fail names a communication timeout, a lost peer or a kill -> transient; any other error
+    5. the launcher saw a rank die without a result (``peer_died``, :mod:`calorimeter.launch.watch`) -> transient /
+       ``peer_died``, naming that rank and its host (its peers' broken connections are consequences);
+    6. the first rank to fail names a communication timeout, a lost peer or a kill -> transient, class
+       ``comm_timeout``, ``peer_died``, ``killed`` or ``node_fail`` (:func:`transient_class`); any other error
        -> failed (deterministic: the same cell would fail again);
-    6. ranks left no result at all -> transient.
+    7. ranks left no result at all -> transient.
     """
     statuses = [r.get("status") for r in rank_results]
     if len(rank_results) == world_size and all(s == "ok" for s in statuses):
@@ -73,18 +105,22 @@ def classify_attempt(rank_results: list[dict[str, Any]], world_size: int, launch
         why = timeouts[0].get("error") if timeouts else "SLURM TIMEOUT"
         return "failed", "timeout", f"time limit hit and not requeued any more ({why}); raise launcher.timeout_min"
     if state in job_states.TRANSIENT:
-        return "transient", "transient", (f"SLURM {state}" + (f"; launcher: {launcher_error}" if launcher_error
+        klass = job_states.STATE_CLASSES.get(state, "transient")
+        return "transient", klass, (f"SLURM {state}" + (f"; launcher: {launcher_error}" if launcher_error
                                                                else ""))
     preempted = [r for r in rank_results if r.get("status") == "preempted"]
     if preempted:
         return "transient", "transient", f"preempted too often: {preempted[0].get('error')}"
+    if peer_died:
+        return "transient", "peer_died", describe_death(peer_died)
     failed = sorted((r for r in rank_results if r.get("status") == "failed"), key=lambda r: r.get("t_end_s", 0))
     if failed:
         # The first rank to fail is the cause; its peers then fail on broken connections.
         first = failed[0]
-        reason = f"rank {first.get('rank')}: {first.get('error')}"
+        reason = f"rank {first.get('rank')}" + (f" on host {first['hostname']}" if first.get("hostname") else "") \
+            + f": {first.get('error')}"
         if _is_transient_error(first.get("error")):
-            return "transient", "transient", reason
+            return "transient", transient_class(first.get("error")), reason
         return "failed", "failed", reason
     missing = world_size - len(rank_results)
     return "transient", "transient", (f"{missing} of {world_size} ranks left no result"
@@ -115,7 +151,17 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
     """
     slurm_state = ((evidence or {}).get("slurm") or {}).get("state")
     status, failure_class, reason = classify_attempt(rank_results, cell.world_size, launch.get("launcher_error"),
-                                                     slurm_state)
+                                                     slurm_state, (evidence or {}).get("peer_died"))
+    cancelled = (evidence or {}).get("launcher_cancelled")
+    if status == "transient" and cancelled:  # the launcher ended a job SLURM would have held (a lost node)
+        failed = sorted((r for r in rank_results if r.get("status") == "failed"), key=lambda r: r.get("t_end_s", 0))
+        failure_class = transient_class(failed[0].get("error")) if failed else "node_fail"
+        if failed and not _is_transient_error(failed[0].get("error")):  # a deterministic error ended it
+            status, failure_class = "failed", "failed"
+        elif failure_class == "transient":
+            failure_class = "node_fail"
+        reason = (f"rank {failed[0].get('rank')}: {failed[0].get('error')}; " if failed else "") + \
+            f"the launcher cancelled the job: {cancelled.get('why')}"
     profile = PROFILES.get(cell.hardware)
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,

@@ -18,7 +18,7 @@ import pyarrow as pa
 from calorimeter.records.atomic import write_parquet_atomic
 from calorimeter.records.legacy import upgrade_samples
 from calorimeter.records.paths import HOST_TELEMETRY_PARQUET, TELEMETRY_PARQUET
-from calorimeter.telemetry.counters import counter_trace, infer_counter_width, unwrap_counter
+from calorimeter.telemetry.counters import counter_trace, infer_counter_width, uint64_readings, unwrap_counter
 from calorimeter.telemetry.reasons import CLOCK_EVENT_REASON_BITS
 from calorimeter.telemetry.schema import GPU_COUNTERS, GPU_METRICS, GPU_SCHEMA, HOST_SCHEMA
 from calorimeter.telemetry.streamio import read_stream
@@ -105,7 +105,7 @@ def tidy_gpu_samples(raw: pd.DataFrame, node: str | None = None) -> pd.DataFrame
             missing = pd.array([pd.NA] * len(df), dtype="UInt64") if c.type == pa.uint64() else np.nan
             df[c.name] = missing
     for c in GPU_COUNTERS:
-        raw_vals = df[c.name].astype("UInt64")
+        raw_vals = pd.Series(uint64_readings(df[c.name]), index=df.index)
         tidy = np.full(len(df), np.nan)
         for _, idx in df.groupby("gpu_index", sort=False).indices.items():
             order = idx[np.argsort(df["time_s"].to_numpy(dtype=np.float64)[idx], kind="stable")]

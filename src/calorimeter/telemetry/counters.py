@@ -6,6 +6,12 @@ a decrease is one wrap. A 64-bit counter never wraps in practice (NVML's energy 
 a **reset** (driver reload, counter reset: the series is cut into segments and nothing is added across the cut).
 Both are counted, never hidden, and 2^64 is never added. Integer readings keep full precision: increases are
 computed on the integers before they become float64.
+
+**Invalid readings** come first, for every counter alike (energy, PCIe, NVLink, accumulated throttle time, host
+counters): a negative value (a broken read; older samplers stored NVML's ``-1``) or an all-ones value of the counter's
+width (NVML's "not available": ``2^64 - 1``, or ``2^32 - 1`` for a 32-bit counter; ``2^64 - 1`` and above for any
+counter, as no uint64 reading can be larger) is an NVML error. It is dropped and counted (:attr:`CounterTrace.errors`)
+before anything else looks at the series, so it is never a glitch, a reset, a wrap or an increase.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ class CounterTrace:
         glitches: Readings dropped because they left the trend of their neighbours and came back to it.
         resets: Decreases that persisted (the series is cut there).
         wraps: Decreases read as one wrap (wrapping counters only).
+        invalid: Boolean mask of the readings dropped as NVML errors (negative or all-ones, see the module
+            docstring); None when there were none.
     """
 
     cumulative: np.ndarray
@@ -35,6 +43,12 @@ class CounterTrace:
     glitches: int = 0
     resets: int = 0
     wraps: int = 0
+    invalid: np.ndarray | None = None
+
+    @property
+    def errors(self) -> int:
+        """Readings dropped as NVML errors (negative or all-ones)."""
+        return int(self.invalid.sum()) if self.invalid is not None else 0
 
     @property
     def kept(self) -> np.ndarray:
@@ -49,6 +63,32 @@ def _readings(values: npt.ArrayLike) -> list[int | float | None]:
         return [None if pd.isna(x) else int(x) for x in s.astype("object")]
     f = pd.to_numeric(s, errors="coerce").astype("float64").to_numpy()
     return [None if np.isnan(x) else (int(x) if x.is_integer() and abs(x) < 2.0**53 else float(x)) for x in f]
+
+
+#: NVML's "not available" for any counter: all ones of a 64-bit value (no valid uint64 reading is larger)
+ALL_ONES_64 = 2**64 - 1
+
+
+def invalid_reading(v: int | float, width_bits: int = 64) -> bool:
+    """Whether one reading is an NVML error: negative, or all-ones of the counter's width (``width_bits``: 32 or
+    64; any other width only checks the 64-bit value) or larger than any uint64."""
+    return v < 0 or v >= ALL_ONES_64 or (width_bits == 32 and v == 2**32 - 1)
+
+
+def _drop_invalid(vals: list[int | float | None], width_bits: int) -> tuple[list[int | float | None], np.ndarray]:
+    """(readings with the invalid ones as None, mask of the invalid ones)."""
+    bad = np.fromiter((v is not None and invalid_reading(v, width_bits) for v in vals), dtype=bool, count=len(vals))
+    if not bad.any():
+        return vals, bad
+    return [None if b else v for v, b in zip(vals, bad, strict=True)], bad
+
+
+def uint64_readings(values: npt.ArrayLike) -> pd.api.extensions.ExtensionArray:
+    """Readings as a ``UInt64`` array at full precision (the tidy table's ``<counter>_raw``): a negative or too large
+    reading (older float streams) becomes NVML's all-ones "not available", so that it stays an NVML error."""
+    vals = _readings(values)
+    return pd.array([None if v is None else (ALL_ONES_64 if invalid_reading(v) else int(v)) for v in vals],
+                    dtype="UInt64")
 
 
 def _monotone(vals: list[int | float | None]) -> CounterTrace | None:
@@ -82,9 +122,18 @@ def counter_trace(values: npt.ArrayLike, width_bits: int = 64, modulus: float | 
         modulus: Wrap value when it is not a power of two (RAPL: ``max_energy_range_uj + 1``): the counter wraps.
 
     Returns:
-        A :class:`CounterTrace` with one entry per reading.
+        A :class:`CounterTrace` with one entry per reading; invalid readings (NVML errors) are dropped first and
+        marked in ``invalid``.
     """
-    vals = _readings(values)
+    vals, bad = _drop_invalid(_readings(values), width_bits if modulus is None else 64)
+    trace = _trace(vals, width_bits, modulus)
+    if not bad.any():
+        return trace
+    return CounterTrace(trace.cumulative, trace.segment, trace.glitches, trace.resets, trace.wraps, bad)
+
+
+def _trace(vals: list[int | float | None], width_bits: int, modulus: float | None) -> CounterTrace:
+    """:func:`counter_trace` of valid readings."""
     fast = _monotone(vals)
     if fast is not None:
         return fast
@@ -142,13 +191,13 @@ def infer_counter_width(values: npt.ArrayLike) -> int:
     """A counter's width when the source does not say: 32 if every reading fits in uint32, else 64.
 
     Args:
-        values: Raw readings (missing ones ignored).
+        values: Raw readings (missing ones and NVML errors, i.e. negative or 64-bit all-ones, ignored).
 
     Returns:
         32 or 64.
     """
     vals = _readings(values)
-    return 64 if any(v is not None and v >= 2**32 for v in vals) else 32
+    return 64 if any(v is not None and not invalid_reading(v) and v >= 2**32 for v in vals) else 32
 
 
 def unwrap_counter(values: npt.ArrayLike, width_bits: int = 64, modulus: float | None = None) -> np.ndarray:
@@ -162,7 +211,7 @@ def unwrap_counter(values: npt.ArrayLike, width_bits: int = 64, modulus: float |
     Returns:
         ``first reading + cumulative increase`` (float64), NaN where missing or dropped.
     """
-    vals = _readings(values)
-    first = next((v for v in vals if v is not None), None)
     trace = counter_trace(values, width_bits, modulus)
+    vals = _readings(values)
+    first = next((v for v, k in zip(vals, trace.kept, strict=True) if v is not None and k), None)
     return trace.cumulative + (float(first) if first is not None else 0.0)

@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calorimeter.telemetry.metadata import UnavailableRegistry
-from calorimeter.telemetry.schema import GPU_METRIC_NAMES
+from calorimeter.telemetry.schema import GPU_COUNTERS, GPU_METRIC_NAMES
+
+#: counter columns (uint64 in the stream): a negative reading is an NVML error, stored as null
+_COUNTER_NAMES = frozenset(c.name for c in GPU_COUNTERS)
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,9 @@ class GpuReader:
         group.failures = 0
         for name in group.names:
             v = values.get(name, Unavailable("not returned by the backend"))
+            if name in _COUNTER_NAMES and isinstance(v, int | float) and v < 0:  # cannot be stored as uint64
+                v = Unavailable(f"negative reading {v} (NVML error)")
+                values = {**values, name: v}
             if isinstance(v, Unavailable):
                 registry.add(name, self.device, v.reason)
         return values

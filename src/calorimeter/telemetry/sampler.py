@@ -168,6 +168,8 @@ class Sampler:
         self.started_time_s = time.time()
         self.n_samples = 0
         self.n_missed = 0
+        #: a stream or metadata write failed (full disk): sampling stopped, the streams keep what they hold
+        self.write_failed = False
         self.loop_s: list[float] = []
         self._meta_entries = -1
 
@@ -277,10 +279,15 @@ class Sampler:
             while self.stop.reason is None:
                 self.sample_once()
                 now = time.monotonic()
-                self.gpu_writer.maybe_flush(now)
-                self.host_writer.maybe_flush(now)
-                if len(self.registry.entries) != self._meta_entries:
-                    self.write_metadata("running")
+                try:
+                    self.gpu_writer.maybe_flush(now)
+                    self.host_writer.maybe_flush(now)
+                    if len(self.registry.entries) != self._meta_entries:
+                        self.write_metadata("running")
+                except OSError as e:  # a full disk: keep what the streams hold, stop sampling, never crash
+                    self.stop.set(f"write failed: {e.strerror or e} ({e.filename or 'stream'})")
+                    self.write_failed = True
+                    break
                 if cfg.parent_pid is not None and os.getppid() != cfg.parent_pid:
                     self.stop.set("parent process exited")
                     break
@@ -294,9 +301,15 @@ class Sampler:
                     next_due += skipped * cfg.period_s
                 time.sleep(max(0.0, next_due - time.monotonic()))
         finally:
-            self.gpu_writer.close()
-            self.host_writer.close()
-            self.write_metadata("stopped")
+            if self.write_failed:  # write nothing more: the streams end with what was written (a torn tail at most)
+                self.gpu_writer.abandon()
+                self.host_writer.abandon()
+                with contextlib.suppress(OSError):
+                    self.write_metadata("stopped")
+            else:
+                self.gpu_writer.close()
+                self.host_writer.close()
+                self.write_metadata("stopped")
         return self.stop.reason or "unknown"
 
 

@@ -8,6 +8,7 @@ complete batch and reports whether the stream ended cleanly (end-of-stream marke
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -96,6 +97,13 @@ class ChunkedStreamWriter:
         self._writer.close()
         self._sync()
         self._file.close()
+
+    def abandon(self) -> None:
+        """Close the file without writing anything more (after a failed write, e.g. a full disk): the stream keeps
+        the batches written so far; a batch cut by the failure is a torn tail, which readers tolerate."""
+        if not self._file.closed:
+            with contextlib.suppress(OSError):
+                self._file.close()
 
     def __enter__(self) -> ChunkedStreamWriter:
         return self

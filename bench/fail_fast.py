@@ -1,0 +1,97 @@
+"""Time to fail for a dead peer on CPU ranks: a rank SIGKILLed before the rendezvous, while training, or as it writes
+its result; time from the kill to the attempt's record (run.json), over repeated runs (min / median / max).
+
+    PYTHONPATH=src python bench/fail_fast.py --repeats 5 [--out /tmp/ff] [--hardware auto]
+
+Each run is one 2-rank tiny-gpt cell (DeepSpeed, gloo) through the local launcher (``calorimeter run-cell``). The
+kill time is the dead rank's own timestamp (fault hooks ``kill-at``, printed to its log) or, for the kill in a
+training step, the moment this script sends SIGKILL to rank 1 (after rank 0 logged 3 steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _sweep(out: Path, repeats: int, hardware: str) -> tuple[Path, dict[str, list[str]]]:
+    """The sweep: per scenario ``repeats`` cells (distinct global batches); the in-step cell trains 3000 steps."""
+    cfg = out / "ff.yaml"
+    gb = {s: [2 * (i + 1 + k * repeats) for i in range(repeats)] for k, s in enumerate(("rendezvous", "result",
+                                                                                         "step"))}
+    cfg.write_text(yaml.safe_dump({
+        "sweep": "ff", "hardware": hardware, "results_dir": str(out / "results"), "memory_check": False,
+        "telemetry": {"profile_steps": 0}, "launcher": {"executor": "local", "timeout_min": 15, "poll_s": 2},
+        "defaults": {"model": "tiny-gpt", "gpus_per_node": 2, "micro_batch": 1, "warmup_steps": 1,
+                     "measured_steps": 2, "seq_len": 32},
+        "grid": [{"global_batch": gb["rendezvous"] + gb["result"]},
+                 {"global_batch": gb["step"], "measured_steps": 3000}]}))
+    from calorimeter.plan.plan import plan_file
+
+    by_gb = {pc.cell.global_batch: pc.cell.cell_id for pc in plan_file(cfg).cells}
+    return cfg, {s: [by_gb[g] for g in gbs] for s, gbs in gb.items()}
+
+
+def _one(cfg: Path, cell_id: str, scenario: str) -> tuple[float, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    if scenario != "step":
+        env["CALORIMETER_TEST_FAULTS"] = f"{cell_id}=kill-at:{scenario}@1"
+    cells = cfg.parent / "results" / "ff" / "cells" / cell_id
+    proc = subprocess.Popen([sys.executable, "-m", "calorimeter", "run-cell", str(cfg), cell_id], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    t_kill = None
+    try:
+        if scenario == "step":
+            while True:
+                prog = sorted(cells.glob("attempts/*/staging/restart0/progress.jsonl"))
+                if prog and len(prog[0].read_text().splitlines()) >= 3:
+                    break
+                time.sleep(0.2)
+            alive = json.loads(next(cells.glob("attempts/*/staging/alive-1.json")).read_text())
+            t_kill = time.time()
+            os.kill(alive["pid"], signal.SIGKILL)
+        proc.wait(timeout=900)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    attempt = next(cells.glob("attempts/*/run.json")).parent
+    rec = json.loads((attempt / "run.json").read_text())
+    if t_kill is None:
+        logs = "".join(p.read_text() for p in (attempt / "submitit").glob("*_1_log.out"))
+        t_kill = float(re.search(r"kills itself at \w+ t=([\d.]+)", logs).group(1))
+    return (attempt / "run.json").stat().st_mtime - t_kill, f"{rec['failure_class']}: {rec['reason']}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--hardware", default="cpu", help="cpu (gloo) or auto (the GPUs of this node, NCCL)")
+    args = p.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="fail-fast-"))
+    cfg, ids = _sweep(out, args.repeats, args.hardware)
+    for scenario in ("rendezvous", "step", "result"):
+        times = []
+        for cell_id in ids[scenario]:
+            s, why = _one(cfg, cell_id, scenario)
+            times.append(s)
+            print(f"  {scenario:<10} {s:6.2f} s  {why[:110]}", flush=True)
+        print(f"{scenario:<10} time to fail over {len(times)} runs: min {min(times):.2f} s, median "
+              f"{statistics.median(times):.2f} s, max {max(times):.2f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

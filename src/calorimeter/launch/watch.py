@@ -1,0 +1,253 @@
+"""Fail fast when a rank dies: the launcher watches its ranks as torchrun's agent watches its workers.
+
+Every rank writes ``alive-<rank>.json`` (pid, host, start time) into the attempt's staging folder as its very first
+act, before torch is imported. While the launcher waits for the job, :class:`PeerWatch` checks each rank of its own
+host: a rank whose process is gone (or a zombie) without having written its result died (killed, OOM-killed, a
+segfault). The first such death is written to ``peer_died.json`` (the rank, host, pid and times: the evidence of
+which rank went first); the other ranks of the host get :data:`GRACE_S` to end by themselves (a broken connection
+fails their collective at once) and are then killed (one waiting in the rendezvous would wait for the store
+timeout; submitit's tasks ignore SIGTERM); the job is cancelled, and the record's class is ``peer_died``. Without
+this, a rank killed before the rendezvous held its cell for the store timeout (602 s), and one killed mid-training
+made the launcher wait 15 s for the dead rank's result.
+
+Ranks on other hosts (SLURM) are watched by SLURM itself: their step runs with ``srun --kill-on-bad-exit=1``, so a
+rank that dies ends the step (:func:`calorimeter.launch.submit.executor_parameters`). Hung peers (a lost node, a
+stuck collective) end on torch's own process-group timeout (gloo) or the NCCL watchdog
+(``TORCH_NCCL_ASYNC_ERROR_HANDLING``), see :func:`calorimeter.launch.distributed.init_distributed`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from calorimeter.records import job_states
+from calorimeter.records.atomic import read_json_object, write_json_atomic
+from calorimeter.records.paths import AttemptPaths
+
+#: the file of the first rank death the launcher saw, in the attempt folder
+PEER_DIED = "peer_died.json"
+
+
+def alive_path(attempt: AttemptPaths, rank: int) -> Path:
+    """Where rank ``rank`` says it started."""
+    return attempt.staging / f"alive-{rank}.json"
+
+
+#: seconds between two heartbeats of a rank (the mtime of its alive file)
+HEARTBEAT_S = 1.0
+
+
+def announce(attempt: AttemptPaths, rank: int, restart: int) -> None:
+    """Called first on every rank: its pid and host, for the launcher's watch; then a heartbeat (the file's mtime,
+    every :data:`HEARTBEAT_S`) for as long as the process lives, so that the rank whose heartbeat stopped first can
+    be named where the launcher cannot see the process (another host: :func:`heartbeat_death`)."""
+    attempt.staging.mkdir(parents=True, exist_ok=True)
+    path = alive_path(attempt, rank)
+    write_json_atomic(path, {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(), "restart": restart,
+                             "t_start_s": time.time()}, fsync=False)
+
+    def beat() -> None:
+        while True:
+            time.sleep(HEARTBEAT_S)
+            try:
+                os.utime(path)
+            except OSError:
+                return
+
+    threading.Thread(target=beat, name="calorimeter-heartbeat", daemon=True).start()
+
+
+def heartbeat_death(attempt: AttemptPaths, ranks_with_result: set[int], margin_s: float = 3 * HEARTBEAT_S
+                    ) -> dict[str, Any] | None:
+    """The rank (without a result) whose heartbeat stopped first, when it stopped at least ``margin_s`` before any
+    other's (then it went first: its peers lived on), else None."""
+    beats = []
+    for f in attempt.staging.glob("alive-*.json"):
+        a = read_json_object(f)
+        if a is None:
+            continue
+        try:
+            beats.append((f.stat().st_mtime, a))
+        except OSError:
+            continue
+    if len(beats) < 2:
+        return None
+    beats.sort(key=lambda b: b[0])
+    (t0, first), (t1, _) = beats[0], beats[1]
+    if int(first.get("rank", -1)) in ranks_with_result or t1 - t0 < margin_s:
+        return None
+    return {"rank": first.get("rank"), "host": first.get("host"), "pid": first.get("pid"),
+            "restart": first.get("restart"), "t_last_beat_s": t0, "others_lived_s": t1 - t0, "source": "heartbeat"}
+
+
+def process_gone(pid: int) -> bool:
+    """Whether a process of this host has exited (absent, or a zombie waiting to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+
+
+
+
+def peer_death(attempt: AttemptPaths) -> dict[str, Any] | None:
+    """The first rank death recorded for this attempt (``peer_died.json``), if any."""
+    return read_json_object(attempt.root / PEER_DIED)
+
+
+class PeerWatch:
+    """Checks the ranks of this host for one that died without a result (module docstring)."""
+
+    def __init__(self, attempt: AttemptPaths, host: str | None = None):
+        self.attempt = attempt
+        self.host = host or socket.gethostname()
+
+    def _last_requeue_s(self) -> float | None:
+        return _last_requeue(self.attempt)
+
+    def check(self) -> dict[str, Any] | None:
+        """The first death (also written to ``peer_died.json``), or None while every rank lives or has a result."""
+        known = peer_death(self.attempt)
+        if known is not None:
+            return known
+        dead = []
+        requeued_s = self._last_requeue_s()
+        for f in self.attempt.staging.glob("alive-*.json"):
+            a = read_json_object(f)
+            if a is None or a.get("host") != self.host or not isinstance(a.get("pid"), int):
+                continue
+            rank = int(a.get("rank", -1))
+            if self.attempt.rank_json(rank).exists() or not process_gone(a["pid"]):
+                continue
+            if requeued_s is not None and requeued_s >= float(a.get("t_start_s") or 0):
+                continue  # checkpointed and requeued (preemption, time limit): its next run announces itself
+            dead.append(a)
+        if not dead:
+            return None
+        first = min(dead, key=lambda a: float(a.get("t_start_s") or 0))  # one poll: all seen at once
+        death = {"rank": first["rank"], "host": first["host"], "pid": first["pid"], "restart": first.get("restart"),
+                 "t_start_s": first.get("t_start_s"), "t_detected_s": time.time(),
+                 "ranks_dead": sorted(int(a["rank"]) for a in dead)}
+        write_json_atomic(self.attempt.root / PEER_DIED, death)
+        return death
+
+
+#: seconds the surviving ranks get to end by themselves (a broken connection fails their collective at once, and
+#: they write their own result) before they are killed (one waiting in the rendezvous never ends by itself)
+GRACE_S = 3.0
+
+
+def stop_ranks(attempt: AttemptPaths, grace_s: float = GRACE_S, host: str | None = None) -> list[int]:
+    """SIGKILL the ranks of this host that still run ``grace_s`` seconds from now; the ranks killed."""
+    host = host or socket.gethostname()
+    live = {}
+    for f in attempt.staging.glob("alive-*.json"):
+        a = read_json_object(f)
+        if a is not None and a.get("host") == host and isinstance(a.get("pid"), int) and _is_rank(a["pid"]):
+            live[int(a.get("rank", -1))] = a["pid"]
+    deadline = time.time() + grace_s
+    while time.time() < deadline and any(not process_gone(p) for p in live.values()):
+        time.sleep(0.1)
+    killed = []
+    for rank, pid in sorted(live.items()):
+        if not process_gone(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(rank)
+            except OSError:
+                pass
+    return killed
+
+
+def _is_rank(pid: int) -> bool:
+    """Whether ``pid`` runs a submitit task (not a reused pid)."""
+    try:
+        return b"submitit" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+#: srun's line for a task that ended badly: ``srun: error: node2: task 1: Killed``
+_SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.-]+): tasks? (?P<rank>\d+)(?:-\d+)?: (?P<how>[^\n]+)")
+
+
+def srun_death(texts: list[str], ranks_with_result: set[int]) -> dict[str, Any] | None:
+    """The first task srun reported as ended badly (killed, or exited non-zero) that left no result: SLURM's view of
+    the rank that went first (srun --kill-on-bad-exit then ended the others), or None."""
+    for text in texts:
+        for m in _SRUN_TASK.finditer(text or ""):
+            rank = int(m.group("rank"))
+            if rank not in ranks_with_result:
+                return {"rank": rank, "host": m.group("host"), "pid": None, "how": m.group("how").strip(),
+                        "source": "srun"}
+    return None
+
+
+def _last_requeue(attempt: AttemptPaths) -> float | None:
+    """Time of the attempt's last checkpoint event (``requeues.jsonl``), if any."""
+    try:
+        lines = [ln for ln in attempt.requeues.read_text().splitlines() if ln.strip()]
+        return float(json.loads(lines[-1])["time_s"]) if lines else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+#: a rank reported a failure this long ago and the job still runs: its peers are gone or hung (a lost node SLURM has
+#: not noticed yet, for SlurmdTimeout): end the job
+FAILED_RANK_GRACE_S = 30.0
+#: every rank wrote its result and the job has been COMPLETING this long (a stopped slurmd holds it there): done
+COMPLETING_GRACE_S = 10.0
+#: a job SLURM requeued (node failure) that has not started again after this long (waiting for a lost node): end it
+REQUEUED_PENDING_MAX_S = 120.0
+#: environment variable overriding :data:`REQUEUED_PENDING_MAX_S` (seconds; the SLURM tests shorten it)
+REQUEUE_WAIT_ENV = "CALORIMETER_REQUEUE_WAIT_S"
+
+
+def slurm_decision(done: bool, live_state: str | None, results: list[dict[str, Any]], world_size: int,
+                   now: float, waiting_since: float | None) -> tuple[str, str]:
+    """What the launcher does with a SLURM job it waits for: (``wait`` | ``return`` | ``cancel``, why).
+
+    Args:
+        done: submitit's view: the job reached a terminal state.
+        live_state: squeue's state now (None: no longer listed).
+        results: the rank results written so far (this run's).
+        world_size: ranks of the cell.
+        now: the time.
+        waiting_since: when the job was first seen waiting again after a run that ended NODE_FAIL (SLURM
+            requeued it after a node failure), else None (a requeue after a preemption or time limit waits in the
+            queue as long as it must).
+
+    Exactly one copy of a cell runs: a job SLURM requeued (after NODE_FAIL) is waited for, never resubmitted beside
+    it, but not for longer than :data:`REQUEUED_PENDING_MAX_S` (then it is cancelled, and only then may a retry
+    submit the cell again).
+    """
+    if live_state in job_states.RESTARTING and waiting_since is not None:
+        bound = float(os.environ.get(REQUEUE_WAIT_ENV) or REQUEUED_PENDING_MAX_S)
+        if now - waiting_since > bound:
+            return "cancel", (f"requeued by SLURM after a node failure and still {live_state} after {bound:.0f} s "
+                              "(waiting for a lost node?)")
+        return "wait", f"requeued by SLURM ({live_state})"
+    if done and live_state in (*job_states.RESTARTING, "RUNNING"):  # the run ended (NODE_FAIL); SLURM runs it again
+        return "wait", f"requeued by SLURM ({live_state})"
+    if done:
+        return "return", "ended"
+    failed = [r for r in results if r.get("status") not in ("ok", None)]
+    if failed and live_state == "RUNNING":
+        first = min(failed, key=lambda r: float(r.get("t_end_s") or now))
+        if now - float(first.get("t_end_s") or now) > FAILED_RANK_GRACE_S:
+            return "cancel", (f"rank {first.get('rank')} failed {now - float(first['t_end_s']):.0f} s ago and the job "
+                              "still runs (a lost node SLURM has not noticed yet)")
+    if live_state == "COMPLETING" and len(results) >= world_size:
+        last = max(float(r.get("t_end_s") or now) for r in results)
+        if now - last > COMPLETING_GRACE_S:
+            return "return", "every rank wrote its result; the job is still COMPLETING (a node's slurmd is gone?)"
+    return "wait", ""
