@@ -1,6 +1,8 @@
 """A rank that dies ends its cell within 60 s on CPU ranks (local launcher, DeepSpeed + gloo), named in the record
 (class peer_died, rank and host), with no complete-looking record, and `calorimeter rerun --failed` selects exactly
-those cells. Three real deaths (SIGKILL): before the rendezvous, in a training step, while the results are written.
+those cells. Three real deaths (SIGKILL): before the rendezvous, in a training step, while the results are
+written; and a silent peer (SIGSTOP: a frozen process, as a host lost without a connection reset looks to its
+peers), found by its stale heartbeat.
 bench/fail_fast.py measures the time to fail over repeated runs."""
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ pytestmark = pytest.mark.integration
 
 BOUND_S = 60.0
 CELLS = {"rendezvous": {"global_batch": 2}, "step": {"global_batch": 4, "measured_steps": 3000},
-         "result": {"global_batch": 6},
+         "result": {"global_batch": 6}, "silent": {"global_batch": 10, "measured_steps": 3000},
          "ok": {"global_batch": 8}}
+FAILED = ("rendezvous", "step", "result", "silent")
 
 
 def _sweep(tmp_path: Path) -> Path:
@@ -52,6 +55,18 @@ def _attempt(folder) -> Path:
     atts = sorted(p for p in folder.attempts.iterdir() if p.is_dir())
     assert len(atts) == 1
     return atts[0]
+
+
+def _wait_for_training(folder, proc: subprocess.Popen) -> int:
+    """The pid of rank 1 once the cell has trained a few steps."""
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        att = sorted(folder.attempts.glob("*/staging/restart0/progress.jsonl"))
+        if att and len(att[0].read_text().splitlines()) >= 3:
+            return json.loads((_attempt(folder) / "staging" / "alive-1.json").read_text())["pid"]
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        time.sleep(0.5)
+    raise AssertionError("no training progress")
 
 
 def _check_dead_peer(folder, proc: subprocess.Popen, t_fault: float) -> dict:
@@ -86,18 +101,9 @@ def test_a_dead_rank_ends_its_cell_fast_and_rerun_selects_exactly_those_cells(tm
     # 2. rank 1 killed (SIGKILL from outside) while the ranks train: rank 0 waits in a collective
     proc = _run_cell(cfg, ids["step"])
     try:
-        deadline = time.time() + 240
-        while time.time() < deadline:
-            att = sorted(folders["step"].attempts.glob("*/staging/restart0/progress.jsonl"))
-            if att and len(att[0].read_text().splitlines()) >= 3:
-                break
-            assert proc.poll() is None, proc.communicate()[0][-3000:]
-            time.sleep(0.5)
-        else:
-            raise AssertionError("no training progress")
-        alive = json.loads((_attempt(folders["step"]) / "staging" / "alive-1.json").read_text())
+        pid = _wait_for_training(folders["step"], proc)
         t0 = time.time()
-        os.kill(alive["pid"], signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
         time.sleep(1.5)  # the launcher polls every second, then gives the survivors 3 s: status says so meanwhile
         cs = cell_status(pcs["step"], folders["step"], None)
         assert cs.failure_class == "peer_died" and "rank 1 on host" in cs.reason, (cs.state, cs.note)
@@ -113,6 +119,19 @@ def test_a_dead_rank_ends_its_cell_fast_and_rerun_selects_exactly_those_cells(tm
                            t0)
     assert rec["evidence"]["rank_status"] == {"0": "ok"}  # rank 0's result is kept as evidence, not as a record
 
+    # 4. rank 1 frozen (SIGSTOP) while the ranks train: no death anyone sees, no broken connection (rank 0 would wait
+    # in its collective for gloo's 600 s timeout): its heartbeat stops, and the watch ends the cell
+    proc = _run_cell(cfg, ids["silent"])
+    try:
+        pid = _wait_for_training(folders["silent"], proc)
+        t0 = time.time()
+        os.kill(pid, signal.SIGSTOP)
+        rec = _check_dead_peer(folders["silent"], proc, t0)
+        assert "no heartbeat for" in rec["reason"], rec["reason"]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
     # a finished cell (its record as the launcher writes it) is not selected
     ok = folders["ok"]
     attempt = ok.attempt("20260101T000000Z")
@@ -127,10 +146,10 @@ def test_a_dead_rank_ends_its_cell_fast_and_rerun_selects_exactly_those_cells(tm
                       steps_frame(ranks))
     r = run_cli("status", str(cfg), "--json")
     st = {c["cell_id"]: (c["state"], c["failure_class"]) for c in json.loads(r.stdout)["cells"]}
-    assert st == {**{ids[k]: ("failed", "peer_died") for k in ("rendezvous", "step", "result")},
+    assert st == {**{ids[k]: ("failed", "peer_died") for k in FAILED},
                   ids["ok"]: ("ok", "ok")}, st
     r = run_cli("rerun", str(cfg), "--failed", "--dry-run")
     assert r.returncode == 0, r.stderr
     listed = {line.split()[0] for line in r.stdout.splitlines() if line.startswith("  ") and "attempt" in line}
-    assert listed == {ids["rendezvous"], ids["step"], ids["result"]}, r.stdout
-    assert all(f"{ids[k]}  failed (peer_died)" in r.stdout for k in ("rendezvous", "step", "result")), r.stdout
+    assert listed == {ids[k] for k in FAILED}, r.stdout
+    assert all(f"{ids[k]}  failed (peer_died)" in r.stdout for k in FAILED), r.stdout

@@ -260,9 +260,11 @@ def time_limit(run_s: float) -> tuple[int, int]:
     between ``timeout - 40 s`` and ``timeout - 10 s`` after its start. The requeued run must end before that, so the
     limit grows with how long a cell's job takes on this machine (1 minute on an idle CI machine, more when the
     machine is shared), with room for the requeued run to take twice as long as the measured one (a 2-core CI
-    machine ran out of a 1.25x margin on two nodes); the first run sleeps past its limit.
+    machine ran out of a 1.25x margin on two nodes); the first run sleeps past its limit. At least 2 minutes: with
+    a 1-minute limit slurmctld's 30 s limit check can send USR2 in the same second as the kill (seen in the full
+    suite: "Caught signal SIGUSR2 ... timed-out" at 04:44:31, "CANCELLED AT 04:44:31 DUE TO TIME LIMIT").
     """
-    timeout_min = max(1, math.ceil((2 * run_s + 40) / 60))
+    timeout_min = max(2, math.ceil((2 * run_s + 40) / 60))
     return timeout_min, 60 * timeout_min + 60
 
 

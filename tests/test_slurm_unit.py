@@ -415,3 +415,34 @@ def test_the_rank_whose_heartbeat_stopped_first_is_named(tmp_path: Path) -> None
     assert heartbeat_death(attempt, {1}) is None  # it wrote its result: not a death
     os.utime(attempt.staging / "alive-1.json", (999.0, 999.0))
     assert heartbeat_death(attempt, set()) is None  # too close to tell which went first
+
+
+def test_a_silent_rank_is_found_by_its_stale_heartbeat_relative_to_its_peers(tmp_path: Path) -> None:
+    """A rank whose host vanished without a connection reset (or a frozen process) stops beating: taken for dead
+    once it is STALE_S behind the freshest heartbeat, whatever the clocks say; never when it wrote its result."""
+    import os
+
+    from calorimeter.launch.watch import PEER_DIED, STALE_S, PeerWatch
+    from calorimeter.records.record import describe_death as describe
+
+    attempt = AttemptPaths(tmp_path / "a")
+    attempt.staging.mkdir(parents=True)
+    base = 1_000.0  # an old clock: staleness is measured between heartbeats, not against this host's time
+    for rank, host in ((0, "node1"), (1, "node2"), (2, "node2")):
+        f = attempt.staging / f"alive-{rank}.json"
+        f.write_text(json.dumps({"rank": rank, "host": host, "pid": 10 + rank, "restart": 0, "t_start_s": base}))
+        os.utime(f, (base + 100, base + 100))
+    watch = PeerWatch(attempt, host="login")
+    assert watch.check() is None  # every rank beats
+    os.utime(attempt.staging / "alive-1.json", (base + 100 - STALE_S + 1, base + 100 - STALE_S + 1))
+    assert watch.check() is None  # behind, but less than STALE_S
+    os.utime(attempt.staging / "alive-1.json", (base + 100 - STALE_S - 5, base + 100 - STALE_S - 5))
+    attempt.rank_json(1).parent.mkdir(parents=True, exist_ok=True)
+    attempt.rank_json(1).write_text("{}")
+    assert watch.check() is None  # it wrote its result and ended: not a death
+    attempt.rank_json(1).unlink()
+    death = watch.check()
+    assert (death["rank"], death["host"], death["source"]) == (1, "node2", "heartbeat")
+    assert json.loads((attempt.root / PEER_DIED).read_text())["rank"] == 1
+    assert describe(death) == (f"rank 1 on host node2 (pid 11) died without a result (no heartbeat for "
+                               f"{STALE_S + 5:.0f} s while its peers' went on); the other ranks were stopped")

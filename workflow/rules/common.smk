@@ -1,4 +1,5 @@
 # The plan. All logic lives in the calorimeter package; this file only wires it in.
+import glob
 import os
 import re
 
@@ -168,3 +169,21 @@ export_train_resources(workflow)
 from calorimeter.plan.definitions import export_definitions
 
 export_definitions(PLAN.config.get("_definitions") or {})
+
+
+def compare_outputs():
+    """The files of `snakemake compare` for this sweep (rules/compare.smk)."""
+    root = sweep_paths().root / "compare"
+    return {name: str(root / name) for name in ("compare.csv", "compare_counts.csv", "compare.html", "compare.png")}
+
+
+def proj_records(sources):
+    """What each projection step reads of its sources (rules/projection.smk; PROJ_SOURCE_TABLES is set there): their tables (or engine-benchmark files) and every cell
+    record, so that the calibration reruns when a new record lands in a source (or a new calibration sweep is
+    committed: the default sources include them)."""
+    out = []
+    for s in sources:
+        jsonl = sorted(glob.glob(f"{s}/*/engine_speed.jsonl"))
+        out += jsonl or [f"{s}/tables/{t}.parquet" for t in PROJ_SOURCE_TABLES]
+        out += sorted(glob.glob(f"{s}/cells/*/run.json"))
+    return out

@@ -9,12 +9,6 @@
 # The rule fails (after writing everything) when a comparable metric differs or a reference configuration is missing.
 
 
-def compare_outputs():
-    """The files of `snakemake compare` for this sweep."""
-    root = sweep_paths().root / "compare"
-    return {name: str(root / name) for name in ("compare.csv", "compare_counts.csv", "compare.html", "compare.png")}
-
-
 rule compare:
     input:
         runs=str(sweep_paths().table("runs")),

@@ -11,8 +11,6 @@
 #
 # `snakemake projection --configfile <sweep>.yaml` trains nothing: it reads committed or existing sweep tables.
 
-import glob
-
 from calorimeter.projection.settings import ProjectionSettings
 
 PROJ = ProjectionSettings.from_config(config, workflow.basedir)
@@ -20,18 +18,6 @@ PROJ_CALIBRATION = list(PROJ.calibration)
 PROJ_FOLDS = [dict(f) for f in PROJ.validation]
 PROJ_SOURCE_TABLES = ("runs", "kernels", "gpus")
 PROJ_SOURCES = sorted({*PROJ_CALIBRATION, *(s for f in PROJ_FOLDS for s in (*f["train"], *f["test"]))})
-
-
-def proj_records(sources):
-    """What each projection step reads of its sources: their tables (or engine-benchmark files) and every cell
-    record, so that the calibration reruns when a new record lands in a source (or a new calibration sweep is
-    committed: the default sources include them)."""
-    out = []
-    for s in sources:
-        jsonl = sorted(glob.glob(f"{s}/*/engine_speed.jsonl"))
-        out += jsonl or [f"{s}/tables/{t}.parquet" for t in PROJ_SOURCE_TABLES]
-        out += sorted(glob.glob(f"{s}/cells/*/run.json"))
-    return out
 
 
 rule projection_validate:

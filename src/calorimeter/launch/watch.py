@@ -11,9 +11,12 @@ this, a rank killed before the rendezvous held its cell for the store timeout (6
 made the launcher wait 15 s for the dead rank's result.
 
 Ranks on other hosts (SLURM) are watched by SLURM itself: their step runs with ``srun --kill-on-bad-exit=1``, so a
-rank that dies ends the step (:func:`calorimeter.launch.submit.executor_parameters`). Hung peers (a lost node, a
-stuck collective) end on torch's own process-group timeout (gloo) or the NCCL watchdog
-(``TORCH_NCCL_ASYNC_ERROR_HANDLING``), see :func:`calorimeter.launch.distributed.init_distributed`.
+rank that dies ends the step (:func:`calorimeter.launch.submit.executor_parameters`). A rank that goes silent
+without dying where anyone sees it (its host lost without a connection reset, a frozen process) is found by its
+heartbeat: every rank's alive file is touched each :data:`HEARTBEAT_S`, on the shared results folder, so a rank
+whose heartbeat is :data:`STALE_S` behind the freshest one, without a result, is taken for dead (the peers it
+left behind would otherwise wait for torch's process-group timeout, 600 s on gloo). Staleness is measured against
+the other ranks' heartbeats, never against this host's clock, so clock skew between hosts does not matter.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ def alive_path(attempt: AttemptPaths, rank: int) -> Path:
 
 #: seconds between two heartbeats of a rank (the mtime of its alive file)
 HEARTBEAT_S = 1.0
+#: a rank whose heartbeat is this far behind the freshest rank's, without a result, is taken for dead (20 beats:
+#: far above NFS attribute caching of a file that changes every second, ~3 s, and a loaded host's scheduling)
+STALE_S = 20.0
 
 
 def announce(attempt: AttemptPaths, rank: int, restart: int) -> None:
@@ -121,22 +127,44 @@ class PeerWatch:
             return known
         dead = []
         requeued_s = self._last_requeue_s()
+        beats: list[tuple[float, dict[str, Any]]] = []
         for f in self.attempt.staging.glob("alive-*.json"):
             a = read_json_object(f)
-            if a is None or a.get("host") != self.host or not isinstance(a.get("pid"), int):
+            if a is None or not isinstance(a.get("pid"), int):
                 continue
             rank = int(a.get("rank", -1))
-            if self.attempt.rank_json(rank).exists() or not process_gone(a["pid"]):
+            if self.attempt.rank_json(rank).exists():
                 continue
             if requeued_s is not None and requeued_s >= float(a.get("t_start_s") or 0):
                 continue  # checkpointed and requeued (preemption, time limit): its next run announces itself
-            dead.append(a)
+            try:
+                beats.append((f.stat().st_mtime, a))
+            except OSError:
+                continue
+            if a.get("host") == self.host and process_gone(a["pid"]):
+                dead.append(a)
         if not dead:
-            return None
+            return self._silent(beats)
         first = min(dead, key=lambda a: float(a.get("t_start_s") or 0))  # one poll: all seen at once
         death = {"rank": first["rank"], "host": first["host"], "pid": first["pid"], "restart": first.get("restart"),
                  "t_start_s": first.get("t_start_s"), "t_detected_s": time.time(),
                  "ranks_dead": sorted(int(a["rank"]) for a in dead)}
+        write_json_atomic(self.attempt.root / PEER_DIED, death)
+        return death
+
+    def _silent(self, beats: list[tuple[float, dict[str, Any]]], stale_s: float = STALE_S) -> dict[str, Any] | None:
+        """The rank without a result whose heartbeat is the furthest behind, when it is ``stale_s`` behind the
+        freshest (also written to ``peer_died.json``), else None. ``beats``: (mtime, alive record) per rank."""
+        if len(beats) < 2:
+            return None
+        beats = sorted(beats, key=lambda b: b[0])
+        (t_stale, a), t_fresh = beats[0], beats[-1][0]
+        if t_fresh - t_stale < stale_s:
+            return None
+        death = {"rank": a["rank"], "host": a.get("host"), "pid": a["pid"], "restart": a.get("restart"),
+                 "t_start_s": a.get("t_start_s"), "t_detected_s": time.time(), "t_last_beat_s": t_stale,
+                 "ranks_dead": [int(a["rank"])], "source": "heartbeat",
+                 "how": f"no heartbeat for {t_fresh - t_stale:.0f} s while its peers' went on"}
         write_json_atomic(self.attempt.root / PEER_DIED, death)
         return death
 

@@ -62,7 +62,9 @@ def describe_death(death: dict[str, Any]) -> str:
     """One line naming the rank and host that went first (a death found by :mod:`calorimeter.launch.watch`)."""
     others = [r for r in death.get("ranks_dead", []) if r != death.get("rank")]
     pid = f" (pid {death['pid']})" if death.get("pid") is not None else ""
-    how = f" ({death['how']}, said srun)" if death.get("how") else ""
+    how = ""
+    if death.get("how"):
+        how = f" ({death['how']}" + (", said srun)" if death.get("source") == "srun" else ")")
     if death.get("others_lived_s"):
         how = f" (its heartbeat stopped {death['others_lived_s']:.0f} s before any other rank's)"
     return (f"rank {death.get('rank')} on host {death.get('host')}{pid} died without a result{how}"
