@@ -47,6 +47,26 @@ def test_lora_flops_count_the_frozen_base() -> None:
     assert iteration_flops(m, s, gb, lora_rank=r).model_flops / full == pytest.approx(0.72, abs=0.03)
 
 
+def test_stage_work_of_a_lora_cell_matches_its_iteration_flops() -> None:
+    """The workload model (plan/work.py: placement, projection) counts the frozen base as iteration_flops does: the
+    dense FLOPs a LoRA cell saves against full training are exactly the model FLOPs it saves, and the optimizer
+    holds only the adapters."""
+    from dataclasses import replace
+
+    from calorimeter.plan.flops import lora_adapter_parameters
+    from calorimeter.plan.work import stage_work
+
+    m = get_model("llama3-8b-8l")
+    full = Cell("s", "llama3-8b-8l", "h200", 1, 1, seq_len=4096, micro_batch=2, global_batch=8, precision="bf16")
+    lora = replace(full, kind="lora", lora_rank=16)
+    w_full, w_lora = (stage_work(c, m, 0, m.num_layers) for c in (full, lora))
+    saved = iteration_flops(m, 4096, 8).model_flops - iteration_flops(m, 4096, 8, lora_rank=16).model_flops
+    assert w_full.features["dense_flops"] - w_lora.features["dense_flops"] == pytest.approx(saved, rel=1e-9)
+    assert w_lora.features["attention_flops"] == w_full.features["attention_flops"]
+    assert w_lora.features["optim_elems"] == pytest.approx(m.num_layers * lora_adapter_parameters(m, 16))
+    assert w_lora.features["optim_elems"] < 0.01 * w_full.features["optim_elems"]
+
+
 @pytest.mark.parametrize(("kw", "reason"), [
     ({"tp": 2, "gpus_per_node": 2}, "tp = 1"), ({"zero_stage": 3}, "ZeRO stage 0-2"),
     ({"model": "tiny-mixtral"}, "dense model"), ({"lora_rank": 0}, "lora_rank")])

@@ -291,6 +291,10 @@ def test_slurm_wait_decisions_bound_a_lost_node_and_never_run_two_copies() -> No
     # requeued after NODE_FAIL: waited for (submitit may even call it done), never resubmitted beside it ...
     assert slurm_decision(True, "PENDING", [], 2, now, now - 5)[0] == "wait"
     assert slurm_decision(True, "RUNNING", [], 2, now, None)[0] == "wait"  # requeued and already running again
+    # ... and in the seconds before the requeue, while SLURM kills the run (COMPLETING, sacct already NODE_FAIL)
+    assert slurm_decision(True, "COMPLETING", [], 2, now, now - 5)[0] == "wait"
+    assert slurm_decision(True, "COMPLETING", [], 2, now, None)[0] == "return"  # an ordinary end
+    assert slurm_decision(True, "COMPLETING", [], 2, now, now - REQUEUED_PENDING_MAX_S - 1)[0] == "cancel"
     # ... but not while SLURM waits for the lost node
     action, why = slurm_decision(False, "PENDING", [], 2, now, now - REQUEUED_PENDING_MAX_S - 1)
     assert action == "cancel" and "waiting for a lost node" in why
@@ -326,14 +330,22 @@ def test_a_job_cancelled_by_the_launcher_is_classed_by_its_cause(tmp_path: Path)
     assert (rec["status"], rec["failure_class"]) == ("failed", "failed")
 
 
+@pytest.mark.parametrize(("states", "dones"), [
+    # seen RUNNING; submitit saw NODE_FAIL once (PENDING), then the requeued run
+    (["RUNNING", "RUNNING", "PENDING", "PENDING", "RUNNING", None], [False, False, True, False, False, True]),
+    # the node failed before the launcher ever saw the job RUNNING, and submitit said done while SLURM was still
+    # killing the run (COMPLETING): the CI failure of 2026-11-25, where a retry's second job queued beside it
+    (["PENDING", "COMPLETING", "COMPLETING", "PENDING", "RUNNING", None], [False, True, True, True, False, True]),
+])
 def test_the_launcher_waits_for_the_requeued_copy_instead_of_returning(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       states: list[str | None],
+                                                                       dones: list[bool]) -> None:
     """NODE_FAIL, then SLURM requeues the job: the launcher keeps waiting for that same job (a retry submitting a
     second copy beside it is impossible), and returns when the requeued run ends."""
     from calorimeter.launch import slurm as slurm_cli
 
-    live = iter(["RUNNING", "RUNNING", "PENDING", "PENDING", "RUNNING", None])
-    done = iter([False, False, True, False, False, True])  # submitit saw NODE_FAIL once, then the requeued run
+    live, done = iter(states), iter(dones)
     seen: list[str | None] = []
 
     class Job:
@@ -350,13 +362,15 @@ def test_the_launcher_waits_for_the_requeued_copy_instead_of_returning(tmp_path:
         return s
 
     monkeypatch.setattr(slurm_cli, "squeue_state", squeue)
-    monkeypatch.setattr(slurm_cli, "sacct_records", lambda job_id, steps=False: [{"State": "NODE_FAIL"},
-                                                                                {"State": "PENDING"}])
+    def sacct(job_id: str, steps: bool = False) -> list[dict[str, str]]:  # the last row: the run being killed
+        return [{"State": "NODE_FAIL"}] + ([{"State": "PENDING"}] if seen[-1] == "PENDING" else [])
+
+    monkeypatch.setattr(slurm_cli, "sacct_records", sacct)
     monkeypatch.setattr(submit.time, "sleep", lambda s: None)
     attempt = AttemptPaths(tmp_path / "a")
     attempt.staging.mkdir(parents=True)
     assert submit._wait(Job(), 0.0, None, None, (attempt, 2)) is None
-    assert seen == ["RUNNING", "RUNNING", "PENDING", "PENDING", "RUNNING", None]
+    assert seen == states
 
 
 def test_srun_names_the_rank_that_went_first_only_when_it_left_no_result() -> None:
@@ -441,8 +455,18 @@ def test_a_silent_rank_is_found_by_its_stale_heartbeat_relative_to_its_peers(tmp
     attempt.rank_json(1).write_text("{}")
     assert watch.check() is None  # it wrote its result and ended: not a death
     attempt.rank_json(1).unlink()
+
+    def restart(rank: int, host: str, n: int, mtime: float) -> None:
+        f = attempt.staging / f"alive-{rank}.json"
+        f.write_text(json.dumps({"rank": rank, "host": host, "pid": 20 + rank, "restart": n, "t_start_s": base}))
+        os.utime(f, (mtime, mtime))
+
+    restart(0, "node1", 1, base + 100)  # SLURM requeued the job: the new run's ranks 0 and 2 announced themselves,
+    restart(2, "node2", 1, base + 100)  # rank 1's file is still the previous run's: not a rank of this run
+    assert watch.check() is None
+    restart(1, "node2", 1, base + 100 - STALE_S - 5)  # rank 1 of the new run went silent
     death = watch.check()
     assert (death["rank"], death["host"], death["source"]) == (1, "node2", "heartbeat")
     assert json.loads((attempt.root / PEER_DIED).read_text())["rank"] == 1
-    assert describe(death) == (f"rank 1 on host node2 (pid 11) died without a result (no heartbeat for "
+    assert describe(death) == (f"rank 1 on host node2 (pid 21) died without a result (no heartbeat for "
                                f"{STALE_S + 5:.0f} s while its peers' went on); the other ranks were stopped")

@@ -239,12 +239,11 @@ def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None,
         if slurm is not None and (force or done):  # (attempt, world size) of a SLURM job: its end, bounded
             attempt, world_size = slurm
             live = slurm_cli.squeue_state(str(job.job_id))
-            ran = ran or live in ("RUNNING", "COMPLETING")
-            if ran and live in RESTARTING and waiting_since is None:  # requeued: after a node failure?
-                history = slurm_cli.sacct_records(str(job.job_id))
-                if any(slurm_cli.base_state(r["State"]) == "NODE_FAIL" for r in history):
+            ran = ran or done or live in ("RUNNING", "COMPLETING")  # done: a run ended, whether it was seen or not
+            if waiting_since is None and ran and live in AFTER_A_RUN:
+                if _node_failed(str(job.job_id), live):  # SLURM requeues it (RESTARTING) or is about to
                     waiting_since = time.time()
-            elif live not in RESTARTING:
+            elif live not in AFTER_A_RUN:
                 waiting_since = None
             action, why = slurm_decision(done, live, _current_results(attempt), world_size, time.time(),
                                          waiting_since)
@@ -271,6 +270,19 @@ def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None,
         if progress is not None:
             progress.tick()
         time.sleep(min(1.0, 0.05 + 0.1 * (time.time() - start)))  # a short cell is seen at once, a long one each s
+
+
+#: squeue states of a job whose run may have ended by a node failure: being killed (COMPLETING) or requeued
+AFTER_A_RUN = frozenset({*RESTARTING, "COMPLETING"})
+
+
+def _node_failed(job_id: str, live: str | None) -> bool:
+    """Whether SLURM requeues this job after a node failure: its last run ended NODE_FAIL (sacct), or, once it waits
+    again (``live`` in RESTARTING), any of its runs did."""
+    states = [slurm_cli.base_state(r["State"]) for r in slurm_cli.sacct_records(job_id)]
+    if live in RESTARTING:
+        return "NODE_FAIL" in states
+    return bool(states) and states[-1] == "NODE_FAIL"
 
 
 def _collect(attempt: AttemptPaths) -> list[dict[str, Any]]:

@@ -17,6 +17,9 @@ heartbeat: every rank's alive file is touched each :data:`HEARTBEAT_S`, on the s
 whose heartbeat is :data:`STALE_S` behind the freshest one, without a result, is taken for dead (the peers it
 left behind would otherwise wait for torch's process-group timeout, 600 s on gloo). Staleness is measured against
 the other ranks' heartbeats, never against this host's clock, so clock skew between hosts does not matter.
+Only the ranks of the job's latest run (the highest ``restart``) are watched: after SLURM requeues a job, a rank of
+the new run that has not announced itself yet leaves the previous run's alive file behind, which is neither dead
+nor stale.
 """
 
 from __future__ import annotations
@@ -143,8 +146,10 @@ class PeerWatch:
                 continue
             if a.get("host") == self.host and process_gone(a["pid"]):
                 dead.append(a)
+        latest = max((int(a.get("restart") or 0) for _, a in beats), default=0)
+        dead = [a for a in dead if int(a.get("restart") or 0) == latest]
         if not dead:
-            return self._silent(beats)
+            return self._silent([b for b in beats if int(b[1].get("restart") or 0) == latest])
         first = min(dead, key=lambda a: float(a.get("t_start_s") or 0))  # one poll: all seen at once
         death = {"rank": first["rank"], "host": first["host"], "pid": first["pid"], "restart": first.get("restart"),
                  "t_start_s": first.get("t_start_s"), "t_detected_s": time.time(),
@@ -250,15 +255,17 @@ def slurm_decision(done: bool, live_state: str | None, results: list[dict[str, A
         results: the rank results written so far (this run's).
         world_size: ranks of the cell.
         now: the time.
-        waiting_since: when the job was first seen waiting again after a run that ended NODE_FAIL (SLURM
-            requeued it after a node failure), else None (a requeue after a preemption or time limit waits in the
-            queue as long as it must).
+        waiting_since: when the job was first seen ending (COMPLETING) or waiting again after a run that ended
+            NODE_FAIL (SLURM requeues it after a node failure), else None (a requeue after a preemption or time
+            limit waits in the queue as long as it must).
 
     Exactly one copy of a cell runs: a job SLURM requeued (after NODE_FAIL) is waited for, never resubmitted beside
     it, but not for longer than :data:`REQUEUED_PENDING_MAX_S` (then it is cancelled, and only then may a retry
-    submit the cell again).
+    submit the cell again). That includes the seconds between the node failure and the requeue, while SLURM kills
+    the run's processes (COMPLETING, up to KillWait) and sacct already says NODE_FAIL: returning then let a retry
+    submit a second job while SLURM started the requeued one (seen in CI).
     """
-    if live_state in job_states.RESTARTING and waiting_since is not None:
+    if waiting_since is not None and (live_state in job_states.RESTARTING or live_state == "COMPLETING"):
         bound = float(os.environ.get(REQUEUE_WAIT_ENV) or REQUEUED_PENDING_MAX_S)
         if now - waiting_since > bound:
             return "cancel", (f"requeued by SLURM after a node failure and still {live_state} after {bound:.0f} s "

@@ -55,6 +55,15 @@ def layer_forward_flops(m: ModelSpec, seq_len: int, causal: bool = False) -> tup
     return float(proj + mlp + router), float(core)
 
 
+def lora_adapter_parameters(m: ModelSpec, rank: int) -> float:
+    """Parameters of the LoRA adapters of one layer: ``r (in + out)`` for each adapted projection (qkv, output,
+    MLP up/gate and down; :data:`calorimeter.train.lora.LORA_TARGETS`). Their forward costs 2 FLOPs per parameter
+    and token."""
+    h, kv = m.hidden_size, m.num_query_groups * m.head_dim
+    fc1_out = m.ffn_hidden_size * (2 if m.gated_mlp else 1)
+    return float(rank * ((h + h + 2 * kv) + (h + h) + (h + fc1_out) + (m.ffn_hidden_size + h)))
+
+
 def iteration_flops(m: ModelSpec, seq_len: int, global_batch: int, recompute: str = "none",
                     recompute_layers: int | None = None, pp: int = 1, padded_vocab: int | None = None,
                     causal: bool = False, lora_rank: int | None = None) -> IterationFlops:
@@ -75,9 +84,7 @@ def iteration_flops(m: ModelSpec, seq_len: int, global_batch: int, recompute: st
     layer_fwd = dense + core
     logits_fwd = 2.0 * seq_len * m.hidden_size * (padded_vocab or m.vocab_size)
     if lora_rank:
-        h, kv = m.hidden_size, m.num_query_groups * m.head_dim
-        fc1_out = m.ffn_hidden_size * (2 if m.gated_mlp else 1)
-        adapters = 2.0 * seq_len * lora_rank * ((h + h + 2 * kv) + (h + h) + (h + fc1_out) + (m.ffn_hidden_size + h))
+        adapters = 2.0 * seq_len * lora_adapter_parameters(m, lora_rank)
         model = m.num_layers * (2.0 * dense + 3.0 * core + 3.0 * adapters) + 2.0 * logits_fwd
     else:
         model = 3.0 * (m.num_layers * layer_fwd + logits_fwd)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from calorimeter.plan.cell import Cell
-from calorimeter.plan.flops import layer_forward_flops
+from calorimeter.plan.flops import layer_forward_flops, lora_adapter_parameters
 from calorimeter.plan.layout import group_nodes
 from calorimeter.plan.models import (
     ModelSpec,
@@ -145,7 +145,13 @@ def stage_work(cell: Cell, m: ModelSpec, stage: int, layers: int) -> StageWork:
     p_dense, p_core = _passes(cell, layers)
     head_fwd = 2.0 * tokens * m.hidden_size * padded if last else 0.0
     sp_shard = tp if (tp > 1 and cell.sequence_parallel) else 1
-    dense_flops = mb * (layers * dense_fwd * p_dense + 3.0 * head_fwd) / tp
+    # LoRA (kind lora, train/lora.py): the frozen base computes no weight gradient (one forward-equivalent less of
+    # its linear layers and head); the adapters cost 3x their forward and are all the optimizer and gradients hold
+    frozen = 1.0 if cell.kind == "lora" else 0.0
+    adapter_params = layers * lora_adapter_parameters(m, cell.lora_rank) if frozen else 0.0
+    adapter_fwd = 2.0 * tokens * adapter_params
+    dense_flops = mb * (layers * dense_fwd * (p_dense - frozen) + 3.0 * adapter_fwd
+                        + (3.0 - frozen) * head_fwd) / tp
     features = {
         "dense_flops": dense_flops,
         "attention_flops": mb * layers * 0.5 * core_fwd * p_core / tp,
@@ -161,6 +167,8 @@ def stage_work(cell: Cell, m: ModelSpec, stage: int, layers: int) -> StageWork:
     features["z3_elems"] = mb * (p_dense_rank + p_expert_rank / ep) * (2.0 + (p_dense - 3.0)) if z3 else 0.0
     shard_dense = dp if cell.zero_stage >= 1 else 1
     shard_expert = edp if cell.zero_stage >= 1 else 1
+    if frozen:  # only the adapters are trained
+        p_dense_rank, p_expert_rank = adapter_params, 0.0
     features["optim_elems"] = p_dense_rank / shard_dense + p_expert_rank / ep / shard_expert
     comm: list[CommOp] = []
     act_bytes = tokens * m.hidden_size * BF16_BYTES
