@@ -72,10 +72,12 @@ def main() -> None:
             f"{m} {c[m]['quantile_abs']:.1%} (mean signed {c[m]['mean_signed']:+.1%})"
             for m in ("tokens_per_s_per_gpu", "energy_per_token_j", "power_avg_w") if c[m]["quantile_abs"] ==
             c[m]["quantile_abs"]))
+    here = str(ROOT) + "/"  # the files name sources relative to the repository, never this machine's paths
     if args.out:
-        args.out.write_text(json.dumps(summary, indent=1, default=float) + "\n")
+        args.out.write_text(json.dumps(summary, indent=1, default=float).replace(here, "") + "\n")
     if args.table:
         table.to_csv(args.table, index=False)
+        args.table.write_text(args.table.read_text().replace(here, ""))
 
 
 if __name__ == "__main__":
