@@ -1,9 +1,13 @@
 """The environment files: the lock (pip constraints of `make setup`) covers every dependency of pyproject.toml at a
-version its specifier allows, and the conda environments install through the same lock."""
+version its specifier allows, and the conda environment installs the checkout through the same lock."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -59,14 +63,45 @@ def test_make_setup_uses_the_lock_and_not_the_slurm_plugin() -> None:
     assert {"test", "hf"} <= set(_setup_extras()) and "slurm" not in _setup_extras()
 
 
-def test_conda_envs_install_through_the_lock() -> None:
-    for env in sorted((ROOT / "envs").glob("*.yaml")):
-        doc = yaml.safe_load(env.read_text())
-        conda = [d for d in doc["dependencies"] if isinstance(d, str)]
-        pip = next(d["pip"] for d in doc["dependencies"] if isinstance(d, dict))
-        assert conda == ["python=3.11", "pip"], f"{env.name}: conda installs only Python and pip"
-        assert pip[0] == "-c ../requirements/constraints-py311.txt", env.name
-        assert (env.parent / pip[0].split()[1]).resolve() == LOCK
-        pinned = [p for p in pip if not p.startswith("-")]
-        assert all("==" in p for p in pinned), f"{env.name}: unpinned {pinned}"
-        assert "-e ..[hf]" in pip, env.name
+def _post_deploy(cwd: Path, tmp: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """Run envs/calorimeter.post-deploy.sh as Snakemake does (inside the environment, from snakemake's working
+    directory), with a stand-in ``python`` first on PATH that records each ``python -m pip ...`` call."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    calls = tmp / "calls.jsonl"
+    stub = bin_dir / "python"
+    stub.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                    f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    stub.chmod(0o755)
+    r = subprocess.run(["bash", str(ROOT / "envs" / "calorimeter.post-deploy.sh")], cwd=cwd, capture_output=True,
+                       text=True, env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **env},
+                       timeout=60)
+    got = [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
+    return r, got
+
+
+def test_the_conda_environment_installs_the_checkout_through_the_lock(tmp_path: Path) -> None:
+    """Every rule's conda environment: conda brings Python and pip only (Snakemake copies the file into
+    .snakemake/conda/, so no path may stand in it); the post-deploy script next to it (the name Snakemake looks for)
+    installs torch's pin and the checkout with the lock's constraints, from the checkout, and refuses elsewhere."""
+    envs = sorted((ROOT / "envs").glob("*.yaml"))
+    assert [e.name for e in envs] == ["calorimeter.yaml"]
+    doc = yaml.safe_load(envs[0].read_text())
+    assert doc["dependencies"] == ["python=3.11", "pip"]
+    rules = "".join(p.read_text() for p in (ROOT / "workflow" / "rules").glob("*.smk"))
+    assert set(re.findall(r'conda:\s*"([^"]+)"', rules)) == {"../../envs/calorimeter.yaml"}
+
+    r, calls = _post_deploy(ROOT, tmp_path / "a")
+    assert r.returncode == 0, r.stderr
+    torch_pin = re.search(r"pip install[^\n]*torch==([0-9.]+)", (ROOT / "Makefile").read_text()).group(1)
+    assert calls[0][:3] == ["-m", "pip", "install"] and f"torch=={torch_pin}" in calls[0]
+    install = calls[1]
+    c = install[install.index("-c") + 1]
+    assert (ROOT / c).resolve() == LOCK  # relative to the checkout, where the script runs
+    assert install[install.index("-e") + 1] == f".[{','.join(_setup_extras())}]".replace("test,", "")
+
+    r, calls = _post_deploy(ROOT, tmp_path / "b", CALORIMETER_TORCH_SPEC="")  # a GPU node keeps its own torch
+    assert r.returncode == 0 and len(calls) == 1 and "-e" in calls[0]
+
+    r, calls = _post_deploy(tmp_path, tmp_path / "c")  # snakemake run from elsewhere: refused, nothing installed
+    assert r.returncode == 1 and "run snakemake from the calorimeter checkout" in r.stderr and calls == []

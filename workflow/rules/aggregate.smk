@@ -19,7 +19,7 @@ rule plan:
         str(SWEEP_FILES.log("plan")),
     localrule: True
     conda:
-        "../../envs/analysis.yaml"
+        "../../envs/calorimeter.yaml"
     script:
         "../scripts/plan.py"
 
@@ -33,7 +33,7 @@ rule cell_tables:
         str(SWEEP_FILES.log("cell_tables/{cell}")),
     localrule: True
     conda:
-        "../../envs/analysis.yaml"
+        "../../envs/calorimeter.yaml"
     script:
         "../scripts/cell_tables.py"
 
@@ -69,6 +69,6 @@ for _table in TABLE_NAMES:
             str(SWEEP_FILES.log(f"table_{_table}")),
         localrule: True
         conda:
-            "../../envs/analysis.yaml"
+            "../../envs/calorimeter.yaml"
         script:
             "../scripts/table.py"

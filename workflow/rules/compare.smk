@@ -23,6 +23,6 @@ rule compare:
         str(sweep_paths().log("compare")),
     localrule: True
     conda:
-        "../../envs/analysis.yaml"
+        "../../envs/calorimeter.yaml"
     script:
         "../scripts/compare.py"

@@ -32,7 +32,7 @@ rule draw_figures:
         str(SWEEP_FILES.log("figures")),
     localrule: True
     conda:
-        "../../envs/analysis.yaml"
+        "../../envs/calorimeter.yaml"
     script:
         "../scripts/figure.py"
 

@@ -19,6 +19,6 @@ rule findings:
         str(SWEEP_FILES.log("findings")),
     localrule: True
     conda:
-        "../../envs/analysis.yaml"
+        "../../envs/calorimeter.yaml"
     script:
         "../scripts/findings.py"

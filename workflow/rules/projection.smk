@@ -37,7 +37,7 @@ rule projection_validate:
         f"{RESULTS}/{{sweep}}/logs/projection_validate.log",
     localrule: True
     conda:
-        "../../envs/analysis.yaml"
+        "../../envs/calorimeter.yaml"
     script:
         "../scripts/projection_validate.py"
 
@@ -56,7 +56,7 @@ rule projection_calibrate:
         f"{RESULTS}/{{sweep}}/logs/projection_calibrate.log",
     localrule: True
     conda:
-        "../../envs/analysis.yaml"
+        "../../envs/calorimeter.yaml"
     script:
         "../scripts/projection_calibrate.py"
 
@@ -76,7 +76,7 @@ rule projection_project:
         f"{RESULTS}/{{sweep}}/logs/projection_project.log",
     localrule: True
     conda:
-        "../../envs/analysis.yaml"
+        "../../envs/calorimeter.yaml"
     script:
         "../scripts/projection_project.py"
 
@@ -98,7 +98,7 @@ rule projection_figures:
         f"{RESULTS}/{{sweep}}/logs/projection_figures.log",
     localrule: True
     conda:
-        "../../envs/analysis.yaml"
+        "../../envs/calorimeter.yaml"
     script:
         "../scripts/projection_figures.py"
 

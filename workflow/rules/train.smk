@@ -56,7 +56,7 @@ rule thermal_profile:
         str(SWEEP_FILES.log("thermal_profile/{cell}")),
     localrule: True
     conda:
-        "../../envs/analysis.yaml"
+        "../../envs/calorimeter.yaml"
     script:
         "../scripts/thermal_profile.py"
 
