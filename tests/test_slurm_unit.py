@@ -130,6 +130,8 @@ def test_open_attempt_only_for_the_same_cell(tmp_path: Path) -> None:
     ({"gpu_model": "h100"}, lambda s, p: p["gpus_per_node"] == "h100:8"),
     ({"cpus_per_gpu": 12}, lambda s, p: p["cpus_per_task"] == 12),
     ({"clusters": "c2"}, lambda s, p: p["additional_parameters"]["clusters"] == "c2"),
+    ({"cluster": "c3"}, lambda s, p: p["additional_parameters"]["clusters"] == "c3"),
+    ({"slurm_cluster": "c4"}, lambda s, p: p["additional_parameters"]["clusters"] == "c4"),
     ({"slurm_partition": "gpu", "slurm_account": "proj", "runtime": 30},
      lambda s, p: (p["partition"], p["account"], p["time"]) == ("gpu", "proj", 30)),
 ])
@@ -149,6 +151,9 @@ def test_the_slurm_plugins_resource_names_are_honoured(monkeypatch: pytest.Monke
     ({"tasks": 16}, ["not taken"]),
     ({"mpi": "srun"}, ["not taken", "MPI"]),
     ({"slurm_logfile": "x"}, ["not taken", "attempts"]),
+    ({"tasks_per_node": 8}, ["not taken", "gpus_per_node"]),
+    ({"tasks_per_gpu": 1}, ["not taken", "one task per GPU"]),
+    ({"slurm_job_submit": "x"}, ["not taken", "submitit"]),
     ({"gres": "nvme:1"}, ["GPUs only"]),
     ({"slurm_extra": "-C h100"}, ["long options"]),
     ({"mem_mb": 1000, "mem_mb_per_cpu": 100}, ["give one"]),
