@@ -46,7 +46,8 @@ def _sweep(out: Path, repeats: int, hardware: str) -> tuple[Path, dict[str, list
 
 
 def _one(cfg: Path, cell_id: str, scenario: str) -> tuple[float, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH"))
+                                                        if p)}  # keep an offline node's wheels (/tmp/site)
     if scenario != "step":
         env["CALORIMETER_TEST_FAULTS"] = f"{cell_id}=kill-at:{scenario}@1"
     cells = cfg.parent / "results" / "ff" / "cells" / cell_id
@@ -82,6 +83,7 @@ def main() -> None:
     p.add_argument("--hardware", default="cpu", help="cpu (gloo) or auto (the GPUs of this node, NCCL)")
     args = p.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="fail-fast-"))
+    out.mkdir(parents=True, exist_ok=True)
     cfg, ids = _sweep(out, args.repeats, args.hardware)
     for scenario in ("rendezvous", "step", "result"):
         times = []
