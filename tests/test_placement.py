@@ -497,17 +497,24 @@ def test_policy_comparison_gain_and_interval() -> None:
     assert cmp.loc["thermal", "temp_spread_c_mean"] == pytest.approx(6.0)
     assert cmp.loc["default", "temp_spread_c_mean"] == pytest.approx(8.0)
     assert np.isnan(cmp.loc["balanced", "tokens_per_s_per_gpu_gain_ci95_low"])  # one repetition: no interval
-    assert "gain; n=3" in claim_text(cmp.loc["thermal"].rename("thermal").to_frame().T.reset_index()
-                                     .rename(columns={"index": "placement"}).iloc[0])
+    assert cmp.loc["thermal", "tokens_per_s_per_gpu_gain_dof"] == pytest.approx(res.df, rel=0.05)  # Welch on logs
+    assert "(gain beyond 1%; n=3)" in claim_text(cmp.loc["thermal"].rename("thermal").to_frame().T.reset_index()
+                                                 .rename(columns={"index": "placement"}).iloc[0])
     assert "no claim" in claim_text(cmp.reset_index().iloc[1])
-    # energy per token: lower is better, so a significant drop is a gain and a rise a loss
+    # the comparison core's verdict on "gains >= 1%": energy per token is better lower, so a drop beyond 1% is a
+    # gain, a rise beyond 1% a loss, a change inside +-1% no gain, an interval straddling 1% or 1 dof cannot say
+    cols = ["energy_per_token_j_gain", "energy_per_token_j_gain_ci95_low", "energy_per_token_j_gain_ci95_high"]
     row = pd.Series({"placement": "thermal", "model": "m", "parallel_label": "PP2", "n": 3,
-                     "energy_per_token_j_gain": -0.012, "energy_per_token_j_gain_ci95_low": -0.016,
-                     "energy_per_token_j_gain_ci95_high": -0.008})
-    assert "(gain; n=3)" in claim_text(row, "energy_per_token_j")
-    row[["energy_per_token_j_gain", "energy_per_token_j_gain_ci95_low", "energy_per_token_j_gain_ci95_high"]] = [
-        0.012, 0.008, 0.016]
-    assert "(loss; n=3)" in claim_text(row, "energy_per_token_j")
+                     "energy_per_token_j_gain_dof": 3.5, **dict.fromkeys(cols, 0.0)})
+    for values, said in [((-0.020, -0.026, -0.014), "(gain beyond 1%; n=3)"),
+                         ((0.020, 0.014, 0.026), "(loss; n=3)"),
+                         ((0.001, -0.004, 0.006), "(no gain of 1% or more; n=3)"),
+                         ((-0.012, -0.016, -0.008), "(cannot say: ")]:
+        row[cols] = values
+        assert said in claim_text(row, "energy_per_token_j"), (values, claim_text(row, "energy_per_token_j"))
+    row[cols] = (-0.020, -0.026, -0.014)
+    row["energy_per_token_j_gain_dof"] = 1.0
+    assert "cannot say: 1 degree(s) of freedom" in claim_text(row, "energy_per_token_j")
     assert np.isnan(relative_gain(np.array([1.0]), np.array([1.0, 2.0]))[1])
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calorimeter.findings.stats import mean_interval, welch
+from calorimeter.findings.stats import AGREES, DISAGREES, Claim, Effect, mean_interval, verdict, welch
 from calorimeter.records.run_record import RunRecord
 
 #: the study's placement result, from a secondary source only (shared/notes/paper-findings.md, S3)
@@ -24,6 +24,8 @@ STUDY_CLAIM = ("study (secondary source): asymmetric stage placement +4% efficie
                "split), -7% on GPT3-175B (PP 8, 13/11)")
 #: metrics compared (runs-table columns) and whether higher is better
 METRICS = {"tokens_per_s_per_gpu": True, "energy_per_token_j": False}
+#: the smallest change a placement claim means (the findings catalogue's ``thermal_aware_placement`` tolerance)
+GAIN_TOLERANCE = 0.01
 
 
 def mean_ci(values: np.ndarray) -> tuple[float, float, float]:
@@ -32,10 +34,11 @@ def mean_ci(values: np.ndarray) -> tuple[float, float, float]:
     return e.value, e.low, e.high
 
 
-def relative_gain(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    """(mean(a) / mean(b) - 1, 95 % Welch interval low, high) of a policy ``a`` against the default ``b``."""
+def relative_gain(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float, float]:
+    """(mean(a) / mean(b) - 1, 95 % Welch interval low, high, its degrees of freedom) of a policy ``a`` against the
+    default ``b`` (the experimental unit: repetitions)."""
     r = welch(a, b, ratio=True)
-    return r.value - 1.0, r.low - 1.0, r.high - 1.0
+    return r.value - 1.0, r.low - 1.0, r.high - 1.0, r.dof
 
 
 def layout_id(cell_id: str) -> str:
@@ -107,8 +110,8 @@ def policy_comparison(runs: pd.DataFrame, gpus: pd.DataFrame | None = None) -> p
                 row[f"{m}_mean"], row[f"{m}_ci95_low"], row[f"{m}_ci95_high"] = mean_ci(vals)
                 ref = pd.to_numeric(base.get(m), errors="coerce").to_numpy(dtype=float) if m in base \
                     else np.array([])
-                gain = relative_gain(vals, ref) if pol != "default" else (0.0, math.nan, math.nan)
-                row[f"{m}_gain"], row[f"{m}_gain_ci95_low"], row[f"{m}_gain_ci95_high"] = gain
+                gain = relative_gain(vals, ref) if pol != "default" else (0.0, math.nan, math.nan, 0.0)
+                row[f"{m}_gain"], row[f"{m}_gain_ci95_low"], row[f"{m}_gain_ci95_high"], row[f"{m}_gain_dof"] = gain
             for c in ("temp_spread_c", "clock_spread_mhz", "clock_min_gpu_mhz"):
                 row[f"{c}_mean"] = float(pd.to_numeric(p[c], errors="coerce").mean()) if c in p else math.nan
             row["placement_split"] = ",".join(sorted(set(p.get("placement_split", pd.Series([""])).astype(str))))
@@ -126,7 +129,9 @@ def policy_comparison(runs: pd.DataFrame, gpus: pd.DataFrame | None = None) -> p
 
 
 def claim_text(row: pd.Series, metric: str = "tokens_per_s_per_gpu") -> str:
-    """A sentence for the note: the measured gain with its interval, or why there is none."""
+    """A sentence for the note: the measured gain with its interval and the comparison core's verdict on "this
+    policy gains at least :data:`GAIN_TOLERANCE` over default" (``calorimeter.findings.stats.verdict``: >= 2
+    degrees of freedom, the whole interval beyond the tolerance), or why there is none."""
     g, lo, hi = row.get(f"{metric}_gain"), row.get(f"{metric}_gain_ci95_low"), row.get(f"{metric}_gain_ci95_high")
     name = f"{row['placement']} vs default, {row['model']} {row['parallel_label']}"
     if g is None or not np.isfinite(g):
@@ -134,10 +139,18 @@ def claim_text(row: pd.Series, metric: str = "tokens_per_s_per_gpu") -> str:
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return f"{name}: {g:+.1%} (one repetition: no interval, no claim)"
     # the change's sign says "more"; whether more is better is the metric's (METRICS: energy per token, lower)
-    better_up = METRICS.get(metric, True)
-    significant = lo > 0 or hi < 0
-    verdict = ("gain" if (lo > 0) == better_up else "loss") if significant else "no significant difference"
-    return f"{name}: {g:+.1%} [95% CI {lo:+.1%}, {hi:+.1%}] ({verdict}; n={row['n']})"
+    better = 1.0 if METRICS.get(metric, True) else -1.0
+    dof = row.get(f"{metric}_gain_dof")
+    effect = Effect(better * g, *sorted((better * lo, better * hi)), n=int(row["n"]), unit="repetitions",
+                    dof=float(dof) if dof is not None and np.isfinite(dof) else math.inf, method="Welch ratio")
+    j = verdict(effect, Claim(sign=+1, null=0.0, tolerance=GAIN_TOLERANCE))
+    if j.verdict == AGREES:
+        said = f"gain beyond {GAIN_TOLERANCE:.0%}"
+    elif j.verdict == DISAGREES:
+        said = "loss" if effect.high < -GAIN_TOLERANCE else f"no gain of {GAIN_TOLERANCE:.0%} or more"
+    else:
+        said = f"cannot say: {j.why}"
+    return f"{name}: {g:+.1%} [95% CI {lo:+.1%}, {hi:+.1%}] ({said}; n={row['n']})"
 
 
 def main(argv: list[str] | None = None) -> int:
