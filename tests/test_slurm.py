@@ -19,9 +19,10 @@ so every rerun also proves that finished cells are left alone:
 9. a node set DOWN while a two-node cell runs: SLURM fails the job (NODE_FAIL) and requeues it; the launcher waits
    for that one job in its attempt (Snakemake's retry never submits a second copy beside it); then the requeued
    run's rank on node2 is killed: srun ends the step, the record names rank 1 on node2 (peer_died) within 60 s,
-   and Snakemake's retry (a second job, after the first ended) completes the cell although node2's slurmd is
-   stopped while it runs (SLURM then holds the job COMPLETING; the launcher records it within a minute of the ranks'
-   results). The bound on a requeued job that waits for a lost node is tested in test_slurm_unit.py.
+   and Snakemake's retry (a second job, after the first ended) completes the cell although node1's slurmd (the
+   batch host's) is killed while it runs (SLURM then holds the job COMPLETING; the launcher records it within a
+   minute of the ranks' results). The bound on a requeued job that waits for a lost node is tested in
+   test_slurm_unit.py.
 
 ``calorimeter status`` and ``calorimeter rerun`` are checked inside scenarios 2 (running, then failed transient;
 ``rerun --failed -- --profile slurm`` trains only that cell), 4 (``rerun --oom --dry-run``), 5 (jobs left by a
