@@ -167,8 +167,8 @@ def placement(r: float, bad: bool = False) -> dict:
                    for pl in ("default", "balanced" if bad else "thermal") for k in reps()])
 
 
-def _lora(metric: str, value: Callable[[bool], float], bad: bool) -> dict:
-    return tables([row(gpus_per_node=1, world_size=1, dp=1, kind=kind, repeat=k,
+def _lora(metric: str, value: Callable[[bool], float], bad: bool, cap_frac: float = 0.0) -> dict:
+    return tables([row(gpus_per_node=1, world_size=1, dp=1, kind=kind, repeat=k, throttle_sw_power_cap_frac=cap_frac,
                        **{metric: noisy(value(kind == "lora"))}, warmup_reason="fixed" if bad else "steady")
                    for kind in ("train", "lora") for k in reps()])
 
@@ -260,6 +260,18 @@ def test_reevaluation_lists_changed_verdicts_and_records_the_version(tmp_path) -
     main([str(tmp_path / "ref"), "--config-dir", str(tmp_path / "config"), "--write"])
     assert (pd.read_csv(folder / "findings.csv")["catalog_version"] == CATALOG_VERSION).all()
     assert reevaluate(tmp_path / "ref", tmp_path / "config")[0].changed().empty
+
+
+@pytest.mark.parametrize("finding", ["lora_lower_power", "lora_lower_temp"])
+def test_lora_power_and_temperature_are_not_judged_at_the_power_cap(finding: str) -> None:
+    """Both sides at the cap read "no change" whatever the load asks for (the steady H200 sweep of 2026-11-25):
+    cannot say, and why; the efficiency finding is judged there all the same."""
+    build = {"lora_lower_power": lambda: _lora("power_avg_w", lambda lora: 690.0, False, cap_frac=1.0),
+             "lora_lower_temp": lambda: _lora("temp_avg_c", lambda lora: 60.0, False, cap_frac=1.0)}[finding]
+    r = verdict_of(build(), finding)
+    assert r["verdict"] == CANNOT_SAY and "below the power cap" in r["why"], r["why"]
+    assert verdict_of(_lora("efficiency", lambda lora: 50 * (2.0 if lora else 1), False, cap_frac=1.0),
+                      "lora_efficiency_10x")["verdict"] == PARTLY
 
 
 def test_energy_per_token_needs_communication_bound_jobs() -> None:

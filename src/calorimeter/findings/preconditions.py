@@ -9,6 +9,10 @@ A finding compares only cells that meet its preconditions; when none (or no comp
   :data:`POWER_CAP_MIN_FRAC` of the window) and their mean SM clock is below the ceiling by more than
   :data:`CEILING_MARGIN_MHZ`: only there can a configuration move the clock (a cell at the ceiling has nothing to
   throttle, a cell below the cap is limited by its load).
+* :data:`BELOW_POWER_CAP`: the GPUs are below the power cap (its reason set for less than
+  :data:`POWER_CAP_MIN_FRAC` of the window): at the cap the limiter sets the average power, and with it the
+  temperature, whatever the load asks for, so a claim that a configuration *lowers* power or temperature cannot show
+  there (a comparison of two capped cells would always read "no change").
 * :data:`GPU`: measured on GPUs (CPU ranks have no GPU telemetry), and :data:`REAL_MODEL`: not a toy model of the
   test suite.
 """
@@ -80,6 +84,9 @@ def _real_model(d: pd.DataFrame) -> pd.Series:
 STEADY = Precondition("a steady measured window (warmup: steady reached)", _steady)
 POWER_CAPPED = Precondition(f"GPUs at the power cap (>= {POWER_CAP_MIN_FRAC:.0%} of the window) and their mean SM "
                             f"clock >= {CEILING_MARGIN_MHZ:g} MHz below the ceiling", _power_capped)
+BELOW_POWER_CAP = Precondition(f"GPUs below the power cap (its reason set < {POWER_CAP_MIN_FRAC:.0%} of the window: at "
+                               "the cap the limit, not the load, sets power and temperature)",
+                               lambda d: column(d, *POWER_CAP) < POWER_CAP_MIN_FRAC)
 GPU = Precondition("measured on GPUs", _gpu)
 REAL_MODEL = Precondition("a real model (not a test-suite toy)", _real_model)
 MULTI_NODE = Precondition("two or more nodes (inter-node communication)", lambda d: column(d, "nodes") > 1)
