@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -475,3 +476,47 @@ def test_a_silent_rank_is_found_by_its_stale_heartbeat_relative_to_its_peers(tmp
     assert json.loads((attempt.root / PEER_DIED).read_text())["rank"] == 1
     assert describe(death) == (f"rank 1 on host node2 (pid 21) died without a result (no heartbeat for "
                                f"{STALE_S + 5:.0f} s while its peers' went on); the other ranks were stopped")
+
+
+_RELAY = """
+import os, signal, sys, time
+from pathlib import Path
+from calorimeter.launch.warning import relay_warning
+from calorimeter.records.paths import AttemptPaths
+rank, attempt = int(sys.argv[1]), AttemptPaths(Path(sys.argv[2]))
+attempt.staging.mkdir(parents=True, exist_ok=True)
+calls = []
+signal.signal(signal.SIGUSR2, lambda s, f: calls.append(time.time()))  # stands for submitit's handler
+assert relay_warning(attempt, rank, 0, force=True)
+if rank == 1:  # SLURM warns this peer: it leaves the marker and still runs submitit's handler
+    os.kill(os.getpid(), signal.SIGUSR2)
+    print(len(calls), (attempt.staging / "warned-0.json").exists())
+else:  # rank 0 never gets SLURM's warning itself: the peer's marker must bring it within a few seconds
+    deadline = time.time() + float(sys.argv[3])
+    while not calls and time.time() < deadline:
+        time.sleep(0.1)
+    relayed = len(calls)
+    os.kill(os.getpid(), signal.SIGUSR2)  # SLURM's own warning arrives too, later: handled once only
+    time.sleep(0.2)
+    print(relayed, len(calls))
+"""
+
+
+def test_a_peers_time_limit_warning_reaches_rank_0(tmp_path: Path) -> None:
+    """SLURM warned node2's rank but not node1's rank 0 until the kill (a CI run of scenario 8): the peer's marker
+    makes rank 0 run submitit's checkpoint-and-requeue handler, once, even when SLURM's own warning follows."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    attempt = tmp_path / "attempt"
+    run = lambda rank, wait_s=10: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", _RELAY, str(rank), str(attempt), str(wait_s)], capture_output=True, text=True, env=env,
+        timeout=60)
+    peer = run(1)
+    assert peer.returncode == 0 and peer.stdout.split() == ["1", "True"], peer.stderr
+    rank0 = run(0)
+    assert rank0.returncode == 0 and rank0.stdout.split() == ["1", "1"], rank0.stderr
+    (attempt / "staging" / "warned-0.json").unlink()
+    alone = run(0, 1.5)  # no peer warned: rank 0 waits for SLURM's own warning and handles it once
+    assert alone.returncode == 0 and alone.stdout.split() == ["0", "1"], alone.stderr

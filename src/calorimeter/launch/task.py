@@ -16,6 +16,7 @@ from submitit.core.utils import UncompletedJobError
 
 from calorimeter.launch.distributed import init_distributed
 from calorimeter.launch.faults import ENV, arm_timers, faults_for, inject, is_tiny, kill_point, tiny_steps
+from calorimeter.launch.warning import relay_warning
 from calorimeter.launch.watch import announce
 from calorimeter.placement.apply import JobPlacement
 from calorimeter.plan.cell import Cell
@@ -37,9 +38,10 @@ class CellTask(submitit.helpers.Checkpointable):
     A rank that fails writes its error and exits the process at once, so that its peers' collectives fail fast
     instead of hanging until the communication timeout.
 
-    Preemption and time limits (SLURM sends USR2 ``signal_delay_s`` before the limit): submitit calls
-    :meth:`checkpoint` on rank 0, which logs the event in the attempt's ``requeues.jsonl`` and hands back this
-    same task with ``requeues + 1`` (every setting kept); submitit then requeues the job (same job id). The requeued
+    Preemption and time limits (SLURM sends USR2 ``signal_delay_s`` before the limit; a peer that gets it relays
+    it to rank 0: :mod:`calorimeter.launch.warning`): submitit calls :meth:`checkpoint` on rank 0, which logs the
+    event in the attempt's ``requeues.jsonl`` and hands back this same task with ``requeues + 1`` (every setting
+    kept); submitit then requeues the job (same job id). The requeued
     job restarts the cell from scratch: a measurement is short, and a restarted measurement must not mix two runs.
     Every rank result carries ``restart`` (SLURM_RESTART_COUNT), so the collector keeps only the last run's results
     and sets the interrupted run's files aside. Past ``max_requeues``, :meth:`checkpoint` returns None: submitit
@@ -77,6 +79,7 @@ class CellTask(submitit.helpers.Checkpointable):
         out: dict[str, Any] = {"t_start_s": t0, "pid": os.getpid(), "restart": restart, "requeues": self.requeues,
                                "job_id": job.job_id, "rank": rank}
         announce(attempt, rank, restart)  # first: the launcher watches this pid (calorimeter.launch.watch)
+        relay_warning(attempt, rank, restart)  # SLURM's time-limit warning reaches rank 0 via any peer
         kill_point(cell.cell_id, rank, restart, "rendezvous")
         if is_tiny(cell.cell_id):  # test-only: no model, no process group (calorimeter.launch.faults)
             return _run_tiny(cell, attempt, rank, restart, out)
