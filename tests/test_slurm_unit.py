@@ -520,3 +520,43 @@ def test_a_peers_time_limit_warning_reaches_rank_0(tmp_path: Path) -> None:
     (attempt / "staging" / "warned-0.json").unlink()
     alone = run(0, 1.5)  # no peer warned: rank 0 waits for SLURM's own warning and handles it once
     assert alone.returncode == 0 and alone.stdout.split() == ["0", "1"], alone.stderr
+
+
+def test_a_rank_that_starts_after_its_peer_died_never_waits_for_it(tmp_path: Path) -> None:
+    """Rank 1 died at the rendezvous before rank 0 had announced itself (a CI run of test_fail_fast: rank 0 then
+    waited 601 s in the store): stop_ranks reads the ranks again after its grace and stops one that announced itself
+    meanwhile, and a rank announcing itself after peer_died.json leaves at once (only for the same run)."""
+    import subprocess
+    import sys
+    import threading
+
+    from calorimeter.launch.watch import PEER_DIED, stop_ranks
+    from calorimeter.records.atomic import write_json_atomic
+
+    attempt = AttemptPaths(tmp_path / "a")
+    attempt.staging.mkdir(parents=True)
+    rank = lambda: subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "submitit"])  # noqa: E731
+    hung, late = rank(), rank()  # "submitit" in the cmdline, as a rank's
+    try:
+        write_json_atomic(attempt.staging / "alive-1.json", {"rank": 1, "pid": hung.pid, "host": "h", "restart": 0})
+        announce_later = threading.Timer(0.5, lambda: write_json_atomic(
+            attempt.staging / "alive-0.json", {"rank": 0, "pid": late.pid, "host": "h", "restart": 0}))
+        announce_later.start()
+        # rank 0 had not announced itself when the grace began: stopped all the same
+        assert stop_ranks(attempt, grace_s=1.5, host="h") == [0, 1]
+        assert late.wait(timeout=10) == -9 and hung.wait(timeout=10) == -9
+    finally:
+        hung.kill()
+        late.kill()
+
+    write_json_atomic(attempt.root / PEER_DIED, {"rank": 1, "host": "h", "pid": 1, "restart": 0})
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    code = ("import sys; from pathlib import Path; from calorimeter.launch.watch import leave_if_a_peer_died; "
+            "from calorimeter.records.paths import AttemptPaths; "
+            "leave_if_a_peer_died(AttemptPaths(Path(sys.argv[1])), 0, int(sys.argv[2])); print('joins')")
+    same = subprocess.run([sys.executable, "-c", code, str(attempt.root), "0"], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert same.returncode == 3 and "died before this rank started" in same.stdout, same.stderr
+    requeued = subprocess.run([sys.executable, "-c", code, str(attempt.root), "1"], capture_output=True, text=True,
+                              env=env, timeout=60)  # a later run of a requeued job is not stopped by an old death
+    assert requeued.returncode == 0 and requeued.stdout.strip() == "joins", requeued.stderr

@@ -17,7 +17,7 @@ from submitit.core.utils import UncompletedJobError
 from calorimeter.launch.distributed import init_distributed
 from calorimeter.launch.faults import ENV, arm_timers, faults_for, inject, is_tiny, kill_point, tiny_steps
 from calorimeter.launch.warning import relay_warning
-from calorimeter.launch.watch import announce
+from calorimeter.launch.watch import announce, leave_if_a_peer_died
 from calorimeter.placement.apply import JobPlacement
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.definitions import register_definitions
@@ -79,6 +79,7 @@ class CellTask(submitit.helpers.Checkpointable):
         out: dict[str, Any] = {"t_start_s": t0, "pid": os.getpid(), "restart": restart, "requeues": self.requeues,
                                "job_id": job.job_id, "rank": rank}
         announce(attempt, rank, restart)  # first: the launcher watches this pid (calorimeter.launch.watch)
+        leave_if_a_peer_died(attempt, rank, restart)  # it started after a peer's death was recorded: nothing to join
         relay_warning(attempt, rank, restart)  # SLURM's time-limit warning reaches rank 0 via any peer
         kill_point(cell.cell_id, rank, restart, "rendezvous")
         if is_tiny(cell.cell_id):  # test-only: no model, no process group (calorimeter.launch.faults)

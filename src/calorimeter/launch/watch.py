@@ -113,6 +113,19 @@ def peer_death(attempt: AttemptPaths) -> dict[str, Any] | None:
     return read_json_object(attempt.root / PEER_DIED)
 
 
+def leave_if_a_peer_died(attempt: AttemptPaths, rank: int, restart: int) -> None:
+    """Called by a rank right after :func:`announce`: when the launcher has already recorded a peer's death in this
+    run, the rank exits at once instead of waiting for that peer in the rendezvous (the store's timeout, 600 s).
+    Together with :func:`stop_ranks` reading the ranks again after its grace this leaves no window: a rank either
+    announced itself before that second read (and is stopped) or after ``peer_died.json`` was written (and sees it).
+    """
+    death = peer_death(attempt)
+    if death is not None and int(death.get("restart") or 0) == restart:
+        print(f"rank {rank}: rank {death.get('rank')} on host {death.get('host')} died before this rank started; "
+              "leaving", flush=True)
+        os._exit(3)
+
+
 class PeerWatch:
     """Checks the ranks of this host for one that died without a result (module docstring)."""
 
@@ -179,17 +192,27 @@ class PeerWatch:
 GRACE_S = 3.0
 
 
-def stop_ranks(attempt: AttemptPaths, grace_s: float = GRACE_S, host: str | None = None) -> list[int]:
-    """SIGKILL the ranks of this host that still run ``grace_s`` seconds from now; the ranks killed."""
-    host = host or socket.gethostname()
+def _ranks_of_host(attempt: AttemptPaths, host: str) -> dict[int, int]:
+    """rank -> pid of every rank of ``host`` that has announced itself (a running submitit task)."""
     live = {}
     for f in attempt.staging.glob("alive-*.json"):
         a = read_json_object(f)
         if a is not None and a.get("host") == host and isinstance(a.get("pid"), int) and _is_rank(a["pid"]):
             live[int(a.get("rank", -1))] = a["pid"]
+    return live
+
+
+def stop_ranks(attempt: AttemptPaths, grace_s: float = GRACE_S, host: str | None = None) -> list[int]:
+    """SIGKILL the ranks of this host that still run ``grace_s`` seconds from now; the ranks killed.
+
+    The ranks are read again after the grace: one that announced itself meanwhile (it started after its peer died)
+    is stopped too. One that announces itself later still finds ``peer_died.json``, written before this is called,
+    and leaves by itself (:func:`leave_if_a_peer_died`)."""
+    host = host or socket.gethostname()
     deadline = time.time() + grace_s
-    while time.time() < deadline and any(not process_gone(p) for p in live.values()):
+    while time.time() < deadline and any(not process_gone(p) for p in _ranks_of_host(attempt, host).values()):
         time.sleep(0.1)
+    live = _ranks_of_host(attempt, host)
     killed = []
     for rank, pid in sorted(live.items()):
         if not process_gone(pid):
