@@ -237,10 +237,16 @@ def planned_trains(r: subprocess.CompletedProcess) -> set[str]:
     return set(re.findall(r"^Job \d+: train (\S+)$", r.stdout + r.stderr, re.M))
 
 
-def wait_for_jobs(s: Sweep, letters: str, states: set[str], timeout: float = 300) -> dict[str, str]:
-    """Job ids of these cells once each one's job is in one of ``states`` (squeue)."""
+def wait_for_jobs(s: Sweep, letters: str, states: set[str], timeout: float = 300,
+                  proc: subprocess.Popen | None = None, log: Path | None = None) -> dict[str, str]:
+    """Job ids of these cells once each one's job is in one of ``states`` (squeue). With the Snakemake process
+    ``proc`` (and its ``log``), fails at once, with the log's end, when Snakemake ended before that."""
+    tail = lambda: log.read_text()[-4000:] if log is not None and log.is_file() else ""  # noqa: E731
     deadline = time.time() + timeout
     while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"snakemake ended (exit {proc.returncode}) before the jobs of {letters} were in "
+                                 f"{states}:\n{tail()}")
         ids = {}
         for x in letters:
             for job in sorted(s.cell_dir(x).glob("attempts/*/job.json")):
@@ -251,7 +257,7 @@ def wait_for_jobs(s: Sweep, letters: str, states: set[str], timeout: float = 300
         if len(ids) == len(letters):
             return ids
         time.sleep(0.5)
-    raise AssertionError(f"jobs of {letters} not in {states} after {timeout} s")
+    raise AssertionError(f"jobs of {letters} not in {states} after {timeout} s; snakemake's log ends:\n{tail()}")
 
 
 def time_limit(run_s: float) -> tuple[int, int]:
@@ -342,7 +348,7 @@ def test_2_cancelled_job_then_rerun_submits_only_that_cell(sweep: Sweep) -> None
     proc = snakemake_bg(sweep.tmp / "phase2.log", "--configfile", str(cfg), "--retries", "0",
                         faults=f"{sweep.ids['D']}=sleep:600,{sweep.ids['E']}=oom")
     try:
-        jid = wait_for_jobs(sweep, "D", {"RUNNING"})["D"]
+        jid = wait_for_jobs(sweep, "D", {"RUNNING"}, proc=proc, log=sweep.tmp / "phase2.log")["D"]
         time.sleep(3)  # mid-run: the ranks are up and sleeping
         d = status(cfg)[sweep.ids["D"]]  # calorimeter status while Snakemake runs: SLURM's view of the open job
         assert (d["state"], d["job_id"], d["attempts"]) == ("running", jid, 1), d
@@ -427,7 +433,7 @@ def test_5_killed_snakemake_reattaches_without_duplicates(sweep: Sweep) -> None:
     faults = f"{sweep.ids['G']}=sleep:20,{sweep.ids['H']}=sleep:20"
     proc = snakemake_bg(sweep.tmp / "phase5.log", "--configfile", str(cfg), faults=faults)
     try:
-        jobs = wait_for_jobs(sweep, "GH", {"RUNNING", "PENDING"})
+        jobs = wait_for_jobs(sweep, "GH", {"RUNNING", "PENDING"}, proc=proc, log=sweep.tmp / "phase5.log")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # Snakemake and its job scripts die; the SLURM jobs do not
         proc.wait(timeout=30)
@@ -553,7 +559,7 @@ def test_8_two_node_requeue_keeps_every_setting_and_completes(multinode: Sweep) 
     proc = snakemake_bg(multinode.tmp / "phase8.log", "--configfile", str(cfg),
                         faults=f"{multinode.ids['R']}=sleep-first:{sleep_s}")
     try:
-        wait_for_jobs(multinode, "R", {"RUNNING"})
+        wait_for_jobs(multinode, "R", {"RUNNING"}, proc=proc, log=multinode.tmp / "phase8.log")
         submitted = next((multinode.cell_dir("R") / "latest" / "submitit").glob("*_submitted.pkl"))
         original = submitted.read_bytes()  # submitit overwrites it with the requeued task at the checkpoint
         rc = proc.wait(timeout=240 * limit + 300)
@@ -605,7 +611,7 @@ def test_9_node_down_then_a_nodes_rank_killed_one_copy_at_a_time(multinode: Swee
         return got
 
     try:
-        first = wait_for_jobs(multinode, "L", {"RUNNING"})["L"]
+        first = wait_for_jobs(multinode, "L", {"RUNNING"}, proc=proc, log=multinode.tmp / "phase9.log")["L"]
         until(lambda: alive(0))  # both ranks up, held before training
         t_down = time.time()
         # 1. node2 set DOWN: NODE_FAIL, SLURM requeues the job (ReturnToService=2 brings node2 back as its slurmd
