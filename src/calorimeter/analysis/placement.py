@@ -142,7 +142,7 @@ def claim_text(row: pd.Series, metric: str = "tokens_per_s_per_gpu") -> str:
     better = 1.0 if METRICS.get(metric, True) else -1.0
     dof = row.get(f"{metric}_gain_dof")
     effect = Effect(better * g, *sorted((better * lo, better * hi)), n=int(row["n"]), unit="repetitions",
-                    dof=float(dof) if dof is not None and np.isfinite(dof) else math.inf, method="Welch ratio")
+                    dof=float(dof) if dof is not None else math.nan, method="Welch ratio")  # unknown: no verdict
     j = verdict(effect, Claim(sign=+1, null=0.0, tolerance=GAIN_TOLERANCE))
     if j.verdict == AGREES:
         said = f"gain beyond {GAIN_TOLERANCE:.0%}"

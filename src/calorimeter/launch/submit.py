@@ -36,7 +36,7 @@ from calorimeter.launch.watch import PeerWatch, slurm_decision, stop_ranks
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES, accelerator_of
 from calorimeter.records.atomic import write_json_atomic
-from calorimeter.records.job_states import ENDED, RESTARTING, base_state
+from calorimeter.records.job_states import AFTER_A_RUN, ENDED, RESTARTING, base_state
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.progress import ProgressLog
 from calorimeter.records.record import describe_death
@@ -270,10 +270,6 @@ def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None,
         if progress is not None:
             progress.tick()
         time.sleep(min(1.0, 0.05 + 0.1 * (time.time() - start)))  # a short cell is seen at once, a long one each s
-
-
-#: squeue states of a job whose run may have ended by a node failure: being killed (COMPLETING) or requeued
-AFTER_A_RUN = frozenset({*RESTARTING, "COMPLETING"})
 
 
 def _node_failed(job_id: str, live: str | None) -> bool:

@@ -288,7 +288,7 @@ def slurm_decision(done: bool, live_state: str | None, results: list[dict[str, A
     the run's processes (COMPLETING, up to KillWait) and sacct already says NODE_FAIL: returning then let a retry
     submit a second job while SLURM started the requeued one (seen in CI).
     """
-    if waiting_since is not None and (live_state in job_states.RESTARTING or live_state == "COMPLETING"):
+    if waiting_since is not None and live_state in job_states.AFTER_A_RUN:
         bound = float(os.environ.get(REQUEUE_WAIT_ENV) or REQUEUED_PENDING_MAX_S)
         if now - waiting_since > bound:
             return "cancel", (f"requeued by SLURM after a node failure and still {live_state} after {bound:.0f} s "

@@ -22,6 +22,8 @@ TRANSIENT = frozenset({"BOOT_FAIL", "CANCELLED", "DEADLINE", "NODE_FAIL", "PREEM
 
 #: of the waiting states, those of a job SLURM requeued (after a node failure) on its way to run again
 RESTARTING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING"})
+#: a job whose run may have ended by a node failure: being killed (COMPLETING) or requeued (:data:`RESTARTING`)
+AFTER_A_RUN = frozenset({*RESTARTING, "COMPLETING"})
 #: the failure class of an attempt SLURM ended in one of the :data:`TRANSIENT` states (``transient`` where not listed)
 STATE_CLASSES = {"NODE_FAIL": "node_fail"}
 
