@@ -4,12 +4,15 @@
 # sweep), run by bench/gpu/run_reference.sh for at most SECONDS, records tarred to $OUT/<sweep>-pass<PASS>.tar.gz.
 #   bash bench/gpu/findings_pass.sh config/reference/h200x1-findings-steady.yaml 0 330    # nvidia-h200
 #   bash bench/gpu/findings_pass.sh config/reference/h100x1-findings-steady.yaml 0 330    # nvidia-h100-x1
+# An optional fourth argument narrows the pass further (more `where` entries, e.g. "pp: 1": the cells without a
+# pipeline); the pass's sweep name then says so (-pass0-pp1).
 # Keep every pass with bench/gpu/keep_reference.sh into one results/reference/ folder, then build the tables of the
 # whole sweep there (snakemake figures --configfile CONFIG --config results_dir=...).
 set -e
-CONFIG=$1 PASS=$2 SECONDS_LEFT=$3
+CONFIG=$1 PASS=$2 SECONDS_LEFT=$3 WHERE=${4:-}
 BASE=$(python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['sweep'])" "$CONFIG")
-SUB=/tmp/$BASE-pass$PASS.yaml
-printf 'subset_of: %s\nsweep: %s-pass%s\nwhere: {repeat: %s}\n' "$PWD/$CONFIG" "$BASE" "$PASS" "$PASS" > "$SUB"
+NAME=$BASE-pass$PASS$([ -n "$WHERE" ] && echo "-$WHERE" | tr -dc 'A-Za-z0-9_-')
+SUB=/tmp/$NAME.yaml
+printf 'subset_of: %s\nsweep: %s\nwhere: {repeat: %s%s}\n' "$PWD/$CONFIG" "$NAME" "$PASS" "${WHERE:+, $WHERE}" > "$SUB"
 set +e
-bash bench/gpu/run_reference.sh "$SUB" "$BASE-pass$PASS" "$SECONDS_LEFT"
+bash bench/gpu/run_reference.sh "$SUB" "$NAME" "$SECONDS_LEFT"
