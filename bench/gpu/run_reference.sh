@@ -32,7 +32,8 @@ BUDGET=$SECONDS_LEFT
 # (the target before --config, which would take it for one more name=value)
 timeout --kill-after=10 "$BUDGET" python3 -m snakemake $([ -z "${FULL:-}" ] && echo records) --configfile "$CONFIG" \
   --config results_dir="$RES" > "$RES.snakemake.log" 2>&1
-cp "$RES.snakemake.log" "$OUT/$NAME.snakemake.log" 2>/dev/null
+# the checkout's path on the node becomes repository-relative in the kept log
+sed "s|$PWD/||g; s|$PWD|.|g" "$RES.snakemake.log" > "$OUT/$NAME.snakemake.log" 2>/dev/null
 pkill -f "submitit.core._submit" 2>/dev/null; pkill -f "calorimeter.telemetry.sampler" 2>/dev/null
 grep -E "steps \(|rror|Finished job|cells" "$RES.snakemake.log" | tail -40
 echo "=== sweep done at $(( $(date +%s) - T0 )) s"
