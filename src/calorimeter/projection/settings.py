@@ -36,9 +36,9 @@ DEFAULT_CALIBRATION: tuple[str, ...] = (
     "results/reference/h200x2-engine-speed-2026-11-23c",
     # 2026-11-25: the steady findings sweep on one H200 (with LoRA cells) and the H100 findings reproduction
     "results/reference/findings-steady-2026-11-25/h200x1-findings-steady",
+    "results/reference/h100x1-findings-repro-2026-11-25/h100x1-findings",
     # 2026-11-26: the steady 2-GPU findings set (ZeRO-3 and TP2+SP overlap on/off, recompute, micro-batch)
     "results/reference/findings-steady-2026-11-26/h200x2-findings-steady",
-    "results/reference/h100x1-findings-repro-2026-11-25/h100x1-findings",
     *SETS_2026_11_21,
 )
 #: calibration sweeps (config/reference/<gpu>-calibration.yaml, kept as results/reference/<gpu>-calibration-<date>/)
