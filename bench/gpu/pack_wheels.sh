@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Pack .whl/ (the wheels for an offline GPU node, see setup_offline.sh) into .whlxz/whl.tar.xz, about 40% smaller:
+# each wheel re-zipped without compression (a wheel's RECORD hashes its unpacked files, not the zip, so pip accepts it)
+# and the whole folder xz-compressed, which shrinks Python sources far more than a wheel's per-file deflate. For when
+# the checkout plus .whl/ exceed what a device call may carry: carry `.whlxz` instead of `.whl`; setup_offline.sh
+# unpacks it on the node when .whl/ is absent there.
+#   bash bench/gpu/pack_wheels.sh
+set -euo pipefail
+TMP=$(mktemp -d)
+mkdir "$TMP/.whl"
+for w in .whl/*.whl; do
+  mkdir "$TMP/x"
+  (cd "$TMP/x" && unzip -q "$OLDPWD/$w" && zip -q -0 -r -X "../.whl/$(basename "$w")" .)
+  rm -rf "$TMP/x"
+done
+mkdir -p .whlxz
+tar cf - -C "$TMP" .whl | xz -9 -T0 > .whlxz/whl.tar.xz
+rm -rf "$TMP"
+ls -l .whlxz/whl.tar.xz
