@@ -11,7 +11,7 @@
 set -e
 CONFIG=$1 PASS=$2 SECONDS_LEFT=$3 WHERE=${4:-}
 BASE=$(python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['sweep'])" "$CONFIG")
-NAME=$BASE-pass$PASS$([ -n "$WHERE" ] && echo "-$WHERE" | tr -dc 'A-Za-z0-9_-')
+NAME=$BASE-pass$PASS$([ -n "$WHERE" ] && echo "-$WHERE" | tr -dc 'A-Za-z0-9_-'; true)
 SUB=/tmp/$NAME.yaml
 printf 'subset_of: %s\nsweep: %s\nwhere: {repeat: %s%s}\n' "$PWD/$CONFIG" "$NAME" "$PASS" "${WHERE:+, $WHERE}" > "$SUB"
 set +e
