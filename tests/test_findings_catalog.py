@@ -279,3 +279,26 @@ def test_energy_per_token_needs_communication_bound_jobs() -> None:
     t["runs"]["exposed_comm_frac"] = 0.05  # compute-bound: the opposite regime of the claim
     r = verdict_of(t, "h200_energy_per_token")
     assert r["verdict"] == CANNOT_SAY and "communication-bound" in r["why"]
+
+
+def test_asymmetry_tells_machines_apart_by_gpu_uuid_not_hostname() -> None:
+    """Two lent machines, both named ``vm`` (the 2-GPU steady set of 2026-11-26 ran on two): on one GPU 0 runs 8%
+    hotter, on the other GPU 1. Read as one host, the hot GPU chosen on the first cells is the wrong one on half
+    the others and the offsets cancel; told apart by their GPUs' UUIDs, each machine keeps its own hot GPU."""
+    runs, gpus = [], []
+    for m, hot in ((0, 0), (1, 1)):
+        for k in reps():
+            r = row(repeat=k, warmup_reason="steady")
+            r["cell_id"] += f"_m{m}"
+            r["measured_begin_s"] += 10_000.0 * m
+            runs.append(r)
+            for i in (0, 1):
+                gpus.append(dict(cell_id=r["cell_id"], node=0, hostname="vm", uuid=f"GPU-m{m}-{i}", gpu_index=i,
+                                 temp_avg_c=noisy(64.8 if i == hot else 60.0), sm_clock_avg_mhz=1700.0))
+    r = verdict_of(tables(runs, gpus), "gpus_thermally_asymmetric")
+    assert r["verdict"] == AGREES and "2 host(s)" in r["experimental_unit"], (r["verdict"], r["why"])
+    assert 7.0 < r["value"] < 9.0
+    for g in gpus:
+        g.pop("uuid")  # without UUIDs the hostname is all there is: one host, offsets of both signs
+    r = verdict_of(tables(runs, gpus), "gpus_thermally_asymmetric")
+    assert r["verdict"] != AGREES and "1 host(s)" in r["experimental_unit"], (r["verdict"], r["value"])

@@ -41,7 +41,7 @@ from calorimeter.findings.stats import Claim
 from calorimeter.plan.models import CATALOGUE
 
 #: the catalogue's version, written into every ``findings.csv``
-CATALOG_VERSION = 3
+CATALOG_VERSION = 4
 #: what each version changed (docs/findings.md has the verdicts each change moved)
 CATALOG_CHANGES = {
     1: "the first catalogue (findings.csv without a catalog_version column)",
@@ -51,6 +51,8 @@ CATALOG_CHANGES = {
        "on micro-batch 1 -> 4 against >3x; placement only `thermal` vs `default`; LoRA findings",
     3: "LoRA's lower power and temperature judged only on cells below the power cap (at the cap the limit, not the "
        "load, sets both: two capped cells can only read 'no change')",
+    4: "a host is a physical machine, told apart by its GPUs' NVML UUIDs, not by hostname (lent machines are all "
+       "called 'vm': cells of two machines read as one host in the asymmetry finding)",
 }
 
 __all__ = ["CATALOG_CHANGES", "CATALOG_VERSION", "FINDINGS", "Evidence", "Finding", "Tables", "finding_ids"]

@@ -146,8 +146,42 @@ def _node_gpus(t: Tables, conds: Sequence[Precondition]) -> tuple[pd.DataFrame, 
     g = g[np.isfinite(column(g, "temp_avg_c"))]
     if "hostname" not in g.columns:
         g["hostname"] = g["node"].astype(str)
+    g["host"] = physical_hosts(g)
     n = g.groupby(["cell_id", "node"])["gpu_index"].transform("nunique")
     return ok, g[n >= 2], note
+
+
+def physical_hosts(gpus: pd.DataFrame) -> pd.Series:
+    """The physical machine of each per-GPU row: the cells' nodes that share a GPU (by NVML UUID) are one machine.
+
+    Hostnames alone do not tell machines apart: lent and containerised nodes often share one (every lent GPU
+    machine here is called ``vm``), so two device sessions on two machines would read as one host. Each connected
+    set of (cell, node) GPU groups that share a UUID is one host, named by its hostname (with ``#2``, ``#3``, ...
+    where one hostname covers several machines); rows without UUIDs fall back to the hostname."""
+    host = gpus["hostname"].astype(str).copy()
+    if "uuid" not in gpus.columns:
+        return host
+    parent: dict[str, str] = {}
+
+    def find(u: str) -> str:
+        while parent.setdefault(u, u) != u:
+            parent[u] = parent[parent[u]]
+            u = parent[u]
+        return u
+
+    keys = gpus["cell_id"].astype(str) + "|" + gpus["node"].astype(str)
+    uuid = gpus["uuid"].where(gpus["uuid"].notna() & (gpus["uuid"].astype(str) != ""), None)
+    for key, u in zip(keys, uuid, strict=True):
+        if u is not None:
+            parent[find("uuid:" + str(u))] = find("group:" + key)
+    root = [find("group:" + k) for k in keys]
+    names: dict[tuple[str, str], str] = {}
+    for i, (h, r) in enumerate(zip(host, root, strict=True)):
+        if uuid.iloc[i] is None:
+            continue
+        seen = sum(1 for (hh, _) in names if hh == h)
+        host.iloc[i] = names.setdefault((h, r), h if seen == 0 else f"{h}#{seen + 1}")
+    return host
 
 
 def asymmetry(conds: Sequence[Precondition], missing: str) -> Callable[[Tables], Evidence]:
@@ -163,7 +197,7 @@ def asymmetry(conds: Sequence[Precondition], missing: str) -> Callable[[Tables],
         order = ok.assign(_t=column(ok, "measured_begin_s"), _r=column(ok, "repeat").fillna(0))
         order = order.sort_values(["_t"]).reset_index(drop=True)
         offsets, hosts, chosen = [], set(), []
-        for host, d in g.groupby("hostname", sort=False):
+        for host, d in g.groupby("host", sort=False):
             cells = [c for c in order["cell_id"] if c in set(d["cell_id"])]
             reps = order.set_index("cell_id")["_r"]
             pick = [c for c in cells if reps.get(c, 0) == 0] if (reps.reindex(cells) > 0).any() else \
