@@ -201,6 +201,37 @@ def test_1f1b_is_sum_plus_slowest_times_m_minus_one() -> None:
     assert single.iteration_s == pytest.approx(4.0) and single.bubble_s == 0.0
 
 
+def test_a_host_bound_stage_adds_its_idle_time_to_the_gpu_time() -> None:
+    """The 2-GPU ZeRO-3 cells idle ~0.3 s per iteration at sequence 2048 and 4096 alike: where the host's launch
+    time reaches 80% of the GPU's, the fitted idle adds to the GPU time (a maximum would give both sizes the launch
+    time); below, the GPU time alone; without a fitted idle, the larger of the two, as before."""
+    for gpu in (0.66, 1.14):  # GPU seconds per iteration at 2048 and 4096, 8 micro-batches
+        st = stage_time(0, 8, {"gemm_attention": gpu}, 0.0, [], False, launch_s=1.23, idle_s=0.3)
+        assert st.per_micro_batch_s * 8 == pytest.approx(gpu + 0.3)
+        assert st.launch_wait_s == pytest.approx(0.3)
+    gpu_bound = stage_time(0, 8, {"gemm_attention": 2.0}, 0.0, [], False, launch_s=1.23, idle_s=0.3)
+    assert gpu_bound.per_micro_batch_s * 8 == pytest.approx(2.0) and gpu_bound.launch_wait_s == 0.0
+    gaps = stage_time(0, 8, {"gemm_attention": 0.66}, 0.0, [], False, (0.1, 0.0), launch_s=1.23, idle_s=0.3)
+    assert gaps.per_micro_batch_s * 8 == pytest.approx(0.66 + 0.3)  # the idle replaces the smaller host gaps
+    no_idle = stage_time(0, 8, {"gemm_attention": 0.66}, 0.0, [], False, launch_s=1.23)
+    assert no_idle.per_micro_batch_s * 8 == pytest.approx(1.23)
+
+
+def test_idle_fit_recovers_the_idle_per_collective_call() -> None:
+    from calorimeter.projection.compute import fit_idle, host_features
+
+    rows = []
+    for c in (llama(zero_stage=3, global_batch=8), llama(zero_stage=3, global_batch=16),
+              llama(tp=2, sequence_parallel=True), llama(tp=4, sequence_parallel=True)):
+        st = workload(c).stages[0]
+        f = host_features(st)
+        idle = 2e-4 * f["z3_calls"] + 5e-5 * f["tp_calls"]
+        rows.append((c.cell_id, st, idle, 1.0 + idle, "none"))
+    got = fit_idle(rows)
+    assert got["z3_calls"] == pytest.approx(2e-4, rel=1e-6) and got["tp_calls"] == pytest.approx(5e-5, rel=1e-6)
+    assert got["tp_fused_calls"] == 0.0 and fit_idle([]) == dict.fromkeys(got, 0.0)
+
+
 def test_zero3_prefetch_hides_gathers_under_compute() -> None:
     op = CommOp("all_gather", "zero3", 1e8, 8, 1, 34.0, "overlapped")
     hidden = stage_time(0, 1, {"gemm_attention": 1.0}, 0.0, [(op, 0.34)], True)

@@ -170,8 +170,8 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
               fingerprint: str | None = None) -> Calibration:
     """Fit one calibration on the cells of ``ms`` run on ``hardware`` (and, if given, with this fingerprint key).
 
-    Compute rates and host gaps are fitted on the traced, GPU-bound cells; the host launch time on the traced,
-    host-bound cells without pipeline; the power model on every GPU with telemetry.
+    Compute rates and host gaps are fitted on the traced, GPU-bound cells; the host launch time and the GPU's idle
+    time on the traced, host-bound cells without pipeline; the power model on every GPU with telemetry.
 
     Args:
         ms: measured cells (any hardware; only ``hardware``'s are used).
@@ -194,7 +194,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
     if not usable:
         raise ValueError(f"no traced, GPU-bound measured cell on {hardware!r}"
                          + (f" with fingerprint {fingerprint}" if fingerprint else "") + " to calibrate on")
-    comp_rows, comm_rows, power_rows, host_rows, launch_rows = [], [], [], [], []
+    comp_rows, comm_rows, power_rows, host_rows, launch_rows, idle_rows = [], [], [], [], [], []
     hidden: dict[str, list[float]] = {}
     gpus = ms.gpus
     runs = ms.runs.set_index("cell_id")
@@ -213,6 +213,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
                 host_rows.append((cid, w.stages[int(busiest["stage"])], t_iter - busy))
             elif busy < HOST_BOUND_BUSY_FRAC * t_iter and cell.pp == 1:
                 launch_rows.append((cid, w.stages[0], t_iter, mech))
+                idle_rows.append((cid, w.stages[0], t_iter - busy, t_iter, mech))
         for _, k in ranks.iterrows():
             st = w.stages[int(k["stage"])]
             if cid in usable:
@@ -245,7 +246,8 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
         for k, v in range_values(ms.cell(cid)).items():
             lo, hi = ranges.get(k, [v, v])
             ranges[k] = [min(lo, v), max(hi, v)]
-    return Calibration(hardware, fit_compute(comp_rows, host_rows, launch_rows), curves, power, fitted, excluded,
+    rates = fit_compute(comp_rows, host_rows, launch_rows, idle_rows)
+    return Calibration(hardware, rates, curves, power, fitted, excluded,
                        fingerprint=fp, records=records, recorded_at=max(stamps) if stamps else "",
                        tp_hidden={m: float(np.median(v)) for m, v in hidden.items()}, ranges=ranges)
 

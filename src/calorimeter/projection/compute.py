@@ -46,6 +46,11 @@ HOST_ONCE: tuple[str, ...] = ("single_stage", "pipeline")
 #: the other's, and the extra stays 0 where only one was measured)
 LAUNCH_FEATURES: tuple[str, ...] = ("iteration", "layer_passes", "z3_calls", "tp_calls", "tp_fused_calls",
                                     "tp_symm_mem_calls")
+#: the GPU's idle time per iteration in a host-bound stage (the iteration minus the busy time of host-bound cells):
+#: per ZeRO-3 gather/reduce-scatter call, per tensor-parallel collective, fused or not, and symm_mem's extra. No
+#: per-iteration or per-layer term: those would idle every host-bound cell alike, one GPU included, where no cell
+#: measured it (fitted with them, the held-out 2-GPU errors grew)
+IDLE_FEATURES: tuple[str, ...] = ("z3_calls", "tp_calls", "tp_fused_calls", "tp_symm_mem_calls")
 #: the tensor-parallel overlap mechanisms the host-gap and schedule models know
 TP_OVERLAP_MECHANISMS: tuple[str, ...] = ("ring", "symm_mem")
 
@@ -65,6 +70,7 @@ class ComputeRates:
     n_rows: int
     host: dict[str, float] = field(default_factory=dict)
     launch: dict[str, float] = field(default_factory=dict)
+    idle: dict[str, float] = field(default_factory=dict)
 
     def host_gap_s(self, stage: StageWork) -> tuple[float, float]:
         """(seconds per iteration spread over the micro-batches, seconds once per iteration) of host gaps."""
@@ -81,6 +87,15 @@ class ComputeRates:
         feats = host_features(stage, tp_overlap)
         return sum(self.launch.get(f, 0.0) * feats.get(f, 0.0) for f in LAUNCH_FEATURES)
 
+    def idle_s(self, stage: StageWork, tp_overlap: str = "none") -> float:
+        """Seconds the GPU idles per iteration of a stage's rank when the host bounds it (0 when never calibrated).
+
+        Args:
+            tp_overlap: the cell's tensor-parallel overlap mechanism (``none`` without overlap).
+        """
+        feats = host_features(stage, tp_overlap)
+        return sum(self.idle.get(f, 0.0) * feats.get(f, 0.0) for f in IDLE_FEATURES)
+
     def seconds(self, stage: StageWork) -> dict[str, float]:
         """Predicted summed kernel seconds per compute category for one rank of a stage, one iteration."""
         return {cat: sum(c * stage.features.get(f, 0.0) for f, c in self.coef[cat].items())
@@ -89,13 +104,13 @@ class ComputeRates:
     def to_dict(self) -> dict:
         """JSON-ready."""
         return {"coef": self.coef, "fit_rel_error": self.fit_rel_error, "n_rows": self.n_rows, "host": self.host,
-                "launch": self.launch}
+                "launch": self.launch, "idle": self.idle}
 
     @classmethod
     def from_dict(cls, d: dict) -> ComputeRates:
         """Inverse of :meth:`to_dict`."""
         return cls({k: dict(v) for k, v in d["coef"].items()}, dict(d["fit_rel_error"]), int(d["n_rows"]),
-                   dict(d.get("host", {})), dict(d.get("launch", {})))
+                   dict(d.get("host", {})), dict(d.get("launch", {})), dict(d.get("idle", {})))
 
 
 def host_features(stage: StageWork, tp_overlap: str = "none") -> dict[str, float]:
@@ -172,9 +187,28 @@ def fit_launch(rows: list[tuple[str, StageWork, float, str]]) -> dict[str, float
     return {f: float(b) for f, b in zip(LAUNCH_FEATURES, beta, strict=True)}
 
 
+def fit_idle(rows: list[tuple[str, StageWork, float, float, str]]) -> dict[str, float]:
+    """GPU idle seconds per unit of :data:`IDLE_FEATURES` in host-bound stages, fitted on the host-bound cells
+    without pipeline (non-negative least squares, errors relative to the iteration time).
+
+    Args:
+        rows: (cell id, its stage work, measured iteration time minus the busiest traced rank's kernel-busy time,
+            measured iteration time, its TP overlap mechanism).
+    """
+    if not rows:
+        return dict.fromkeys(IDLE_FEATURES, 0.0)
+    x = np.array([[host_features(st, ov)[f] for f in IDLE_FEATURES] for _, st, _, _, ov in rows])
+    y = np.array([max(idle, 0.0) for _, _, idle, _, _ in rows])
+    per_cell = Counter(cid for cid, _, _, _, _ in rows)
+    w = np.array([1.0 / per_cell[cid] / t for cid, _, _, t, _ in rows])
+    beta = _nnls_rel(x, y, w)
+    return {f: float(b) for f, b in zip(IDLE_FEATURES, beta, strict=True)}
+
+
 def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
                 host_rows: list[tuple[str, StageWork, float]] | None = None,
-                launch_rows: list[tuple[str, StageWork, float, str]] | None = None) -> ComputeRates:
+                launch_rows: list[tuple[str, StageWork, float, str]] | None = None,
+                idle_rows: list[tuple[str, StageWork, float, float, str]] | None = None) -> ComputeRates:
     """Fit the per-category rates.
 
     Args:
@@ -182,6 +216,7 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
             of every calibration cell.
         host_rows: rows for :func:`fit_host_gaps`.
         launch_rows: rows for :func:`fit_launch`.
+        idle_rows: rows for :func:`fit_idle`.
 
     Raises:
         ValueError: no rows.
@@ -204,8 +239,10 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
         coef[cat] = {f: float(b) for f, b in zip(feats, beta, strict=True)}
         pred = x[ok] @ beta
         err[cat] = float(np.median(np.abs(pred / y[ok] - 1.0)))
-    return ComputeRates(coef, err, len(rows), fit_host_gaps(host_rows or []), fit_launch(launch_rows or []))
+    return ComputeRates(coef, err, len(rows), fit_host_gaps(host_rows or []), fit_launch(launch_rows or []),
+                        fit_idle(idle_rows or []))
 
 
 __all__ = ["CATEGORY_FEATURES", "COMPUTE_CATEGORIES", "FEATURES", "HOST_FEATURES", "TP_OVERLAP_MECHANISMS",
-           "LAUNCH_FEATURES", "ComputeRates", "fit_compute", "fit_host_gaps", "fit_launch", "host_features"]
+           "IDLE_FEATURES", "LAUNCH_FEATURES", "ComputeRates", "fit_compute", "fit_host_gaps", "fit_idle", "fit_launch",
+           "host_features"]

@@ -18,11 +18,11 @@ from calorimeter.plan.cell import Cell
 from calorimeter.plan.models import CATALOGUE
 from calorimeter.projection.engine_speed import is_engine_speed_set, load_engine_speed
 from calorimeter.projection.fingerprint import UNRECORDED, fingerprint_of, matches, read_fingerprints
+from calorimeter.projection.schedule import HOST_BOUND_BUSY_FRAC
 from calorimeter.records.paths import SweepPaths
 
-#: a cell whose GPUs are busy for less than this share of the iteration is host-bound: its kernel times say little
-#: about the GPU, so it calibrates nothing (it is still predicted and validated)
-HOST_BOUND_BUSY_FRAC = 0.80
+# HOST_BOUND_BUSY_FRAC (schedule): a host-bound cell's kernel times say little about the GPU, so it calibrates no
+# compute rate (it calibrates the host launch and idle times, and is still predicted and validated)
 #: a traced rank busy for longer than this share of the measured iteration was not traced over one iteration of the
 #: measured steps (the record's trace and metrics disagree): it calibrates nothing
 MAX_BUSY_FRAC = 1.02

@@ -95,7 +95,8 @@ class Projector:
                 ops.append((op, t))
             stage_times.append(stage_time(st.stage, st.micro_batches, compute,
                                           opt_coef * st.features.get("optim_elems", 0.0), ops, cell.overlap,
-                                          cal.compute.host_gap_s(st), tp_hidden, cal.compute.launch_s(st, mech)))
+                                          cal.compute.host_gap_s(st), tp_hidden, cal.compute.launch_s(st, mech),
+                                          cal.compute.idle_s(st, mech)))
         it = pipeline_time(stage_times)
         t = it.iteration_s
         row: dict[str, Any] = {**cell.to_dict(), "source": SOURCE, "status": SOURCE, "iteration_time_s": t}
