@@ -32,6 +32,21 @@ def test_atomic_write_leaves_nothing_on_crash(tmp_path: Path) -> None:
     assert json.loads(target.read_text()) == {"x": None, "y": [1.0]}
 
 
+def test_records_and_tables_are_written_zstd_compressed_and_read_back_unchanged(tmp_path: Path) -> None:
+    """Every Parquet file goes through write_parquet_atomic: zstd (the committed records must fit, with the wheels,
+    in what a device call may carry), and the frame reads back as written."""
+    import pyarrow.parquet as pq
+
+    from calorimeter.records.atomic import write_parquet_atomic
+
+    df = pd.DataFrame({"time_s": [0.05 * i for i in range(400)], "power_w": [650.0 + (i % 7) for i in range(400)],
+                       "gpu": ["GPU-x"] * 400})
+    write_parquet_atomic(tmp_path / "t.parquet", df)
+    meta = pq.ParquetFile(tmp_path / "t.parquet").metadata
+    assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {"ZSTD"}
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "t.parquet"), df)
+
+
 def _rank(rank: int, status: str = "ok", t: float = 0.0, **kw: object) -> dict:
     steps = [{"step": s, "phase": "warmup" if s < 1 else "measured", "loss": 5.0 - s * 0.1, "time_s": 0.1 + rank * 0.01,
               "t_begin_s": 100.0 + s, "t_end_s": 100.1 + s} for s in range(3)]

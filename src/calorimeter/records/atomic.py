@@ -46,9 +46,14 @@ def write_json_atomic(path: Path, obj: Any, fsync: bool = True) -> None:
     write_atomic(path, _write, fsync)
 
 
+#: Parquet compression of every record and table: zstd at level 9 (a cell's 50 ms telemetry 25% smaller than
+#: pandas' default snappy; the committed reference records must fit, with the wheels, in what a device call carries)
+PARQUET_COMPRESSION: dict[str, Any] = {"compression": "zstd", "compression_level": 9}
+
+
 def write_parquet_atomic(path: Path, df: Any) -> None:
-    """Atomically write a pandas frame as Parquet (without its index)."""
-    write_atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
+    """Atomically write a pandas frame as Parquet (without its index, :data:`PARQUET_COMPRESSION`)."""
+    write_atomic(path, lambda tmp: df.to_parquet(tmp, index=False, **PARQUET_COMPRESSION))
 
 
 def _clean(obj: Any) -> Any:
