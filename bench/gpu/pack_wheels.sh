@@ -6,9 +6,10 @@
 # unpacks it on the node when .whl/ is absent there.
 #   bash bench/gpu/pack_wheels.sh
 # The device tool counts disk blocks: on 2026-11-27 the tracked tree took 57,272 KiB (`git ls-files -z | du -c
-# --files0-from=-`) and this archive 10,592 KiB, 66.3 MiB together, over the 64 MiB a call may carry. Before the next
-# device work: list what the node already has (one call carrying nothing: `python3 -m pip list`), rebuild .whl/
-# with `--skip` for those, and pack again; the tracked reference data grows by ~5 MB per device session.
+# --files0-from=-`) and this archive 10,592 KiB, 66.3 MiB together, over the 64 MiB a call may carry; with every
+# committed Parquet file re-encoded zstd the tree took 50,092 KiB (59.3 MiB with the archive). The reference data
+# grows by ~4 MB per device session: when it is over again, list what the node already has (one call carrying
+# nothing: `python3 -m pip list`) and rebuild .whl/ with `--skip` for those before packing.
 set -euo pipefail
 TMP=$(mktemp -d)
 mkdir "$TMP/.whl"
