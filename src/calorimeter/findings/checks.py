@@ -158,30 +158,22 @@ def physical_hosts(gpus: pd.DataFrame) -> pd.Series:
     machine here is called ``vm``), so two device sessions on two machines would read as one host. Each connected
     set of (cell, node) GPU groups that share a UUID is one host, named by its hostname (with ``#2``, ``#3``, ...
     where one hostname covers several machines); rows without UUIDs fall back to the hostname."""
-    host = gpus["hostname"].astype(str).copy()
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    host = gpus["hostname"].astype(str)
     if "uuid" not in gpus.columns:
         return host
-    parent: dict[str, str] = {}
-
-    def find(u: str) -> str:
-        while parent.setdefault(u, u) != u:
-            parent[u] = parent[parent[u]]
-            u = parent[u]
-        return u
-
-    keys = gpus["cell_id"].astype(str) + "|" + gpus["node"].astype(str)
-    uuid = gpus["uuid"].where(gpus["uuid"].notna() & (gpus["uuid"].astype(str) != ""), None)
-    for key, u in zip(keys, uuid, strict=True):
-        if u is not None:
-            parent[find("uuid:" + str(u))] = find("group:" + key)
-    root = [find("group:" + k) for k in keys]
-    names: dict[tuple[str, str], str] = {}
-    for i, (h, r) in enumerate(zip(host, root, strict=True)):
-        if uuid.iloc[i] is None:
-            continue
-        seen = sum(1 for (hh, _) in names if hh == h)
-        host.iloc[i] = names.setdefault((h, r), h if seen == 0 else f"{h}#{seen + 1}")
-    return host
+    has = gpus["uuid"].notna() & (gpus["uuid"].astype(str) != "")
+    if not has.any():
+        return host
+    groups, g_ix = pd.factorize(gpus.loc[has, "cell_id"].astype(str) + "|" + gpus.loc[has, "node"].astype(str))
+    uuids, u_ix = pd.factorize(gpus.loc[has, "uuid"].astype(str))
+    n = len(g_ix) + len(u_ix)  # graph nodes: the (cell, node) groups, then the UUIDs; an edge per row
+    graph = coo_matrix((np.ones(len(groups)), (groups, len(g_ix) + uuids)), shape=(n, n))
+    machine = pd.Series(connected_components(graph, directed=False)[1][groups], index=has[has].index)
+    nth = machine.groupby(host[has]).transform(lambda m: pd.factorize(m)[0])  # 0, 1, ... per hostname, by appearance
+    return host.where(~has, host[has] + nth.map(lambda k: "" if k == 0 else f"#{k + 1}"))
 
 
 def asymmetry(conds: Sequence[Precondition], missing: str) -> Callable[[Tables], Evidence]:
