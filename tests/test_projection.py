@@ -226,10 +226,10 @@ def test_idle_fit_recovers_the_idle_per_collective_call() -> None:
         st = workload(c).stages[0]
         f = host_features(st)
         idle = 2e-4 * f["z3_calls"] + 5e-5 * f["tp_calls"]
-        rows.append((c.cell_id, st, idle, 1.0 + idle, "none"))
-    got = fit_idle(rows)
+        rows.append((c.cell_id, st, 1.0 + idle, "none"))
+    got = fit_idle(rows, [1.0] * len(rows))
     assert got["z3_calls"] == pytest.approx(2e-4, rel=1e-6) and got["tp_calls"] == pytest.approx(5e-5, rel=1e-6)
-    assert got["tp_fused_calls"] == 0.0 and fit_idle([]) == dict.fromkeys(got, 0.0)
+    assert got["tp_fused_calls"] == 0.0 and fit_idle([], []) == dict.fromkeys(got, 0.0)
 
 
 def test_zero3_prefetch_hides_gathers_under_compute() -> None:

@@ -194,7 +194,8 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
     if not usable:
         raise ValueError(f"no traced, GPU-bound measured cell on {hardware!r}"
                          + (f" with fingerprint {fingerprint}" if fingerprint else "") + " to calibrate on")
-    comp_rows, comm_rows, power_rows, host_rows, launch_rows, idle_rows = [], [], [], [], [], []
+    comp_rows, comm_rows, power_rows, host_rows, launch_rows = [], [], [], [], []
+    launch_busy: list[float] = []
     hidden: dict[str, list[float]] = {}
     gpus = ms.gpus
     runs = ms.runs.set_index("cell_id")
@@ -213,7 +214,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
                 host_rows.append((cid, w.stages[int(busiest["stage"])], t_iter - busy))
             elif busy < HOST_BOUND_BUSY_FRAC * t_iter and cell.pp == 1:
                 launch_rows.append((cid, w.stages[0], t_iter, mech))
-                idle_rows.append((cid, w.stages[0], t_iter - busy, t_iter, mech))
+                launch_busy.append(busy)
         for _, k in ranks.iterrows():
             st = w.stages[int(k["stage"])]
             if cid in usable:
@@ -246,7 +247,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
         for k, v in range_values(ms.cell(cid)).items():
             lo, hi = ranges.get(k, [v, v])
             ranges[k] = [min(lo, v), max(hi, v)]
-    rates = fit_compute(comp_rows, host_rows, launch_rows, idle_rows)
+    rates = fit_compute(comp_rows, host_rows, launch_rows, launch_busy)
     return Calibration(hardware, rates, curves, power, fitted, excluded,
                        fingerprint=fp, records=records, recorded_at=max(stamps) if stamps else "",
                        tp_hidden={m: float(np.median(v)) for m, v in hidden.items()}, ranges=ranges)

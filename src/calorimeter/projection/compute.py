@@ -187,20 +187,20 @@ def fit_launch(rows: list[tuple[str, StageWork, float, str]]) -> dict[str, float
     return {f: float(b) for f, b in zip(LAUNCH_FEATURES, beta, strict=True)}
 
 
-def fit_idle(rows: list[tuple[str, StageWork, float, float, str]]) -> dict[str, float]:
+def fit_idle(rows: list[tuple[str, StageWork, float, str]], busy_s: list[float]) -> dict[str, float]:
     """GPU idle seconds per unit of :data:`IDLE_FEATURES` in host-bound stages, fitted on the host-bound cells
-    without pipeline (non-negative least squares, errors relative to the iteration time).
+    without pipeline as iteration minus busy time (non-negative least squares, errors relative to the iteration).
 
     Args:
-        rows: (cell id, its stage work, measured iteration time minus the busiest traced rank's kernel-busy time,
-            measured iteration time, its TP overlap mechanism).
+        rows: the rows of :func:`fit_launch` (cell id, stage work, measured iteration time, TP overlap mechanism).
+        busy_s: per row, the busiest traced rank's kernel-busy seconds.
     """
     if not rows:
         return dict.fromkeys(IDLE_FEATURES, 0.0)
-    x = np.array([[host_features(st, ov)[f] for f in IDLE_FEATURES] for _, st, _, _, ov in rows])
-    y = np.array([max(idle, 0.0) for _, _, idle, _, _ in rows])
-    per_cell = Counter(cid for cid, _, _, _, _ in rows)
-    w = np.array([1.0 / per_cell[cid] / t for cid, _, _, t, _ in rows])
+    x = np.array([[host_features(st, ov)[f] for f in IDLE_FEATURES] for _, st, _, ov in rows])
+    y = np.array([max(t - b, 0.0) for (_, _, t, _), b in zip(rows, busy_s, strict=True)])
+    per_cell = Counter(cid for cid, _, _, _ in rows)
+    w = np.array([1.0 / per_cell[cid] / t for cid, _, t, _ in rows])
     beta = _nnls_rel(x, y, w)
     return {f: float(b) for f, b in zip(IDLE_FEATURES, beta, strict=True)}
 
@@ -208,7 +208,7 @@ def fit_idle(rows: list[tuple[str, StageWork, float, float, str]]) -> dict[str, 
 def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
                 host_rows: list[tuple[str, StageWork, float]] | None = None,
                 launch_rows: list[tuple[str, StageWork, float, str]] | None = None,
-                idle_rows: list[tuple[str, StageWork, float, float, str]] | None = None) -> ComputeRates:
+                launch_busy_s: list[float] | None = None) -> ComputeRates:
     """Fit the per-category rates.
 
     Args:
@@ -216,7 +216,8 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
             of every calibration cell.
         host_rows: rows for :func:`fit_host_gaps`.
         launch_rows: rows for :func:`fit_launch`.
-        idle_rows: rows for :func:`fit_idle`.
+        launch_busy_s: per launch row, the busiest traced rank's kernel-busy seconds (:func:`fit_idle`; none:
+            no idle fitted).
 
     Raises:
         ValueError: no rows.
@@ -240,7 +241,7 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
         pred = x[ok] @ beta
         err[cat] = float(np.median(np.abs(pred / y[ok] - 1.0)))
     return ComputeRates(coef, err, len(rows), fit_host_gaps(host_rows or []), fit_launch(launch_rows or []),
-                        fit_idle(idle_rows or []))
+                        fit_idle(launch_rows or [], launch_busy_s) if launch_busy_s is not None else {})
 
 
 __all__ = ["CATEGORY_FEATURES", "COMPUTE_CATEGORIES", "FEATURES", "HOST_FEATURES", "TP_OVERLAP_MECHANISMS",
