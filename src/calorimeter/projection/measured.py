@@ -121,6 +121,16 @@ def canonical_fingerprints(runs: pd.DataFrame) -> pd.DataFrame:
     return runs
 
 
+def _another_id(cid: str, src: Path, seen: set[str]) -> str:
+    """An id for a cell measured again in another sweep: ``<id>@<folder of the sweep>``, or, where two sweeps of one
+    folder measured it (a set and its twin), ``<id>@<folder>/<sweep>``; never one already taken."""
+    for cand in (f"{cid}@{src.parent.name}", f"{cid}@{src.parent.name}/{src.name}"):
+        if cand not in seen:
+            return cand
+    return next(f"{cid}@{src.parent.name}/{src.name}#{i}" for i in range(2, len(seen) + 3)
+                if f"{cid}@{src.parent.name}/{src.name}#{i}" not in seen)
+
+
 def load_measured(sources: list[str | Path]) -> MeasuredSet:
     """Read the tables of every source sweep folder; keep the usable cells.
 
@@ -148,7 +158,7 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
             g = g[[c for c in ("cell_id", "rank", "stage", "power_avg_w", "sm_clock_avg_mhz") if c in g.columns]]
         # the same cell measured again in another sweep (e.g. the TP-overlap set repeats findings cells) is another
         # measurement: it keeps its configuration and gets its own id
-        again = {c: f"{c}@{Path(src).parent.name}" for c in set(r["cell_id"]) & seen}
+        again = {c: _another_id(c, Path(src), seen) for c in set(r["cell_id"]) & seen}
         if again:
             r, k, g = (x.assign(cell_id=x["cell_id"].replace(again)) for x in (r, k, g))
         seen |= set(r["cell_id"])

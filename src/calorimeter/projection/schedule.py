@@ -10,11 +10,12 @@ traces of the measured ZeRO-1 cells show that all-reduce after the backward pass
 the host gaps: the GPU idles while the host launches kernels (fitted per layer pass and per iteration).
 
 Host-bound stages: where the host needs at least :data:`HOST_BOUND_BUSY_FRAC` of the GPU's time to issue a
-micro-batch (the launch time, fitted on the iteration times of host-bound cells), the GPU's idle time per
-micro-batch is the host-bound idle (fitted on the iteration minus the busy time of those cells) and adds to the GPU
-time. The measured cells are additive there, not a maximum: ZeRO-3 dp2 at sequence 2048 and 4096 idles about 0.3 s
-per iteration at either size while its GPU work doubles (docs/projection.md). Without a fitted idle (no host-bound
-cell with ZeRO-3 or tensor-parallel collectives) the stage takes the larger of GPU and launch time.
+micro-batch (the launch time, fitted on the iteration times of host-bound cells), two behaviours were measured
+(docs/projection.md). ZeRO-3's module hooks wait for their collectives, so host and GPU take turns and the idle
+adds to the GPU time: ZeRO-3 dp2 idles about 0.3 s per iteration at sequence 2048 and 4096 alike while its GPU work
+doubles (the idle fitted per ZeRO-3 call). Tensor-parallel collectives are enqueued without waiting, so the host
+runs ahead and the stage lasts as long as the larger of GPU and launch time: TP2+SP with overlap takes 1.30-1.36 s
+per iteration at sequence 1024 and 2048 on one machine, 1.33-1.36 s at 4096 on another (no idle is fitted for them).
 """
 
 from __future__ import annotations

@@ -39,8 +39,12 @@ DEFAULT_CALIBRATION: tuple[str, ...] = (
     "results/reference/h100x1-findings-repro-2026-11-25/h100x1-findings",
     # 2026-11-26: the steady 2-GPU findings set (ZeRO-3 and TP2+SP overlap on/off, recompute, micro-batch)
     "results/reference/findings-steady-2026-11-26/h200x2-findings-steady",
-    # 2026-11-27: the H100 twin of the steady 1-GPU sweep (first repetition pass)
+    # 2026-11-27: the H100 twin of the steady 1-GPU sweep (three repetition passes)
     "results/reference/findings-steady-2026-11-25/h100x1-findings-steady",
+    # 2026-11-27: the host-bound regime on 2x H200, steady and repeated (TP2+SP overlap over sequence 1024-8192 and
+    # micro-batch 1-4, symmetric memory, and its ring twin at 2048 / 4096)
+    "results/reference/hostbound-2026-11-27/h200x2-hostbound",
+    "results/reference/hostbound-2026-11-27/h200x2-hostbound-ring",
     *SETS_2026_11_21,
 )
 #: calibration sweeps (config/reference/<gpu>-calibration.yaml, kept as results/reference/<gpu>-calibration-<date>/)
