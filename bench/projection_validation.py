@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from calorimeter.projection.calibration import collective_points  # noqa: E402
 from calorimeter.projection.measured import load_measured  # noqa: E402
 from calorimeter.projection.settings import ProjectionSettings  # noqa: E402
-from calorimeter.projection.validation import loco, loco_summary, newest_fingerprints  # noqa: E402
+from calorimeter.projection.validation import loco, loco_summary, machine_spread, newest_fingerprints  # noqa: E402
 
 SHOWN = ("tokens_per_s_per_gpu", "energy_per_token_j", "power_avg_w", "iteration_time_s", "mfu_full")
 
@@ -72,6 +72,17 @@ def main() -> None:
             f"{m} {c[m]['quantile_abs']:.1%} (mean signed {c[m]['mean_signed']:+.1%})"
             for m in ("tokens_per_s_per_gpu", "energy_per_token_j", "power_avg_w") if c[m]["quantile_abs"] ==
             c[m]["quantile_abs"]))
+    summary["machine_spread"] = {k: v for k, v in machine_spread(ms).items() if k.split("/", 1)[1] in fps.values()}
+    print("\n== one configuration on several machines (GPU UUIDs): slowest / fastest machine's mean iteration time")
+    for key, sp in summary["machine_spread"].items():
+        print(f"  {key}: " + "; ".join(
+            f"{kind.replace('_', '-')}: {v['configurations']} configurations, max {v['max_ratio']:.3f}x (within one "
+            f"machine, repetitions: max {v['within_machine_max_ratio']:.3f}x)"
+            for kind, v in sp.items() if kind in ("host_bound", "gpu_bound")))
+        for c in sp["configurations"]:
+            kind = "host-bound" if c["host_bound"] else "GPU-bound "
+            times = ", ".join(f"{m} {t:.3f} s" for m, t in c["machines"].items())
+            print(f"    {c['ratio']:.3f}x {kind} {c['configuration'][:92]} {times}")
     here = str(ROOT) + "/"  # the files name sources relative to the repository, never this machine's paths
     if args.out:
         args.out.write_text(json.dumps(summary, indent=1, default=float).replace(here, "") + "\n")

@@ -366,3 +366,20 @@ def test_a_cell_measured_again_in_two_sweeps_of_one_folder_keeps_every_measureme
            if i.startswith(cid + "@") or i == cid}
     assert got == {cid: "h200x2-tp-overlap", f"{cid}@hostbound-2026-11-27": "h200x2-hostbound",
                    f"{cid}@hostbound-2026-11-27/h200x2-hostbound-ring": "h200x2-hostbound-ring"}
+
+
+def test_machine_spread_tells_machines_apart_by_gpu_uuid_and_flags_host_bound_configurations() -> None:
+    """Every lent machine is called ``vm``: the spread of one configuration over machines must come from the GPUs'
+    UUIDs. TP2+SP overlap (ring) at 2048 ran 0.858 s on the 2026-11-23 findings machine and 1.132 / 1.226 s on the
+    host-bound set's: 1.37x, host-bound; its repetitions on one machine 1.08x."""
+    from calorimeter.projection.validation import machine_spread
+
+    srcs = ["results/reference/findings-2026-11-23/h200x2-findings",
+            "results/reference/hostbound-2026-11-27/h200x2-hostbound-ring"]
+    sp = machine_spread(load_measured([str(ROOT / s) for s in srcs]))
+    (key, got), = sp.items()
+    ring = [c for c in got["configurations"] if c["configuration"].endswith("s2048|ring")]
+    assert key.startswith("h200/") and len(ring) == 1 and ring[0]["host_bound"] and len(ring[0]["machines"]) == 2
+    assert ring[0]["ratio"] == pytest.approx(((1.132137 + 1.225814) / 2) / 0.857655, rel=1e-4)
+    assert got["host_bound"]["max_ratio"] == pytest.approx(ring[0]["ratio"])
+    assert got["host_bound"]["within_machine_max_ratio"] >= 1.225814 / 1.132137 - 1e-6

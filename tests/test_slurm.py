@@ -53,6 +53,7 @@ from conftest import ROOT, run_cli, subprocess_env
 
 from calorimeter.plan.plan import plan_file
 from calorimeter.records.paths import THERMAL_PROFILE_JSON
+from calorimeter.records.provenance import cpu_model
 
 # The scenarios share one local cluster and build on each other: `make test`'s pytest-xdist workers run one test file
 # per worker (--dist loadfile), so they run in this order on one worker. Keep them in this one file.
@@ -339,6 +340,11 @@ def test_1_sweep_through_the_profile_matches_a_local_run(sweep: Sweep) -> None:
     rec_local, rec_slurm = json.loads(a_local.read_text()), sweep.record("A")
     assert rec_local["status"] == rec_slurm["status"] == "ok" and rec_local["cell"] == rec_slurm["cell"]
     assert rec_local["provenance"]["launcher"]["executor"] == "local"
+    # both name the host's processor (a host-bound cell's speed is the host's): every rank, and the record
+    for rec in (rec_local, rec_slurm):
+        assert rec["provenance"]["host_cpus"] == [cpu_model()] and cpu_model()
+        assert all(r["host_cpu"]["model"] == cpu_model() and r["host_cpu"]["usable_cpus"] >= 1
+                   for r in rec["provenance"]["ranks"])
     sweep.snapshot("ABC")
 
 

@@ -14,6 +14,7 @@ from calorimeter.projection.validation import (
     add_bands,
     loco,
     loco_summary,
+    machine_spread,
     newest_fingerprints,
     summarize,
     validate,
@@ -34,6 +35,7 @@ else:
     ms = load_measured(list(sm.params.sources))
     table = loco(ms, newest_fingerprints(ms), collective_points(list(sm.params.collectives)), coverage=coverage)
     summary = loco_summary(table, coverage)
+    summary["machine_spread"] = machine_spread(ms)
 if table is None or table.empty:
     table = pd.DataFrame(columns=["fold", "cell_id", "notes", "relation", "hardware", "fingerprint", "calibration"])
 write_validation(table, sm.output.table)

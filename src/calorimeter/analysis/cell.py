@@ -349,6 +349,7 @@ def record_row(record: RunRecord) -> dict[str, Any]:
     row["loss_last"] = losses[-1] if losses else float("nan")
     prov = record.provenance
     row["hosts"] = ",".join(prov.get("hosts", []) or [])
+    row["host_cpus"] = ",".join(prov.get("host_cpus", []) or [])  # empty in records from before 2026-11-27
     devices = {(r.get("device_info") or {}).get("name") or r.get("device") for r in record.ranks}
     row["devices"] = ",".join(sorted(d for d in devices if d))
     row["job_id"] = record.launcher.get("job_id")

@@ -25,7 +25,7 @@ from calorimeter.plan.hardware import accelerator_of
 from calorimeter.plan.kinds import get_kind
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import AttemptPaths
-from calorimeter.records.provenance import device_info
+from calorimeter.records.provenance import device_info, host_cpu
 from calorimeter.records.rank import RankContext, RankResult
 from calorimeter.telemetry.cell import start_cell_sampler, stop_cell_sampler
 from calorimeter.train.errors import CellOOMError
@@ -92,7 +92,8 @@ class CellTask(submitit.helpers.Checkpointable):
             placement.agree()
             arm_timers(cell.cell_id, rank, restart)
             out.update(world_size=info.world_size, local_rank=info.local_rank, node=info.node,
-                       hostname=info.hostname, backend=info.backend, device_info=device_info(info.device))
+                       hostname=info.hostname, backend=info.backend, device_info=device_info(info.device),
+                       host_cpu=host_cpu())
             out["placement"] = placement.record(out["device_info"], info.local_rank)
 
             # Local rank 0 samples every GPU of its node for the whole attempt (stopped below, or killed with us).
@@ -156,7 +157,8 @@ def run_kind(ctx: RankContext) -> RankResult:
 def _run_tiny(cell: Cell, attempt: AttemptPaths, rank: int, restart: int, out: dict[str, Any]) -> dict[str, Any]:
     """A ``tiny`` test cell on this rank: the injected faults, timed no-op steps (a :class:`RankResult` like any
     kind's), the result written as usual."""
-    out.update(world_size=cell.world_size, local_rank=rank, node=0, hostname=os.uname().nodename, backend="none")
+    out.update(world_size=cell.world_size, local_rank=rank, node=0, hostname=os.uname().nodename, backend="none",
+               host_cpu=host_cpu())
     try:
         arm_timers(cell.cell_id, rank, restart)
         if "oom" in faults_for(cell.cell_id):  # as CellOOMError says it, without importing torch

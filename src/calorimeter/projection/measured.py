@@ -155,7 +155,8 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
                  else _wide_kernels(pd.DataFrame()))
             g = pd.read_parquet(sweep.table("gpus")) if sweep.table("gpus").is_file() else pd.DataFrame(
                 columns=["cell_id"])
-            g = g[[c for c in ("cell_id", "rank", "stage", "power_avg_w", "sm_clock_avg_mhz") if c in g.columns]]
+            g = g[[c for c in ("cell_id", "rank", "stage", "power_avg_w", "sm_clock_avg_mhz", "hostname", "node",
+                               "uuid") if c in g.columns]]
         # the same cell measured again in another sweep (e.g. the TP-overlap set repeats findings cells) is another
         # measurement: it keeps its configuration and gets its own id
         again = {c: _another_id(c, Path(src), seen) for c in set(r["cell_id"]) & seen}

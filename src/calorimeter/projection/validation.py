@@ -242,6 +242,44 @@ def loco(ms: MeasuredSet, fingerprints: dict[str, str] | None = None, collective
     return add_bands(table, coverage) if len(table) else table
 
 
+def machine_spread(ms: MeasuredSet) -> dict[str, Any]:
+    """How far one configuration's iteration time moves between machines: the floor under any projection that does
+    not know the machine. Per (GPU type, fingerprint), every configuration (:func:`fold_key`) measured on two or
+    more physical machines (told apart by their GPUs' UUIDs: :func:`calorimeter.findings.checks.physical_hosts`)
+    gives the ratio of its slowest to its fastest machine's mean iteration time; host-bound (any cell's GPUs busy <
+    80% of its iteration) and GPU-bound configurations are summarised apart, with the repetition spread within one
+    machine beside them (the largest max/min ratio of one configuration's cells on one machine)."""
+    from calorimeter.findings.checks import physical_hosts
+
+    gpus = ms.gpus
+    if gpus.empty or "hostname" not in gpus.columns:
+        return {}
+    machine = pd.Series(physical_hosts(gpus.assign(node=gpus.get("node", 0))).values, index=gpus.index)
+    first = machine.groupby(gpus["cell_id"]).first()
+    runs = ms.runs.assign(machine=ms.runs["cell_id"].map(first), fold_key=[fold_key(r) for _, r in ms.runs.iterrows()])
+    runs = runs.dropna(subset=["machine"])
+    out: dict[str, Any] = {}
+    for (hw, fp), g in runs.groupby(["hardware", "fingerprint"]):
+        rows, within = [], {"host_bound": 1.0, "gpu_bound": 1.0}
+        for fk, c in g.groupby("fold_key"):
+            hb = bool((c["busy_frac"] < HOST_BOUND_BUSY_FRAC).any())
+            t = c.groupby("machine")["iteration_time_s"]
+            kind = "host_bound" if hb else "gpu_bound"
+            within[kind] = max(within[kind], float((t.max() / t.min()).max()))
+            if t.ngroups >= 2:
+                means = t.mean()
+                rows.append({"configuration": str(fk), "host_bound": hb, "cells": len(c),
+                             "machines": {str(k): float(v) for k, v in means.items()},
+                             "ratio": float(means.max() / means.min())})
+        summary = {}
+        for kind, hb in (("host_bound", True), ("gpu_bound", False)):
+            r = [x["ratio"] for x in rows if x["host_bound"] == hb]
+            summary[kind] = {"configurations": len(r), "max_ratio": max(r) if r else math.nan,
+                             "within_machine_max_ratio": within[kind]}
+        out[f"{hw}/{fp}"] = {**summary, "configurations": rows}
+    return out
+
+
 def add_bands(table: pd.DataFrame, coverage: float = COVERAGE) -> pd.DataFrame:
     """Each held-out row's band per metric, from the other folds of its group (same hardware and fingerprint,
     ``relation = match``): the ``coverage`` quantile of their absolute errors; and whether the row lies within it."""

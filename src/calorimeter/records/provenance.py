@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -55,10 +56,37 @@ def git_patch(repo: Path | None = None) -> str | None:
         return None
 
 
+def cpu_model() -> str:
+    """The host processor's model name (``/proc/cpuinfo``; else what :mod:`platform` knows)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def host_cpu() -> dict[str, Any]:
+    """The host a rank runs on, as far as it sets a host-bound cell's speed (the host issues every kernel; the same
+    configuration took 1.2-1.4x longer on one 2x H200 machine than on another: docs/projection.md): the processor
+    model, its logical CPUs, those this process may use, and the maximum clock in MHz where the kernel exposes it
+    (absent in many VMs: None)."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    try:
+        max_mhz = int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text().strip()) / 1000.0
+    except (OSError, ValueError):
+        max_mhz = None
+    return {"model": cpu_model(), "logical_cpus": os.cpu_count(), "usable_cpus": usable, "max_mhz": max_mhz}
+
+
 def device_info(device: str) -> dict[str, Any]:
     """Name, UUID and driver of this rank's device through NVML; for CPU ranks the processor."""
     if not device.startswith("cuda"):
-        return {"kind": "cpu", "name": platform.processor() or platform.machine()}
+        return {"kind": "cpu", "name": cpu_model()}
     info: dict[str, Any] = {"kind": "cuda", "torch_device": device}
     try:
         import torch

@@ -20,8 +20,8 @@ from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.provenance import PATCH_NAME, git_patch, git_state, package_versions
 from calorimeter.records.run_record import SCHEMA_VERSION
 
-RANK_KEYS = ("rank", "local_rank", "node", "hostname", "backend", "device", "device_info", "pid", "stage",
-             "num_stages", "dp_rank", "dp_size", "traced", "engine")
+RANK_KEYS = ("rank", "local_rank", "node", "hostname", "host_cpu", "backend", "device", "device_info", "pid",
+             "stage", "num_stages", "dp_rank", "dp_size", "traced", "engine")
 
 
 class TransientCellError(RuntimeError):
@@ -199,6 +199,8 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
         "git": git_state(),
         "packages": package_versions(),
         "hosts": sorted({r.get("hostname") for r in rank_results if r.get("hostname")}),
+        "host_cpus": sorted({(r.get("host_cpu") or {}).get("model") for r in rank_results
+                             if (r.get("host_cpu") or {}).get("model")}),
         "ranks": [{k: r.get(k) for k in RANK_KEYS}
                   for r in rank_results],
         "launcher": launch,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import platform
 import random
 import resource
 import time
@@ -21,6 +20,7 @@ from calorimeter.plan.hardware import accelerator_of
 from calorimeter.plan.models import get_model, padded_vocab_size
 from calorimeter.records.paths import RunPaths
 from calorimeter.records.progress import ProgressWriter
+from calorimeter.records.provenance import cpu_model
 from calorimeter.records.rank import RankContext, RankResult
 from calorimeter.telemetry.timer import synchronize
 from calorimeter.train.data import BatchLayout, make_source, micro_batches
@@ -43,13 +43,7 @@ def device_name(device: torch.device) -> str:
     """The accelerator's marketing name, or the CPU model for CPU ranks."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return "cpu: " + line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "cpu: " + (platform.processor() or platform.machine())
+    return "cpu: " + cpu_model()
 
 
 def peak_memory_bytes(device: torch.device) -> int:
