@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from calorimeter.findings.checks import physical_hosts
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.work import workload
 from calorimeter.projection.calibration import Calibration, calibrate, cell_tp_overlap
@@ -249,8 +250,6 @@ def machine_spread(ms: MeasuredSet) -> dict[str, Any]:
     gives the ratio of its slowest to its fastest machine's mean iteration time; host-bound (any cell's GPUs busy <
     80% of its iteration) and GPU-bound configurations are summarised apart, with the repetition spread within one
     machine beside them (the largest max/min ratio of one configuration's cells on one machine)."""
-    from calorimeter.findings.checks import physical_hosts
-
     gpus = ms.gpus
     if gpus.empty or "hostname" not in gpus.columns:
         return {}
