@@ -9,6 +9,7 @@ measured iteration time are used; each kept or dropped cell says why. Every cell
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,11 +125,9 @@ def canonical_fingerprints(runs: pd.DataFrame) -> pd.DataFrame:
 def _another_id(cid: str, src: Path, seen: set[str]) -> str:
     """An id for a cell measured again in another sweep: ``<id>@<folder of the sweep>``, or, where two sweeps of one
     folder measured it (a set and its twin), ``<id>@<folder>/<sweep>``; never one already taken."""
-    for cand in (f"{cid}@{src.parent.name}", f"{cid}@{src.parent.name}/{src.name}"):
-        if cand not in seen:
-            return cand
-    return next(f"{cid}@{src.parent.name}/{src.name}#{i}" for i in range(2, len(seen) + 3)
-                if f"{cid}@{src.parent.name}/{src.name}#{i}" not in seen)
+    both = f"{cid}@{src.parent.name}/{src.name}"
+    cands = itertools.chain((f"{cid}@{src.parent.name}", both), (f"{both}#{i}" for i in itertools.count(2)))
+    return next(c for c in cands if c not in seen)
 
 
 def load_measured(sources: list[str | Path]) -> MeasuredSet:

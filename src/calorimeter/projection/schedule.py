@@ -84,11 +84,9 @@ def stage_time(stage: int, micro_batches: int, compute_s: dict[str, float], opti
         for op, t in z3:
             exposed[op.kind] += visible * t / total if total else 0.0
     gpu_mb = compute_mb + sum(exposed.values()) / m + host_gap_s[0] / m
-    if launch_s / m < HOST_BOUND_BUSY_FRAC * gpu_mb:
-        per_mb = gpu_mb
-    elif idle_s > 0.0:
+    if idle_s > 0.0 and launch_s / m >= HOST_BOUND_BUSY_FRAC * gpu_mb:  # host and GPU take turns (ZeRO-3)
         per_mb = gpu_mb + max(0.0, (idle_s - host_gap_s[0]) / m)
-    else:
+    else:  # the host runs ahead: its launch time is a floor
         per_mb = max(gpu_mb, launch_s / m)
     step_s = optimizer_s + sum(step.values()) + host_gap_s[1]
     return StageTime(stage, m, compute_s, optimizer_s, busy, exposed, step, per_mb, step_s, host_gap_s,
