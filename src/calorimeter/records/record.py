@@ -199,8 +199,7 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
         "git": git_state(),
         "packages": package_versions(),
         "hosts": sorted({r.get("hostname") for r in rank_results if r.get("hostname")}),
-        "host_cpus": sorted({(r.get("host_cpu") or {}).get("model") for r in rank_results
-                             if (r.get("host_cpu") or {}).get("model")}),
+        "host_cpus": sorted({m for r in rank_results if (m := (r.get("host_cpu") or {}).get("model"))}),
         "ranks": [{k: r.get(k) for k in RANK_KEYS}
                   for r in rank_results],
         "launcher": launch,
