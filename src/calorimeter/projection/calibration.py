@@ -157,6 +157,12 @@ def range_values(cell: Cell) -> dict[str, float]:
             "experts": m.num_experts if m.is_moe else 0}
 
 
+def machine_of(run: pd.Series | dict) -> str | None:
+    """The machine a measured cell ran on (the runs' ``machine`` column), None where unknown."""
+    m = run.get("machine")
+    return str(m) if isinstance(m, str) and m else None
+
+
 def cell_tp_overlap(cell: Cell, recorded: object) -> str:
     """The tensor-parallel overlap mechanism a cell ran: ``none`` without tp > 1 and overlap, else the recorded
     mechanism (``ring``/``symm_mem``); a record that does not name it ran the engine before TP overlap existed
@@ -196,6 +202,8 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
                          + (f" with fingerprint {fingerprint}" if fingerprint else "") + " to calibrate on")
     comp_rows, comm_rows, power_rows, host_rows, launch_rows = [], [], [], [], []
     launch_busy: list[float] = []
+    launch_machines: list[str | None] = []
+    host_machines: list[str | None] = []
     hidden: dict[str, list[float]] = {}
     gpus = ms.gpus
     runs = ms.runs.set_index("cell_id")
@@ -212,9 +220,11 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
             busy = float(busiest["busy_s"])
             if cid in usable:
                 host_rows.append((cid, w.stages[int(busiest["stage"])], t_iter - busy))
+                host_machines.append(machine_of(r))
             elif busy < HOST_BOUND_BUSY_FRAC * t_iter and cell.pp == 1:
                 launch_rows.append((cid, w.stages[0], t_iter, mech))
                 launch_busy.append(busy)
+                launch_machines.append(machine_of(r))
         for _, k in ranks.iterrows():
             st = w.stages[int(k["stage"])]
             if cid in usable:
@@ -247,7 +257,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
         for k, v in range_values(ms.cell(cid)).items():
             lo, hi = ranges.get(k, [v, v])
             ranges[k] = [min(lo, v), max(hi, v)]
-    rates = fit_compute(comp_rows, host_rows, launch_rows, launch_busy)
+    rates = fit_compute(comp_rows, host_rows, launch_rows, launch_busy, launch_machines, host_machines)
     return Calibration(hardware, rates, curves, power, fitted, excluded,
                        fingerprint=fp, records=records, recorded_at=max(stamps) if stamps else "",
                        tp_hidden={m: float(np.median(v)) for m, v in hidden.items()}, ranges=ranges)

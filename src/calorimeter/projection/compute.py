@@ -15,12 +15,14 @@ same whatever its number of traced ranks. They are the measured GPU's rates unde
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from calorimeter.plan.work import FEATURES, StageWork
+from calorimeter.projection.hosts import ROUNDS, fit_factors
 
 #: the compute kernel categories (telemetry/kernels.py) and the work counts each depends on
 CATEGORY_FEATURES: dict[str, tuple[str, ...]] = {
@@ -75,30 +77,41 @@ class ComputeRates:
     host: dict[str, float] = field(default_factory=dict)
     launch: dict[str, float] = field(default_factory=dict)
     idle: dict[str, float] = field(default_factory=dict)
+    host_factor: dict[str, float] = field(default_factory=dict)
 
-    def host_gap_s(self, stage: StageWork) -> tuple[float, float]:
-        """(seconds per iteration spread over the micro-batches, seconds once per iteration) of host gaps."""
+    def machine_factor(self, machine: str | None) -> float:
+        """How much longer than an average calibrated host this machine's host takes (1 where never calibrated:
+        :mod:`calorimeter.projection.hosts`)."""
+        return self.host_factor.get(machine, 1.0) if machine is not None else 1.0
+
+    def host_gap_s(self, stage: StageWork, machine: str | None = None) -> tuple[float, float]:
+        """(seconds per iteration spread over the micro-batches, seconds once per iteration) of host gaps, on this
+        machine's host (:meth:`machine_factor`)."""
         feats = host_features(stage)
+        k = self.machine_factor(machine)
         spread = sum(self.host.get(f, 0.0) * feats[f] for f in HOST_FEATURES if f not in HOST_ONCE)
-        return spread, sum(self.host.get(f, 0.0) * feats[f] for f in HOST_ONCE)
+        return k * spread, k * sum(self.host.get(f, 0.0) * feats[f] for f in HOST_ONCE)
 
-    def launch_s(self, stage: StageWork, tp_overlap: str = "none") -> float:
+    def launch_s(self, stage: StageWork, tp_overlap: str = "none", machine: str | None = None) -> float:
         """Seconds the host needs to issue one iteration of a stage's rank (0 when never calibrated).
 
         Args:
             tp_overlap: the cell's tensor-parallel overlap mechanism (``none`` without overlap).
+            machine: the machine projected for (:meth:`machine_factor`; None: an average calibrated host).
         """
         feats = host_features(stage, tp_overlap)
-        return sum(self.launch.get(f, 0.0) * feats.get(f, 0.0) for f in LAUNCH_FEATURES)
+        return self.machine_factor(machine) * sum(self.launch.get(f, 0.0) * feats.get(f, 0.0)
+                                                  for f in LAUNCH_FEATURES)
 
-    def idle_s(self, stage: StageWork, tp_overlap: str = "none") -> float:
+    def idle_s(self, stage: StageWork, tp_overlap: str = "none", machine: str | None = None) -> float:
         """Seconds the GPU idles per iteration of a stage's rank when the host bounds it (0 when never calibrated).
 
         Args:
             tp_overlap: the cell's tensor-parallel overlap mechanism (``none`` without overlap).
+            machine: the machine projected for (:meth:`machine_factor`; None: an average calibrated host).
         """
         feats = host_features(stage, tp_overlap)
-        return sum(self.idle.get(f, 0.0) * feats.get(f, 0.0) for f in IDLE_FEATURES)
+        return self.machine_factor(machine) * sum(self.idle.get(f, 0.0) * feats.get(f, 0.0) for f in IDLE_FEATURES)
 
     def seconds(self, stage: StageWork) -> dict[str, float]:
         """Predicted summed kernel seconds per compute category for one rank of a stage, one iteration."""
@@ -108,13 +121,14 @@ class ComputeRates:
     def to_dict(self) -> dict:
         """JSON-ready."""
         return {"coef": self.coef, "fit_rel_error": self.fit_rel_error, "n_rows": self.n_rows, "host": self.host,
-                "launch": self.launch, "idle": self.idle}
+                "launch": self.launch, "idle": self.idle, "host_factor": self.host_factor}
 
     @classmethod
     def from_dict(cls, d: dict) -> ComputeRates:
         """Inverse of :meth:`to_dict`."""
         return cls({k: dict(v) for k, v in d["coef"].items()}, dict(d["fit_rel_error"]), int(d["n_rows"]),
-                   dict(d.get("host", {})), dict(d.get("launch", {})), dict(d.get("idle", {})))
+                   dict(d.get("host", {})), dict(d.get("launch", {})), dict(d.get("idle", {})),
+                   dict(d.get("host_factor", {})))
 
 
 def host_features(stage: StageWork, tp_overlap: str = "none") -> dict[str, float]:
@@ -215,7 +229,8 @@ def fit_idle(rows: list[tuple[str, StageWork, float, str]], busy_s: list[float])
 def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
                 host_rows: list[tuple[str, StageWork, float]] | None = None,
                 launch_rows: list[tuple[str, StageWork, float, str]] | None = None,
-                launch_busy_s: list[float] | None = None) -> ComputeRates:
+                launch_busy_s: list[float] | None = None, launch_machines: list[str | None] | None = None,
+                host_machines: list[str | None] | None = None) -> ComputeRates:
     """Fit the per-category rates.
 
     Args:
@@ -225,6 +240,10 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
         launch_rows: rows for :func:`fit_launch`.
         launch_busy_s: per launch row, the busiest traced rank's kernel-busy seconds (:func:`fit_idle`; none:
             no idle fitted).
+        launch_machines: per launch row, its machine (:func:`calorimeter.projection.hosts.machine_keys`; none: no
+            machine factors, every host taken as alike).
+        host_machines: per host-gap row, its machine: its gap is divided by that machine's factor (the factors come
+            from the host-bound rows; a host gap is host time too).
 
     Raises:
         ValueError: no rows.
@@ -247,10 +266,47 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
         coef[cat] = {f: float(b) for f, b in zip(feats, beta, strict=True)}
         pred = x[ok] @ beta
         err[cat] = float(np.median(np.abs(pred / y[ok] - 1.0)))
-    return ComputeRates(coef, err, len(rows), fit_host_gaps(host_rows or []), fit_launch(launch_rows or []),
-                        fit_idle(launch_rows or [], launch_busy_s) if launch_busy_s is not None else {})
+    launch, idle, factors = fit_host_times(launch_rows or [], launch_busy_s, launch_machines)
+    gaps = host_rows or []
+    if factors and host_machines:
+        gaps = [(c, st, g / factors.get(m, 1.0) if m is not None else g)
+                for (c, st, g), m in zip(gaps, host_machines, strict=True)]
+    return ComputeRates(coef, err, len(rows), fit_host_gaps(gaps), launch, idle, factors)
+
+
+def fit_host_times(rows: list[tuple[str, StageWork, float, str]], busy_s: list[float] | None,
+                   machines: list[str | None] | None) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Launch and idle coefficients of an average host and each machine's factor on them, alternately fitted
+    (:data:`calorimeter.projection.hosts.ROUNDS` rounds): the coefficients on the host times divided by their
+    machine's factor (launch: the iteration; idle: the iteration minus the busy time), then each machine's factor from
+    its rows' measured over modelled host time (ZeRO-3 rows: the idle, others: the launch floor).
+
+    Args:
+        rows: the rows of :func:`fit_launch`.
+        busy_s: per row, the busiest traced rank's kernel-busy seconds (None: no idle fitted, no factors).
+        machines: per row, its machine (None: no factors).
+    """
+    if busy_s is None:
+        return fit_launch(rows), {}, {}
+    factors: dict[str, float] = {}
+    for _ in range(ROUNDS if machines else 1):
+        f = [factors.get(m, 1.0) if m is not None else 1.0 for m in (machines or [None] * len(rows))]
+        launch = fit_launch([(c, st, t / k, ov) for (c, st, t, ov), k in zip(rows, f, strict=True)])
+        idle = fit_idle([(c, st, b + max(t - b, 0.0) / k, ov) for (c, st, t, ov), b, k in
+                         zip(rows, busy_s, f, strict=True)], busy_s)
+        if not machines:
+            break
+        rates = ComputeRates({}, {}, 0, launch=launch, idle=idle)
+        logr = []
+        for (_, st, t, ov), b in zip(rows, busy_s, strict=True):
+            z3 = host_features(st, ov)["z3_calls"] > 0
+            model = rates.idle_s(st, ov) if z3 else rates.launch_s(st, ov)
+            meas = max(t - b, 0.0) if z3 else t
+            logr.append(math.log(meas / model) if model > 0 and meas > 0 else math.nan)
+        factors = fit_factors(logr, machines)
+    return launch, idle, factors
 
 
 __all__ = ["CATEGORY_FEATURES", "COMPUTE_CATEGORIES", "FEATURES", "HOST_FEATURES", "TP_OVERLAP_MECHANISMS",
-           "IDLE_FEATURES", "LAUNCH_FEATURES", "ComputeRates", "fit_compute", "fit_host_gaps", "fit_idle", "fit_launch",
-           "host_features"]
+           "IDLE_FEATURES", "LAUNCH_FEATURES", "ComputeRates", "fit_compute", "fit_host_gaps", "fit_host_times",
+           "fit_idle", "fit_launch", "host_features"]

@@ -19,6 +19,7 @@ from calorimeter.plan.cell import Cell
 from calorimeter.plan.models import CATALOGUE
 from calorimeter.projection.engine_speed import is_engine_speed_set, load_engine_speed
 from calorimeter.projection.fingerprint import UNRECORDED, fingerprint_of, matches, read_fingerprints
+from calorimeter.projection.hosts import machine_keys
 from calorimeter.projection.schedule import HOST_BOUND_BUSY_FRAC
 from calorimeter.records.paths import SweepPaths
 
@@ -34,7 +35,8 @@ class MeasuredSet:
     """Measured cells of one or more sweeps.
 
     Attributes:
-        runs: one row per usable cell (the runs table's columns plus ``source``).
+        runs: one row per usable cell (the runs table's columns plus ``source`` and ``machine``:
+            :func:`calorimeter.projection.hosts.machine_keys`, NaN where no per-GPU row names it).
         kernels: one row per (cell, traced rank): ``<category>_sum_s`` for every kernel category, ``stage``, ``busy_s``.
         gpus: one row per (cell, GPU): ``stage``, ``power_avg_w``, ``sm_clock_avg_mhz``.
         dropped: cell id -> why it is not used at all.
@@ -185,4 +187,5 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
     run = canonical_fingerprints(run)
     gpu = pd.concat(gpus, ignore_index=True) if gpus else pd.DataFrame(columns=["cell_id"])
     gpu = gpu[gpu.cell_id.isin(set(run.cell_id))].reset_index(drop=True)
+    run["machine"] = run["cell_id"].map(machine_keys(gpu))  # NaN: no per-GPU rows (the engine benchmark)
     return MeasuredSet(run, kern, gpu, dropped)

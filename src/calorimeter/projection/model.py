@@ -74,8 +74,13 @@ class Projector:
                                                       Network.from_profile(hw, self.network_override))
         return self._curves[hardware]
 
-    def project(self, cell: Cell) -> dict[str, Any]:
-        """The projected row of one cell."""
+    def project(self, cell: Cell, machine: str | None = None) -> dict[str, Any]:
+        """The projected row of one cell.
+
+        Args:
+            machine: the machine it will run on (:func:`calorimeter.projection.hosts.machine_keys`): its host factor
+                where the calibration has one, else (and with None) an average calibrated host.
+        """
         cal = self.cal
         hw = get_profile(cell.hardware)
         curves = self.curves(cell.hardware)
@@ -95,8 +100,9 @@ class Projector:
                 ops.append((op, t))
             stage_times.append(stage_time(st.stage, st.micro_batches, compute,
                                           opt_coef * st.features.get("optim_elems", 0.0), ops, cell.overlap,
-                                          cal.compute.host_gap_s(st), tp_hidden, cal.compute.launch_s(st, mech),
-                                          cal.compute.idle_s(st, mech)))
+                                          cal.compute.host_gap_s(st, machine), tp_hidden,
+                                          cal.compute.launch_s(st, mech, machine),
+                                          cal.compute.idle_s(st, mech, machine)))
         it = pipeline_time(stage_times)
         t = it.iteration_s
         row: dict[str, Any] = {**cell.to_dict(), "source": SOURCE, "status": SOURCE, "iteration_time_s": t}
@@ -117,6 +123,11 @@ class Projector:
         row.update(self._provenance(cell, comm_sources, mech))
         row["tp_overlap"] = mech
         row["host_bound"] = bool(t > 0 and row["t_host_gap_s"] / t > HOST_BOUND_GAP_FRAC)
+        row["machine"] = machine or ""
+        row["host_factor"] = cal.compute.machine_factor(machine)
+        if row["host_bound"]:
+            key = "calibrated" if machine in cal.compute.host_factor else "assumed"
+            row[key] = "; ".join(x for x in (row[key], self._host_note(machine)) if x)
         outside = self._outside(cell)
         row["extrapolated"] = bool(outside)
         row["extrapolated_parts"] = "; ".join(outside)
@@ -126,6 +137,17 @@ class Projector:
             row[f"{key}_band"] = half
             row[f"{key}_low"], row[f"{key}_high"] = band_interval(row.get(key, math.nan), half)
         return row
+
+    def _host_note(self, machine: str | None) -> str:
+        """What a host-bound row's host speed rests on."""
+        f = self.cal.compute.host_factor
+        if machine in f:
+            return (f"host speed: machine {machine} at {f[machine]:.2f}x an average calibrated host (from its "
+                    "host-bound cells)")
+        spread = (f"the {len(f)} calibrated machines span {max(f.values()) / min(f.values()):.2f}x" if len(f) > 1
+                  else "machines never told apart in the calibration")
+        return ("host speed: an average calibrated host (" + (f"machine {machine} has no host-bound calibration cell"
+                if machine else "machine not given") + f", {spread})")
 
     def band(self, metric: str) -> float:
         """Relative half-width of a metric's band: the calibration's, plus the measured cross-fingerprint error when

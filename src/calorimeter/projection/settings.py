@@ -45,6 +45,14 @@ DEFAULT_CALIBRATION: tuple[str, ...] = (
     # micro-batch 1-4, symmetric memory, and its ring twin at 2048 / 4096)
     "results/reference/hostbound-2026-11-27/h200x2-hostbound",
     "results/reference/hostbound-2026-11-27/h200x2-hostbound-ring",
+    # 2026-11-27, third session: the 2026-11-23 host-bound configurations at 2048 measured steady on a fourth machine
+    # (and one again there), and the measurement-protocol A/B on a fifth (TP2+SP overlap off at 2048, four runs)
+    "results/reference/hostbound-2026-11-27/h200x2-hostbound-2048",
+    "results/reference/hostbound-2026-11-27/rerun/h200x2-hostbound-2048",
+    "results/reference/hostbound-2026-11-27/ab/ab-fixed-0/h200x2-hostbound-ab-fixed",
+    "results/reference/hostbound-2026-11-27/ab/ab-steady-1/h200x2-hostbound-ab-steady",
+    "results/reference/hostbound-2026-11-27/ab/ab-nosampler-2/h200x2-hostbound-ab-nosampler",
+    "results/reference/hostbound-2026-11-27/ab/ab-fixed-3/h200x2-hostbound-ab-fixed",
     *SETS_2026_11_21,
 )
 #: calibration sweeps (config/reference/<gpu>-calibration.yaml, kept as results/reference/<gpu>-calibration-<date>/)

@@ -29,7 +29,7 @@ import pandas as pd
 from calorimeter.findings.checks import physical_hosts
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.work import workload
-from calorimeter.projection.calibration import Calibration, calibrate, cell_tp_overlap
+from calorimeter.projection.calibration import Calibration, calibrate, cell_tp_overlap, machine_of
 from calorimeter.projection.fingerprint import UNRECORDED
 from calorimeter.projection.measured import HOST_BOUND_BUSY_FRAC, MeasuredSet, cell_from_row, load_measured
 from calorimeter.projection.model import Projector
@@ -130,7 +130,7 @@ def predict_cells(fold: str, cal: Calibration, train: MeasuredSet, test: Measure
     for cid in cell_ids:
         r = runs.loc[cid]
         cell = test.cell(cid)
-        p = proj.project(cell)
+        p = proj.project(cell, machine_of(r))
         row: dict[str, Any] = {"fold": fold, "cell_id": cid, "config_id": r.get("config_id", cell.config_id),
                                "hardware": cell.hardware, "fingerprint": r.get("fingerprint", ""),
                                "calibration": cal.key, "relation": relation, "source": r.get("source", ""),
@@ -138,6 +138,7 @@ def predict_cells(fold: str, cal: Calibration, train: MeasuredSet, test: Measure
                                "parallel_label": cell.parallel_label, "recompute": cell.recompute,
                                "zero_stage": cell.zero_stage, "busy_frac": float(r.get("busy_frac", math.nan)),
                                "calibration_cells": len(cal.cells), "predicted_host_bound": p["host_bound"],
+                               "machine": p["machine"], "host_factor": p["host_factor"],
                                "extrapolated": p["extrapolated"], "extrapolated_parts": p["extrapolated_parts"]}
         for m in METRICS:
             meas, pred = float(r.get(m, math.nan)), float(p.get(m, math.nan))

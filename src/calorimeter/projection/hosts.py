@@ -1,0 +1,63 @@
+"""The machine a measured cell ran on, and how fast its host issues work: a factor per machine on the host times of the
+host-bound regime (launch floor and ZeRO-3 idle), fitted together with them.
+
+Why: in the host-bound regime the iteration lasts as long as the host takes to issue it, and hosts differ. TP2+SP
+overlap off at sequence 2048 took 0.72-0.77 s per iteration on the two 2026-11-23 2x H200 machines, 0.80-0.90 s on a
+third and 1.07 s on a fourth (2026-11-27), and the warm-up protocol and the node sampler do not explain it (an A/B on
+one machine: 0.80-0.90 s with and without either; results/reference/hostbound-2026-11-27). Every lent machine names
+its CPU "Intel(R) Xeon(R) Processor" with no clock, so the record's CPU model cannot tell them apart; the machine's own
+host-bound cells can: on the fourth machine every host-bound configuration was 1.2-1.6x slower than on the first.
+
+A machine is told apart by its GPUs' UUIDs (:func:`calorimeter.findings.checks.physical_hosts`) and named by the
+smallest of them (``GPU-717f66b6``); the names are given once to all loaded cells
+(:func:`calorimeter.projection.measured.load_measured`), so a calibration on a subset keeps them. A machine's factor
+is the geometric mean of its host-bound cells' measured over modelled host time, shrunk toward 1 (an average machine) by
+:data:`SHRINK` pseudo-cells: the repetition noise of a host-bound cell on one machine (about 5-12%) against the spread
+between machines (up to 1.5x) puts one cell's worth of evidence at about four times the prior's weight. A projection
+for a machine with no host-bound cell in its calibration takes 1 and says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+
+from calorimeter.findings.checks import physical_hosts
+
+#: pseudo-cells at factor 1 added to every machine's mean log ratio (repetition variance / between-machine variance)
+SHRINK = 0.25
+#: alternations of coefficient fit and machine factors
+ROUNDS = 4
+
+
+def machine_keys(gpus: pd.DataFrame) -> dict[str, str]:
+    """Cell id -> its machine: the smallest GPU UUID (first 12 characters) of the connected set of GPUs it shares with
+    other cells; the hostname where the cell's rows have no UUID; absent for cells without per-GPU rows."""
+    if gpus.empty or "hostname" not in gpus.columns:
+        return {}
+    g = gpus.assign(node=gpus["node"] if "node" in gpus.columns else 0).reset_index(drop=True)
+    host = physical_hosts(g)
+    uuid = g["uuid"].astype(str).where(g["uuid"].notna() & (g["uuid"].astype(str) != ""), "") if "uuid" in g else (
+        pd.Series("", index=g.index))
+    smallest = uuid.where(uuid != "").groupby(host).min()
+    name = host.map(lambda h: str(smallest.get(h))[:12] if isinstance(smallest.get(h), str) else str(h))
+    return {str(c): str(m) for c, m in name.groupby(g["cell_id"]).first().items()}
+
+
+def fit_factors(log_ratio: list[float], machines: list[str | None], shrink: float = SHRINK) -> dict[str, float]:
+    """Per machine, ``exp(sum(log ratio) / (n + shrink))`` over its rows (rows without a machine are left out),
+    then divided by their geometric mean over the rows so that the fitted coefficients describe an average machine."""
+    sums: dict[str, list[float]] = defaultdict(list)
+    for r, m in zip(log_ratio, machines, strict=True):
+        if m is not None and math.isfinite(r):
+            sums[m].append(r)
+    logf = {m: sum(v) / (len(v) + shrink) for m, v in sums.items()}
+    rows = [logf[m] for m in machines if m in logf]
+    centre = float(np.mean(rows)) if rows else 0.0
+    return {m: float(math.exp(v - centre)) for m, v in logf.items()}
+
+
+__all__ = ["ROUNDS", "SHRINK", "fit_factors", "machine_keys"]

@@ -1,0 +1,91 @@
+"""The host speed of a machine in the projection: machines named by their GPUs, a factor per machine on the host
+times of the host-bound regime, fitted with them; on synthetic rows and on the committed 2x H200 sets."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from conftest import ROOT
+
+from calorimeter.plan.cell import Cell
+from calorimeter.plan.work import workload
+from calorimeter.projection.compute import ComputeRates, fit_host_times, host_features
+from calorimeter.projection.hosts import fit_factors, machine_keys
+
+
+def test_a_machine_is_named_by_the_smallest_uuid_of_the_gpus_its_cells_share() -> None:
+    gpus = pd.DataFrame({
+        "cell_id": ["a", "a", "b", "c", "c", "d"],
+        "node": [0, 0, 0, 0, 0, 0],
+        "hostname": ["vm", "vm", "vm", "vm", "vm", "box"],
+        "uuid": ["GPU-bbbbbbbb-1", "GPU-aaaaaaaa-2", "GPU-bbbbbbbb-1", "GPU-cccccccc-3", "GPU-dddddddd-4", None],
+    })
+    assert machine_keys(gpus) == {"a": "GPU-aaaaaaaa", "b": "GPU-aaaaaaaa", "c": "GPU-cccccccc", "d": "box"}
+    assert machine_keys(pd.DataFrame(columns=["cell_id"])) == {}
+
+
+def test_factors_are_geometric_means_shrunk_toward_an_average_machine() -> None:
+    import math
+
+    got = fit_factors([math.log(1.2), math.log(1.2), math.log(0.8), math.nan], ["x", "x", "y", None], shrink=0.0)
+    # centred on the rows' geometric mean: x twice at 1.2, y once at 0.8
+    centre = (2 * math.log(1.2) + math.log(0.8)) / 3
+    assert got == {"x": pytest.approx(1.2 / math.exp(centre)), "y": pytest.approx(0.8 / math.exp(centre))}
+    shrunk = fit_factors([math.log(1.5)], ["x"], shrink=1.0)  # one row, centred: an only machine is the average
+    assert shrunk == {"x": pytest.approx(1.0)}
+
+
+def _tp(seq: int, overlap: bool = False) -> Cell:
+    return Cell(sweep="t", model="llama3-8b-8l", hardware="h200", nodes=1, gpus_per_node=2, tp=2,
+                sequence_parallel=True, seq_len=seq, global_batch=16, micro_batch=1, precision="bf16", overlap=overlap)
+
+
+def test_a_slower_host_is_found_and_its_launch_floor_scaled() -> None:
+    """Host-bound TP rows on two machines, the second's host 1.5x slower on every configuration: the fit puts the
+    whole difference in the machines' factors (their ratio 1.5 up to the shrinkage), not in the coefficients, and a
+    projection for each machine takes its own floor."""
+    true = {"iteration": 0.0, "layer_passes": 2e-3, "z3_calls": 0.0, "tp_calls": 3e-4, "tp_fused_calls": 2e-4,
+            "tp_symm_mem_calls": 0.0}
+    rates = ComputeRates({}, {}, 0, launch=true)
+    rows, busy, machines = [], [], []
+    for c in (_tp(1024), _tp(2048), _tp(4096), _tp(2048, overlap=True)):
+        st = workload(c).stages[0]
+        ov = "ring" if c.overlap else "none"
+        for m, k in (("fast", 1.0), ("slow", 1.5)):
+            rows.append((c.cell_id, st, k * rates.launch_s(st, ov), ov))
+            busy.append(0.3)
+            machines.append(m)
+    launch, idle, factors = fit_host_times(rows, busy, machines)
+    assert factors["slow"] / factors["fast"] == pytest.approx(1.5 ** (1 / (1 + 0.25 / 4)), rel=0.02)
+    fitted = ComputeRates({}, {}, 0, launch=launch, idle=idle, host_factor=factors)
+    st = rows[0][1]
+    assert fitted.launch_s(st, "none", "slow") / fitted.launch_s(st, "none", "fast") == pytest.approx(
+        factors["slow"] / factors["fast"])
+    assert fitted.launch_s(st, "none", "unknown") == fitted.launch_s(st, "none")  # an average calibrated host
+    assert host_features(st)["z3_calls"] == 0 and idle == {"z3_calls": 0.0}
+    # without machines: one host, no factors
+    assert fit_host_times(rows, busy, None)[2] == {}
+
+
+def test_the_committed_sets_put_the_2026_11_27_machine_slower_than_the_2026_11_23_one() -> None:
+    """TP2+SP overlap off at 2048: 0.718 s on the 2026-11-23 findings machine, 1.073 s on the 2026-11-27 fourth
+    machine; its other host-bound configurations 1.2-1.6x slower too. The calibration's factors say so, and a
+    host-bound projection names the machine its host speed comes from."""
+    from calorimeter.projection.calibration import calibrate
+    from calorimeter.projection.measured import load_measured
+    from calorimeter.projection.model import Projector
+
+    srcs = ["results/reference/findings-2026-11-23/h200x2-findings",
+            "results/reference/hostbound-2026-11-27/h200x2-hostbound-2048",
+            "results/reference/hostbound-2026-11-27/h200x2-hostbound-ring"]
+    ms = load_measured([str(ROOT / s) for s in srcs])
+    old, new = "GPU-6e4fcbbf", "GPU-2c92ad9a"
+    assert {old, new} <= set(ms.runs["machine"])
+    cal = calibrate(ms, "h200")
+    f = cal.compute.host_factor
+    assert f[new] / f[old] > 1.2
+    cell = ms.cell("llama3-8b-8l_h200-1x2_tp2-pp1-dp1-sp_z1_rc-full_ov-off_mb1-gb16-s2048")
+    rows = {m: Projector(cal).project(cell, m) for m in (old, new, None)}
+    assert rows[new]["iteration_time_s"] > rows[None]["iteration_time_s"] > rows[old]["iteration_time_s"]
+    assert rows[new]["host_bound"] and f"machine {new}" in rows[new]["calibrated"]
+    assert "machine not given" in rows[None]["assumed"] and rows[None]["host_factor"] == 1.0
