@@ -29,6 +29,8 @@ rule cell_tables:
         get_cell_record,
     output:
         **{t: str(CELL_FILES.table(t)) for t in TABLE_NAMES},
+    params:
+        layout=CELL_TABLES_LAYOUT,  # a new layout retables every cell (records/paths.py)
     log:
         str(SWEEP_FILES.log("cell_tables/{cell}")),
     localrule: True

@@ -8,7 +8,7 @@ from snakemake.logging import logger
 
 from calorimeter.plan.config import ConfigError, load_sweep_config, sweep_lines
 from calorimeter.plan.plan import make_plan
-from calorimeter.records.paths import CONFIGS_TABLE, TABLE_NAMES, CellPaths, SweepPaths
+from calorimeter.records.paths import CELL_TABLES_LAYOUT, CONFIGS_TABLE, TABLE_NAMES, CellPaths, SweepPaths
 
 
 # The sweep files are read again, strictly (UTF-8, no key given twice, bounded aliases; docs/input.md), with the

@@ -1,0 +1,26 @@
+"""The per-cell tables' layout version follows their columns: a column added without a new CELL_TABLES_LAYOUT would
+leave every cell tabled before it without the column (Snakemake does not rerun a job when imported code changes; the
+cell_tables rule takes the layout as a parameter). Found on 2026-11-27: runs.host_cpus came out NaN for the older
+cells of a sweep whose new cells had it."""
+
+from __future__ import annotations
+
+import hashlib
+
+from conftest import ROOT
+
+from calorimeter.analysis.cell import cell_tables
+from calorimeter.records.paths import CELL_TABLES_LAYOUT, TABLE_NAMES
+
+CELL = ROOT / "results/reference/hostbound-2026-11-27/h200x2-hostbound/cells/" \
+    "llama3-8b-8l_h200-1x2_tp2-pp1-dp1-sp_z1_rc-none_ov-on_mb1-gb16-s2048_r2"
+#: layout -> sha256 of the per-cell tables' column names (table: sorted columns), for the committed cell above
+COLUMNS_SHA256 = {2: "dec3a600c9e93c426babcd5edece097c411e4f14fa47354f1fc96271ea5e548f"}
+
+
+def test_the_layout_version_names_the_columns_of_the_per_cell_tables() -> None:
+    t = cell_tables(CELL)
+    text = "\n".join(f"{n}: {','.join(sorted(getattr(t, n).columns))}" for n in TABLE_NAMES)
+    got = hashlib.sha256(text.encode()).hexdigest()
+    assert COLUMNS_SHA256.get(CELL_TABLES_LAYOUT) == got, (
+        f"the per-cell tables' columns changed: bump CELL_TABLES_LAYOUT (records/paths.py) and record {got}")
