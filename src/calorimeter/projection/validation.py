@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calorimeter.findings.checks import physical_hosts
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.work import workload
 from calorimeter.projection.calibration import Calibration, calibrate, cell_tp_overlap, machine_of
@@ -247,17 +246,14 @@ def loco(ms: MeasuredSet, fingerprints: dict[str, str] | None = None, collective
 def machine_spread(ms: MeasuredSet) -> dict[str, Any]:
     """How far one configuration's iteration time moves between machines: the floor under any projection that does
     not know the machine. Per (GPU type, fingerprint), every configuration (:func:`fold_key`) measured on two or
-    more physical machines (told apart by their GPUs' UUIDs: :func:`calorimeter.findings.checks.physical_hosts`)
-    gives the ratio of its slowest to its fastest machine's mean iteration time; host-bound (any cell's GPUs busy <
-    80% of its iteration) and GPU-bound configurations are summarised apart, with the repetition spread within one
-    machine beside them (the largest max/min ratio of one configuration's cells on one machine)."""
-    gpus = ms.gpus
-    if gpus.empty or "hostname" not in gpus.columns:
+    more physical machines (the runs' ``machine``, told apart by their GPUs' UUIDs:
+    :func:`calorimeter.projection.hosts.machine_keys`) gives the ratio of its slowest to its fastest machine's mean
+    iteration time; host-bound (any cell's GPUs busy < 80% of its iteration) and GPU-bound configurations are
+    summarised apart, with the repetition spread within one machine beside them (the largest max/min ratio of one
+    configuration's cells on one machine)."""
+    if "machine" not in ms.runs.columns:
         return {}
-    machine = pd.Series(physical_hosts(gpus.assign(node=gpus.get("node", 0))).values, index=gpus.index)
-    first = machine.groupby(gpus["cell_id"]).first()
-    runs = ms.runs.assign(machine=ms.runs["cell_id"].map(first), fold_key=[fold_key(r) for _, r in ms.runs.iterrows()])
-    runs = runs.dropna(subset=["machine"])
+    runs = ms.runs.assign(fold_key=[fold_key(r) for _, r in ms.runs.iterrows()]).dropna(subset=["machine"])
     out: dict[str, Any] = {}
     for (hw, fp), g in runs.groupby(["hardware", "fingerprint"]):
         rows, within = [], {"host_bound": 1.0, "gpu_bound": 1.0}
