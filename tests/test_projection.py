@@ -272,6 +272,33 @@ def test_power_fit_recovers_coefficients_and_respects_the_cap() -> None:
     assert model.power_w(1.0, 0.2, 0.3) == 700.0
 
 
+def test_power_fit_takes_the_full_clock_line_where_it_is_lower() -> None:
+    """Two regimes: GPUs at their full clock follow a steep line from a low idle power, GPUs whose clock power
+    management lowers a flatter one; each is fitted on its own GPUs (told apart by the average SM clock), and a
+    prediction takes the lower, under the cap. Without clocks, or with too few GPUs in a regime: one line."""
+    rng = np.random.default_rng(1)
+    rows, clocks = [], []
+    full = {"const": 150.0, "u_gemm": 950.0, "u_other": 400.0, "u_comm": 100.0}
+    managed = {"const": 330.0, "u_gemm": 370.0, "u_other": 300.0, "u_comm": 100.0}
+    for i in range(60):
+        u = {"u_gemm": rng.uniform(0.1, 0.9), "u_other": rng.uniform(0, 0.2), "u_comm": rng.uniform(0, 0.2)}
+        pf = sum(full[k] * u.get(k, 1.0) for k in full)
+        pm = sum(managed[k] * u.get(k, 1.0) for k in managed)
+        rows.append((f"c{i}", u, min(pf, pm)))
+        clocks.append(1980.0 if pf <= pm else 1800.0)
+    model = fit_power(rows, 700.0, clocks)
+    assert model.coef_full_clock["u_gemm"] == pytest.approx(950, rel=0.02)
+    assert model.coef["const"] == pytest.approx(330, rel=0.02)
+    assert model.power_w(0.2, 0.05, 0.0) == pytest.approx(150 + 950 * 0.2 + 400 * 0.05, rel=0.01)  # full clock
+    assert model.power_w(0.9, 0.1, 0.1) == pytest.approx(330 + 370 * 0.9 + 300 * 0.1 + 100 * 0.1, rel=0.01)
+    assert fit_power(rows, 700.0).coef_full_clock == {}  # no clocks: one line
+    assert fit_power(rows, 700.0, [1980.0] * len(rows)).coef_full_clock == {}  # every GPU at its full clock
+    at_full = [i for i, c in enumerate(clocks) if c == 1980.0]
+    assert len(at_full) >= 8
+    few = [1980.0 if i in at_full[:5] else 1800.0 for i in range(len(rows))]  # 5 GPUs at full clock: too few
+    assert fit_power(rows, 700.0, few).coef_full_clock == {}
+
+
 def test_power_model_on_recorded_gpus(calibration) -> None:
     assert calibration.power is not None and calibration.power.cap_w == pytest.approx(700.0)
     assert calibration.power.fit_rel_error < 0.06

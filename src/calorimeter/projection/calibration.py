@@ -203,6 +203,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
     comp_rows, comm_rows, power_rows, host_rows, launch_rows = [], [], [], [], []
     launch_busy: list[float] = []
     launch_machines: list[str | None] = []
+    power_clock: list[float] = []
     host_machines: list[str | None] = []
     hidden: dict[str, list[float]] = {}
     gpus = ms.gpus
@@ -241,10 +242,11 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
             shares = shares_by_stage.get(stage) or shares_by_stage.get(0)
             if shares and g.get("power_avg_w", 0) > 0:
                 power_rows.append((cid, shares, float(g["power_avg_w"])))
+                power_clock.append(float(g.get("sm_clock_avg_mhz", float("nan"))))
     curves = trace_points(comm_rows)[list(CURVE_COLUMNS)]
     if collectives is not None and not collectives.empty:
         curves = pd.concat([collectives[list(CURVE_COLUMNS)], curves], ignore_index=True)
-    power = fit_power(power_rows, _power_limit_w(ms, usable)) if power_rows else None
+    power = fit_power(power_rows, _power_limit_w(ms, usable), power_clock) if power_rows else None
     fitted = sorted(on_hw & (set(usable) | traced | set(gpus.cell_id)))
     records: dict[str, list[str]] = {}
     for cid in fitted:

@@ -1,27 +1,39 @@
 """Average GPU power from activity, under the power cap, calibrated per GPU type on the measured cells.
 
-Each GPU's average power over the measured steps is modelled as
+Each GPU's average power over the measured steps is modelled in two regimes, each linear in its activity shares,
 
-    P = P_0 + a * u_gemm + b * u_other + c * u_comm,    capped at the GPU's power limit,
+    P_full    = P_0 + a * u_gemm + b * u_other + c * u_comm      (the GPU at its full clock)
+    P_managed = P_0' + a' * u_gemm + b' * u_other + c' * u_comm  (power management lowering the clock)
+    P = min(P_full, P_managed, power limit),
 
 where ``u_gemm``, ``u_other`` and ``u_comm`` are the shares of the iteration the GPU spends in GEMM/attention
 kernels, in the other compute kernels (elementwise, norms, rest) and in communication kernels (summed kernel time
-over the iteration time, so overlapped communication adds to the GEMM share). The coefficients are fitted by
-non-negative least squares on every GPU of every calibration cell, with the measured kernel shares of the GPU's
-pipeline stage (the traced rank of that stage) and the measured average power (``gpus.parquet``). Energy per
-iteration is then the sum over the cell's GPUs of power x iteration time.
+over the iteration time, so overlapped communication adds to the GEMM share). Why two: on the H200s the average SM
+clock is the full 1980 MHz up to ~50% busy and falls to ~1730 MHz at 100% (power management), and power rises
+steeply from ~160-230 W at 10-30% busy to ~450 W at 50%, then flattens (~590-625 W from 80%): one line through all of
+them put its constant at ~250 W and predicted the 25-35%-busy GPUs 20-35% high. The full-clock line is fitted on the
+GPUs whose average SM clock is within :data:`FULL_CLOCK_SHARE` of the calibration's highest, the managed one on the
+others (censored at the power limit); where either group is smaller than :data:`MIN_GPUS`, one line on every GPU, as
+before (the H100 sets: every GPU below its full clock). Coefficients by non-negative least squares on every GPU of
+every calibration cell, with the measured kernel shares of the GPU's pipeline stage (the traced rank of that stage)
+and the measured average power (``gpus.parquet``). Energy per iteration is then the sum over the cell's GPUs of power
+x iteration time.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 POWER_FEATURES: tuple[str, ...] = ("const", "u_gemm", "u_other", "u_comm")
 #: a GPU averaging at least this share of its power limit is taken as capped
 CAPPED_SHARE = 0.97
+#: a GPU whose average SM clock is at least this share of the calibration's highest ran at its full clock
+FULL_CLOCK_SHARE = 0.97
+#: the fewest GPUs a regime's line is fitted on (fewer: one line for both)
+MIN_GPUS = 8
 
 
 @dataclass(frozen=True)
@@ -29,39 +41,64 @@ class PowerModel:
     """Fitted power model of one GPU type.
 
     Attributes:
-        coef: feature -> watts (``const`` = P_0).
+        coef: feature -> watts (``const`` = P_0) of the managed regime (or of the one line).
         cap_w: the power limit the calibration ran under (the model never exceeds it).
         fit_rel_error: median absolute relative error on the calibration GPUs.
         n_gpus: calibration GPUs.
+        coef_full_clock: feature -> watts of the full-clock regime; empty where it was not fitted (one line).
     """
 
     coef: dict[str, float]
     cap_w: float
     fit_rel_error: float
     n_gpus: int
+    coef_full_clock: dict[str, float] = field(default_factory=dict)
 
     def power_w(self, u_gemm: float, u_other: float, u_comm: float) -> float:
         """Average power of one GPU with these activity shares."""
         u = {"const": 1.0, "u_gemm": u_gemm, "u_other": u_other, "u_comm": u_comm}
         p = sum(self.coef[k] * u[k] for k in POWER_FEATURES)
+        if self.coef_full_clock:
+            p = min(p, sum(self.coef_full_clock[k] * u[k] for k in POWER_FEATURES))
         return min(p, self.cap_w) if self.cap_w == self.cap_w else p
 
     def to_dict(self) -> dict:
         """JSON-ready."""
-        return {"coef": self.coef, "cap_w": self.cap_w, "fit_rel_error": self.fit_rel_error, "n_gpus": self.n_gpus}
+        return {"coef": self.coef, "cap_w": self.cap_w, "fit_rel_error": self.fit_rel_error, "n_gpus": self.n_gpus,
+                "coef_full_clock": self.coef_full_clock}
 
     @classmethod
     def from_dict(cls, d: dict) -> PowerModel:
         """Inverse of :meth:`to_dict`."""
-        return cls(dict(d["coef"]), float(d["cap_w"]), float(d["fit_rel_error"]), int(d["n_gpus"]))
+        return cls(dict(d["coef"]), float(d["cap_w"]), float(d["fit_rel_error"]), int(d["n_gpus"]),
+                   dict(d.get("coef_full_clock", {})))
 
 
-def fit_power(rows: list[tuple[str, dict[str, float], float]], cap_w: float) -> PowerModel:
+def _fit_line(x: np.ndarray, y: np.ndarray, w: np.ndarray, cap_w: float) -> np.ndarray:
+    """Non-negative least squares of one line; GPUs at the cap only say "the activity asks for at least the cap":
+    fit on the others, then drop the capped ones the line already puts at or above the cap, and refit (censored
+    regression, a few rounds)."""
+    from scipy.optimize import nnls  # fitting only: projecting never imports scipy
+
+    capped = y >= CAPPED_SHARE * cap_w if cap_w == cap_w else np.zeros(len(y), bool)
+    use = np.ones(len(y), bool)
+    for _ in range(5):
+        beta, _ = nnls(x[use] * w[use, None], y[use] * w[use])
+        new_use = ~(capped & (x @ beta >= cap_w))
+        if not new_use.any() or (new_use == use).all():
+            break
+        use = new_use
+    return beta
+
+
+def fit_power(rows: list[tuple[str, dict[str, float], float]], cap_w: float,
+              clock_mhz: list[float] | None = None) -> PowerModel:
     """Fit the power model.
 
     Args:
         rows: per GPU (cell id, activity shares ``{u_gemm, u_other, u_comm}``, measured average power W).
         cap_w: the GPUs' power limit.
+        clock_mhz: per row, the GPU's average SM clock over the measured steps (None, or NaN rows: one line).
 
     Raises:
         ValueError: no rows.
@@ -72,20 +109,18 @@ def fit_power(rows: list[tuple[str, dict[str, float], float]], cap_w: float) -> 
     x = np.array([[1.0, u["u_gemm"], u["u_other"], u["u_comm"]] for _, u, _ in rows])
     y = np.array([p for _, _, p in rows])
     w = np.array([1.0 / np.sqrt(per_cell[cid]) for cid, _, _ in rows])
-    # GPUs at the cap only say "the activity asks for at least the cap": fit on the others, then drop the capped
-    # ones the model already puts at or above the cap, and refit (censored regression, a few rounds)
-    capped = y >= CAPPED_SHARE * cap_w if cap_w == cap_w else np.zeros(len(y), bool)
-    use = np.ones(len(y), bool)
-    from scipy.optimize import nnls  # fitting only: projecting never imports scipy
-
-    for _ in range(5):
-        beta, _ = nnls(x[use] * w[use, None], y[use] * w[use])
-        above = capped & (x @ beta >= cap_w)
-        new_use = ~above
-        if not new_use.any() or (new_use == use).all():
-            break
-        use = new_use
+    clk = np.array(clock_mhz if clock_mhz is not None else [np.nan] * len(rows), dtype=float)
+    full = np.isfinite(clk) & (clk >= FULL_CLOCK_SHARE * np.nanmax(clk)) if np.isfinite(clk).any() else (
+        np.zeros(len(rows), bool))
+    managed = np.isfinite(clk) & ~full
+    full_coef: dict[str, float] = {}
+    if full.sum() >= MIN_GPUS and managed.sum() >= MIN_GPUS:
+        beta = _fit_line(x[managed], y[managed], w[managed], cap_w)
+        full_coef = {k: float(b) for k, b in zip(POWER_FEATURES, _fit_line(x[full], y[full], w[full], cap_w),
+                                                 strict=True)}
+    else:
+        beta = _fit_line(x, y, w, cap_w)
     coef = {k: float(b) for k, b in zip(POWER_FEATURES, beta, strict=True)}
-    model = PowerModel(coef, cap_w, float("nan"), len(rows))
+    model = PowerModel(coef, cap_w, float("nan"), len(rows), full_coef)
     pred = np.array([model.power_w(u["u_gemm"], u["u_other"], u["u_comm"]) for _, u, _ in rows])
-    return PowerModel(coef, cap_w, float(np.median(np.abs(pred / y - 1.0))), len(rows))
+    return PowerModel(coef, cap_w, float(np.median(np.abs(pred / y - 1.0))), len(rows), full_coef)
