@@ -53,7 +53,9 @@ def main() -> None:
             print(f"  {m:22s} median |err| {v['median_abs']:6.1%} (GPU-bound {v['median_abs_gpu_bound']:6.1%})  "
                   f"max {v['max_abs']:6.1%} ({v['max_abs_gpu_bound']:6.1%})  mean signed {v['mean_signed']:+6.1%} "
                   f"({v['mean_signed_gpu_bound']:+6.1%})  coverage {v.get('coverage', float('nan')):5.0%} "
-                  f"(median band +-{v.get('band_median', float('nan')):.1%})  n={v['cells']}")
+                  f"(projected host-bound {v.get('coverage_host_bound', float('nan')):4.0%} of "
+                  f"{v.get('cells_host_bound', 0)}, others {v.get('coverage_gpu_bound', float('nan')):4.0%}; "
+                  f"median band +-{v.get('band_median', float('nan')):.1%})  n={v['cells']}")
         print(f"  targets, all held-out cells: {g['targets_met']}")
         print(f"  targets, GPU-bound cells:    {g['targets_met_gpu_bound']}")
         print("  per fold: tokens/s, energy/token, power: mean signed error [covered]; notes")

@@ -98,6 +98,10 @@ def test_host_bound_cell_is_flagged(cals) -> None:
     tiny = cell_from_id("llama3-8b-8l_h200-1x2_tp2-pp1-dp1-sp_z1_rc-none_ov-on_mb1-gb16-s512")
     row = Projector(cal).project(tiny)
     assert row["host_bound"] and row["t_host_gap_s"] > 0.2 * row["iteration_time_s"]
+    cal.error_band, cal.error_band_host_bound = {"tokens_per_s_per_gpu": 0.05}, {"tokens_per_s_per_gpu": 0.3}
+    assert Projector(cal).project(tiny)["tokens_per_s_per_gpu_band"] == pytest.approx(0.3)  # its regime's band
+    cal.error_band_host_bound = {}
+    assert Projector(cal).project(tiny)["tokens_per_s_per_gpu_band"] == pytest.approx(0.05)  # never validated
 
 
 def test_leave_one_configuration_out_holds_out_every_repetition_and_checks_coverage() -> None:
@@ -119,3 +123,29 @@ def test_coverage_is_met_within_the_sampling_allowance() -> None:
     assert coverage_met(0.87, 38) and not coverage_met(0.80, 38)  # allowance 8 points at 38 cells
     assert coverage_met(0.80, 5) and not coverage_met(0.60, 5)
     assert coverage_met(float("nan"), 0)
+
+
+def test_bands_are_chosen_by_the_projected_regime() -> None:
+    """Host-bound rows err wider (the host's speed): a band pooled over both regimes covered 68% of the held-out
+    host-bound H200 cells and 98% of the others (2026-11-27). Each regime now takes the quantile of its own rows,
+    in the held-out bands and in the calibration's, and a projected row its own regime's band."""
+    import pandas as pd
+
+    from calorimeter.projection.validation import BAND_MIN_CELLS, add_bands, error_band
+
+    rows = []
+    for i in range(40):
+        hb = i % 2 == 0
+        e = (0.02 + 0.3 * (i % 7) / 6) if hb else 0.01 * (i % 5)
+        rows.append({"fold": f"f{i}", "relation": "match", "hardware": "h200", "fingerprint": "x",
+                     "predicted_host_bound": hb, **{f"{m}_rel_error": e for m in
+                                                     ("iteration_time_s", "energy_per_token_j", "power_avg_w",
+                                                      "tokens_per_s_per_gpu", "mfu_full")}})
+    t = add_bands(pd.DataFrame(rows))
+    hb = t["predicted_host_bound"]
+    assert (t.loc[hb, "tokens_per_s_per_gpu_band"] > 0.25).all()
+    assert (t.loc[~hb, "tokens_per_s_per_gpu_band"] < 0.05).all()
+    wide, narrow = error_band(t, host_bound=True), error_band(t, host_bound=False)
+    assert wide["power_avg_w"] > 0.25 > 0.05 > narrow["power_avg_w"]
+    few = pd.DataFrame(rows[: 2 * (BAND_MIN_CELLS - 1)])  # fewer host-bound rows than a band of their own needs
+    assert error_band(few, host_bound=True) == error_band(few)

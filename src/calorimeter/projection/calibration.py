@@ -46,7 +46,10 @@ class Calibration:
         power: power model, or None when no cell had telemetry.
         cells: the cells fitted on.
         excluded: cell id -> why it was not used for fitting.
-        error_band: metric -> relative half-width of the error band (from the validation), empty if none ran.
+        error_band: metric -> relative half-width of the error band (from the validation) of a projected row that is
+            not host-bound, empty if none ran.
+        error_band_host_bound: the same for a projected row the model calls host-bound (its errors are wider: the
+            host's speed; docs/projection.md).
         fingerprint: the engine fingerprint of the cells (:mod:`~calorimeter.projection.fingerprint`), its fields.
         records: sweep folder -> the cell ids of it fitted on.
         recorded_at: the newest cell's launcher stamp (which calibration is newest).
@@ -74,6 +77,7 @@ class Calibration:
     ranges: dict[str, list[float]] = field(default_factory=dict)
     coverage: dict[str, float] = field(default_factory=dict)
     cross_fingerprint_error: dict[str, float] = field(default_factory=dict)
+    error_band_host_bound: dict[str, float] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -84,7 +88,8 @@ class Calibration:
         """JSON-ready."""
         return {"hardware": self.hardware, "key": self.key, "fingerprint": self.fingerprint,
                 "recorded_at": self.recorded_at, "records": self.records, "cells": self.cells,
-                "error_band": self.error_band, "coverage": self.coverage,
+                "error_band": self.error_band, "error_band_host_bound": self.error_band_host_bound,
+                "coverage": self.coverage,
                 "cross_fingerprint_error": self.cross_fingerprint_error, "ranges": self.ranges,
                 "tp_hidden": self.tp_hidden, "compute": self.compute.to_dict(),
                 "power": self.power.to_dict() if self.power else None, "excluded": self.excluded,
@@ -99,7 +104,8 @@ class Calibration:
                    dict(d.get("excluded", {})), dict(d.get("error_band", {})), dict(d.get("fingerprint", {})),
                    {k: list(v) for k, v in d.get("records", {}).items()}, str(d.get("recorded_at", "")),
                    dict(d.get("tp_hidden", {})), {k: list(v) for k, v in d.get("ranges", {}).items()},
-                   dict(d.get("coverage", {})), dict(d.get("cross_fingerprint_error", {})))
+                   dict(d.get("coverage", {})), dict(d.get("cross_fingerprint_error", {})),
+                   dict(d.get("error_band_host_bound", {})))
 
     def save(self, path: str | Path) -> None:
         """Write as JSON."""

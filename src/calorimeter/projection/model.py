@@ -133,7 +133,7 @@ class Projector:
         row["extrapolated_parts"] = "; ".join(outside)
         row["band_coverage"] = cal.coverage.get("stated", math.nan)
         for key in BANDED:
-            half = self.band(key)
+            half = self.band(key, row["host_bound"])
             row[f"{key}_band"] = half
             row[f"{key}_low"], row[f"{key}_high"] = band_interval(row.get(key, math.nan), half)
         return row
@@ -149,10 +149,12 @@ class Projector:
         return ("host speed: an average calibrated host (" + (f"machine {machine} has no host-bound calibration cell"
                 if machine else "machine not given") + f", {spread})")
 
-    def band(self, metric: str) -> float:
-        """Relative half-width of a metric's band: the calibration's, plus the measured cross-fingerprint error when
-        the calibration is not the engine's own (NaN where either was never measured)."""
-        half = self.cal.error_band.get(metric, math.nan)
+    def band(self, metric: str, host_bound: bool = False) -> float:
+        """Relative half-width of a metric's band: the calibration's for the row's regime (host-bound or not; the
+        other regime's where that one was never validated), plus the measured cross-fingerprint error when the
+        calibration is not the engine's own (NaN where either was never measured)."""
+        bands = (self.cal.error_band_host_bound or self.cal.error_band) if host_bound else self.cal.error_band
+        half = bands.get(metric, math.nan)
         if self.relation != "match":
             half += self.cal.cross_fingerprint_error.get(metric, math.nan)
         return float(half)

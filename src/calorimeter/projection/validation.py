@@ -43,6 +43,8 @@ TARGET_MAX = 0.15
 TARGET_MEAN_SIGNED = 0.02
 #: the stated coverage of every band: this share of held-out cells lies within it
 COVERAGE = 0.9
+#: the fewest held-out cells of one regime (host-bound or not, as projected) its own band is built from
+BAND_MIN_CELLS = 10
 #: work counts whose calibration range is checked (per micro-batch; the optimizer per iteration): a held-out cell
 #: beyond RANGE_FACTOR x the largest training value gets a note (its time there extrapolates the fitted rate)
 RANGE_FEATURES: tuple[str, ...] = ("dense_flops", "act_elems", "head_elems", "z3_elems", "optim_elems", "moe_elems")
@@ -278,15 +280,20 @@ def machine_spread(ms: MeasuredSet) -> dict[str, Any]:
 
 def add_bands(table: pd.DataFrame, coverage: float = COVERAGE) -> pd.DataFrame:
     """Each held-out row's band per metric, from the other folds of its group (same hardware and fingerprint,
-    ``relation = match``): the ``coverage`` quantile of their absolute errors; and whether the row lies within it."""
+    ``relation = match``) in the row's regime (:func:`predicted_regime`: host-bound rows from host-bound rows, the
+    others from the others; all rows where a regime has fewer than :data:`BAND_MIN_CELLS`): the ``coverage`` quantile
+    of their absolute errors; and whether the row lies within it."""
     table = table.copy()
     match = table["relation"] == "match"
+    regime = predicted_regime(table)
     for m in METRICS:
         table[f"{m}_band"] = math.nan
         table[f"{m}_covered"] = pd.NA
         for (_hw, _fp), g in table[match].groupby(["hardware", "fingerprint"]):
-            for fold, h in g.groupby("fold"):
-                others = g.loc[g["fold"] != fold, f"{m}_rel_error"].abs().dropna()
+            for (fold, hb), h in g.groupby([g["fold"], regime[g.index]]):
+                others = g.loc[g["fold"] != fold, f"{m}_rel_error"]
+                same = others[regime[others.index] == hb].abs().dropna()
+                others = same if len(same) >= BAND_MIN_CELLS else others.abs().dropna()
                 if len(others) < 3:
                     continue
                 band = float(np.quantile(others, coverage))
@@ -294,6 +301,14 @@ def add_bands(table: pd.DataFrame, coverage: float = COVERAGE) -> pd.DataFrame:
                 err = h[f"{m}_rel_error"].abs()
                 table.loc[h.index, f"{m}_covered"] = [bool(e <= band) if e == e else pd.NA for e in err]
     return table
+
+
+def predicted_regime(table: pd.DataFrame) -> pd.Series:
+    """Whether the projection called each row host-bound (``predicted_host_bound``; the regime a projected row's band
+    is chosen by, as the measured busy share is unknown when projecting)."""
+    if "predicted_host_bound" not in table:
+        return pd.Series(False, index=table.index)
+    return table["predicted_host_bound"].fillna(False).astype(bool)
 
 
 def summarize(table: pd.DataFrame) -> dict[str, Any]:
@@ -321,6 +336,10 @@ def _stats(t: pd.DataFrame) -> dict[str, Any]:
             cov = t[f"{m}_covered"].dropna()
             f[m]["coverage"] = float(cov.astype(bool).mean()) if len(cov) else math.nan
             f[m]["band_median"] = _q(t[f"{m}_band"].dropna(), 0.5)
+            hb = predicted_regime(t)[cov.index]
+            for name, sel in (("host_bound", hb), ("gpu_bound", ~hb)):
+                f[m][f"coverage_{name}"] = float(cov[sel].astype(bool).mean()) if sel.any() else math.nan
+                f[m][f"cells_{name}"] = int(sel.sum())
     worst = t[(t["tokens_per_s_per_gpu_rel_error"].abs() > TARGET_MAX)
               | (t["energy_per_token_j_rel_error"].abs() > TARGET_MAX)]
     f["over_max"] = [{"cell_id": r.cell_id, "tokens_per_s_per_gpu": float(r.tokens_per_s_per_gpu_rel_error),
@@ -378,8 +397,11 @@ def targets_met(stats: dict[str, Any], coverage: float = COVERAGE, suffix: str =
     res = {f"median_abs {m}": bool(stats[m][f"median_abs{suffix}"] <= v) for m, v in TARGET_MEDIAN.items()}
     res["max_abs"] = all(not (stats[m][f"max_abs{suffix}"] > TARGET_MAX) for m in TARGET_MEDIAN)
     res["mean_signed"] = all(not (abs(stats[m][f"mean_signed{suffix}"]) > TARGET_MEAN_SIGNED) for m in TARGET_MEDIAN)
-    if not suffix:
+    if not suffix:  # over all rows, and in each regime the bands are chosen by
         res["coverage"] = all(coverage_met(stats[m].get("coverage", math.nan), stats[m]["cells"], coverage)
+                              and all(coverage_met(stats[m].get(f"coverage_{r}", math.nan),
+                                                   stats[m].get(f"cells_{r}", 0), coverage)
+                                      for r in ("host_bound", "gpu_bound"))
                               for m in METRICS)
     return res
 
@@ -397,12 +419,16 @@ def _host_bound(t: pd.DataFrame) -> pd.Series:
     return t["notes"].fillna("").str.startswith("host-bound")
 
 
-def error_band(table: pd.DataFrame, quantile: float = COVERAGE) -> dict[str, float]:
+def error_band(table: pd.DataFrame, quantile: float = COVERAGE, host_bound: bool | None = None) -> dict[str, float]:
     """Relative half-width of the projection's error band per metric: this quantile of the held-out absolute
-    errors (``relation = match`` rows where the column exists; every cell, host-bound ones included)."""
+    errors (``relation = match`` rows where the column exists); ``host_bound``: only the rows the projection called
+    host-bound (True) or not (False), all rows where those are fewer than :data:`BAND_MIN_CELLS`."""
     if table.empty:
         return {}
     t = table[table["relation"] == "match"] if "relation" in table else table
+    if host_bound is not None:
+        same = t[predicted_regime(t) == host_bound]
+        t = same if len(same) >= BAND_MIN_CELLS else t
     band = {}
     for m in METRICS:
         e = t[f"{m}_rel_error"].abs().dropna()
@@ -412,15 +438,17 @@ def error_band(table: pd.DataFrame, quantile: float = COVERAGE) -> dict[str, flo
 
 
 def apply_validation(cals: dict[str, Calibration], table: pd.DataFrame, coverage: float = COVERAGE) -> None:
-    """Store the validation's findings in the calibrations (in place): each one's error band (the ``coverage``
-    quantile of its own held-out absolute errors), the coverage stated and measured on held-out cells, and its
-    cross-fingerprint error (the same quantile of its errors on other fingerprints' and GPU types' cells)."""
+    """Store the validation's findings in the calibrations (in place): each one's error bands (the ``coverage``
+    quantile of its own held-out absolute errors, apart for the rows it called host-bound and the others), the
+    coverage stated and measured on held-out cells, and its cross-fingerprint error (the same quantile of its errors
+    on other fingerprints' and GPU types' cells)."""
     if table.empty:
         return
     for key, cal in cals.items():
         hw, fp = key.split("/", 1)
         own = table[(table["relation"] == "match") & (table["hardware"] == hw) & (table["fingerprint"] == fp)]
-        cal.error_band = error_band(own, coverage)
+        cal.error_band = error_band(own, coverage, host_bound=False)
+        cal.error_band_host_bound = error_band(own, coverage, host_bound=True)
         cal.coverage = {"stated": coverage}
         for m in METRICS:
             cov = own[f"{m}_covered"].dropna() if f"{m}_covered" in own else pd.Series(dtype=bool)
