@@ -279,7 +279,8 @@ def fit_host_times(rows: list[tuple[str, StageWork, float, str]], busy_s: list[f
     """Launch and idle coefficients of an average host and each machine's factor on them, alternately fitted
     (:data:`calorimeter.projection.hosts.ROUNDS` rounds): the coefficients on the host times divided by their
     machine's factor (launch: the iteration; idle: the iteration minus the busy time), then each machine's factor from
-    its rows' measured over modelled host time (ZeRO-3 rows: the idle, others: the launch floor).
+    its rows' measured over modelled host time (ZeRO-3 rows: the idle, others: the launch floor); the coefficients
+    returned are fitted with the factors returned.
 
     Args:
         rows: the rows of :func:`fit_launch`.
@@ -289,12 +290,13 @@ def fit_host_times(rows: list[tuple[str, StageWork, float, str]], busy_s: list[f
     if busy_s is None:
         return fit_launch(rows), {}, {}
     factors: dict[str, float] = {}
-    for _ in range(ROUNDS if machines else 1):
+    rounds = ROUNDS + 1 if machines else 1
+    for i in range(rounds):
         f = [factors.get(m, 1.0) if m is not None else 1.0 for m in (machines or [None] * len(rows))]
         launch = fit_launch([(c, st, t / k, ov) for (c, st, t, ov), k in zip(rows, f, strict=True)])
         idle = fit_idle([(c, st, b + max(t - b, 0.0) / k, ov) for (c, st, t, ov), b, k in
                          zip(rows, busy_s, f, strict=True)], busy_s)
-        if not machines:
+        if i == rounds - 1:
             break
         rates = ComputeRates({}, {}, 0, launch=launch, idle=idle)
         logr = []
