@@ -15,7 +15,8 @@ from calorimeter.records.paths import CELL_TABLES_LAYOUT, TABLE_NAMES
 CELL = ROOT / "results/reference/hostbound-2026-11-27/h200x2-hostbound/cells/" \
     "llama3-8b-8l_h200-1x2_tp2-pp1-dp1-sp_z1_rc-none_ov-on_mb1-gb16-s2048_r2"
 #: layout -> sha256 of the per-cell tables' column names (table: sorted columns), for the committed cell above
-COLUMNS_SHA256 = {2: "dec3a600c9e93c426babcd5edece097c411e4f14fa47354f1fc96271ea5e548f"}
+COLUMNS_SHA256 = {2: "dec3a600c9e93c426babcd5edece097c411e4f14fa47354f1fc96271ea5e548f",
+                  3: "4bf8048fc5d1088e94e13d7a64275073479a33d3389db1477b860f601a7c6724"}
 
 
 def test_the_layout_version_names_the_columns_of_the_per_cell_tables() -> None:

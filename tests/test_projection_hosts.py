@@ -89,3 +89,14 @@ def test_the_committed_sets_put_the_2026_11_27_machine_slower_than_the_2026_11_2
     assert rows[new]["iteration_time_s"] > rows[None]["iteration_time_s"] > rows[old]["iteration_time_s"]
     assert rows[new]["host_bound"] and f"machine {new}" in rows[new]["calibrated"]
     assert "machine not given" in rows[None]["assumed"] and rows[None]["host_factor"] == 1.0
+
+
+def test_a_rank_times_its_host_issuing_tiny_operations() -> None:
+    """The host speed a record carries (each rank's ``host_cpu.dispatch_us_per_op``): positive, from the stated
+    number of operations; a device that cannot run says why instead of a number."""
+    from calorimeter.records.provenance import host_dispatch
+
+    got = host_dispatch("cpu", ops=200, repeats=3)
+    assert 0 < got["dispatch_us_per_op"] < 1e4 and got["dispatch_ops"] == 200 and got["dispatch_repeats"] == 3
+    bad = host_dispatch("no-such-device", ops=10)
+    assert "dispatch_us_per_op" not in bad and bad["dispatch_unavailable"]

@@ -344,7 +344,7 @@ def test_1_sweep_through_the_profile_matches_a_local_run(sweep: Sweep) -> None:
     for rec in (rec_local, rec_slurm):
         assert rec["provenance"]["host_cpus"] == [cpu_model()] and cpu_model()
         assert all(r["host_cpu"]["model"] == cpu_model() and r["host_cpu"]["usable_cpus"] >= 1
-                   for r in rec["provenance"]["ranks"])
+                   and r["host_cpu"]["dispatch_us_per_op"] > 0 for r in rec["provenance"]["ranks"])
     sweep.snapshot("ABC")
 
 

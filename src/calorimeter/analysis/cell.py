@@ -350,6 +350,9 @@ def record_row(record: RunRecord) -> dict[str, Any]:
     prov = record.provenance
     row["hosts"] = ",".join(prov.get("hosts", []) or [])
     row["host_cpus"] = ",".join(prov.get("host_cpus", []) or [])  # empty in records from before 2026-11-27
+    # the ranks' host speed (records/provenance.host_dispatch): median over ranks; NaN before 2026-11-27 (third)
+    dispatch = [d for r in record.ranks if isinstance(d := (r.get("host_cpu") or {}).get("dispatch_us_per_op"), float)]
+    row["host_dispatch_us"] = float(np.median(dispatch)) if dispatch else float("nan")
     devices = {(r.get("device_info") or {}).get("name") or r.get("device") for r in record.ranks}
     row["devices"] = ",".join(sorted(d for d in devices if d))
     row["job_id"] = record.launcher.get("job_id")

@@ -25,7 +25,7 @@ from calorimeter.plan.hardware import accelerator_of
 from calorimeter.plan.kinds import get_kind
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import AttemptPaths
-from calorimeter.records.provenance import device_info, host_cpu
+from calorimeter.records.provenance import device_info, host_cpu, host_dispatch
 from calorimeter.records.rank import RankContext, RankResult
 from calorimeter.telemetry.cell import start_cell_sampler, stop_cell_sampler
 from calorimeter.train.errors import CellOOMError
@@ -93,7 +93,7 @@ class CellTask(submitit.helpers.Checkpointable):
             arm_timers(cell.cell_id, rank, restart)
             out.update(world_size=info.world_size, local_rank=info.local_rank, node=info.node,
                        hostname=info.hostname, backend=info.backend, device_info=device_info(info.device),
-                       host_cpu=host_cpu())
+                       host_cpu=host_cpu() | host_dispatch(info.device))
             out["placement"] = placement.record(out["device_info"], info.local_rank)
 
             # Local rank 0 samples every GPU of its node for the whole attempt (stopped below, or killed with us).

@@ -6,6 +6,7 @@ import importlib.metadata
 import os
 import platform
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,37 @@ def host_cpu() -> dict[str, Any]:
     except (OSError, ValueError):
         max_mhz = None
     return {"model": cpu_model(), "logical_cpus": os.cpu_count(), "usable_cpus": usable, "max_mhz": max_mhz}
+
+
+#: tiny operations a rank issues to time its host (:func:`host_dispatch`), and the repetitions of that loop
+DISPATCH_OPS = 2000
+DISPATCH_REPEATS = 3
+
+
+def host_dispatch(device: str, ops: int = DISPATCH_OPS, repeats: int = DISPATCH_REPEATS) -> dict[str, Any]:
+    """How fast this rank's host issues work: microseconds of host time per tiny operation (an in-place add on a
+    one-element tensor of the rank's device), the median of ``repeats`` loops of ``ops``, the device synchronised
+    before each loop and not inside it (on a GPU the loop times the host's dispatch and kernel launch, not the kernels).
+    In the host-bound regime the iteration lasts as long as the host takes to issue it, and the same configuration
+    took 0.72-1.07 s on four 2x H200 machines whose records name the same CPU (docs/projection.md): this is the
+    machine's host speed, measured. About 0.1 s per rank. ``{"dispatch_unavailable": why}`` where it cannot run."""
+    try:
+        import torch  # heavy: only ranks that already run torch call this
+
+        x = torch.zeros(1, device=device)
+        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+        per_op = []
+        for _ in range(repeats):
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(ops):
+                x.add_(1.0)
+            per_op.append((time.perf_counter() - t0) / ops * 1e6)
+            sync()
+        return {"dispatch_us_per_op": float(sorted(per_op)[len(per_op) // 2]), "dispatch_ops": ops,
+                "dispatch_repeats": repeats}
+    except Exception as e:  # noqa: BLE001 - a probe that cannot run leaves the record without it, saying why
+        return {"dispatch_unavailable": f"{type(e).__name__}: {e}"}
 
 
 def device_info(device: str) -> dict[str, Any]:
