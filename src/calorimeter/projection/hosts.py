@@ -1,20 +1,22 @@
 """The machine a measured cell ran on, and how fast its host issues work: a factor per machine on the host times of the
-host-bound regime (launch floor and ZeRO-3 idle), fitted together with them.
+host-bound regime (launch floor, ZeRO-3 idle, host gaps), fitted together with them.
 
 Why: in the host-bound regime the iteration lasts as long as the host takes to issue it, and hosts differ. TP2+SP
 overlap off at sequence 2048 took 0.72-0.77 s per iteration on the two 2026-11-23 2x H200 machines, 0.80-0.90 s on a
 third and 1.07 s on a fourth (2026-11-27), and the warm-up protocol and the node sampler do not explain it (an A/B on
 one machine: 0.80-0.90 s with and without either; results/reference/hostbound-2026-11-27). Every lent machine names
 its CPU "Intel(R) Xeon(R) Processor" with no clock, so the record's CPU model cannot tell them apart; the machine's own
-host-bound cells can: on the fourth machine every host-bound configuration was 1.2-1.6x slower than on the first.
+host-bound cells can: on the fourth machine every host-bound configuration was 1.2-1.6x slower than on the 2026-11-23
+findings machine. (Records from the third session's end also time the host: ``host_cpu.dispatch_us_per_op``,
+:func:`calorimeter.records.provenance.host_dispatch`; not yet used here, no GPU record has it.)
 
 A machine is told apart by its GPUs' UUIDs (:func:`calorimeter.findings.checks.physical_hosts`) and named by the
 smallest of them (``GPU-717f66b6``); the names are given once to all loaded cells
 (:func:`calorimeter.projection.measured.load_measured`), so a calibration on a subset keeps them. A machine's factor
 is the geometric mean of its host-bound cells' measured over modelled host time, shrunk toward 1 (an average machine) by
-:data:`SHRINK` pseudo-cells: the repetition noise of a host-bound cell on one machine (about 5-12%) against the spread
-between machines (up to 1.5x) puts one cell's worth of evidence at about four times the prior's weight. A projection
-for a machine with no host-bound cell in its calibration takes 1 and says so.
+:data:`SHRINK` pseudo-cells: the repetition noise of a host-bound cell on one machine (mostly 5-12%, once 30%)
+against the spread between machines (up to 1.5x) puts one cell's worth of evidence at about four times the prior's
+weight. A projection for a machine with no host-bound cell in its calibration takes 1 and says so.
 """
 
 from __future__ import annotations
