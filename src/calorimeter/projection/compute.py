@@ -82,7 +82,7 @@ class ComputeRates:
     def machine_factor(self, machine: str | None) -> float:
         """How much longer than an average calibrated host this machine's host takes (1 where never calibrated:
         :mod:`calorimeter.projection.hosts`)."""
-        return self.host_factor.get(machine, 1.0) if machine is not None else 1.0
+        return self.host_factor.get(machine, 1.0)  # None: never a key
 
     def host_gap_s(self, stage: StageWork, machine: str | None = None) -> tuple[float, float]:
         """(seconds per iteration spread over the micro-batches, seconds once per iteration) of host gaps, on this

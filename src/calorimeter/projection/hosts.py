@@ -42,10 +42,9 @@ def machine_keys(gpus: pd.DataFrame) -> dict[str, str]:
         return {}
     g = gpus.assign(node=gpus["node"] if "node" in gpus.columns else 0).reset_index(drop=True)
     host = physical_hosts(g)
-    uuid = g["uuid"].astype(str).where(g["uuid"].notna() & (g["uuid"].astype(str) != ""), "") if "uuid" in g else (
-        pd.Series("", index=g.index))
-    smallest = uuid.where(uuid != "").groupby(host).min()
-    name = host.map(lambda h: str(smallest.get(h))[:12] if isinstance(smallest.get(h), str) else str(h))
+    uuid = g["uuid"].fillna("").astype(str) if "uuid" in g.columns else pd.Series("", index=g.index)
+    smallest = uuid[uuid != ""].groupby(host[uuid != ""]).min().str[:12]
+    name = host.map(smallest).fillna(host)
     return {str(c): str(m) for c, m in name.groupby(g["cell_id"]).first().items()}
 
 
