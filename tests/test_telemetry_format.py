@@ -110,15 +110,17 @@ def test_host_reader_on_fake_tree(tmp_path: Path) -> None:
     h = HostReader(proc_root=proc, sys_root=sys_)
     h.probe(reg)
     assert reg.entries == {}
-    # busy = user+nice+system+irq+softirq+steal = 150, total = 1000; then +60 busy, +100 total
-    (proc / "stat").write_text("cpu  140 0 70 830 60 0 0 0 0 0\n")
+    # busy = user+nice+system+irq+softirq+steal = 150, total = 1000; then +60 busy (15 of it stolen), +100 total
+    (proc / "stat").write_text("cpu  130 0 65 830 60 0 0 15 0 0\n")
     vals = {(m, s): v for m, s, v in h.read()}
     assert vals[("cpu_util_pct", "all")] == pytest.approx(60.0)
+    assert vals[("cpu_steal_pct", "all")] == pytest.approx(15.0)
     assert vals[("cpu_temp_c", "thermal_zone0:x86_pkg_temp")] == pytest.approx(45.5)
     assert vals[("rapl_energy_uj", "intel-rapl:0:package-0")] == 123.0
     assert vals[("ib_tx_bytes", "mlx5_0/1")] == 4000.0 and vals[("ib_rx_bytes", "mlx5_0/1")] == 40.0
     assert h.info["rapl_max_energy_range_uj"] == {"intel-rapl:0:package-0": 262143328850.0}
-    assert parse_proc_stat_cpu("cpu  1 1 1 1\n") == (3, 4)
+    assert parse_proc_stat_cpu("cpu  1 1 1 1\n") == (3, 4, 0)
+    assert parse_proc_stat_cpu("cpu  1 1 1 1 0 0 0 2\n") == (5, 6, 2)
     assert cpu_util_pct((5, 10), (5, 10)) is None
 
 

@@ -30,6 +30,7 @@ from calorimeter.analysis.window import (
     THROTTLE_COLUMNS,
     THROTTLE_COUNTER_COLUMNS,
     GpuSamples,
+    time_average,
     valid_readings,
 )
 from calorimeter.plan.layout import Layout
@@ -468,6 +469,25 @@ def _find(obj: Any, key: str) -> list[Any]:
     return out
 
 
+def host_window_metrics(host: pd.DataFrame | None, begin: float, end: float) -> dict[str, float]:
+    """The hosts over the measured window: ``host_cpu_util_pct`` (time average of every CPU's busy share, mean over
+    nodes) and ``host_steal_pct`` (share stolen by the hypervisor, the largest node's: the slowest host bounds a
+    host-bound step). NaN where not sampled (steal: records from before 2026-11-27, fourth session)."""
+    out = {"host_cpu_util_pct": float("nan"), "host_steal_pct": float("nan")}
+    if host is None or host.empty or begin != begin:
+        return out
+    for metric, col, how in (("cpu_util_pct", "host_cpu_util_pct", np.mean), ("cpu_steal_pct", "host_steal_pct",
+                                                                              np.max)):
+        per_node = []
+        for _, g in host[host["metric"] == metric].dropna(subset=["value"]).groupby("node"):
+            g = g.sort_values("time_s")
+            per_node.append(time_average(g["time_s"].to_numpy(float), g["value"].to_numpy(float), begin, end))
+        per_node = [v for v in per_node if v == v]
+        if per_node:
+            out[col] = float(how(per_node))
+    return out
+
+
 def _tag(df: pd.DataFrame, cell_id: str) -> pd.DataFrame:
     if df is None or df.empty:
         return pd.DataFrame({"cell_id": pd.Series(dtype="object")})
@@ -499,8 +519,8 @@ def cell_tables(cell_dir: str | Path, record: RunRecord | None = None, skip: Col
     cid = record.cell_id
     row = record_row(record)
     ranks = rank_table(record)
-    steps, tele, kern_raw = (_read_parquet(path) if path.name not in skip else None
-                             for path in (paths.steps, paths.telemetry, paths.kernels))
+    steps, tele, kern_raw, host = (_read_parquet(path) if path.name not in skip else None
+                                   for path in (paths.steps, paths.telemetry, paths.kernels, paths.host_telemetry))
     notes = []
     meta: Any = None
     meta_path = paths.telemetry_json
@@ -516,6 +536,7 @@ def cell_tables(cell_dir: str | Path, record: RunRecord | None = None, skip: Col
             notes.append("telemetry.json unreadable")
     begin, end, n_steps = measured_window(steps)
     row["measured_begin_s"], row["measured_end_s"] = begin, end
+    row.update(host_window_metrics(host, begin, end))
     gpus = pd.DataFrame()
     gpu_map = None
     samples: dict[tuple[int, int], GpuSamples] = {}

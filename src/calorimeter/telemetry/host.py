@@ -15,15 +15,16 @@ HOST_DEVICE = "host"
 IB_WORD_BYTES = 4
 
 
-def parse_proc_stat_cpu(text: str) -> tuple[int, int]:
+def parse_proc_stat_cpu(text: str) -> tuple[int, int, int]:
     """Parse the aggregate ``cpu`` line of /proc/stat.
 
     Args:
         text: Content of /proc/stat.
 
     Returns:
-        ``(busy_jiffies, total_jiffies)``, where idle and iowait count as not busy and guest time
-        (already inside user/nice) is not counted twice.
+        ``(busy_jiffies, total_jiffies, steal_jiffies)``, where idle and iowait count as not busy and guest time
+        (already inside user/nice) is not counted twice; steal (time a virtual machine's CPUs were ready but the
+        hypervisor ran something else) counts as busy and is also given alone.
     """
     for line in text.splitlines():
         if line.startswith("cpu "):
@@ -31,17 +32,27 @@ def parse_proc_stat_cpu(text: str) -> tuple[int, int]:
             vals += [0] * (10 - len(vals))
             user, nice, system, idle, iowait, irq, softirq, steal = vals[:8]
             total = user + nice + system + idle + iowait + irq + softirq + steal
-            return total - idle - iowait, total
+            return total - idle - iowait, total, steal
     raise ValueError("no aggregate 'cpu' line in /proc/stat")
 
 
-def cpu_util_pct(prev: tuple[int, int], cur: tuple[int, int]) -> float | None:
+def cpu_util_pct(prev: tuple[int, ...], cur: tuple[int, ...]) -> float | None:
     """Busy share of all CPUs between two /proc/stat readings, in percent (None if no time passed)."""
     d_busy = cur[0] - prev[0]
     d_total = cur[1] - prev[1]
     if d_total <= 0:
         return None
     return 100.0 * d_busy / d_total
+
+
+def cpu_steal_pct(prev: tuple[int, int, int], cur: tuple[int, int, int]) -> float | None:
+    """Stolen share of all CPUs between two /proc/stat readings, in percent (None if no time passed): on a virtual
+    machine, the time its CPUs were runnable while the hypervisor ran another guest. A host-bound cell waits on its
+    host, so a host that lost CPU time to other guests runs it slower (docs/projection.md, host speed)."""
+    d_total = cur[1] - prev[1]
+    if d_total <= 0:
+        return None
+    return 100.0 * (cur[2] - prev[2]) / d_total
 
 
 def _read_text(path: Path) -> str:
@@ -69,7 +80,7 @@ class HostReader:
     sys_root: Path = Path("/sys")
     sensors: list[_Sensor] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
-    _prev_stat: tuple[int, int] | None = None
+    _prev_stat: tuple[int, int, int] | None = None
     _stat_ok: bool = False
 
     def probe(self, registry: UnavailableRegistry) -> None:
@@ -160,11 +171,13 @@ class HostReader:
                     util = cpu_util_pct(self._prev_stat, cur)
                     if util is not None:
                         out.append(("cpu_util_pct", "all", util))
+                        out.append(("cpu_steal_pct", "all", cpu_steal_pct(self._prev_stat, cur)))
                         self._prev_stat = cur
                 else:
                     self._prev_stat = cur
             except (OSError, ValueError):
                 out.append(("cpu_util_pct", "all", None))
+                out.append(("cpu_steal_pct", "all", None))
         for s in self.sensors:
             try:
                 value: float | None = float(_read_text(s.path)) * s.scale

@@ -112,7 +112,8 @@ HOST_SCHEMA: pa.Schema = pa.schema(
 
 #: Host metric names (``metric`` column of the host stream).
 HOST_METRICS: tuple[str, ...] = (
-    "cpu_util_pct",  # /proc/stat, busy share of all CPUs since the previous sample
+    "cpu_util_pct",  # /proc/stat, busy share of all CPUs since the previous sample (steal counts as busy)
+    "cpu_steal_pct",  # /proc/stat, share of all CPUs stolen by the hypervisor since the previous sample
     "cpu_temp_c",  # /sys/class/thermal/thermal_zone*/temp or hwmon temp*_input, / 1000
     "rapl_energy_uj",  # /sys/class/powercap/intel-rapl:*/energy_uj (cumulative, wraps at max_energy_range_uj)
     "ib_tx_bytes",  # /sys/class/infiniband/<dev>/ports/<p>/counters/port_xmit_data * 4 (cumulative)
