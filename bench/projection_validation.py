@@ -1,6 +1,6 @@
 """Projection accuracy on held-out current-engine cells: issue 23's targets, from the committed measurements.
 
-    python bench/projection_validation.py [--out validation.json] [--table validation.csv]
+    python bench/projection_validation.py [--out validation.json] [--table validation.csv.gz]
 
 Leave one configuration out over every committed current-engine set (findings on 2x H200 and 1x H100, TP overlap,
 placement, fidelity, the engine benchmark; and any committed calibration sweep): for each GPU type's newest engine
@@ -89,8 +89,9 @@ def main() -> None:
     if args.out:
         args.out.write_text(json.dumps(summary, indent=1, default=float).replace(here, "") + "\n")
     if args.table:
-        table.to_csv(args.table, index=False)
-        args.table.write_text(args.table.read_text().replace(here, ""))
+        text = table.select_dtypes(exclude="number").columns  # compressed when the name ends .gz (pandas)
+        table.assign(**{c: table[c].astype(str).str.replace(here, "", regex=False) for c in text}).to_csv(
+            args.table, index=False)
 
 
 if __name__ == "__main__":

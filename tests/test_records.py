@@ -40,10 +40,14 @@ def test_records_and_tables_are_written_zstd_compressed_and_read_back_unchanged(
     from calorimeter.records.atomic import write_parquet_atomic
 
     df = pd.DataFrame({"time_s": [0.05 * i for i in range(400)], "power_w": [650.0 + (i % 7) for i in range(400)],
-                       "gpu": ["GPU-x"] * 400})
+                       "gpu": ["GPU-x"] * 400, "reasons": pd.array([4, None] * 200, dtype="UInt64")})
     write_parquet_atomic(tmp_path / "t.parquet", df)
     meta = pq.ParquetFile(tmp_path / "t.parquet").metadata
     assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {"ZSTD"}
+    enc = {meta.schema.column(i).name: meta.row_group(0).column(i).encodings for i in range(meta.num_columns)}
+    # floats byte-stream split (parquet_options: 15% smaller reference data), the others dictionary-encoded
+    assert "BYTE_STREAM_SPLIT" in enc["time_s"] and "BYTE_STREAM_SPLIT" in enc["power_w"]
+    assert "RLE_DICTIONARY" in enc["gpu"] and "BYTE_STREAM_SPLIT" not in enc["gpu"]
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "t.parquet"), df)
 
 

@@ -13,7 +13,9 @@
 # --files0-from=-`) and this archive 10,592 KiB, 66.3 MiB together, over the 64 MiB a call may carry; with every
 # committed Parquet file re-encoded zstd the tree took 50,092 KiB (59.3 MiB with the archive). The reference data
 # grows by ~4 MB per device session: when it is over again, list what the node already has (one call carrying
-# nothing: `python3 -m pip list`) and rebuild .whl/ with `--skip` for those before packing.
+# nothing: `python3 -m pip list`) and rebuild .whl/ with `--skip` for those before packing. 2026-11-27 (fourth
+# session): the tree alone took 66,156 KiB, over the limit with nothing carried; every Parquet file re-encoded
+# (records/atomic.parquet_options: floats byte-stream split) and the validation tables gzipped: 58,116 KiB.
 set -euo pipefail
 TMP=$(mktemp -d)
 mkdir "$TMP/.whl"

@@ -51,9 +51,27 @@ def write_json_atomic(path: Path, obj: Any, fsync: bool = True) -> None:
 PARQUET_COMPRESSION: dict[str, Any] = {"compression": "zstd", "compression_level": 9}
 
 
+def parquet_options(schema: Any) -> dict[str, Any]:
+    """How every record and table is written, for an Arrow schema: :data:`PARQUET_COMPRESSION`; floating-point
+    columns byte-stream split (their bytes grouped by position, which zstd compresses far better than a dictionary
+    of distinct timestamps and readings), the others dictionary-encoded; no column statistics (files this small are
+    read whole). Lossless: the same table reads back. On the committed reference data (982 files) 15% fewer bytes
+    than zstd alone (2026-11-27: the checkout had grown past the 64 MiB a device call may carry)."""
+    import pyarrow as pa  # heavy: only writers import it
+
+    floats = [f.name for f in schema if pa.types.is_floating(f.type)]
+    others = [f.name for f in schema if not pa.types.is_floating(f.type)]
+    return {**PARQUET_COMPRESSION, "use_dictionary": others or False, "use_byte_stream_split": floats or False,
+            "write_statistics": False}
+
+
 def write_parquet_atomic(path: Path, df: Any) -> None:
-    """Atomically write a pandas frame as Parquet (without its index, :data:`PARQUET_COMPRESSION`)."""
-    write_atomic(path, lambda tmp: df.to_parquet(tmp, index=False, **PARQUET_COMPRESSION))
+    """Atomically write a pandas frame as Parquet (without its index, :func:`parquet_options`)."""
+    import pyarrow as pa  # heavy: only writers import it
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    write_atomic(path, lambda tmp: pq.write_table(table, tmp, **parquet_options(table.schema)))
 
 
 def _clean(obj: Any) -> Any:
