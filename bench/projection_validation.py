@@ -56,8 +56,17 @@ def main() -> None:
                   f"(projected host-bound {v.get('coverage_host_bound', float('nan')):4.0%} of "
                   f"{v.get('cells_host_bound', 0)}, others {v.get('coverage_gpu_bound', float('nan')):4.0%}; "
                   f"median band +-{v.get('band_median', float('nan')):.1%})  n={v['cells']}")
+        for m in ("tokens_per_s_per_gpu", "energy_per_token_j", "power_avg_w"):
+            v = g[m]
+            print(f"  {m:22s} in calibrated range ({v['cells_in_range']}): median {v['median_abs_in_range']:5.1%} "
+                  f"max {v['max_abs_in_range']:5.1%} mean signed {v['mean_signed_in_range']:+5.1%}; "
+                  f"configurations on a machine, repetitions averaged ({v['cells_per_machine']}): median "
+                  f"{v['median_abs_per_machine']:5.1%} max {v['max_abs_per_machine']:5.1%} "
+                  f"mean signed {v['mean_signed_per_machine']:+5.1%}")
         print(f"  targets, all held-out cells: {g['targets_met']}")
         print(f"  targets, GPU-bound cells:    {g['targets_met_gpu_bound']}")
+        print(f"  targets, in calibrated range: {g['targets_met_in_range']}")
+        print(f"  targets, configurations on a machine (repetitions averaged): {g['targets_met_per_machine']}")
         print("  per fold: tokens/s, energy/token, power: mean signed error [covered]; notes")
         for fold, f in g["per_fold"].items():
             parts = []

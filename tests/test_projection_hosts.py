@@ -100,3 +100,39 @@ def test_a_rank_times_its_host_issuing_tiny_operations() -> None:
     assert 0 < got["dispatch_us_per_op"] < 1e4 and got["dispatch_ops"] == 200 and got["dispatch_repeats"] == 3
     bad = host_dispatch("no-such-device", ops=10)
     assert "dispatch_us_per_op" not in bad and bad["dispatch_unavailable"]
+
+
+def test_host_bound_cells_of_another_gpu_type_with_the_same_software_join_the_host_fit() -> None:
+    """calibration.host_bound_elsewhere: the H200 host-probe cells (host-bound, same engine build) join the H100
+    calibration's host fit and the H100 ones never count twice; another software build brings none."""
+    from dataclasses import replace
+
+    from calorimeter.projection.calibration import host_bound_elsewhere
+    from calorimeter.projection.fingerprint import fingerprint_of
+    from calorimeter.projection.measured import load_measured
+
+    base = ROOT / "results/reference/hostprobe-2026-11-27"
+    ms = load_measured([str(base / "h100x2-hostprobe"), str(base / "h200x2-hostprobe")])
+    runs = ms.runs.set_index("cell_id")
+    h100 = set(ms.runs.cell_id[ms.runs.hardware == "h100"])
+    fp = fingerprint_of(runs.loc[sorted(h100)[0]])
+    got = host_bound_elsewhere(ms, h100, fp)
+    assert {c for c, _, _ in got} == set(ms.runs.cell_id[ms.runs.hardware == "h200"])
+    assert all(busy < 0.8 * t for _, busy, t in got)
+    assert host_bound_elsewhere(ms, h100, replace(fp, torch="2.10.0")) == []
+
+
+def test_full_clock_gpus_all_at_one_activity_get_no_line_of_their_own() -> None:
+    """power.fit_power: twelve full-clock GPUs all near 50% busy (the 2x H100 host probe) cannot set a slope; their
+    own line put the 1-GPU H100 cells 15-35% low. Spread over 10-60% busy, they get it."""
+    from calorimeter.projection.power import fit_power
+
+    def rows(acts: list[float], power: float, slope: float) -> list[tuple[str, dict[str, float], float]]:
+        return [(f"c{i}", {"u_gemm": a, "u_other": 0.0, "u_comm": 0.0}, power + slope * a) for i, a in enumerate(acts)]
+
+    managed = rows([0.8 + 0.02 * i for i in range(8)], 400.0, 300.0)
+    narrow = rows([0.47 + 0.005 * i for i in range(12)], 150.0, 600.0)
+    wide = rows([0.1 + 0.05 * i for i in range(12)], 150.0, 600.0)
+    clocks = [1730.0] * 8 + [1980.0] * 12
+    assert fit_power(managed + narrow, 700.0, clocks).coef_full_clock == {}
+    assert fit_power(managed + wide, 700.0, clocks).coef_full_clock["u_gemm"] == pytest.approx(600.0, rel=0.01)

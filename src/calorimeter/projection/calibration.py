@@ -178,12 +178,37 @@ def cell_tp_overlap(cell: Cell, recorded: object) -> str:
     return str(recorded) if recorded in TP_OVERLAP_MECHANISMS else "none"
 
 
+def host_bound_elsewhere(ms: MeasuredSet, own: set[str], fp: Fingerprint) -> list[tuple[str, float, float]]:
+    """The traced host-bound cells without pipeline that ran the same software as ``fp`` on another GPU type:
+    (cell id, its busiest rank's kernel-busy seconds, its iteration seconds).
+
+    Their host times (the launch floor, the ZeRO-3 idle) join the host fit of ``fp``'s calibration: in the host-bound
+    regime the iteration lasts as long as the host takes to issue it, which depends on the software and the host, not
+    on the GPU that runs the kernels. Precondition, checked on the lent machines (2026-11-27): the H100 and H200 nodes
+    have the same host (32 vCPUs of an ``Intel(R) Xeon(R) Processor`` family 6 model 207 under KVM, 2100 MHz); each
+    machine keeps its own factor (:mod:`calorimeter.projection.hosts`). Without it, a GPU type with host-bound cells of
+    only two configurations (2x H100: TP2+SP and ZeRO-3 at 2048) fitted a launch floor that put its 1-GPU cells
+    at 2-4x their measured time."""
+    runs = ms.runs.set_index("cell_id")
+    out = []
+    for cid, k in ms.kernels.groupby("cell_id"):
+        if cid in own or cid not in runs.index or fingerprint_of(runs.loc[cid]).software != fp.software:
+            continue
+        if not fp.kernels_recorded or ms.cell(cid).pp != 1:
+            continue
+        busy, t_iter = float(k["busy_s"].max()), float(runs.loc[cid, "iteration_time_s"])
+        if busy < HOST_BOUND_BUSY_FRAC * t_iter:
+            out.append((str(cid), busy, t_iter))
+    return out
+
+
 def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None = None,
               fingerprint: str | None = None) -> Calibration:
     """Fit one calibration on the cells of ``ms`` run on ``hardware`` (and, if given, with this fingerprint key).
 
     Compute rates and host gaps are fitted on the traced, GPU-bound cells; the host launch time and the GPU's idle
-    time on the traced, host-bound cells without pipeline; the power model on every GPU with telemetry.
+    time on the traced, host-bound cells without pipeline, of this GPU type and of any other that ran the same
+    software (:func:`host_bound_elsewhere`); the power model on every GPU with telemetry.
 
     Args:
         ms: measured cells (any hardware; only ``hardware``'s are used).
@@ -249,6 +274,12 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
             if shares and g.get("power_avg_w", 0) > 0:
                 power_rows.append((cid, shares, float(g["power_avg_w"])))
                 power_clock.append(float(g.get("sm_clock_avg_mhz", float("nan"))))
+    if usable and "fingerprint" in runs:
+        for cid, busy, t_iter in host_bound_elsewhere(ms, set(on_hw), fingerprint_of(runs.loc[usable[0]])):
+            cell, r = ms.cell(cid), runs.loc[cid]
+            launch_rows.append((cid, workload(cell).stages[0], t_iter, cell_tp_overlap(cell, r.get("tp_overlap"))))
+            launch_busy.append(busy)
+            launch_machines.append(machine_of(r))
     curves = trace_points(comm_rows)[list(CURVE_COLUMNS)]
     if collectives is not None and not collectives.empty:
         curves = pd.concat([collectives[list(CURVE_COLUMNS)], curves], ignore_index=True)

@@ -35,6 +35,9 @@ from calorimeter.records.paths import SweepPaths
 UNRECORDED = "unrecorded"
 #: the fields that make up an engine build's identity (the key); tp_overlap is the cell's
 KEY_FIELDS: tuple[str, ...] = ("gpu", "power_limit_w", "torch", "deepspeed", "megatron_core", "attention", "fused")
+#: the key fields the host's side of an iteration depends on: the software that issues the work, not the GPU that
+#: runs it (the host-bound floor of one configuration is the host's: calorimeter.projection.hosts)
+SOFTWARE_FIELDS: tuple[str, ...] = ("torch", "deepspeed", "megatron_core", "attention", "fused")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,11 @@ class Fingerprint:
         """Short stable id of the engine fields: ``<attention>-<fused>-<hash8>``."""
         digest = hashlib.sha1(json.dumps(self.engine, sort_keys=True).encode()).hexdigest()[:8]
         return f"{self.attention}-{self.fused}-{digest}"
+
+    @property
+    def software(self) -> dict[str, str]:
+        """The :data:`SOFTWARE_FIELDS`: the same on two GPU types when one engine build ran on both."""
+        return {f: getattr(self, f) for f in SOFTWARE_FIELDS}
 
     @property
     def kernels_recorded(self) -> bool:
@@ -162,5 +170,5 @@ def fingerprint_of(row: pd.Series | dict[str, Any]) -> Fingerprint:
     return Fingerprint.from_dict({f.name: row.get(f.name) for f in fields(Fingerprint)})
 
 
-__all__ = ["KEY_FIELDS", "UNRECORDED", "Fingerprint", "fingerprint_of", "from_record", "matches",
+__all__ = ["KEY_FIELDS", "SOFTWARE_FIELDS", "UNRECORDED", "Fingerprint", "fingerprint_of", "from_record", "matches",
            "read_fingerprints", "recorded_at"]

@@ -13,8 +13,11 @@ clock is the full 1980 MHz up to ~50% busy and falls to ~1730 MHz at 100% (power
 steeply from ~160-230 W at 10-30% busy to ~450 W at 50%, then flattens (~590-625 W from 80%): one line through all of
 them put its constant at ~250 W and predicted the 25-35%-busy GPUs 20-35% high. The full-clock line is fitted on the
 GPUs whose average SM clock is within :data:`FULL_CLOCK_SHARE` of the calibration's highest, the managed one on the
-others (censored at the power limit); where either group is smaller than :data:`MIN_GPUS`, one line on every GPU, as
-before (the H100 sets: every GPU below its full clock). Coefficients by non-negative least squares on every GPU of
+others (censored at the power limit); where either group is smaller than :data:`MIN_GPUS`, or the full-clock GPUs'
+activity (the sum of the three shares) spans less than :data:`MIN_FULL_CLOCK_SPAN` (their slope is not determined by
+them), one line on every GPU, as before (the H100 sets: the 1-GPU cells all below their full clock, the 2-GPU
+host-bound cells at full clock but all at 47-52% busy: a full-clock line through them predicted the 1-GPU cells
+15-35% low). Coefficients by non-negative least squares on every GPU of
 every calibration cell, with the measured kernel shares of the GPU's pipeline stage (the traced rank of that stage)
 and the measured average power (``gpus.parquet``). Energy per iteration is then the sum over the cell's GPUs of power
 x iteration time.
@@ -34,6 +37,8 @@ CAPPED_SHARE = 0.97
 FULL_CLOCK_SHARE = 0.97
 #: the fewest GPUs a regime's line is fitted on (fewer: one line for both)
 MIN_GPUS = 8
+#: the narrowest range of activity (sum of the shares) the full-clock GPUs must span for their own line
+MIN_FULL_CLOCK_SPAN = 0.2
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,9 @@ def fit_power(rows: list[tuple[str, dict[str, float], float]], cap_w: float,
         np.zeros(len(rows), bool))
     managed = np.isfinite(clk) & ~full
     full_coef: dict[str, float] = {}
-    if full.sum() >= MIN_GPUS and managed.sum() >= MIN_GPUS:
+    activity = x[:, 1:].sum(axis=1)
+    span = float(np.ptp(activity[full])) if full.any() else 0.0
+    if full.sum() >= MIN_GPUS and managed.sum() >= MIN_GPUS and span >= MIN_FULL_CLOCK_SPAN:
         beta = _fit_line(x[managed], y[managed], w[managed], cap_w)
         full_coef = {k: float(b) for k, b in zip(POWER_FEATURES, _fit_line(x[full], y[full], w[full], cap_w),
                                                  strict=True)}

@@ -53,6 +53,10 @@ DEFAULT_CALIBRATION: tuple[str, ...] = (
     "results/reference/hostbound-2026-11-27/ab/ab-steady-1/h200x2-hostbound-ab-steady",
     "results/reference/hostbound-2026-11-27/ab/ab-nosampler-2/h200x2-hostbound-ab-nosampler",
     "results/reference/hostbound-2026-11-27/ab/ab-fixed-3/h200x2-hostbound-ab-fixed",
+    # 2026-11-27, fourth session: TP2+SP overlap off and ZeRO-3 dp2 at 2048, three repetitions each on a sixth 2x H200
+    # machine and on 2x H100 (the first 2-GPU H100 cells of the current engine), with the host probes in the records
+    "results/reference/hostprobe-2026-11-27/h200x2-hostprobe",
+    "results/reference/hostprobe-2026-11-27/h100x2-hostprobe",
     *SETS_2026_11_21,
 )
 #: calibration sweeps (config/reference/<gpu>-calibration.yaml, kept as results/reference/<gpu>-calibration-<date>/)
