@@ -438,3 +438,18 @@ def test_repetition_means_average_runs_of_a_configuration_on_a_machine_before_th
     s = _stats(t)["iteration_time_s"]
     assert s["max_abs"] == pytest.approx(1.0) and s["max_abs_in_range"] == pytest.approx(1 / 0.8 - 1)
     assert s["max_abs_per_machine"] == pytest.approx(1.0) and s["cells_per_machine"] == 2
+
+
+def test_a_gpu_type_without_collective_curves_takes_those_of_the_same_link_and_says_so() -> None:
+    """calibration.collectives_for: own curves first; H100 (no curve of its own) the H200 ones, NVLink 4 NV18 as it,
+    labelled assumed; a profile with another link (MI250) none; no points: none."""
+    from calorimeter.projection.calibration import collectives_for
+
+    pts = pd.DataFrame({"kind": ["all_gather"] * 2, "role": ["sync"] * 2, "group": [2, 2],
+                        "size_bytes": [1e6, 1e8], "time_s": [1e-5, 3e-4], "source": ["nccl h200"] * 2,
+                        "hardware": ["h200"] * 2})
+    assert collectives_for(pts, "h200")["source"].tolist() == ["nccl h200"] * 2
+    h100 = collectives_for(pts, "h100")
+    assert h100["time_s"].tolist() == pts["time_s"].tolist()
+    assert all(s.startswith("nccl h200 (assumed: h200 curve for h100") for s in h100["source"])
+    assert collectives_for(pts, "mi250") is None and collectives_for(pts.iloc[:0], "h100") is None

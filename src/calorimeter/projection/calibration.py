@@ -323,13 +323,33 @@ def calibrate_all(sources: list[str], collectives: list[str] | None = None,
     out = {}
     for (hw, key), _ in ms.runs.groupby(["hardware", "fingerprint"], sort=True):
         try:
-            cal = calibrate(ms, hw, points[points.hardware == hw] if not points.empty else None, key)
+            cal = calibrate(ms, hw, collectives_for(points, hw), key)
         except ValueError:
             continue
         out[cal.key] = cal
     if not out:
         raise ValueError(f"no usable measured cell in {list(sources)}")
     return out
+
+
+def collectives_for(points: pd.DataFrame | None, hardware: str) -> pd.DataFrame | None:
+    """The collective curve points a calibration of ``hardware`` uses: its own GPU type's; where it has none, a GPU type
+    with the same intra-node link (interconnect and bandwidth of the hardware profiles) as a stated fallback, each
+    point's ``source`` naming it (the projected row's ``assumed`` says so). Why: NCCL's time over NVLink is the
+    link's, and the 2x H100 cells with no H100 curve took the link spec, 2-4x under their traced all-gathers
+    (2026-11-27: 0.10 s against 0.17-0.30 s per iteration); the H200 curves on the same NVLink 4 gave 0.22-0.26 s."""
+    if points is None or points.empty:
+        return None
+    own = points[points["hardware"] == hardware]
+    if len(own):
+        return own
+    hw = get_profile(hardware)
+    for other, g in points.groupby("hardware", sort=True):
+        o = get_profile(str(other))
+        if o.interconnect == hw.interconnect and o.link_gbyte_s == hw.link_gbyte_s and hw.link_gbyte_s:
+            return g.assign(source=[f"{src} (assumed: {other} curve for {hardware}, same link {hw.interconnect})"
+                                    for src in g["source"]])
+    return None
 
 
 def collective_points(sources: list[str]) -> pd.DataFrame:

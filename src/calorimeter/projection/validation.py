@@ -28,7 +28,7 @@ import pandas as pd
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.work import workload
-from calorimeter.projection.calibration import Calibration, calibrate, cell_tp_overlap, machine_of
+from calorimeter.projection.calibration import Calibration, calibrate, cell_tp_overlap, collectives_for, machine_of
 from calorimeter.projection.fingerprint import UNRECORDED
 from calorimeter.projection.measured import HOST_BOUND_BUSY_FRAC, MeasuredSet, cell_from_row, load_measured
 from calorimeter.projection.model import Projector
@@ -215,7 +215,7 @@ def loco(ms: MeasuredSet, fingerprints: dict[str, str] | None = None, collective
         if fingerprints is not None and fingerprints.get(hw) != key:
             continue
         g = runs.loc[idx]
-        pts = collectives[collectives.hardware == hw] if collectives is not None and len(collectives) else None
+        pts = collectives_for(collectives, hw)
         if g["fold_key"].nunique() < min_configs:
             continue
         for fk, test in g.groupby("fold_key", sort=True):
