@@ -41,13 +41,20 @@ def _write(tmp_path: Path) -> tuple[CellPaths, dict]:
 
 
 def test_modified_tree_keeps_its_patch_which_gives_back_the_code(repo: Path, tmp_path: Path) -> None:
+    data = repo / "results" / "reference" / "telemetry.parquet"
+    data.parent.mkdir(parents=True)
+    data.write_bytes(b"PAR1 committed")
+    _git(repo, "add", "results")
+    _git(repo, "commit", "-qm", "data")
     (repo / "engine.py").write_text("STEPS = 5  # measured with this\n")
+    data.write_bytes(b"PAR1 re-encoded" * 1000)  # measurements changed too: not code, left out of the patch
     cell, rec = _write(tmp_path)
     git = rec["provenance"]["git"]
     assert git["dirty"] is True and git["patch"] == PATCH_NAME
     patch = (cell.root / PATCH_NAME).read_bytes()
     assert patch == (cell.attempt("20260101T000000Z").root / PATCH_NAME).read_bytes()
     assert git["patch_sha256"] == hashlib.sha256(patch).hexdigest() and git["patch_bytes"] == len(patch)
+    assert b"engine.py" in patch and b"telemetry.parquet" not in patch and git["patch_excludes"] == ["results/"]
     # commit + patch = the measured code
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)

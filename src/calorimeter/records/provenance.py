@@ -43,14 +43,21 @@ def git_state(repo: Path | None = None) -> dict[str, Any]:
 PATCH_NAME = "source.patch"
 
 
+#: tracked paths left out of a record's patch: measurements, not the code that measures (a device node whose git
+#: metadata predated a re-encoding of the committed reference data wrote a 60 MB patch per cell, 2026-11-27)
+PATCH_EXCLUDES: tuple[str, ...] = ("results/",)
+
+
 def git_patch(repo: Path | None = None) -> str | None:
-    """``git diff HEAD`` of the tracked files (binary changes included): what a modified tree adds to its commit.
+    """``git diff HEAD`` of the tracked files (binary changes included) outside :data:`PATCH_EXCLUDES`: what a
+    modified tree adds to its commit's code.
 
     None outside git; an empty string for a clean tree. Untracked files are not in it (``git status`` does not call
     them a modification either).
     """
     try:
-        return subprocess.run(["git", "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff"],
+        return subprocess.run(["git", "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--", ":(top)",
+                               *(f":(top,exclude){p}" for p in PATCH_EXCLUDES)],
                               cwd=str(repo or Path.cwd()), capture_output=True, text=True, timeout=30,
                               check=True).stdout
     except (OSError, subprocess.SubprocessError):

@@ -17,7 +17,7 @@ from calorimeter.records import job_states
 from calorimeter.records.atomic import write_atomic, write_json_atomic, write_parquet_atomic
 from calorimeter.records.metrics import step_times_s, throughput_metrics
 from calorimeter.records.paths import AttemptPaths, CellPaths
-from calorimeter.records.provenance import PATCH_NAME, git_patch, git_state, package_versions
+from calorimeter.records.provenance import PATCH_EXCLUDES, PATCH_NAME, git_patch, git_state, package_versions
 from calorimeter.records.run_record import SCHEMA_VERSION
 
 RANK_KEYS = ("rank", "local_rank", "node", "hostname", "host_cpu", "backend", "device", "device_info", "pid",
@@ -224,7 +224,8 @@ def write_cell_record(cell: CellPaths, attempt: AttemptPaths, record: dict[str, 
 
 
 def _keep_patch(cell: CellPaths, attempt: AttemptPaths, record: dict[str, Any]) -> None:
-    """A record from a modified tree keeps the modification: ``source.patch`` (``git diff HEAD``) next to its
+    """A record from a modified tree keeps the modification: ``source.patch`` (``git diff HEAD`` outside the
+    measurements, :data:`~calorimeter.records.provenance.PATCH_EXCLUDES`) next to its
     run.json in the cell and the attempt folder, named with its SHA-256 under ``provenance.git`` (so that commit +
     patch give back the code that measured)."""
     git = (record.get("provenance") or {}).get("git") or {}
@@ -242,3 +243,4 @@ def _keep_patch(cell: CellPaths, attempt: AttemptPaths, record: dict[str, Any]) 
     git["patch"] = PATCH_NAME
     git["patch_sha256"] = hashlib.sha256(data).hexdigest()
     git["patch_bytes"] = len(data)
+    git["patch_excludes"] = list(PATCH_EXCLUDES)
