@@ -281,18 +281,23 @@ def machine_spread(ms: MeasuredSet) -> dict[str, Any]:
 def add_bands(table: pd.DataFrame, coverage: float = COVERAGE) -> pd.DataFrame:
     """Each held-out row's band per metric, from the other folds of its group (same hardware and fingerprint,
     ``relation = match``) in the row's regime (:func:`predicted_regime`: host-bound rows from host-bound rows, the
-    others from the others; all rows where a regime has fewer than :data:`BAND_MIN_CELLS`): the ``coverage`` quantile
-    of their absolute errors; and whether the row lies within it."""
+    others from the others; a GPU type with fewer than :data:`BAND_MIN_CELLS` host-bound rows adds the other GPU
+    types' (its host times are fitted over GPU types: :func:`calorimeter.projection.calibration.host_bound_elsewhere`);
+    all rows where a regime has still fewer): the ``coverage`` quantile of their absolute errors; and whether the row
+    lies within it."""
     table = table.copy()
     match = table["relation"] == "match"
     regime = predicted_regime(table)
     for m in METRICS:
         table[f"{m}_band"] = math.nan
         table[f"{m}_covered"] = pd.NA
-        for (_hw, _fp), g in table[match].groupby(["hardware", "fingerprint"]):
+        for (hw, _fp), g in table[match].groupby(["hardware", "fingerprint"]):
+            elsewhere = table.loc[match & regime & (table["hardware"] != hw), f"{m}_rel_error"].abs().dropna()
             for (fold, hb), h in g.groupby([g["fold"], regime[g.index]]):
                 others = g.loc[g["fold"] != fold, f"{m}_rel_error"]
                 same = others[regime[others.index] == hb].abs().dropna()
+                if hb and len(same) < BAND_MIN_CELLS and len(same) + len(elsewhere) >= BAND_MIN_CELLS:
+                    same = pd.concat([same, elsewhere])  # host times are fitted over GPU types: so is their band
                 others = same if len(same) >= BAND_MIN_CELLS else others.abs().dropna()
                 if len(others) < 3:
                     continue
@@ -458,15 +463,20 @@ def _host_bound(t: pd.DataFrame) -> pd.Series:
     return t["notes"].fillna("").str.startswith("host-bound")
 
 
-def error_band(table: pd.DataFrame, quantile: float = COVERAGE, host_bound: bool | None = None) -> dict[str, float]:
+def error_band(table: pd.DataFrame, quantile: float = COVERAGE, host_bound: bool | None = None,
+               elsewhere: pd.DataFrame | None = None) -> dict[str, float]:
     """Relative half-width of the projection's error band per metric: this quantile of the held-out absolute
     errors (``relation = match`` rows where the column exists); ``host_bound``: only the rows the projection called
-    host-bound (True) or not (False), all rows where those are fewer than :data:`BAND_MIN_CELLS`."""
+    host-bound (True) or not (False), all rows where those are fewer than :data:`BAND_MIN_CELLS`; ``elsewhere``: the
+    other GPU types' rows, whose host-bound ones join too few host-bound rows (as in :func:`add_bands`)."""
     if table.empty:
         return {}
     t = table[table["relation"] == "match"] if "relation" in table else table
     if host_bound is not None:
         same = t[predicted_regime(t) == host_bound]
+        if host_bound and elsewhere is not None and len(same) < BAND_MIN_CELLS:
+            other = elsewhere[(elsewhere["relation"] == "match") & predicted_regime(elsewhere)]
+            same = pd.concat([same, other]) if len(same) + len(other) >= BAND_MIN_CELLS else same
         t = same if len(same) >= BAND_MIN_CELLS else t
     band = {}
     for m in METRICS:
@@ -487,7 +497,8 @@ def apply_validation(cals: dict[str, Calibration], table: pd.DataFrame, coverage
         hw, fp = key.split("/", 1)
         own = table[(table["relation"] == "match") & (table["hardware"] == hw) & (table["fingerprint"] == fp)]
         cal.error_band = error_band(own, coverage, host_bound=False)
-        cal.error_band_host_bound = error_band(own, coverage, host_bound=True)
+        cal.error_band_host_bound = error_band(own, coverage, host_bound=True,
+                                               elsewhere=table[table["hardware"] != hw])
         cal.coverage = {"stated": coverage}
         for m in METRICS:
             cov = own[f"{m}_covered"].dropna() if f"{m}_covered" in own else pd.Series(dtype=bool)
