@@ -67,6 +67,13 @@ def main() -> None:
         print(f"  targets, GPU-bound cells:    {g['targets_met_gpu_bound']}")
         print(f"  targets, in calibrated range: {g['targets_met_in_range']}")
         print(f"  targets, configurations on a machine (repetitions averaged): {g['targets_met_per_machine']}")
+        for regime, sp in g["run_spread"].items():
+            pm = sp["p_max_within_target"]
+            print(f"  run-to-run, {regime}: tokens/s of a run about its configuration's mean on its machine: SD "
+                  f"{sp['sd_log']:.1%} (90% {sp['sd_log_90'][0]:.1%}-{sp['sd_log_90'][1]:.1%}, {sp['dof']} dof, "
+                  f"{sp['groups_repeated']} repeated groups); a prediction exact for every configuration on every "
+                  f"machine stays within the max target on all {sp['runs']} runs with probability {pm['sd']:.0%} "
+                  f"({pm['sd_high']:.0%}-{pm['sd_low']:.0%})")
         print("  per fold: tokens/s, energy/token, power: mean signed error [covered]; notes")
         for fold, f in g["per_fold"].items():
             parts = []

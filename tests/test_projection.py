@@ -453,3 +453,23 @@ def test_a_gpu_type_without_collective_curves_takes_those_of_the_same_link_and_s
     assert h100["time_s"].tolist() == pts["time_s"].tolist()
     assert all(s.startswith("nccl h200 (assumed: h200 curve for h100") for s in h100["source"])
     assert collectives_for(pts, "mi250") is None and collectives_for(pts.iloc[:0], "h100") is None
+
+
+def test_run_spread_says_what_run_noise_leaves_of_the_max_target() -> None:
+    """validation.run_spread: host-bound runs 20% apart in pairs leave a perfect projection little chance of a 15%
+    max over 40 runs; GPU-bound runs 0.2% apart leave it certain; a regime without repetitions is left out."""
+    from calorimeter.projection.validation import run_spread
+
+    rows = []
+    for i in range(20):
+        for f in (1.1, 0.9):  # host-bound: one configuration, one machine, two runs 20% apart
+            rows.append({"fold": f"h{i}", "machine": "A", "notes": "host-bound", "tokens_per_s_per_gpu_measured": f})
+        rows.append({"fold": f"g{i}", "machine": "A", "notes": "", "tokens_per_s_per_gpu_measured": 1.0 + 0.001 * i})
+        rows.append({"fold": f"g{i}", "machine": "A", "notes": "", "tokens_per_s_per_gpu_measured": 1.002 + 0.001 * i})
+    got = run_spread(pd.DataFrame(rows))
+    hb, gb = got["host_bound"], got["gpu_bound"]
+    # +-0.1003 about each pair's mean, 1 dof a pair
+    assert hb["dof"] == 20 and hb["sd_log"] == pytest.approx(0.1003 * 2 ** 0.5, rel=0.01)
+    assert hb["p_max_within_target"]["sd"] < 0.5 < gb["p_max_within_target"]["sd_high"]
+    assert hb["sd_log_90"][0] < hb["sd_log"] < hb["sd_log_90"][1]
+    assert "host_bound" not in run_spread(pd.DataFrame(rows[:1] + rows[2:3]))
