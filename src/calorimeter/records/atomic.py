@@ -71,7 +71,14 @@ def write_parquet_atomic(path: Path, df: Any) -> None:
     import pyarrow.parquet as pq
 
     table = pa.Table.from_pandas(df, preserve_index=False)
-    write_atomic(path, lambda tmp: pq.write_table(table, tmp, **parquet_options(table.schema)))
+
+    def _write(tmp: Path) -> None:
+        # our own handle, closed on any error: a writer left open on a full disk keeps the removed temporary file's
+        # blocks allocated, and the note that says "disk full" then finds no byte free (tests/test_full_disk.py)
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f, **parquet_options(table.schema))
+
+    write_atomic(path, _write)
 
 
 def _clean(obj: Any) -> Any:
