@@ -7,8 +7,11 @@ third and 1.07 s on a fourth (2026-11-27), and the warm-up protocol and the node
 one machine: 0.80-0.90 s with and without either; results/reference/hostbound-2026-11-27). Every lent machine names
 its CPU "Intel(R) Xeon(R) Processor" with no clock, so the record's CPU model cannot tell them apart; the machine's own
 host-bound cells can: on the fourth machine every host-bound configuration was 1.2-1.6x slower than on the 2026-11-23
-findings machine. (Records from the third session's end also time the host: ``host_cpu.dispatch_us_per_op``,
-:func:`calorimeter.records.provenance.host_dispatch`; not yet used here, no GPU record has it.)
+findings machine. (Records time the host too, ``host_cpu.dispatch_us_per_op``
+(:func:`calorimeter.records.provenance.host_dispatch`), and sample the CPU time the hypervisor stole: on two more
+machines neither predicted a run's pace (results/reference/hostprobe-2026-11-27), so they are not used here.) The
+host times and these factors are fitted over every GPU type that ran the same software
+(:func:`calorimeter.projection.calibration.host_bound_elsewhere`).
 
 A machine is told apart by its GPUs' UUIDs (:func:`calorimeter.findings.checks.physical_hosts`) and named by the
 smallest of them (``GPU-717f66b6``); the names are given once to all loaded cells
