@@ -10,6 +10,7 @@ error measured across fingerprints.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,20 +119,25 @@ class Calibration:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
+@functools.lru_cache(maxsize=4096)
+def _recorded_power_limit_w(path: str) -> float | None:
+    """The median power limit in one cell's telemetry (None: not recorded); read once per process (a validation
+    calibrates ~80 times over the same records)."""
+    try:
+        v = pd.read_parquet(path, columns=[POWER_LIMIT_COLUMN])[POWER_LIMIT_COLUMN].dropna()
+    except (KeyError, ValueError, OSError):
+        return None
+    return float(v.median()) if len(v) else None
+
+
 def _power_limit_w(ms: MeasuredSet, cells: list[str]) -> float:
     """The power limit recorded by the calibration cells' telemetry (median), NaN if none recorded it."""
     limits = []
+    source = dict(zip(ms.runs["cell_id"], ms.runs["source"], strict=True))
     for cid in cells:
-        src = ms.runs.loc[ms.runs.cell_id == cid, "source"].iloc[0]
-        path = SweepPaths(Path(src)).cell(cid).telemetry
-        if path.is_file():
-            try:
-                t = pd.read_parquet(path, columns=[POWER_LIMIT_COLUMN])
-            except (KeyError, ValueError, OSError):
-                continue
-            v = t[POWER_LIMIT_COLUMN].dropna()
-            if len(v):
-                limits.append(float(v.median()))
+        path = SweepPaths(Path(source[cid])).cell(cid).telemetry
+        if path.is_file() and (v := _recorded_power_limit_w(str(path))) is not None:
+            limits.append(v)
     return float(pd.Series(limits).median()) if limits else float("nan")
 
 

@@ -46,18 +46,26 @@ class MeasuredSet:
     kernels: pd.DataFrame
     gpus: pd.DataFrame
     dropped: dict[str, str] = field(default_factory=dict)
+    #: cell id -> its Cell, filled on first use (a leave-one-out validation asks ~28,000 times; one runs-table lookup
+    #: each took 3.7 ms, 60% of its run time)
+    _cells: dict[str, Cell] = field(default_factory=dict, repr=False, compare=False)
 
     def cell(self, cell_id: str) -> Cell:
-        """The measured cell's parameters."""
-        row = self.runs.loc[self.runs["cell_id"] == cell_id].iloc[0].to_dict()
-        return cell_from_row(row)
+        """The measured cell's parameters (built once per set; Cells are frozen)."""
+        if not self._cells:
+            self._cells.update({str(r["cell_id"]): cell_from_row(r) for r in self.runs.to_dict("records")})
+        try:
+            return self._cells[cell_id]
+        except KeyError:
+            raise KeyError(f"cell {cell_id!r} is not in this measured set") from None
 
     def subset(self, cell_ids: list[str]) -> MeasuredSet:
         """Only these cells."""
         keep = set(cell_ids)
         return MeasuredSet(self.runs[self.runs.cell_id.isin(keep)].reset_index(drop=True),
                            self.kernels[self.kernels.cell_id.isin(keep)].reset_index(drop=True),
-                           self.gpus[self.gpus.cell_id.isin(keep)].reset_index(drop=True), dict(self.dropped))
+                           self.gpus[self.gpus.cell_id.isin(keep)].reset_index(drop=True), dict(self.dropped),
+                           {c: v for c, v in self._cells.items() if c in keep})
 
     def calibration_cells(self) -> list[str]:
         """Cells whose kernels calibrate compute and communication: traced and not host-bound."""
