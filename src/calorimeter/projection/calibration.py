@@ -195,17 +195,24 @@ def host_bound_elsewhere(ms: MeasuredSet, own: set[str], fp: Fingerprint) -> lis
     machine keeps its own factor (:mod:`calorimeter.projection.hosts`). Without it, a GPU type with host-bound cells of
     only two configurations (2x H100: TP2+SP and ZeRO-3 at 2048) fitted a launch floor that put its 1-GPU cells
     at 2-4x their measured time."""
+    if not fp.kernels_recorded:
+        return []
     runs = ms.runs.set_index("cell_id")
     out = []
     for cid, k in ms.kernels.groupby("cell_id"):
         if cid in own or cid not in runs.index or fingerprint_of(runs.loc[cid]).software != fp.software:
             continue
-        if not fp.kernels_recorded or ms.cell(cid).pp != 1:
-            continue
         busy, t_iter = float(k["busy_s"].max()), float(runs.loc[cid, "iteration_time_s"])
-        if busy < HOST_BOUND_BUSY_FRAC * t_iter:
+        if is_launch_row(ms.cell(cid), busy, t_iter):
             out.append((str(cid), busy, t_iter))
     return out
+
+
+def is_launch_row(cell: Cell, busy_s: float, iteration_s: float) -> bool:
+    """Whether a traced cell calibrates the host's launch and idle times: host-bound (its busiest rank's kernels busy
+    under :data:`HOST_BOUND_BUSY_FRAC` of the iteration) and without pipeline (DeepSpeed's pipeline engine steps
+    differently)."""
+    return busy_s < HOST_BOUND_BUSY_FRAC * iteration_s and cell.pp == 1
 
 
 def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None = None,
@@ -259,7 +266,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
             if cid in usable:
                 host_rows.append((cid, w.stages[int(busiest["stage"])], t_iter - busy))
                 host_machines.append(machine_of(r))
-            elif busy < HOST_BOUND_BUSY_FRAC * t_iter and cell.pp == 1:
+            elif is_launch_row(cell, busy, t_iter):
                 launch_rows.append((cid, w.stages[0], t_iter, mech))
                 launch_busy.append(busy)
                 launch_machines.append(machine_of(r))
@@ -280,8 +287,9 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
             if shares and g.get("power_avg_w", 0) > 0:
                 power_rows.append((cid, shares, float(g["power_avg_w"])))
                 power_clock.append(float(g.get("sm_clock_avg_mhz", float("nan"))))
-    if usable and "fingerprint" in runs:
-        for cid, busy, t_iter in host_bound_elsewhere(ms, set(on_hw), fingerprint_of(runs.loc[usable[0]])):
+    engine = fingerprint_of(runs.loc[usable[0]]) if "fingerprint" in runs else None
+    if engine is not None:
+        for cid, busy, t_iter in host_bound_elsewhere(ms, set(on_hw), engine):
             cell, r = ms.cell(cid), runs.loc[cid]
             launch_rows.append((cid, workload(cell).stages[0], t_iter, cell_tp_overlap(cell, r.get("tp_overlap"))))
             launch_busy.append(busy)
@@ -294,7 +302,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
     records: dict[str, list[str]] = {}
     for cid in fitted:
         records.setdefault(str(runs.loc[cid, "source"]), []).append(cid)
-    fp = fingerprint_of(runs.loc[usable[0]]).to_dict() if "fingerprint" in runs else {}
+    fp = engine.to_dict() if engine is not None else {}
     fp.pop("tp_overlap", None)
     stamps = [str(v) for v in runs.loc[fitted].get("recorded_at", pd.Series(dtype=str)).dropna() if v]
     ranges: dict[str, list[float]] = {}

@@ -16,7 +16,7 @@ GPUs whose average SM clock is within :data:`FULL_CLOCK_SHARE` of the calibratio
 others (censored at the power limit); where either group is smaller than :data:`MIN_GPUS`, or the full-clock GPUs'
 activity (the sum of the three shares) spans less than :data:`MIN_FULL_CLOCK_SPAN` (their slope is not determined by
 them), one line on every GPU, as before (the H100 sets: the 1-GPU cells all below their full clock, the 2-GPU
-host-bound cells at full clock but all at 47-52% busy: a full-clock line through them predicted the 1-GPU cells
+host-bound cells at full clock but all at 47-65% busy: a full-clock line through them predicted the 1-GPU cells
 15-35% low). Coefficients by non-negative least squares on every GPU of
 every calibration cell, with the measured kernel shares of the GPU's pipeline stage (the traced rank of that stage)
 and the measured average power (``gpus.parquet``). Energy per iteration is then the sum over the cell's GPUs of power

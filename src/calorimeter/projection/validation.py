@@ -294,11 +294,8 @@ def add_bands(table: pd.DataFrame, coverage: float = COVERAGE) -> pd.DataFrame:
         for (hw, _fp), g in table[match].groupby(["hardware", "fingerprint"]):
             elsewhere = table.loc[match & regime & (table["hardware"] != hw), f"{m}_rel_error"].abs().dropna()
             for (fold, hb), h in g.groupby([g["fold"], regime[g.index]]):
-                others = g.loc[g["fold"] != fold, f"{m}_rel_error"]
-                same = others[regime[others.index] == hb].abs().dropna()
-                if hb and len(same) < BAND_MIN_CELLS and len(same) + len(elsewhere) >= BAND_MIN_CELLS:
-                    same = pd.concat([same, elsewhere])  # host times are fitted over GPU types: so is their band
-                others = same if len(same) >= BAND_MIN_CELLS else others.abs().dropna()
+                e = g.loc[g["fold"] != fold, f"{m}_rel_error"].abs().dropna()
+                others = band_sample(e, regime[e.index] == hb, elsewhere if hb else None)
                 if len(others) < 3:
                     continue
                 band = float(np.quantile(others, coverage))
@@ -306,6 +303,16 @@ def add_bands(table: pd.DataFrame, coverage: float = COVERAGE) -> pd.DataFrame:
                 err = h[f"{m}_rel_error"].abs()
                 table.loc[h.index, f"{m}_covered"] = [bool(e <= band) if e == e else pd.NA for e in err]
     return table
+
+
+def band_sample(errors: pd.Series, same_regime: pd.Series, elsewhere: pd.Series | None = None) -> pd.Series:
+    """The absolute errors a band is the quantile of: those of the row's regime (``same_regime``), joined by
+    ``elsewhere`` (the other GPU types' host-bound errors, for a host-bound row: host times are fitted over GPU types,
+    so is their band) while the regime has fewer than :data:`BAND_MIN_CELLS`; every error where it still has."""
+    same = errors[same_regime]
+    if elsewhere is not None and len(same) < BAND_MIN_CELLS <= len(same) + len(elsewhere):
+        same = pd.concat([same, elsewhere])
+    return same if len(same) >= BAND_MIN_CELLS else errors
 
 
 def predicted_regime(table: pd.DataFrame) -> pd.Series:
@@ -510,15 +517,15 @@ def error_band(table: pd.DataFrame, quantile: float = COVERAGE, host_bound: bool
     if table.empty:
         return {}
     t = table[table["relation"] == "match"] if "relation" in table else table
-    if host_bound is not None:
-        same = t[predicted_regime(t) == host_bound]
-        if host_bound and elsewhere is not None and len(same) < BAND_MIN_CELLS:
-            other = elsewhere[(elsewhere["relation"] == "match") & predicted_regime(elsewhere)]
-            same = pd.concat([same, other]) if len(same) + len(other) >= BAND_MIN_CELLS else same
-        t = same if len(same) >= BAND_MIN_CELLS else t
+    other = None
+    if host_bound and elsewhere is not None:
+        other = elsewhere[(elsewhere["relation"] == "match") & predicted_regime(elsewhere)]
     band = {}
     for m in METRICS:
         e = t[f"{m}_rel_error"].abs().dropna()
+        if host_bound is not None:
+            e = band_sample(e, predicted_regime(t)[e.index] == host_bound,
+                            other[f"{m}_rel_error"].abs().dropna() if other is not None else None)
         if len(e):
             band[m] = float(np.quantile(e, quantile))
     return band
