@@ -14,7 +14,7 @@ import pytest
 
 from calorimeter.plan.config import ConfigError
 from calorimeter.plan.definitions import definitions_of, register_definitions
-from calorimeter.plan.hardware import PROFILES, detect_profile
+from calorimeter.plan.hardware import PROFILES, detect_profile, device_mismatch
 from calorimeter.plan.models import CATALOGUE, get_model, parameter_count, trained_parameter_count
 from calorimeter.plan.plan import make_plan
 
@@ -131,6 +131,20 @@ def test_auto_picks_a_defined_gpu_and_its_peak(monkeypatch: pytest.MonkeyPatch, 
     assert (profile.name, profile.peak_bf16_tflops, count) == ("gb200", 2500, 4)
     monkeypatch.setattr("calorimeter.plan.hardware.detect_local_gpus", lambda: [("NVIDIA H100 80GB HBM3", 80.0)])
     assert detect_profile()[0].name == "h100"
+
+
+@pytest.mark.parametrize(("hardware", "device", "refused"), [
+    ("h100", "NVIDIA H200", True),  # 2026-11-27: an H100 pair was asked for, two H200s came
+    ("h200", "NVIDIA H100 80GB HBM3", True),
+    ("h100", "NVIDIA H100 80GB HBM3", False),
+    ("h200", "NVIDIA H200", False),
+    ("cpu", "cpu: AMD EPYC 9654", False),  # profiles without a match are not checked
+])
+def test_a_rank_refuses_a_gpu_its_cell_was_not_planned_for(hardware: str, device: str, refused: bool) -> None:
+    why = device_mismatch(hardware, device)
+    assert (why is not None) == refused
+    if why:
+        assert f"hardware: {hardware}" in why and device in why and "hardware: auto" in why
 
 
 @pytest.mark.parametrize(("text", "words"), [

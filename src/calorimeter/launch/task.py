@@ -21,7 +21,7 @@ from calorimeter.launch.watch import announce, leave_if_a_peer_died
 from calorimeter.placement.apply import JobPlacement
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.definitions import register_definitions
-from calorimeter.plan.hardware import accelerator_of
+from calorimeter.plan.hardware import accelerator_of, device_mismatch
 from calorimeter.plan.kinds import get_kind
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import AttemptPaths
@@ -94,6 +94,9 @@ class CellTask(submitit.helpers.Checkpointable):
             out.update(world_size=info.world_size, local_rank=info.local_rank, node=info.node,
                        hostname=info.hostname, backend=info.backend, device_info=device_info(info.device),
                        host_cpu=host_cpu() | host_dispatch(info.device))
+            wrong_gpu = device_mismatch(cell.hardware, str(out["device_info"].get("name", "")))
+            if wrong_gpu:
+                raise RuntimeError(wrong_gpu)
             out["placement"] = placement.record(out["device_info"], info.local_rank)
 
             # Local rank 0 samples every GPU of its node for the whole attempt (stopped below, or killed with us).

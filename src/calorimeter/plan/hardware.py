@@ -102,6 +102,20 @@ def accelerator_of(hardware: str) -> str:
     return "cuda" if hardware.startswith("cuda") else "cpu"
 
 
+def device_mismatch(hardware: str, device_name: str) -> str | None:
+    """Why a rank's device is not the GPU type its cell was planned for, or None when it is (or when the profile
+    names no ``match``: CPU and detected profiles). A cell planned for ``h100`` that lands on an H200 would train
+    normally and be recorded, tabled and calibrated as an H100 cell (2026-11-27: an ``nvidia-h100-x2`` request was
+    served by two H200s); the rank refuses it before the model is built instead."""
+    profile = PROFILES.get(hardware)
+    if profile is None or not profile.match or profile.match.upper() in device_name.upper():
+        return None
+    return (f"hardware: {hardware} was planned (its GPUs' names contain {profile.match!r}), but this rank's device "
+            f"is {device_name!r}: run the cell on a node of that type (SLURM: slurm_constraint "
+            f"{profile.slurm_constraint!r}), or plan it for this GPU (hardware: auto, or the profile whose match is "
+            "in this name)")
+
+
 def detect_local_gpus() -> list[tuple[str, float]]:
     """(name, memory GB) of each NVIDIA GPU on this machine (empty without a driver); uses nvidia-smi, not CUDA."""
     exe = shutil.which("nvidia-smi")
