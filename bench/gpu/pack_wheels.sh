@@ -16,6 +16,8 @@
 # nothing: `python3 -m pip list`) and rebuild .whl/ with `--skip` for those before packing. 2026-11-27 (fourth
 # session): the tree alone took 66,156 KiB, over the limit with nothing carried; every Parquet file re-encoded
 # (records/atomic.parquet_options: floats byte-stream split) and the validation tables gzipped: 58,116 KiB.
+# Fifth session: 63,300 KiB again; since then bench/gpu/lighten.sh takes results/reference/ off the disk for the
+# device calls (a sparse checkout): ~3.4 MiB travel and both halves go in one call.
 set -euo pipefail
 TMP=$(mktemp -d)
 mkdir "$TMP/.whl"

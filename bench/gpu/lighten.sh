@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Leave the committed measurements out of the working tree while device calls run, and bring them back after.
+# A device call sends the checkout's tracked files that are present (disk blocks, with what it carries: at most
+# 64 MiB); results/reference/ is most of them (61 MiB of 65 on 2026-11-27, fifth session: even the first half of
+# the wheel archive no longer fitted) and a GPU node never reads it (run_reference.sh trains records into /tmp).
+# A sparse checkout keeps every file in git and only takes results/reference/ off the disk; the node's
+# source.patch leaves results/ out anyway (records/provenance.PATCH_EXCLUDES).
+#   bash bench/gpu/lighten.sh on     # before the device calls: ~3.4 MiB travel, both wheel halves fit one call
+#   bash bench/gpu/lighten.sh off    # after them: results/reference/ back; then keep_reference.sh as usual
+# With it on, one call carries [".whlxzA", ".whlxz"] and starts with `bash bench/gpu/preload_wheels.sh > /dev/null &&`.
+set -euo pipefail
+case "${1:-}" in
+  on)  git sparse-checkout set --no-cone '/*' '!/results/reference/'
+       git ls-files -t | awk '$1 == "H" {print substr($0, 3)}' | tr '\n' '\0' | du -c -k --files0-from=- | tail -1 ;;
+  off) git sparse-checkout disable ;;
+  *)   echo "usage: bash bench/gpu/lighten.sh on|off" >&2; exit 2 ;;
+esac
