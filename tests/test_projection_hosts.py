@@ -35,6 +35,21 @@ def test_factors_are_geometric_means_shrunk_toward_an_average_machine() -> None:
     assert shrunk == {"x": pytest.approx(1.0)}
 
 
+def test_a_machine_factor_counts_configurations_not_repetitions() -> None:
+    import math
+
+    lr = [math.log(1.5)] * 3 + [math.log(1.5), math.log(1.5), 0.0, 0.0, 0.0, 0.0]
+    machines = ["x"] * 3 + ["y"] * 2 + ["z"] * 4
+    configs = ["a", "a", "a", "a", "b", "a", "b", "c", "d"]
+    got = fit_factors(lr, machines, shrink=1.0, configs=configs)
+    raw = {"x": math.log(1.5) / 2, "y": 2 * math.log(1.5) / 3, "z": 0.0}  # x: one configuration, three runs
+    centre = (3 * raw["x"] + 2 * raw["y"] + 4 * raw["z"]) / 9
+    assert got == {m: pytest.approx(math.exp(v - centre)) for m, v in raw.items()}
+    # counted as rows, x's three runs of one configuration would weigh more than y's two configurations
+    by_rows = fit_factors(lr, machines, shrink=1.0)
+    assert by_rows["x"] > by_rows["y"] and got["x"] < got["y"]
+
+
 def _tp(seq: int, overlap: bool = False) -> Cell:
     return Cell(sweep="t", model="llama3-8b-8l", hardware="h200", nodes=1, gpus_per_node=2, tp=2,
                 sequence_parallel=True, seq_len=seq, global_batch=16, micro_batch=1, precision="bf16", overlap=overlap)

@@ -247,6 +247,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
     comp_rows, comm_rows, power_rows, host_rows, launch_rows = [], [], [], [], []
     launch_busy: list[float] = []
     launch_machines: list[str | None] = []
+    launch_configs: list[str] = []
     power_clock: list[float] = []
     host_machines: list[str | None] = []
     hidden: dict[str, list[float]] = {}
@@ -270,6 +271,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
                 launch_rows.append((cid, w.stages[0], t_iter, mech))
                 launch_busy.append(busy)
                 launch_machines.append(machine_of(r))
+                launch_configs.append(f"{cell.config_id}|{mech}")
         for _, k in ranks.iterrows():
             st = w.stages[int(k["stage"])]
             if cid in usable:
@@ -291,9 +293,11 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
     if engine is not None:
         for cid, busy, t_iter in host_bound_elsewhere(ms, set(on_hw), engine):
             cell, r = ms.cell(cid), runs.loc[cid]
-            launch_rows.append((cid, workload(cell).stages[0], t_iter, cell_tp_overlap(cell, r.get("tp_overlap"))))
+            mech = cell_tp_overlap(cell, r.get("tp_overlap"))
+            launch_rows.append((cid, workload(cell).stages[0], t_iter, mech))
             launch_busy.append(busy)
             launch_machines.append(machine_of(r))
+            launch_configs.append(f"{cell.config_id}|{mech}")
     curves = trace_points(comm_rows)[list(CURVE_COLUMNS)]
     if collectives is not None and not collectives.empty:
         curves = pd.concat([collectives[list(CURVE_COLUMNS)], curves], ignore_index=True)
@@ -310,7 +314,8 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
         for k, v in range_values(ms.cell(cid)).items():
             lo, hi = ranges.get(k, [v, v])
             ranges[k] = [min(lo, v), max(hi, v)]
-    rates = fit_compute(comp_rows, host_rows, launch_rows, launch_busy, launch_machines, host_machines)
+    rates = fit_compute(comp_rows, host_rows, launch_rows, launch_busy, launch_machines, host_machines,
+                        launch_configs)
     return Calibration(hardware, rates, curves, power, fitted, excluded,
                        fingerprint=fp, records=records, recorded_at=max(stamps) if stamps else "",
                        tp_hidden={m: float(np.median(v)) for m, v in hidden.items()}, ranges=ranges)

@@ -230,7 +230,8 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
                 host_rows: list[tuple[str, StageWork, float]] | None = None,
                 launch_rows: list[tuple[str, StageWork, float, str]] | None = None,
                 launch_busy_s: list[float] | None = None, launch_machines: list[str | None] | None = None,
-                host_machines: list[str | None] | None = None) -> ComputeRates:
+                host_machines: list[str | None] | None = None,
+                launch_configs: list[str] | None = None) -> ComputeRates:
     """Fit the per-category rates.
 
     Args:
@@ -244,6 +245,8 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
             machine factors, every host taken as alike).
         host_machines: per host-gap row, its machine: its gap is divided by that machine's factor (the factors come
             from the host-bound rows; a host gap is host time too).
+        launch_configs: per launch row, its configuration (:attr:`calorimeter.plan.cell.Cell.config_id`): the unit
+            of a machine factor's evidence (:func:`calorimeter.projection.hosts.fit_factors`; none: each row).
 
     Raises:
         ValueError: no rows.
@@ -266,7 +269,7 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
         coef[cat] = {f: float(b) for f, b in zip(feats, beta, strict=True)}
         pred = x[ok] @ beta
         err[cat] = float(np.median(np.abs(pred / y[ok] - 1.0)))
-    launch, idle, factors = fit_host_times(launch_rows or [], launch_busy_s, launch_machines)
+    launch, idle, factors = fit_host_times(launch_rows or [], launch_busy_s, launch_machines, launch_configs)
     gaps = host_rows or []
     if factors and host_machines:
         gaps = [(c, st, g / factors.get(m, 1.0) if m is not None else g)
@@ -275,7 +278,8 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
 
 
 def fit_host_times(rows: list[tuple[str, StageWork, float, str]], busy_s: list[float] | None,
-                   machines: list[str | None] | None) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+                   machines: list[str | None] | None, configs: list[str] | None = None,
+                   ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Launch and idle coefficients of an average host and each machine's factor on them, alternately fitted
     (:data:`calorimeter.projection.hosts.ROUNDS` rounds): the coefficients on the host times divided by their
     machine's factor (launch: the iteration; idle: the iteration minus the busy time), then each machine's factor from
@@ -286,6 +290,7 @@ def fit_host_times(rows: list[tuple[str, StageWork, float, str]], busy_s: list[f
         rows: the rows of :func:`fit_launch`.
         busy_s: per row, the busiest traced rank's kernel-busy seconds (None: no idle fitted, no factors).
         machines: per row, its machine (None: no factors).
+        configs: per row, its configuration (:func:`calorimeter.projection.hosts.fit_factors`).
     """
     if busy_s is None:
         return fit_launch(rows), {}, {}
@@ -305,7 +310,7 @@ def fit_host_times(rows: list[tuple[str, StageWork, float, str]], busy_s: list[f
             model = rates.idle_s(st, ov) if z3 else rates.launch_s(st, ov)
             meas = max(t - b, 0.0) if z3 else t
             logr.append(math.log(meas / model) if model > 0 and meas > 0 else math.nan)
-        factors = fit_factors(logr, machines)
+        factors = fit_factors(logr, machines, configs=configs)
     return launch, idle, factors
 
 

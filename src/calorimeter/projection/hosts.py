@@ -16,10 +16,11 @@ host times and these factors are fitted over every GPU type that ran the same so
 A machine is told apart by its GPUs' UUIDs (:func:`calorimeter.findings.checks.physical_hosts`) and named by the
 smallest of them (``GPU-717f66b6``); the names are given once to all loaded cells
 (:func:`calorimeter.projection.measured.load_measured`), so a calibration on a subset keeps them. A machine's factor
-is the geometric mean of its host-bound cells' measured over modelled host time, shrunk toward 1 (an average machine) by
-:data:`SHRINK` pseudo-cells: the repetition noise of a host-bound cell on one machine (mostly 5-12%, once 30%)
-against the spread between machines (up to 1.5x) puts one cell's worth of evidence at about four times the prior's
-weight. A projection for a machine with no host-bound cell in its calibration takes 1 and says so.
+is the geometric mean over its host-bound configurations (each the mean of its repetitions there) of measured over
+modelled host time, shrunk toward 1 (an average machine) by :data:`SHRINK` pseudo-configurations: the repetition
+noise of a host-bound cell on one machine (mostly 5-12%, once 30%) against the spread between machines (up to 1.5x)
+puts one configuration's worth of evidence at about four times the prior's weight. A projection for a machine with
+no host-bound cell in its calibration takes 1 and says so.
 """
 
 from __future__ import annotations
@@ -51,14 +52,23 @@ def machine_keys(gpus: pd.DataFrame) -> dict[str, str]:
     return {str(c): str(m) for c, m in name.groupby(g["cell_id"]).first().items()}
 
 
-def fit_factors(log_ratio: list[float], machines: list[str | None], shrink: float = SHRINK) -> dict[str, float]:
-    """Per machine, ``exp(sum(log ratio) / (n + shrink))`` over its rows (rows without a machine are left out),
-    then divided by their geometric mean over the rows so that the fitted coefficients describe an average machine."""
-    sums: dict[str, list[float]] = defaultdict(list)
-    for r, m in zip(log_ratio, machines, strict=True):
+def fit_factors(log_ratio: list[float], machines: list[str | None], shrink: float = SHRINK,
+                configs: list[str] | None = None) -> dict[str, float]:
+    """Per machine, ``exp(sum(log ratio) / (n + shrink))`` with ``n`` its configurations and each configuration's log
+    ratio the mean over its repetitions on that machine (rows without a machine are left out; ``configs`` None: every
+    row its own configuration), then divided by their geometric mean over the rows so that the fitted coefficients
+    describe an average machine.
+
+    The unit of evidence is the configuration, not the run: repetitions of one configuration on one machine tell how
+    fast that configuration is there, not how fast the machine is. Counted as rows, a machine's two runs of one
+    configuration (2026-11-27, fifth session: TP2+SP with symmetric memory at 2048 on a seventh machine, 1.38 and
+    1.52 s) set its factor almost alone and moved the shared launch coefficients: the held-out TP2+SP recompute-full
+    cells went from 1.27 to 1.14 s predicted (measured 1.00-1.64 s; tokens/s max error 29% -> 45%)."""
+    units: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for i, (r, m) in enumerate(zip(log_ratio, machines, strict=True)):
         if m is not None and math.isfinite(r):
-            sums[m].append(r)
-    logf = {m: sum(v) / (len(v) + shrink) for m, v in sums.items()}
+            units[m][configs[i] if configs is not None else str(i)].append(r)
+    logf = {m: sum(float(np.mean(v)) for v in by.values()) / (len(by) + shrink) for m, by in units.items()}
     rows = [logf[m] for m in machines if m in logf]
     centre = float(np.mean(rows)) if rows else 0.0
     return {m: float(math.exp(v - centre)) for m, v in logf.items()}
