@@ -7,7 +7,7 @@
 # source.patch leaves results/ out anyway (records/provenance.PATCH_EXCLUDES).
 #   bash bench/gpu/lighten.sh on     # before the device calls: ~3.4 MiB travel, both wheel halves fit one call
 #   bash bench/gpu/lighten.sh off    # after them: results/reference/ back; then keep_reference.sh as usual
-# With it on, one call carries [".whlxzA", ".whlxz"] and starts with `bash bench/gpu/preload_wheels.sh > /dev/null &&`.
+# With it on, one call carries [".whlxzA", ".whlxz"] (bench/gpu/pack_wheels.sh --split); setup_offline.sh unpacks both.
 set -euo pipefail
 case "${1:-}" in
   on)  git sparse-checkout set --no-cone '/*' '!/results/reference/'

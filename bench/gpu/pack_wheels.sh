@@ -6,9 +6,9 @@
 # unpacks it on the node when .whl/ is absent there.
 #   bash bench/gpu/pack_wheels.sh            # .whlxz/whl.tar.xz: every wheel
 #   bash bench/gpu/pack_wheels.sh --split    # .whlxzA/: sqlalchemy, greenlet, megatron-core; .whlxz/: the rest
-# With --split, a first call carries `.whlxzA` and runs bench/gpu/preload_wheels.sh; the next call, at once on the
-# same warm machine, carries `.whlxz` as usual (2026-11-27, third session: tree 57,988 KiB + archive 10,592 KiB was
-# over the limit again; split: 4.3 + 6.2 MiB).
+# With --split, one call carries both folders (`.whlxzA`, `.whlxz`) and setup_offline.sh unpacks both; that fits
+# while bench/gpu/lighten.sh keeps the committed measurements off the disk (2026-11-27, third session: tree 57,988
+# KiB + archive 10,592 KiB was over the limit; split: 4.3 + 6.2 MiB, then carried in two calls on one warm machine).
 # The device tool counts disk blocks: on 2026-11-27 the tracked tree took 57,272 KiB (`git ls-files -z | du -c
 # --files0-from=-`) and this archive 10,592 KiB, 66.3 MiB together, over the 64 MiB a call may carry; with every
 # committed Parquet file re-encoded zstd the tree took 50,092 KiB (59.3 MiB with the archive). The reference data

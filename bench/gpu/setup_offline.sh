@@ -4,8 +4,13 @@
 # into /tmp/site (once per machine: a later call on the same warm machine reuses it) and puts the project's source
 # first on PYTHONPATH. The node's own CUDA torch is used.
 set -e
-# .whlxz/whl.tar.xz (bench/gpu/pack_wheels.sh) carried instead of .whl/: unpacked here first
-[ ! -d .whl ] && [ -f .whlxz/whl.tar.xz ] && tar xJf .whlxz/whl.tar.xz
+# .whlxz/whl.tar.xz (bench/gpu/pack_wheels.sh), and with --split also .whlxzA/whl.tar.xz, carried instead of .whl/:
+# unpacked here first (both halves fit one call while bench/gpu/lighten.sh keeps the measurements off the disk)
+if [ ! -d .whl ]; then
+  for archive in .whlxzA/whl.tar.xz .whlxz/whl.tar.xz; do
+    if [ -f "$archive" ]; then tar xJf "$archive"; fi
+  done
+fi
 STAMP=/tmp/site/.installed-$(ls .whl | md5sum | cut -c1-12)
 if [ -z "${SKIP_WHEELS:-}" ] && [ ! -f "$STAMP" ]; then   # SKIP_WHEELS=1: a CPU dry run here
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
