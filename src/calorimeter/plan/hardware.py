@@ -110,10 +110,10 @@ def device_mismatch(hardware: str, device_name: str) -> str | None:
     profile = PROFILES.get(hardware)
     if profile is None or not profile.match or profile.match.upper() in device_name.upper():
         return None
+    where = f" (SLURM: --constraint={profile.slurm_constraint})" if profile.slurm_constraint else ""
     return (f"hardware: {hardware} was planned (its GPUs' names contain {profile.match!r}), but this rank's device "
-            f"is {device_name!r}: run the cell on a node of that type (SLURM: slurm_constraint "
-            f"{profile.slurm_constraint!r}), or plan it for this GPU (hardware: auto, or the profile whose match is "
-            "in this name)")
+            f"is {device_name!r}: run the cell on a node of that type{where}, or plan it for this GPU (hardware: "
+            "auto, or the profile whose match is in this name)")
 
 
 def detect_local_gpus() -> list[tuple[str, float]]:
