@@ -80,13 +80,18 @@ def test_rows_carry_bands_and_flags(cals) -> None:
     cal.error_band = dict.fromkeys(("iteration_time_s", "tokens_per_s_per_gpu", "mfu_full", "power_avg_w",
                                     "energy_per_token_j"), 0.1)
     cal.cross_fingerprint_error = {"tokens_per_s_per_gpu": 0.2}
-    big = cell_from_id("llama3-8b_h200-1x8_tp8-pp1-dp1-sp_z1_rc-none_ov-on_mb1-gb8-s8192")
-    row = Projector(cal).project(big)
-    assert row["extrapolated"] and "world_size=8" in row["extrapolated_parts"] and "tp=8" in row["extrapolated_parts"]
-    assert row["tp_overlap"] == "symm_mem"
+    inside = cell_from_id("llama3-8b_h200-1x2_tp2-pp1-dp1-sp_z1_rc-none_ov-on_mb1-gb8-s8192")
+    row = Projector(cal).project(inside)
+    assert not row["extrapolated"] and row["tp_overlap"] == "symm_mem"
     for m in ("iteration_time_s", "tokens_per_s_per_gpu", "mfu_full", "power_avg_w", "energy_per_token_j"):
         assert row[f"{m}_low"] < row[m] < row[f"{m}_high"]
     assert row["tokens_per_s_per_gpu_high"] == pytest.approx(row["tokens_per_s_per_gpu"] / 0.9)
+    big = cell_from_id("llama3-8b_h200-1x8_tp8-pp1-dp1-sp_z1_rc-none_ov-on_mb1-gb8-s8192")
+    row = Projector(cal).project(big)
+    assert row["extrapolated"] and "world_size=8" in row["extrapolated_parts"] and "tp=8" in row["extrapolated_parts"]
+    # outside the calibration's range: its band widened by the calibration's error on cells it never saw
+    assert row["tokens_per_s_per_gpu_band"] == pytest.approx(0.3) and math.isnan(row["power_avg_w_band"])
+    assert "extrapolated: bands widened" in row["assumed"] and "tokens_per_s_per_gpu 20.0%" in row["assumed"]
     foreign = Projector(cal, relation="foreign").project(big)
     assert foreign["tokens_per_s_per_gpu_band"] == pytest.approx(0.3)
     assert math.isnan(foreign["power_avg_w_band"])  # a cross-fingerprint error never measured: no band claimed
@@ -98,10 +103,12 @@ def test_host_bound_cell_is_flagged(cals) -> None:
     tiny = cell_from_id("llama3-8b-8l_h200-1x2_tp2-pp1-dp1-sp_z1_rc-none_ov-on_mb1-gb16-s512")
     row = Projector(cal).project(tiny)
     assert row["host_bound"] and row["t_host_gap_s"] > 0.2 * row["iteration_time_s"]
+    assert row["extrapolated"]  # sequence 512: its band adds the cross-fingerprint error
     cal.error_band, cal.error_band_host_bound = {"tokens_per_s_per_gpu": 0.05}, {"tokens_per_s_per_gpu": 0.3}
-    assert Projector(cal).project(tiny)["tokens_per_s_per_gpu_band"] == pytest.approx(0.3)  # its regime's band
+    cal.cross_fingerprint_error = {"tokens_per_s_per_gpu": 0.1}
+    assert Projector(cal).project(tiny)["tokens_per_s_per_gpu_band"] == pytest.approx(0.4)  # its regime's band
     cal.error_band_host_bound = {}
-    assert Projector(cal).project(tiny)["tokens_per_s_per_gpu_band"] == pytest.approx(0.05)  # never validated
+    assert Projector(cal).project(tiny)["tokens_per_s_per_gpu_band"] == pytest.approx(0.15)  # never validated
 
 
 def test_leave_one_configuration_out_holds_out_every_repetition_and_checks_coverage() -> None:
@@ -110,7 +117,10 @@ def test_leave_one_configuration_out_holds_out_every_repetition_and_checks_cover
     match = table[table["relation"] == "match"]
     assert len(match) == 5 and match["fold"].nunique() == 5
     assert (match["calibration_cells"] == 4).all()  # the held-out cell never calibrates its own prediction
-    assert match["tokens_per_s_per_gpu_covered"].notna().all()
+    inside = ~match["extrapolated"].astype(bool)
+    assert match.loc[inside, "tokens_per_s_per_gpu_covered"].notna().all() and inside.sum() >= 3
+    # outside the range, with no other calibration to measure a cross error on: no band claimed
+    assert match.loc[~inside, "tokens_per_s_per_gpu_band"].isna().all()
     s = loco_summary(table)
     g = next(iter(s["groups"].values()))
     assert g["folds"] == 5 and set(g["per_fold"]) == set(match["fold"])
@@ -149,3 +159,27 @@ def test_bands_are_chosen_by_the_projected_regime() -> None:
     assert wide["power_avg_w"] > 0.25 > 0.05 > narrow["power_avg_w"]
     few = pd.DataFrame(rows[: 2 * (BAND_MIN_CELLS - 1)])  # fewer host-bound rows than a band of their own needs
     assert error_band(few, host_bound=True) == error_band(few)
+
+
+def test_a_held_out_row_outside_the_calibration_range_has_its_band_widened_by_the_cross_error() -> None:
+    """The 2x H100 cells (ZeRO-3 and TP outside the H100 calibration) fell outside bands built from in-range cells
+    (energy per token -17% to +16% against +-11%): an extrapolated row's band adds the calibration's measured error
+    on another GPU type's cells, in the validation as in a projected row."""
+    import pandas as pd
+
+    from calorimeter.projection.validation import METRICS, add_bands, cross_errors
+
+    rows = [{"fold": f"f{i}", "relation": "match", "hardware": "h100", "fingerprint": "x", "calibration": "h100/x",
+             "predicted_host_bound": False, "extrapolated": i == 0,
+             **{f"{m}_rel_error": (0.22 if i == 0 else 0.01 * (i % 5)) for m in METRICS}} for i in range(12)]
+    rows += [{"fold": "c", "relation": "other-gpu", "hardware": "h200", "fingerprint": "y", "calibration": "h100/x",
+              "extrapolated": False, **{f"{m}_rel_error": 0.1 * (i % 3) for m in METRICS}} for i in range(10)]
+    t = add_bands(pd.DataFrame(rows))
+    cross = cross_errors(t, "h100/x")
+    assert cross["tokens_per_s_per_gpu"] == pytest.approx(0.2)
+    inside = t.loc[(t["relation"] == "match") & ~t["extrapolated"], "tokens_per_s_per_gpu_band"]
+    assert (inside < 0.05).all()
+    row = t.iloc[0]
+    assert row["tokens_per_s_per_gpu_band"] == pytest.approx(inside.iloc[0] + 0.2)
+    assert row["tokens_per_s_per_gpu_covered"]
+    assert not add_bands(pd.DataFrame(rows).assign(extrapolated=False)).iloc[0]["tokens_per_s_per_gpu_covered"]

@@ -46,6 +46,15 @@ def band_interval(value: float, half: float) -> tuple[float, float]:
     return value / (1.0 + half), (value / (1.0 - half) if half < 1.0 else math.inf)
 
 
+def extrapolation_band(regime_band: float, cross_error: float) -> float:
+    """The band of a row the calibration never saw the like of (another engine build, or outside its range): its
+    regime's band plus the calibration's measured error on another fingerprint's or GPU type's cells
+    (``Calibration.cross_fingerprint_error``). Why for extrapolated rows too: the 2x H100 cells, whose ZeRO-3 and TP
+    lay outside the H100 calibration, fell outside bands built from in-range cells (2026-11-27: energy per token
+    -17% to +16% against a +-11% band, tokens/s up to 32% against +-20%; H100 energy coverage 74% for a stated 90%)."""
+    return regime_band + cross_error
+
+
 class Projector:
     """Projects cells with one calibration (one GPU type, one engine fingerprint) and one inter-node network.
 
@@ -131,9 +140,15 @@ class Projector:
         outside = self._outside(cell)
         row["extrapolated"] = bool(outside)
         row["extrapolated_parts"] = "; ".join(outside)
+        if outside:
+            cross = cal.cross_fingerprint_error
+            row["assumed"] = "; ".join(x for x in (row["assumed"], (
+                "extrapolated: bands widened by the calibration's measured error on cells it never saw"
+                + (f" ({', '.join(f'{k} {v:.1%}' for k, v in cross.items())})" if cross
+                   else " (never measured: bands NaN)"))) if x)
         row["band_coverage"] = cal.coverage.get("stated", math.nan)
         for key in BANDED:
-            half = self.band(key, row["host_bound"])
+            half = self.band(key, row["host_bound"], row["extrapolated"])
             row[f"{key}_band"] = half
             row[f"{key}_low"], row[f"{key}_high"] = band_interval(row.get(key, math.nan), half)
         return row
@@ -149,14 +164,15 @@ class Projector:
         return ("host speed: an average calibrated host (" + (f"machine {machine} has no host-bound calibration cell"
                 if machine else "machine not given") + f", {spread})")
 
-    def band(self, metric: str, host_bound: bool = False) -> float:
+    def band(self, metric: str, host_bound: bool = False, extrapolated: bool = False) -> float:
         """Relative half-width of a metric's band: the calibration's for the row's regime (host-bound or not; the
         other regime's where that one was never validated), plus the measured cross-fingerprint error when the
-        calibration is not the engine's own (NaN where either was never measured)."""
+        calibration is not the engine's own or the row lies outside the calibration's range (NaN where either was
+        never measured): :func:`extrapolation_band`."""
         bands = (self.cal.error_band_host_bound or self.cal.error_band) if host_bound else self.cal.error_band
         half = bands.get(metric, math.nan)
-        if self.relation != "match":
-            half += self.cal.cross_fingerprint_error.get(metric, math.nan)
+        if self.relation != "match" or extrapolated:
+            half = extrapolation_band(half, self.cal.cross_fingerprint_error.get(metric, math.nan))
         return float(half)
 
     def _outside(self, cell: Cell) -> list[str]:

@@ -31,7 +31,7 @@ from calorimeter.plan.work import workload
 from calorimeter.projection.calibration import Calibration, calibrate, cell_tp_overlap, collectives_for, machine_of
 from calorimeter.projection.fingerprint import UNRECORDED
 from calorimeter.projection.measured import HOST_BOUND_BUSY_FRAC, MeasuredSet, cell_from_row, load_measured
-from calorimeter.projection.model import Projector
+from calorimeter.projection.model import Projector, extrapolation_band
 from calorimeter.records.atomic import write_atomic, write_parquet_atomic
 
 #: metrics compared, measured column = predicted column
@@ -284,25 +284,41 @@ def add_bands(table: pd.DataFrame, coverage: float = COVERAGE) -> pd.DataFrame:
     others from the others; a GPU type with fewer than :data:`BAND_MIN_CELLS` host-bound rows adds the other GPU
     types' (its host times are fitted over GPU types: :func:`calorimeter.projection.calibration.host_bound_elsewhere`);
     all rows where a regime has still fewer): the ``coverage`` quantile of their absolute errors; and whether the row
-    lies within it."""
+    lies within it. A row outside its calibration's range (``extrapolated``) has that band widened by the
+    calibration's cross-fingerprint error (:func:`cross_errors`,
+    :func:`calorimeter.projection.model.extrapolation_band`), as a projected row has."""
     table = table.copy()
     match = table["relation"] == "match"
     regime = predicted_regime(table)
+    outside = table["extrapolated"].fillna(False).astype(bool) if "extrapolated" in table else pd.Series(
+        False, index=table.index)
     for m in METRICS:
         table[f"{m}_band"] = math.nan
         table[f"{m}_covered"] = pd.NA
-        for (hw, _fp), g in table[match].groupby(["hardware", "fingerprint"]):
+        for (hw, fp), g in table[match].groupby(["hardware", "fingerprint"]):
             elsewhere = table.loc[match & regime & (table["hardware"] != hw), f"{m}_rel_error"].abs().dropna()
+            cross = cross_errors(table, f"{hw}/{fp}", coverage).get(m, math.nan)
             for (fold, hb), h in g.groupby([g["fold"], regime[g.index]]):
                 e = g.loc[g["fold"] != fold, f"{m}_rel_error"].abs().dropna()
                 others = band_sample(e, regime[e.index] == hb, elsewhere if hb else None)
                 if len(others) < 3:
                     continue
                 band = float(np.quantile(others, coverage))
-                table.loc[h.index, f"{m}_band"] = band
+                bands = pd.Series(band, index=h.index).where(~outside[h.index], extrapolation_band(band, cross))
+                table.loc[h.index, f"{m}_band"] = bands
                 err = h[f"{m}_rel_error"].abs()
-                table.loc[h.index, f"{m}_covered"] = [bool(e <= band) if e == e else pd.NA for e in err]
+                table.loc[h.index, f"{m}_covered"] = [bool(e <= b) if e == e and b == b else pd.NA
+                                                      for e, b in zip(err, bands, strict=True)]
     return table
+
+
+def cross_errors(table: pd.DataFrame, key: str, coverage: float = COVERAGE) -> dict[str, float]:
+    """A calibration's measured error on cells it never saw the like of: per metric, the ``coverage`` quantile of its
+    absolute errors on another fingerprint's or GPU type's cells (``relation != match`` rows it predicted)."""
+    if "calibration" not in table:
+        return {}
+    cross = table[(table["relation"] != "match") & (table["calibration"] == key)]
+    return {m: float(np.quantile(e, coverage)) for m in METRICS if len(e := cross[f"{m}_rel_error"].abs().dropna())}
 
 
 def band_sample(errors: pd.Series, same_regime: pd.Series, elsewhere: pd.Series | None = None) -> pd.Series:
@@ -549,9 +565,7 @@ def apply_validation(cals: dict[str, Calibration], table: pd.DataFrame, coverage
             cov = own[f"{m}_covered"].dropna() if f"{m}_covered" in own else pd.Series(dtype=bool)
             if len(cov):
                 cal.coverage[m] = float(cov.astype(bool).mean())
-        cross = table[(table["relation"] != "match") & (table["calibration"] == key)]
-        cal.cross_fingerprint_error = {m: float(np.quantile(e, coverage)) for m in METRICS
-                                       if len(e := cross[f"{m}_rel_error"].abs().dropna())}
+        cal.cross_fingerprint_error = cross_errors(table, key, coverage)
 
 
 def write_validation(table: pd.DataFrame, out: str | Path) -> None:
