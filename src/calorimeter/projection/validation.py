@@ -292,19 +292,21 @@ def add_bands(table: pd.DataFrame, coverage: float = COVERAGE) -> pd.DataFrame:
     regime = predicted_regime(table)
     outside = table["extrapolated"].fillna(False).astype(bool) if "extrapolated" in table else pd.Series(
         False, index=table.index)
+    cross = {f"{hw}/{fp}": cross_errors(table, f"{hw}/{fp}", coverage)
+             for hw, fp in table.loc[match, ["hardware", "fingerprint"]].drop_duplicates().itertuples(index=False)}
     for m in METRICS:
         table[f"{m}_band"] = math.nan
         table[f"{m}_covered"] = pd.NA
         for (hw, fp), g in table[match].groupby(["hardware", "fingerprint"]):
             elsewhere = table.loc[match & regime & (table["hardware"] != hw), f"{m}_rel_error"].abs().dropna()
-            cross = cross_errors(table, f"{hw}/{fp}", coverage).get(m, math.nan)
+            widen = cross[f"{hw}/{fp}"].get(m, math.nan)
             for (fold, hb), h in g.groupby([g["fold"], regime[g.index]]):
                 e = g.loc[g["fold"] != fold, f"{m}_rel_error"].abs().dropna()
                 others = band_sample(e, regime[e.index] == hb, elsewhere if hb else None)
                 if len(others) < 3:
                     continue
                 band = float(np.quantile(others, coverage))
-                bands = pd.Series(band, index=h.index).where(~outside[h.index], extrapolation_band(band, cross))
+                bands = pd.Series(band, index=h.index).where(~outside[h.index], extrapolation_band(band, widen))
                 table.loc[h.index, f"{m}_band"] = bands
                 err = h[f"{m}_rel_error"].abs()
                 table.loc[h.index, f"{m}_covered"] = [bool(e <= b) if e == e and b == b else pd.NA
@@ -424,14 +426,12 @@ def _stats(t: pd.DataFrame) -> dict[str, Any]:
     GPU-bound ones (suffix ``_gpu_bound``), over those inside the calibration's range (``_in_range``: not
     extrapolated) and over configurations on a machine with their repetitions averaged (``_per_machine``,
     :func:`repetition_means`)."""
-    gpu_bound = t[~_host_bound(t)]
-    means = repetition_means(t)
-    f: dict[str, Any] = {"cells": len(t), "gpu_bound_cells": len(gpu_bound),
-                         "in_range_cells": int(_in_range(t).sum()), "configurations_on_machines": len(means)}
+    gpu_bound, in_range, means = t[~_host_bound(t)], t[_in_range(t)], repetition_means(t)
+    f: dict[str, Any] = {"cells": len(t), "gpu_bound_cells": len(gpu_bound), "in_range_cells": len(in_range),
+                         "configurations_on_machines": len(means)}
     for m in METRICS:
-        e = t[f"{m}_rel_error"].dropna()
-        f[m] = {"cells": len(e), **_errors(t, m, ""), **_errors(gpu_bound, m, "_gpu_bound"),
-                **_errors(t[_in_range(t)], m, "_in_range"), **_errors(means, m, "_per_machine")}
+        f[m] = {**_errors(t, m, ""), **_errors(gpu_bound, m, "_gpu_bound"), **_errors(in_range, m, "_in_range"),
+                **_errors(means, m, "_per_machine")}
         if f"{m}_covered" in t:
             cov = t[f"{m}_covered"].dropna()
             f[m]["coverage"] = float(cov.astype(bool).mean()) if len(cov) else math.nan
