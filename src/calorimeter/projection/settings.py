@@ -57,6 +57,10 @@ DEFAULT_CALIBRATION: tuple[str, ...] = (
     # machine and on 2x H100 (the first 2-GPU H100 cells of the current engine), with the host probes in the records
     "results/reference/hostprobe-2026-11-27/h200x2-hostprobe",
     "results/reference/hostprobe-2026-11-27/h100x2-hostprobe",
+    # 2026-11-27, sixth session: sequence 16384 on 2x H200 (outside every earlier calibration's range) and ZeRO-3 dp2
+    # at micro-batch 2; first projected prospectively (bench/projection_prospective.py), then added here
+    "results/reference/h200x2-extrapolation-2026-11-27f/h200x2-extrapolation",
+    "results/reference/h200x2-zero3-check-2026-11-27f/h200x2-zero3-check",
     *SETS_2026_11_21,
 )
 #: calibration sweeps (config/reference/<gpu>-calibration.yaml, kept as results/reference/<gpu>-calibration-<date>/)
