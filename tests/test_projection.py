@@ -201,38 +201,61 @@ def test_1f1b_is_sum_plus_slowest_times_m_minus_one() -> None:
     assert single.iteration_s == pytest.approx(4.0) and single.bubble_s == 0.0
 
 
-def test_a_host_bound_stage_adds_its_idle_time_to_the_gpu_time() -> None:
-    """The 2-GPU ZeRO-3 cells idle ~0.3 s per iteration at sequence 2048 and 4096 alike: where the host's launch
-    time reaches 80% of the GPU's, the fitted idle adds to the GPU time (a maximum would give both sizes the launch
-    time); below, the GPU time alone; without a fitted idle, the larger of the two, as before."""
-    for gpu in (0.66, 1.14):  # GPU seconds per iteration at 2048 and 4096, 8 micro-batches
-        st = stage_time(0, 8, {"gemm_attention": gpu}, 0.0, [], False, launch_s=1.23, idle_s=0.3)
-        assert st.per_micro_batch_s * 8 == pytest.approx(gpu + 0.3)
-        assert st.launch_wait_s == pytest.approx(0.3)
-    gpu_bound = stage_time(0, 8, {"gemm_attention": 2.0}, 0.0, [], False, launch_s=1.23, idle_s=0.3)
-    assert gpu_bound.per_micro_batch_s * 8 == pytest.approx(2.0) and gpu_bound.launch_wait_s == 0.0
-    gaps = stage_time(0, 8, {"gemm_attention": 0.66}, 0.0, [], False, (0.1, 0.0), launch_s=1.23, idle_s=0.3)
-    assert gaps.per_micro_batch_s * 8 == pytest.approx(0.66 + 0.3)  # the idle replaces the smaller host gaps
-    no_idle = stage_time(0, 8, {"gemm_attention": 0.66}, 0.0, [], False, launch_s=1.23)
-    assert no_idle.per_micro_batch_s * 8 == pytest.approx(1.23)
+def test_the_zero3_idle_falls_as_the_gpu_work_per_call_grows() -> None:
+    """Host and GPU of a ZeRO-3 stage as a two-stage line with room for two calls: the GPU idles ``H^2 / (H + G)``
+    per iteration (H the host's time for the ZeRO-3 calls, G the GPU's work), so at a fixed host time the idle falls
+    as the GPU work grows (2x H200 ZeRO-3 dp2: 1.2-2.5 ms per call at 2.3-3.3 ms of GPU work per call, 0.2-0.7 ms at
+    8-14 ms; a constant idle per call, the earlier model, gave 0.3 s at either size), in every ZeRO-3 stage however
+    busy its GPU (no jump at the host-bound threshold); it replaces the host gaps where larger, which stay the floor;
+    without a ZeRO-3 host time the stage takes the larger of GPU and launch time."""
+    host = 0.6
+    idle = {}
+    for gpu in (0.66, 1.14, 2.0, 4.0):  # GPU seconds per iteration, 8 micro-batches; 2.0 and 4.0 GPU-bound
+        st = stage_time(0, 8, {"gemm_attention": gpu}, 0.0, [], False, launch_s=1.23, z3_host_s=host)
+        idle[gpu] = st.per_micro_batch_s * 8 - gpu
+        assert idle[gpu] == pytest.approx(host**2 / (host + gpu)) and st.launch_wait_s == pytest.approx(idle[gpu])
+    assert idle[0.66] > idle[1.14] > idle[2.0] > idle[4.0] > 0.0
+    assert idle[0.66] * 0.66 < idle[4.0] * 4.0 < host**2  # idle x GPU work rises toward H^2: 1 / G in the tail
+    # the iteration lies between the host running freely ahead (max) and host and GPU taking turns (sum)
+    assert max(host, 0.66) < 0.66 + idle[0.66] < host + 0.66
+    gaps = stage_time(0, 8, {"gemm_attention": 0.66}, 0.0, [], False, (0.1, 0.0), launch_s=1.23, z3_host_s=host)
+    assert gaps.per_micro_batch_s * 8 == pytest.approx(0.66 + 0.1 + idle[0.66] - 0.1)  # the idle replaces the gaps
+    floor = stage_time(0, 8, {"gemm_attention": 4.0}, 0.0, [], False, (0.2, 0.0), z3_host_s=host)
+    assert floor.per_micro_batch_s * 8 == pytest.approx(4.0 + 0.2)  # gaps larger than the idle: the gaps
+    no_z3 = stage_time(0, 8, {"gemm_attention": 0.66}, 0.0, [], False, launch_s=1.23)
+    assert no_z3.per_micro_batch_s * 8 == pytest.approx(1.23)
 
 
-def test_idle_fit_recovers_the_zero3_idle_and_leaves_tensor_parallel_stages_to_the_launch_floor() -> None:
-    """ZeRO-3's hooks wait for their collectives (the idle adds to the GPU time); a tensor-parallel host runs ahead
-    (its stage takes the launch floor), so TP rows must not move the idle fit, however large their gap."""
-    from calorimeter.projection.compute import fit_idle, host_features
+def test_the_tandem_idle_and_its_inverse() -> None:
+    from calorimeter.projection.schedule import tandem_host_s, tandem_idle_s
 
-    rows, busy = [], []
-    for c in (llama(zero_stage=3, global_batch=8), llama(zero_stage=3, global_batch=16),
-              llama(tp=2, sequence_parallel=True), llama(tp=4, sequence_parallel=True)):
+    for h, g in ((0.3, 1.0), (1.0, 0.3), (0.5, 0.5)):
+        assert tandem_host_s(tandem_idle_s(h, g), g) == pytest.approx(h)
+    assert tandem_idle_s(0.5, 0.5) == pytest.approx(0.25)  # the iteration 1.5 H at G = H
+    assert tandem_idle_s(1.0, 1e-9) == pytest.approx(1.0) and tandem_idle_s(1e-3, 10.0) == pytest.approx(1e-7, rel=1e-3)
+    assert tandem_idle_s(0.0, 1.0) == 0.0 and tandem_host_s(0.0, 1.0) == 0.0
+
+
+def test_the_zero3_host_fit_recovers_the_host_time_and_leaves_tensor_parallel_stages_to_the_launch_floor() -> None:
+    """Rows made by the tandem idle with one host time per ZeRO-3 call over GPU work from 0.5 to 4 s: the fit finds
+    it, with each row's machine factor on the host time; TP rows (their host runs ahead: the launch floor) must not
+    move it, however large their gap."""
+    from calorimeter.projection.compute import fit_z3_host, host_features
+    from calorimeter.projection.schedule import tandem_idle_s
+
+    h = 2.5e-3
+    rows, busy, factors = [], [], []
+    for c, gpu, k in ((llama(zero_stage=3, global_batch=8), 0.5, 1.0), (llama(zero_stage=3, global_batch=16), 4.0, 1.3),
+                      (llama(zero_stage=3, global_batch=16, seq_len=4096), 1.0, 0.8),
+                      (llama(tp=2, sequence_parallel=True), 1.0, 1.0), (llama(tp=4, sequence_parallel=True), 1.0, 1.0)):
         st = workload(c).stages[0]
-        f = host_features(st)
-        idle = 2e-4 * f["z3_calls"] if f["z3_calls"] else 0.9  # a TP stage's gap: the floor minus its busy time
-        rows.append((c.cell_id, st, 1.0 + idle, "none"))
-        busy.append(1.0)
-    got = fit_idle(rows, busy)
-    assert got == {"z3_calls": pytest.approx(2e-4, rel=1e-6)}
-    assert fit_idle(rows[2:], busy[2:]) == {"z3_calls": 0.0} and fit_idle([], []) == {"z3_calls": 0.0}
+        n = host_features(st)["z3_calls"]
+        idle = tandem_idle_s(k * h * n, gpu) if n else 0.9  # a TP stage's gap: the floor minus its busy time
+        rows.append((c.cell_id, st, gpu + idle, "none"))
+        busy.append(gpu)
+        factors.append(k)
+    assert fit_z3_host(rows, busy, factors) == {"z3_calls": pytest.approx(h, rel=1e-6)}
+    assert fit_z3_host(rows[3:], busy[3:]) == {"z3_calls": 0.0} and fit_z3_host([], []) == {"z3_calls": 0.0}
 
 
 def test_zero3_prefetch_hides_gathers_under_compute() -> None:

@@ -70,14 +70,14 @@ def test_a_slower_host_is_found_and_its_launch_floor_scaled() -> None:
             rows.append((c.cell_id, st, k * rates.launch_s(st, ov), ov))
             busy.append(0.3)
             machines.append(m)
-    launch, idle, factors = fit_host_times(rows, busy, machines)
+    launch, z3_host, factors = fit_host_times(rows, busy, machines)
     assert factors["slow"] / factors["fast"] == pytest.approx(1.5 ** (1 / (1 + 0.25 / 4)), rel=0.02)
-    fitted = ComputeRates({}, {}, 0, launch=launch, idle=idle, host_factor=factors)
+    fitted = ComputeRates({}, {}, 0, launch=launch, z3_host=z3_host, host_factor=factors)
     st = rows[0][1]
     assert fitted.launch_s(st, "none", "slow") / fitted.launch_s(st, "none", "fast") == pytest.approx(
         factors["slow"] / factors["fast"])
     assert fitted.launch_s(st, "none", "unknown") == fitted.launch_s(st, "none")  # an average calibrated host
-    assert host_features(st)["z3_calls"] == 0 and idle == {"z3_calls": 0.0}
+    assert host_features(st)["z3_calls"] == 0 and z3_host == {"z3_calls": 0.0}
     # without machines: one host, no factors
     assert fit_host_times(rows, busy, None)[2] == {}
 

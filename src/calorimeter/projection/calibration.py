@@ -188,7 +188,7 @@ def host_bound_elsewhere(ms: MeasuredSet, own: set[str], fp: Fingerprint) -> lis
     """The traced host-bound cells without pipeline that ran the same software as ``fp`` on another GPU type:
     (cell id, its busiest rank's kernel-busy seconds, its iteration seconds).
 
-    Their host times (the launch floor, the ZeRO-3 idle) join the host fit of ``fp``'s calibration: in the host-bound
+    Their host times (launch floor, ZeRO-3 host time) join the host fit of ``fp``'s calibration: in the host-bound
     regime the iteration lasts as long as the host takes to issue it, which depends on the software and the host, not
     on the GPU that runs the kernels. Precondition, checked on the lent machines (2026-11-27): the H100 and H200 nodes
     have the same host (32 vCPUs of an ``Intel(R) Xeon(R) Processor`` family 6 model 207 under KVM, 2100 MHz); each
@@ -209,9 +209,9 @@ def host_bound_elsewhere(ms: MeasuredSet, own: set[str], fp: Fingerprint) -> lis
 
 
 def is_launch_row(cell: Cell, busy_s: float, iteration_s: float) -> bool:
-    """Whether a traced cell calibrates the host's launch and idle times: host-bound (its busiest rank's kernels busy
-    under :data:`HOST_BOUND_BUSY_FRAC` of the iteration) and without pipeline (DeepSpeed's pipeline engine steps
-    differently)."""
+    """Whether a traced cell calibrates the host's launch and ZeRO-3 host times: host-bound (its busiest rank's
+    kernels busy under :data:`HOST_BOUND_BUSY_FRAC` of the iteration) and without pipeline (DeepSpeed's pipeline
+    engine steps differently)."""
     return busy_s < HOST_BOUND_BUSY_FRAC * iteration_s and cell.pp == 1
 
 
@@ -219,7 +219,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
               fingerprint: str | None = None) -> Calibration:
     """Fit one calibration on the cells of ``ms`` run on ``hardware`` (and, if given, with this fingerprint key).
 
-    Compute rates and host gaps are fitted on the traced, GPU-bound cells; the host launch time and the GPU's idle
+    Compute rates and host gaps are fitted on the traced, GPU-bound cells; the host launch time and the ZeRO-3 host
     time on the traced, host-bound cells without pipeline, of this GPU type and of any other that ran the same
     software (:func:`host_bound_elsewhere`); the power model on every GPU with telemetry.
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from calorimeter.plan.work import FEATURES, StageWork
 from calorimeter.projection.hosts import ROUNDS, fit_factors
+from calorimeter.projection.schedule import tandem_host_s, tandem_idle_s
 
 #: the compute kernel categories (telemetry/kernels.py) and the work counts each depends on
 CATEGORY_FEATURES: dict[str, tuple[str, ...]] = {
@@ -48,15 +49,17 @@ HOST_ONCE: tuple[str, ...] = ("single_stage", "pipeline")
 #: the other's, and the extra stays 0 where only one was measured)
 LAUNCH_FEATURES: tuple[str, ...] = ("iteration", "layer_passes", "z3_calls", "tp_calls", "tp_fused_calls",
                                     "tp_symm_mem_calls")
-#: the GPU's idle time per iteration that adds to its work in a host-bound stage (the iteration minus the busy time
-#: of host-bound cells): per ZeRO-3 gather/reduce-scatter call only. DeepSpeed's module hooks wait for their
-#: collectives, so host and GPU take turns: ZeRO-3 dp2 idles ~0.3 s per iteration at sequence 2048 and 4096 alike
-#: while its GPU work doubles. Tensor-parallel collectives are enqueued without waiting, so the host runs ahead and a
-#: host-bound TP stage lasts as long as the host's launch time (a floor, not an addition): TP2+SP with overlap takes
-#: 1.30-1.36 s per iteration at sequence 1024 and 2048 on one machine, 1.33-1.36 s at 4096 on another, while its
-#: busy time goes 0.46 -> 0.95 s (results/reference/hostbound-2026-11-27); fitted as an addition there, the held-out
-#: 1024 cell came out 40% fast
-IDLE_FEATURES: tuple[str, ...] = ("z3_calls",)
+#: the host's time per iteration for a stage's ZeRO-3 calls (``H``), of which the GPU idles ``H^2 / (H + G)`` next to
+#: ``G`` seconds of GPU work (:func:`calorimeter.projection.schedule.tandem_idle_s`): per ZeRO-3 gather/reduce-scatter
+#: call only. DeepSpeed's module hooks wait for their collectives, and the host runs at most about two calls ahead,
+#: so the GPU idles more than where the host runs freely ahead (``max(H, G)``) and less than where they take turns
+#: (``H + G``); the idle per call falls as the GPU work per call grows (2x H200 ZeRO-3 dp2: 1.2-2.5 ms at 2.3-3.3 ms
+#: of GPU work per call, 0.2-0.7 ms at 8-14 ms). Tensor-parallel collectives are enqueued without waiting, so the
+#: host runs ahead and a host-bound TP stage lasts as long as the host's launch time (a floor, not an addition):
+#: TP2+SP with overlap takes 1.30-1.36 s per iteration at sequence 1024 and 2048 on one machine, 1.33-1.36 s at 4096
+#: on another, while its busy time goes 0.46 -> 0.95 s (results/reference/hostbound-2026-11-27); fitted as an
+#: addition there, the held-out 1024 cell came out 40% fast
+Z3_HOST_FEATURES: tuple[str, ...] = ("z3_calls",)
 #: the tensor-parallel overlap mechanisms the host-gap and schedule models know
 TP_OVERLAP_MECHANISMS: tuple[str, ...] = ("ring", "symm_mem")
 
@@ -76,7 +79,7 @@ class ComputeRates:
     n_rows: int
     host: dict[str, float] = field(default_factory=dict)
     launch: dict[str, float] = field(default_factory=dict)
-    idle: dict[str, float] = field(default_factory=dict)
+    z3_host: dict[str, float] = field(default_factory=dict)
     host_factor: dict[str, float] = field(default_factory=dict)
 
     def machine_factor(self, machine: str | None) -> float:
@@ -103,15 +106,18 @@ class ComputeRates:
         return self.machine_factor(machine) * sum(self.launch.get(f, 0.0) * feats.get(f, 0.0)
                                                   for f in LAUNCH_FEATURES)
 
-    def idle_s(self, stage: StageWork, tp_overlap: str = "none", machine: str | None = None) -> float:
-        """Seconds the GPU idles per iteration of a stage's rank when the host bounds it (0 when never calibrated).
+    def z3_host_s(self, stage: StageWork, tp_overlap: str = "none", machine: str | None = None) -> float:
+        """Seconds the host needs per iteration of a stage's rank for its ZeRO-3 calls (:data:`Z3_HOST_FEATURES`;
+        0 without ZeRO-3 calls or when never calibrated): the GPU idles
+        :func:`~calorimeter.projection.schedule.tandem_idle_s` of it and the stage's GPU work.
 
         Args:
             tp_overlap: the cell's tensor-parallel overlap mechanism (``none`` without overlap).
             machine: the machine projected for (:meth:`machine_factor`; None: an average calibrated host).
         """
         feats = host_features(stage, tp_overlap)
-        return self.machine_factor(machine) * sum(self.idle.get(f, 0.0) * feats.get(f, 0.0) for f in IDLE_FEATURES)
+        return self.machine_factor(machine) * sum(self.z3_host.get(f, 0.0) * feats.get(f, 0.0)
+                                                  for f in Z3_HOST_FEATURES)
 
     def seconds(self, stage: StageWork) -> dict[str, float]:
         """Predicted summed kernel seconds per compute category for one rank of a stage, one iteration."""
@@ -121,13 +127,14 @@ class ComputeRates:
     def to_dict(self) -> dict:
         """JSON-ready."""
         return {"coef": self.coef, "fit_rel_error": self.fit_rel_error, "n_rows": self.n_rows, "host": self.host,
-                "launch": self.launch, "idle": self.idle, "host_factor": self.host_factor}
+                "launch": self.launch, "z3_host": self.z3_host, "host_factor": self.host_factor}
 
     @classmethod
     def from_dict(cls, d: dict) -> ComputeRates:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict` (a calibration written before the host time of ZeRO-3 calls has none: its
+        ``idle`` was the GPU's idle per call of the earlier model, not a host time)."""
         return cls({k: dict(v) for k, v in d["coef"].items()}, dict(d["fit_rel_error"]), int(d["n_rows"]),
-                   dict(d.get("host", {})), dict(d.get("launch", {})), dict(d.get("idle", {})),
+                   dict(d.get("host", {})), dict(d.get("launch", {})), dict(d.get("z3_host", {})),
                    dict(d.get("host_factor", {})))
 
 
@@ -205,25 +212,39 @@ def fit_launch(rows: list[tuple[str, StageWork, float, str]]) -> dict[str, float
     return {f: float(b) for f, b in zip(LAUNCH_FEATURES, beta, strict=True)}
 
 
-def fit_idle(rows: list[tuple[str, StageWork, float, str]], busy_s: list[float]) -> dict[str, float]:
-    """GPU idle seconds per unit of :data:`IDLE_FEATURES` in host-bound stages, fitted on the host-bound ZeRO-3 cells
-    without pipeline as iteration minus busy time (non-negative least squares, errors relative to the iteration); the
+def fit_z3_host(rows: list[tuple[str, StageWork, float, str]], busy_s: list[float],
+                factors: list[float] | None = None) -> dict[str, float]:
+    """Host seconds per unit of :data:`Z3_HOST_FEATURES`, fitted on the host-bound ZeRO-3 cells without pipeline:
+    the host time ``H`` whose modelled idle :func:`~calorimeter.projection.schedule.tandem_idle_s` ``(H, busy)``
+    comes closest to the measured iteration minus busy time (least squares, errors relative to the iteration); the
     rows without ZeRO-3 calls are left out (their host runs ahead: :func:`fit_launch` gives their floor).
 
     Args:
         rows: the rows of :func:`fit_launch` (cell id, stage work, measured iteration time, TP overlap mechanism).
         busy_s: per row, the busiest traced rank's kernel-busy seconds.
+        factors: per row, its machine's factor on the host time (None: 1 each).
     """
+    from scipy.optimize import minimize_scalar  # fitting only: projecting never imports scipy
+
+    k = factors if factors is not None else [1.0] * len(rows)
     keep = [i for i, r in enumerate(rows) if host_features(r[1])["z3_calls"] > 0]
-    rows, busy_s = [rows[i] for i in keep], [busy_s[i] for i in keep]
-    if not rows:
-        return dict.fromkeys(IDLE_FEATURES, 0.0)
-    x = np.array([[host_features(st, ov)[f] for f in IDLE_FEATURES] for _, st, _, ov in rows])
-    y = np.array([max(t - b, 0.0) for (_, _, t, _), b in zip(rows, busy_s, strict=True)])
-    per_cell = Counter(cid for cid, _, _, _ in rows)
-    w = np.array([1.0 / per_cell[cid] / t for cid, _, t, _ in rows])
-    beta = _nnls_rel(x, y, w)
-    return {f: float(b) for f, b in zip(IDLE_FEATURES, beta, strict=True)}
+    if not keep:
+        return dict.fromkeys(Z3_HOST_FEATURES, 0.0)
+    per_cell = Counter(rows[i][0] for i in keep)
+    units = np.array([k[i] * sum(host_features(rows[i][1], rows[i][3])[f] for f in Z3_HOST_FEATURES) for i in keep])
+    busy = np.array([busy_s[i] for i in keep])
+    idle = np.array([max(rows[i][2] - busy_s[i], 0.0) for i in keep])
+    w = np.array([1.0 / per_cell[rows[i][0]] / rows[i][2] for i in keep])
+    exact = np.array([tandem_host_s(y, b) for y, b in zip(idle, busy, strict=True)]) / units
+    lo, hi = float(exact.min()), float(exact.max())  # every residual changes sign between them
+
+    def loss(h: float) -> float:
+        model = np.array([tandem_idle_s(h * u, b) for u, b in zip(units, busy, strict=True)])
+        return float(np.sum((w * (model - idle)) ** 2))
+
+    h = lo if hi <= lo else float(minimize_scalar(loss, bounds=(lo, hi), method="bounded",
+                                                  options={"xatol": 1e-9 * hi}).x)
+    return dict.fromkeys(Z3_HOST_FEATURES, h)
 
 
 def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
@@ -239,8 +260,8 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
             of every calibration cell.
         host_rows: rows for :func:`fit_host_gaps`.
         launch_rows: rows for :func:`fit_launch`.
-        launch_busy_s: per launch row, the busiest traced rank's kernel-busy seconds (:func:`fit_idle`; none:
-            no idle fitted).
+        launch_busy_s: per launch row, the busiest traced rank's kernel-busy seconds (:func:`fit_z3_host`; none:
+            no ZeRO-3 host time fitted).
         launch_machines: per launch row, its machine (:func:`calorimeter.projection.hosts.machine_keys`; none: no
             machine factors, every host taken as alike).
         host_machines: per host-gap row, its machine: its gap is divided by that machine's factor (the factors come
@@ -269,26 +290,28 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
         coef[cat] = {f: float(b) for f, b in zip(feats, beta, strict=True)}
         pred = x[ok] @ beta
         err[cat] = float(np.median(np.abs(pred / y[ok] - 1.0)))
-    launch, idle, factors = fit_host_times(launch_rows or [], launch_busy_s, launch_machines, launch_configs)
+    launch, z3_host, factors = fit_host_times(launch_rows or [], launch_busy_s, launch_machines, launch_configs)
     gaps = host_rows or []
     if factors and host_machines:
         gaps = [(c, st, g / factors.get(m, 1.0) if m is not None else g)
                 for (c, st, g), m in zip(gaps, host_machines, strict=True)]
-    return ComputeRates(coef, err, len(rows), fit_host_gaps(gaps), launch, idle, factors)
+    return ComputeRates(coef, err, len(rows), fit_host_gaps(gaps), launch, z3_host, factors)
 
 
 def fit_host_times(rows: list[tuple[str, StageWork, float, str]], busy_s: list[float] | None,
                    machines: list[str | None] | None, configs: list[str] | None = None,
                    ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
-    """Launch and idle coefficients of an average host and each machine's factor on them, alternately fitted
-    (:data:`calorimeter.projection.hosts.ROUNDS` rounds): the coefficients on the host times divided by their
-    machine's factor (launch: the iteration; idle: the iteration minus the busy time), then each machine's factor from
-    its rows' measured over modelled host time (ZeRO-3 rows: the idle, others: the launch floor); the coefficients
-    returned are fitted with the factors returned.
+    """Launch and ZeRO-3 host-time coefficients of an average host and each machine's factor on them, alternately
+    fitted (:data:`calorimeter.projection.hosts.ROUNDS` rounds): the coefficients with the host times scaled by their
+    machine's factor (launch: the iteration divided by it; ZeRO-3: the host time multiplied by it in the modelled
+    idle), then each machine's factor from its rows' measured over modelled host time (ZeRO-3 rows: the host time
+    their measured idle and busy time imply, :func:`~calorimeter.projection.schedule.tandem_host_s`; others: the
+    iteration against the launch floor); the coefficients returned are fitted with the factors returned.
 
     Args:
         rows: the rows of :func:`fit_launch`.
-        busy_s: per row, the busiest traced rank's kernel-busy seconds (None: no idle fitted, no factors).
+        busy_s: per row, the busiest traced rank's kernel-busy seconds (None: no ZeRO-3 host time fitted, no
+            factors).
         machines: per row, its machine (None: no factors).
         configs: per row, its configuration (:func:`calorimeter.projection.hosts.fit_factors`).
     """
@@ -299,21 +322,20 @@ def fit_host_times(rows: list[tuple[str, StageWork, float, str]], busy_s: list[f
     for i in range(rounds):
         f = [factors.get(m, 1.0) if m is not None else 1.0 for m in (machines or [None] * len(rows))]
         launch = fit_launch([(c, st, t / k, ov) for (c, st, t, ov), k in zip(rows, f, strict=True)])
-        idle = fit_idle([(c, st, b + max(t - b, 0.0) / k, ov) for (c, st, t, ov), b, k in
-                         zip(rows, busy_s, f, strict=True)], busy_s)
+        z3_host = fit_z3_host(rows, busy_s, f)
         if i == rounds - 1:
             break
-        rates = ComputeRates({}, {}, 0, launch=launch, idle=idle)
+        rates = ComputeRates({}, {}, 0, launch=launch, z3_host=z3_host)
         logr = []
         for (_, st, t, ov), b in zip(rows, busy_s, strict=True):
             z3 = host_features(st, ov)["z3_calls"] > 0
-            model = rates.idle_s(st, ov) if z3 else rates.launch_s(st, ov)
-            meas = max(t - b, 0.0) if z3 else t
+            model = rates.z3_host_s(st, ov) if z3 else rates.launch_s(st, ov)
+            meas = tandem_host_s(t - b, b) if z3 else t
             logr.append(math.log(meas / model) if model > 0 and meas > 0 else math.nan)
         factors = fit_factors(logr, machines, configs=configs)
-    return launch, idle, factors
+    return launch, z3_host, factors
 
 
 __all__ = ["CATEGORY_FEATURES", "COMPUTE_CATEGORIES", "FEATURES", "HOST_FEATURES", "TP_OVERLAP_MECHANISMS",
-           "IDLE_FEATURES", "LAUNCH_FEATURES", "ComputeRates", "fit_compute", "fit_host_gaps", "fit_host_times",
-           "fit_idle", "fit_launch", "host_features"]
+           "LAUNCH_FEATURES", "Z3_HOST_FEATURES", "ComputeRates", "fit_compute", "fit_host_gaps", "fit_host_times",
+           "fit_launch", "fit_z3_host", "host_features"]

@@ -1,5 +1,5 @@
 """The machine a measured cell ran on, and how fast its host issues work: a factor per machine on the host times of the
-host-bound regime (launch floor, ZeRO-3 idle, host gaps), fitted together with them.
+host-bound regime (launch floor, ZeRO-3 host time, host gaps), fitted together with them.
 
 Why: in the host-bound regime the iteration lasts as long as the host takes to issue it, and hosts differ. TP2+SP
 overlap off at sequence 2048 took 0.72-0.77 s per iteration on the two 2026-11-23 2x H200 machines, 0.80-0.90 s on a

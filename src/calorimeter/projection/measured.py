@@ -24,7 +24,7 @@ from calorimeter.projection.schedule import HOST_BOUND_BUSY_FRAC
 from calorimeter.records.paths import SweepPaths
 
 # HOST_BOUND_BUSY_FRAC (schedule): a host-bound cell's kernel times say little about the GPU, so it calibrates no
-# compute rate (it calibrates the host launch and idle times, and is still predicted and validated)
+# compute rate (it calibrates the host launch and ZeRO-3 host times, and is still predicted and validated)
 #: a traced rank busy for longer than this share of the measured iteration was not traced over one iteration of the
 #: measured steps (the record's trace and metrics disagree): it calibrates nothing
 MAX_BUSY_FRAC = 1.02

@@ -111,7 +111,7 @@ class Projector:
                                           opt_coef * st.features.get("optim_elems", 0.0), ops, cell.overlap,
                                           cal.compute.host_gap_s(st, machine), tp_hidden,
                                           cal.compute.launch_s(st, mech, machine),
-                                          cal.compute.idle_s(st, mech, machine)))
+                                          cal.compute.z3_host_s(st, mech, machine)))
         it = pipeline_time(stage_times)
         t = it.iteration_s
         row: dict[str, Any] = {**cell.to_dict(), "source": SOURCE, "status": SOURCE, "iteration_time_s": t}
