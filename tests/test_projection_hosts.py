@@ -82,6 +82,37 @@ def test_a_slower_host_is_found_and_its_launch_floor_scaled() -> None:
     assert fit_host_times(rows, busy, None)[2] == {}
 
 
+def _z3(seq: int, mb: int = 1) -> Cell:
+    return Cell(sweep="t", model="llama3-8b-8l", hardware="h200", nodes=1, gpus_per_node=2, zero_stage=3, seq_len=seq,
+                global_batch=16, micro_batch=mb, precision="bf16")
+
+
+def test_gpu_bound_zero3_cells_join_the_host_time_fit_but_not_the_machine_factors() -> None:
+    """A host-bound run is one whose host happened to be slow: host-bound ZeRO-3 rows made with 3 ms of host time per
+    call (two machines, the second 1.5x slower), GPU-bound ones with 2 ms on a third machine. Without the GPU-bound
+    rows the fit finds the host-bound rows' host time; with them it moves toward theirs; the third machine, with no
+    host-bound row, gets no factor."""
+    from calorimeter.projection.schedule import tandem_idle_s
+
+    def row(c: Cell, h: float, gpu: float) -> tuple[str, object, float, str]:
+        st = workload(c).stages[0]
+        return c.cell_id, st, gpu + tandem_idle_s(h * host_features(st)["z3_calls"], gpu), "none"
+
+    rows, busy, machines = [], [], []
+    for c, gpu in ((_z3(2048), 0.7), (_z3(4096), 1.1)):
+        for m, k in (("fast", 1.0), ("slow", 1.5)):
+            rows.append(row(c, k * 3e-3, gpu))
+            busy.append(gpu)
+            machines.append(m)
+    gpu_bound = [(*row(c, 2e-3, gpu), gpu, "third") for c, gpu in ((_z3(8192), 2.0), (_z3(2048, mb=4), 0.55))]
+    _, alone, f_alone = fit_host_times(rows, busy, machines)
+    _, joined, f_joined = fit_host_times(rows, busy, machines, z3_rows=gpu_bound)
+    assert f_alone["slow"] / f_alone["fast"] == pytest.approx(1.5 ** (1 / (1 + 0.25 / 2)), rel=0.02)
+    mean_factor = (f_alone["slow"] * f_alone["fast"]) ** 0.5
+    assert alone["z3_calls"] * mean_factor == pytest.approx(3e-3 * 1.5**0.5, rel=0.05)
+    assert 2e-3 < joined["z3_calls"] < alone["z3_calls"] and set(f_joined) == {"fast", "slow"}
+
+
 def test_the_committed_sets_put_the_2026_11_27_machine_slower_than_the_2026_11_23_one() -> None:
     """TP2+SP overlap off at 2048: 0.718 s on the 2026-11-23 findings machine, 1.073 s on the 2026-11-27 fourth
     machine; its other host-bound configurations 1.2-1.6x slower too. The calibration's factors say so, and a

@@ -22,9 +22,15 @@ from calorimeter.collectives.table import CURVE_COLUMNS, read_collective_points
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
 from calorimeter.plan.models import get_model, padded_vocab_size, parameter_count
-from calorimeter.plan.work import COLLECTIVES, workload
+from calorimeter.plan.work import COLLECTIVES, StageWork, workload
 from calorimeter.projection.collectives import trace_points
-from calorimeter.projection.compute import COMPUTE_CATEGORIES, TP_OVERLAP_MECHANISMS, ComputeRates, fit_compute
+from calorimeter.projection.compute import (
+    COMPUTE_CATEGORIES,
+    TP_OVERLAP_MECHANISMS,
+    ComputeRates,
+    fit_compute,
+    host_features,
+)
 from calorimeter.projection.fingerprint import Fingerprint, fingerprint_of
 from calorimeter.projection.measured import HOST_BOUND_BUSY_FRAC, MeasuredSet, load_measured
 from calorimeter.projection.power import PowerModel, fit_power
@@ -248,6 +254,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
     launch_busy: list[float] = []
     launch_machines: list[str | None] = []
     launch_configs: list[str] = []
+    z3_rows: list[tuple[str, StageWork, float, str, float, str | None]] = []
     power_clock: list[float] = []
     host_machines: list[str | None] = []
     hidden: dict[str, list[float]] = {}
@@ -267,6 +274,8 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
             if cid in usable:
                 host_rows.append((cid, w.stages[int(busiest["stage"])], t_iter - busy))
                 host_machines.append(machine_of(r))
+                if cell.pp == 1 and host_features(w.stages[0])["z3_calls"] > 0:
+                    z3_rows.append((cid, w.stages[0], t_iter, mech, busy, machine_of(r)))
             elif is_launch_row(cell, busy, t_iter):
                 launch_rows.append((cid, w.stages[0], t_iter, mech))
                 launch_busy.append(busy)
@@ -315,7 +324,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
             lo, hi = ranges.get(k, [v, v])
             ranges[k] = [min(lo, v), max(hi, v)]
     rates = fit_compute(comp_rows, host_rows, launch_rows, launch_busy, launch_machines, host_machines,
-                        launch_configs)
+                        launch_configs, z3_rows)
     return Calibration(hardware, rates, curves, power, fitted, excluded,
                        fingerprint=fp, records=records, recorded_at=max(stamps) if stamps else "",
                        tp_hidden={m: float(np.median(v)) for m, v in hidden.items()}, ranges=ranges)

@@ -214,13 +214,14 @@ def fit_launch(rows: list[tuple[str, StageWork, float, str]]) -> dict[str, float
 
 def fit_z3_host(rows: list[tuple[str, StageWork, float, str]], busy_s: list[float],
                 factors: list[float] | None = None) -> dict[str, float]:
-    """Host seconds per unit of :data:`Z3_HOST_FEATURES`, fitted on the host-bound ZeRO-3 cells without pipeline:
-    the host time ``H`` whose modelled idle :func:`~calorimeter.projection.schedule.tandem_idle_s` ``(H, busy)``
-    comes closest to the measured iteration minus busy time (least squares, errors relative to the iteration); the
-    rows without ZeRO-3 calls are left out (their host runs ahead: :func:`fit_launch` gives their floor).
+    """Host seconds per unit of :data:`Z3_HOST_FEATURES`, fitted on ZeRO-3 cells without pipeline
+    (:func:`fit_host_times`: host-bound and GPU-bound): the host time ``H`` whose modelled idle
+    :func:`~calorimeter.projection.schedule.tandem_idle_s` ``(H, busy)`` comes closest to the measured iteration
+    minus busy time (least squares, errors relative to the iteration); the rows without ZeRO-3 calls are left out
+    (their host runs ahead: :func:`fit_launch` gives their floor).
 
     Args:
-        rows: the rows of :func:`fit_launch` (cell id, stage work, measured iteration time, TP overlap mechanism).
+        rows: (cell id, stage work, measured iteration time, TP overlap mechanism), as :func:`fit_launch`'s.
         busy_s: per row, the busiest traced rank's kernel-busy seconds.
         factors: per row, its machine's factor on the host time (None: 1 each).
     """
@@ -252,7 +253,8 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
                 launch_rows: list[tuple[str, StageWork, float, str]] | None = None,
                 launch_busy_s: list[float] | None = None, launch_machines: list[str | None] | None = None,
                 host_machines: list[str | None] | None = None,
-                launch_configs: list[str] | None = None) -> ComputeRates:
+                launch_configs: list[str] | None = None,
+                z3_rows: list[tuple[str, StageWork, float, str, float, str | None]] | None = None) -> ComputeRates:
     """Fit the per-category rates.
 
     Args:
@@ -268,6 +270,7 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
             from the host-bound rows; a host gap is host time too).
         launch_configs: per launch row, its configuration (:attr:`calorimeter.plan.cell.Cell.config_id`): the unit
             of a machine factor's evidence (:func:`calorimeter.projection.hosts.fit_factors`; none: each row).
+        z3_rows: the GPU-bound ZeRO-3 cells without pipeline (:func:`fit_host_times`).
 
     Raises:
         ValueError: no rows.
@@ -290,7 +293,8 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
         coef[cat] = {f: float(b) for f, b in zip(feats, beta, strict=True)}
         pred = x[ok] @ beta
         err[cat] = float(np.median(np.abs(pred / y[ok] - 1.0)))
-    launch, z3_host, factors = fit_host_times(launch_rows or [], launch_busy_s, launch_machines, launch_configs)
+    launch, z3_host, factors = fit_host_times(launch_rows or [], launch_busy_s, launch_machines, launch_configs,
+                                              z3_rows)
     gaps = host_rows or []
     if factors and host_machines:
         gaps = [(c, st, g / factors.get(m, 1.0) if m is not None else g)
@@ -300,6 +304,7 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
 
 def fit_host_times(rows: list[tuple[str, StageWork, float, str]], busy_s: list[float] | None,
                    machines: list[str | None] | None, configs: list[str] | None = None,
+                   z3_rows: list[tuple[str, StageWork, float, str, float, str | None]] | None = None,
                    ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Launch and ZeRO-3 host-time coefficients of an average host and each machine's factor on them, alternately
     fitted (:data:`calorimeter.projection.hosts.ROUNDS` rounds): the coefficients with the host times scaled by their
@@ -308,12 +313,19 @@ def fit_host_times(rows: list[tuple[str, StageWork, float, str]], busy_s: list[f
     their measured idle and busy time imply, :func:`~calorimeter.projection.schedule.tandem_host_s`; others: the
     iteration against the launch floor); the coefficients returned are fitted with the factors returned.
 
+    The ZeRO-3 host time is fitted on the GPU-bound ZeRO-3 rows too (``z3_rows``; the factors stay the host-bound
+    rows'): the model gives the idle of every ZeRO-3 stage, and a host-bound run is one whose host happened to be
+    slow (one configuration on one machine: 1.68, 1.69 s GPU-bound and 1.99 s host-bound), so the host-bound rows
+    alone put the host time of a call about 1.5x above the GPU-bound rows' (2x H200 medians: 3.3 and 2.2 ms).
+
     Args:
         rows: the rows of :func:`fit_launch`.
         busy_s: per row, the busiest traced rank's kernel-busy seconds (None: no ZeRO-3 host time fitted, no
             factors).
         machines: per row, its machine (None: no factors).
         configs: per row, its configuration (:func:`calorimeter.projection.hosts.fit_factors`).
+        z3_rows: (cell id, stage work, measured iteration time, TP overlap mechanism, the busiest traced rank's
+            kernel-busy seconds, machine) of the GPU-bound ZeRO-3 cells without pipeline (None: none).
     """
     if busy_s is None:
         return fit_launch(rows), {}, {}
@@ -322,7 +334,9 @@ def fit_host_times(rows: list[tuple[str, StageWork, float, str]], busy_s: list[f
     for i in range(rounds):
         f = [factors.get(m, 1.0) if m is not None else 1.0 for m in (machines or [None] * len(rows))]
         launch = fit_launch([(c, st, t / k, ov) for (c, st, t, ov), k in zip(rows, f, strict=True)])
-        z3_host = fit_z3_host(rows, busy_s, f)
+        extra = z3_rows or []
+        z3_host = fit_z3_host([*rows, *(r[:4] for r in extra)], [*busy_s, *(r[4] for r in extra)],
+                              [*f, *(factors.get(r[5], 1.0) if r[5] is not None else 1.0 for r in extra)])
         if i == rounds - 1:
             break
         rates = ComputeRates({}, {}, 0, launch=launch, z3_host=z3_host)
