@@ -14,20 +14,20 @@ depends on whether the host waits for its collectives (docs/projection.md):
 
 ZeRO-3 stages: DeepSpeed's module hooks issue every parameter gather and gradient reduce-scatter from the host, and
 the host may run only a little ahead of the GPU (its fetch coordinator blocks on the oldest outstanding gather once
-more than two are in flight, ``__max_ongoing_fetch_events = 2``; the reduce-scatters likewise), so host and GPU form
-a two-stage line with a short buffer between them. With the host needing ``H`` seconds per iteration for those calls
-and the GPU ``G`` seconds of work, each varying from call to call (taken as exponential), a line with room for two
-calls (the one the GPU runs and one queued) leaves the GPU idle for ``H^2 / (H + G)`` per iteration
-(:func:`tandem_idle_s`): about ``H - G`` where the host dominates, falling as ``H^2 / G`` where the GPU's work does.
-The iteration then lasts ``(H^2 + H G + G^2) / (H + G)``: ``1.5 H`` at ``G = H``, between ``max(H, G)`` (an
-unbounded buffer) and ``H + G`` (host and GPU taking turns, no buffer). Room for two calls is DeepSpeed's lookahead
-and gives the fall measured on the 2x H200 ZeRO-3 dp2 cells, idle per call times GPU work per call about constant
-(1.2-2.5 ms idle per call at 2.3-3.3 ms of GPU work per call, 0.2-0.7 ms at 8-14 ms; room for three would fall as
-``1 / G^2``). The idle is added in every ZeRO-3 stage (no threshold, so no jump between regimes) where it exceeds
-the stage's host gaps, which it then replaces (both are GPU idle between kernels; the host gaps, fitted on GPU-bound
-cells, stay the floor). Tensor-parallel collectives are enqueued without waiting, so the host runs ahead and a stage
-without ZeRO-3 calls lasts as long as the larger of GPU and launch time: TP2+SP with overlap takes 1.30-1.36 s per
-iteration at sequence 1024 and 2048 on one machine, 1.33-1.36 s at 4096 on another (no idle is fitted for them).
+more than two are in flight, ``__max_ongoing_fetch_events = 2``; the reduce-scatters likewise), so host and GPU form a
+two-stage line with a short buffer between them. With the host needing ``H`` seconds per iteration for those calls and
+the GPU ``G`` seconds of work, each varying from call to call (taken as exponential), a line with room for two calls
+(the one the GPU runs and one queued) leaves the GPU idle for ``H^2 / (H + G)`` per iteration (:func:`tandem_idle_s`):
+about ``H - G`` where the host dominates, falling as ``H^2 / G`` where the GPU's work does. The iteration then lasts
+``(H^2 + H G + G^2) / (H + G)``: ``1.5 H`` at ``G = H``, between ``max(H, G)`` (an unbounded buffer) and ``H + G``
+(host and GPU taking turns, no buffer). Room for two calls is DeepSpeed's lookahead and gives the fall measured on the
+2x H200 ZeRO-3 dp2 cells (1.2-2.5 ms idle per call at 2.3-3.3 ms of GPU work per call, 0.2-0.7 ms at 8-14 ms: roughly
+``1 / G``, idle times work 1.6-9.8 ms^2 at either end, the host's run-to-run spread in between; room for three would
+fall as ``1 / G^2``). The idle is added in every ZeRO-3 stage (no threshold, so no jump between regimes) where it
+exceeds the stage's host gaps, which it then replaces (both are GPU idle between kernels; the host gaps, fitted on
+GPU-bound cells, stay the floor). Tensor-parallel collectives are enqueued without waiting, so the host runs ahead and
+a stage without ZeRO-3 calls lasts as long as the larger of GPU and launch time: TP2+SP with overlap takes 1.30-1.36 s
+per iteration at sequence 1024 and 2048 on one machine, 1.33-1.36 s at 4096 on another (no idle is fitted for them).
 """
 
 from __future__ import annotations
