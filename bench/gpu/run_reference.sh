@@ -30,8 +30,11 @@ BUDGET=$SECONDS_LEFT
 # a cell still running at the time limit kept the whole call waiting until the device call itself was cut. At the
 # limit, the cells still running are stopped too (their GPUs are needed by the next step).
 # (the target before --config, which would take it for one more name=value)
-timeout --kill-after=10 "$BUDGET" python3 -m snakemake $([ -z "${FULL:-}" ] && echo records) --configfile "$CONFIG" \
-  --config results_dir="$RES" > "$RES.snakemake.log" 2>&1
+# A sweep stopped at its limit leaves Snakemake's lock (and its cell marked incomplete) in the checkout: on the same
+# warm machine the next call's sweep then refused to start ("Directory cannot be locked", 2026-11-27, sixth session).
+python3 -m snakemake --unlock --configfile "$CONFIG" --config results_dir="$RES" > /dev/null 2>&1 || true
+timeout --kill-after=10 "$BUDGET" python3 -m snakemake $([ -z "${FULL:-}" ] && echo records) --rerun-incomplete \
+  --configfile "$CONFIG" --config results_dir="$RES" > "$RES.snakemake.log" 2>&1
 # the checkout's path on the node becomes repository-relative in the kept log
 sed "s|$PWD/||g; s|$PWD|.|g" "$RES.snakemake.log" > "$OUT/$NAME.snakemake.log" 2>/dev/null
 pkill -f "submitit.core._submit" 2>/dev/null; pkill -f "calorimeter.telemetry.sampler" 2>/dev/null
