@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,7 +18,7 @@ from calorimeter.plan.hardware import get_profile
 from calorimeter.plan.layout import group_nodes
 from calorimeter.plan.models import get_model, padded_vocab_size
 from calorimeter.plan.work import CommOp, workload
-from calorimeter.projection.calibration import Calibration, calibrate
+from calorimeter.projection.calibration import MODEL_VERSION, Calibration, calibrate, load_calibrations
 from calorimeter.projection.collectives import CollectiveCurves, Network, trace_points
 from calorimeter.projection.compute import COMPUTE_CATEGORIES, fit_compute
 from calorimeter.projection.measured import load_measured
@@ -375,7 +377,6 @@ def test_validation_holds_out_the_test_cells() -> None:
 @pytest.mark.integration
 def test_snakemake_projection_target(tmp_path) -> None:
     """`snakemake projection` projects every planned cell apart from the measured tables, and validates."""
-    import json
     import os
     import subprocess
     import sys
@@ -394,7 +395,9 @@ def test_snakemake_projection_target(tmp_path) -> None:
     groups = summary["groups"]  # leave one configuration out, per GPU type's current engine
     assert {k.split("/")[0] for k in groups} == {"h100", "h200"}
     assert all(g["folds"] >= 5 and 0 < g["tokens_per_s_per_gpu"]["coverage"] <= 1 for g in groups.values())
-    cals = {c["key"]: c for c in json.loads((out / "projection" / "calibration.json").read_text())["calibrations"]}
+    written = json.loads((out / "projection" / "calibration.json").read_text())
+    assert written["model_version"] == MODEL_VERSION
+    cals = {c["key"]: c for c in written["calibrations"]}
     used = cals[proj["calibration"].iloc[0]]
     assert used["hardware"] == "h200" and used["fingerprint"]["attention"] == "auto" and used["records"]
     assert used["error_band"]["tokens_per_s_per_gpu"] > 0 and used["coverage"]["stated"] == 0.9
@@ -496,3 +499,15 @@ def test_run_spread_says_what_run_noise_leaves_of_the_max_target() -> None:
     assert hb["p_max_within_target"]["sd"] < 0.5 < gb["p_max_within_target"]["sd_high"]
     assert hb["sd_log_90"][0] < hb["sd_log"] < hb["sd_log_90"][1]
     assert "host_bound" not in run_spread(pd.DataFrame(rows[:1] + rows[2:3]))
+
+
+def test_a_calibration_of_another_projection_model_is_refused(tmp_path: Path) -> None:
+    """A calibration.json fitted before the ZeRO-3 host time (no ``model_version``: its ``idle`` meant a GPU idle per
+    call) would load with no ZeRO-3 time at all and project ZeRO-3 cells too fast without a word."""
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"sources": [], "calibrations": []}))
+    with pytest.raises(ValueError, match=r"model_version 1 .*\(2\); rebuild it"):
+        load_calibrations(old)
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps({"model_version": MODEL_VERSION, "sources": [], "calibrations": []}))
+    assert load_calibrations(new) == {}

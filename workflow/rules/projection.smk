@@ -11,6 +11,7 @@
 #
 # `snakemake projection --configfile <sweep>.yaml` trains nothing: it reads committed or existing sweep tables.
 
+from calorimeter.projection.calibration import MODEL_VERSION
 from calorimeter.projection.settings import ProjectionSettings
 
 PROJ = ProjectionSettings.from_config(config, workflow.basedir)
@@ -33,6 +34,7 @@ rule projection_validate:
         sources=PROJ_CALIBRATION,
         collectives=list(PROJ.collectives),
         coverage=PROJ.coverage,
+        model_version=MODEL_VERSION,  # a new projection model refits (Snakemake reruns on changed params)
     log:
         f"{RESULTS}/{{sweep}}/logs/projection_validate.log",
     localrule: True
@@ -52,6 +54,7 @@ rule projection_calibrate:
         sources=PROJ_CALIBRATION,
         collectives=list(PROJ.collectives),
         coverage=PROJ.coverage,
+        model_version=MODEL_VERSION,
     log:
         f"{RESULTS}/{{sweep}}/logs/projection_calibrate.log",
     localrule: True

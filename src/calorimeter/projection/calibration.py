@@ -38,6 +38,12 @@ from calorimeter.records.atomic import write_atomic
 from calorimeter.records.paths import SweepPaths
 from calorimeter.telemetry.kernels import COMM_CATEGORIES
 
+#: the projection model a calibration.json was fitted for; a file of another model is refused when loaded (and the
+#: workflow's calibration and validation rules rerun when it changes: it is one of their params). 2 (2026-11-27): the
+#: ZeRO-3 host time of a two-stage host-GPU line (``compute.z3_host``); 1 (absent): a constant GPU idle per ZeRO-3
+#: call (``compute.idle``), which this model cannot read
+MODEL_VERSION = 2
+
 #: the power limit assumed when no telemetry of a calibration cell records it
 POWER_LIMIT_COLUMN = "power_limit_w"
 
@@ -388,6 +394,16 @@ def collective_points(sources: list[str]) -> pd.DataFrame:
 
 
 def load_calibrations(path: str | Path) -> dict[str, Calibration]:
-    """The calibrations written by the workflow (``calibrations``: one per GPU type and engine fingerprint)."""
+    """The calibrations written by the workflow (``calibrations``: one per GPU type and engine fingerprint).
+
+    Raises:
+        ValueError: the file was fitted for another projection model (``model_version`` is not
+            :data:`MODEL_VERSION`): its coefficients mean something else here.
+    """
     d = json.loads(Path(path).read_text())
+    found = d.get("model_version", 1)
+    if found != MODEL_VERSION:
+        raise ValueError(f"{path}: model_version {found} was fitted for another projection model than this one "
+                         f"({MODEL_VERSION}); rebuild it: snakemake projection --forcerun projection_calibrate "
+                         "--configfile <your sweep>")
     return {c["key"]: Calibration.from_dict(c) for c in d["calibrations"]}
