@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from scipy.stats import beta
+from scipy.stats import binomtest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -34,14 +34,6 @@ from calorimeter.projection.sweep import choose_calibration  # noqa: E402
 from calorimeter.projection.validation import apply_validation, loco, newest_fingerprints  # noqa: E402
 
 SHOWN = ("tokens_per_s_per_gpu", "energy_per_token_j", "power_avg_w")
-
-
-def clopper_pearson(k: int, n: int, level: float = 0.90) -> tuple[float, float]:
-    """Two-sided interval of a binomial proportion ``k / n`` at ``level``."""
-    a = (1.0 - level) / 2.0
-    lo = float(beta.ppf(a, k, n - k + 1)) if k > 0 else 0.0
-    hi = float(beta.ppf(1.0 - a, k + 1, n - k)) if k < n else 1.0
-    return lo, hi
 
 
 def main() -> None:
@@ -91,7 +83,8 @@ def main() -> None:
     for m in SHOWN:
         e = t[f"{m}_rel_error"]
         cov = t[f"{m}_covered"].dropna().astype(bool)
-        lo, hi = clopper_pearson(int(cov.sum()), len(cov))
+        ci = binomtest(int(cov.sum()), len(cov)).proportion_ci(confidence_level=0.90, method="exact")
+        lo, hi = ci.low, ci.high
         print(f"  {m:22s} median |err| {e.abs().median():5.1%}  max {e.abs().max():5.1%}  mean signed "
               f"{e.mean():+5.1%}  within band {int(cov.sum())}/{len(cov)} ({cov.mean():.0%}, 90% {lo:.0%}-{hi:.0%})")
     if args.table:
