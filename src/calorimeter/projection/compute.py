@@ -331,11 +331,12 @@ def fit_host_times(rows: list[tuple[str, StageWork, float, str]], busy_s: list[f
         return fit_launch(rows), {}, {}
     factors: dict[str, float] = {}
     rounds = ROUNDS + 1 if machines else 1
+    extra = z3_rows or []
+    z3_fit_rows, z3_fit_busy = [*rows, *(r[:4] for r in extra)], [*busy_s, *(r[4] for r in extra)]
     for i in range(rounds):
         f = [factors.get(m, 1.0) if m is not None else 1.0 for m in (machines or [None] * len(rows))]
         launch = fit_launch([(c, st, t / k, ov) for (c, st, t, ov), k in zip(rows, f, strict=True)])
-        extra = z3_rows or []
-        z3_host = fit_z3_host([*rows, *(r[:4] for r in extra)], [*busy_s, *(r[4] for r in extra)],
+        z3_host = fit_z3_host(z3_fit_rows, z3_fit_busy,
                               [*f, *(factors.get(r[5], 1.0) if r[5] is not None else 1.0 for r in extra)])
         if i == rounds - 1:
             break

@@ -141,11 +141,9 @@ class Projector:
         row["extrapolated"] = bool(outside)
         row["extrapolated_parts"] = "; ".join(outside)
         if outside:
-            cross = cal.cross_fingerprint_error
             row["assumed"] = "; ".join(x for x in (row["assumed"], (
                 "extrapolated: bands widened by the calibration's measured error on cells it never saw"
-                + (f" ({', '.join(f'{k} {v:.1%}' for k, v in cross.items())})" if cross
-                   else " (never measured: bands NaN)"))) if x)
+                + _cross_note(cal.cross_fingerprint_error))) if x)
         row["band_coverage"] = cal.coverage.get("stated", math.nan)
         for key in BANDED:
             half = self.band(key, row["host_bound"], row["extrapolated"])
@@ -214,9 +212,7 @@ class Projector:
             cross = cal.cross_fingerprint_error
             assumed.append(f"engine: calibration {cal.key} ({Fingerprint.from_dict(cal.fingerprint).describe()}) "
                            f"is not the engine projected for{' (' + self.target + ')' if self.target else ''}; "
-                           "bands widened by the measured cross-fingerprint error"
-                           + (f" ({', '.join(f'{k} {v:.1%}' for k, v in cross.items())})" if cross
-                              else " (never measured: bands NaN)"))
+                           "bands widened by the measured cross-fingerprint error" + _cross_note(cross))
         for s in sorted(comm_sources):
             (assumed if "assumed" in s or "group " in s else calibrated).append(f"comm {s}")
         if mech != "none":
@@ -230,6 +226,11 @@ class Projector:
         return {"calibrated": "; ".join(calibrated), "assumed": "; ".join(assumed),
                 "calibration_hardware": cal.hardware, "calibration_cells": n, "calibration": cal.key,
                 "calibration_relation": self.relation}
+
+
+def _cross_note(cross: dict[str, float]) -> str:
+    """What an ``assumed`` note says of the cross-fingerprint error its band was widened by."""
+    return f" ({', '.join(f'{k} {v:.1%}' for k, v in cross.items())})" if cross else " (never measured: bands NaN)"
 
 
 def _throughput(cell: Cell, t: float, peak_tflops: float | None) -> dict[str, float]:
