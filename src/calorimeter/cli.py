@@ -1,4 +1,4 @@
-"""Command-line interface: ``calorimeter plan|models|run-cell|aggregate|figure|status|rerun``.
+"""Command-line interface: ``calorimeter plan|models|run-cell|aggregate|figure|status|rerun|provenance``.
 
 Bad input ends with ``error: <message>`` and exit status 2, never a traceback.
 """
@@ -215,6 +215,60 @@ def _rerun(args: argparse.Namespace) -> int:
     return rerun.run_commands(commands)
 
 
+def _provenance_check(args: argparse.Namespace) -> int:
+    from calorimeter.records import patches
+
+    store, folders = Path(args.store or patches.PATCH_STORE), [Path(f) for f in args.folders]
+    for f in folders:
+        if not f.is_dir():
+            raise ConfigError(f"{f} is not a folder")
+    rows = patches.check(folders, store, rebuild_recipes=not args.quick)
+    by_patch: dict[tuple[str, str], list[patches.RecordProvenance]] = {}
+    for r in rows:
+        if r.resolution is not None:
+            by_patch.setdefault((r.patch.sha256, r.resolution.status), []).append(r)  # type: ignore[union-attr]
+    for (sha, status), rs in sorted(by_patch.items(), key=lambda kv: kv[0]):
+        print(f"{status:<13} {sha[:16]}  {len(rs):>3} record(s)  {rs[0].resolution.source}"  # type: ignore[union-attr]
+              + ("" if status in (patches.OK, patches.UNRECOVERABLE) else f"  e.g. {rs[0].record}"))
+    states = {s: sum(1 for r in rows if r.state == s) for s in (patches.CLEAN, patches.MODIFIED_WITH_PATCH,
+                                                                 patches.MODIFIED_NO_PATCH, patches.NO_GIT)}
+    bad = patches.failures(rows)
+    print(f"{len(rows)} records: " + "; ".join(f"{v} {k}" for k, v in states.items()) + f"; {len(by_patch)} distinct "
+          f"patch(es) named, {len(bad)} record(s) whose patch is missing or wrong")
+    if args.table:
+        from calorimeter.records.atomic import write_atomic
+
+        text = patches.table_markdown(rows, folders[0], patches.load_index(store))
+        write_atomic(Path(args.table), lambda p: p.write_text(text))
+        print(f"written {args.table}")
+    return 1 if bad else 0
+
+
+def _provenance_patch(args: argparse.Namespace) -> int:
+    import json
+
+    from calorimeter.records import patches
+
+    path = Path(args.record)
+    run_json = path / "run.json" if path.is_dir() else path
+    if not run_json.is_file():
+        raise ConfigError(f"{path}: no run.json there")
+    ref = patches.patch_ref(run_json, json.loads(run_json.read_text()))
+    if ref is None:
+        raise ConfigError(f"{run_json} names no source patch (a clean tree, or measured before records kept one)")
+    res = patches.resolve(ref, Path(args.store or patches.PATCH_STORE))
+    if res.data is None:
+        print(f"error: {res.status}: {res.source}", file=sys.stderr)
+        return 1
+    if args.out:
+        Path(args.out).write_bytes(res.data)
+    else:
+        sys.stdout.buffer.write(res.data)
+    print(f"{len(res.data)} bytes, SHA-256 {ref.sha256[:16]}… ({res.source}); the measured code: git checkout "
+          f"{ref.commit} && git apply {args.out or '<this patch>'}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
     p = argparse.ArgumentParser(prog="calorimeter", description=__doc__.splitlines()[0])
@@ -259,6 +313,23 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("sweep")
     sr.add_argument("cell", help="cell id (see `calorimeter plan`)")
     sr.set_defaults(func=_run_cell)
+    pv = sub.add_parser("provenance", help="the code that measured each record: its commit and, from a modified "
+                        "tree, its source patch, found and checked by SHA-256").add_subparsers(dest="action",
+                                                                                            required=True)
+    pc = pv.add_parser("check", help="check that every record's named patch is there with its hash (next to the "
+                       "record, in the patch store, or rebuilt from history by a recipe) or listed as unrecoverable; "
+                       "exit 1 otherwise")
+    pc.add_argument("folders", nargs="*", default=["results/reference"], help="folders of records (default: "
+                    "results/reference)")
+    pc.add_argument("--table", metavar="FILE", help="also write the provenance table (Markdown) of the folders")
+    pc.add_argument("--quick", action="store_true", help="accept a recipe without rebuilding it from history")
+    pp = pv.add_parser("patch", help="write a record's source patch (to apply on its commit)")
+    pp.add_argument("record", help="a cell folder or its run.json")
+    pp.add_argument("-o", "--out", help="write to this file (default: standard output)")
+    for q in (pc, pp):
+        q.add_argument("--store", help="the patch store (default: results/reference/patches)")
+    pc.set_defaults(func=_provenance_check)
+    pp.set_defaults(func=_provenance_patch)
     from calorimeter.reproduce.cli import add_commands  # artifact evaluation: compare, export
 
     add_commands(sub)

@@ -48,6 +48,25 @@ PATCH_NAME = "source.patch"
 PATCH_EXCLUDES: tuple[str, ...] = ("results/",)
 
 
+#: the options of every ``git diff`` that makes or rebuilds a record's patch: binary changes included (with full
+#: object names; a text file's ``index`` line has them abbreviated, to git's default length in that repository)
+DIFF_OPTIONS: tuple[str, ...] = ("--binary", "--no-color", "--no-ext-diff")
+
+
+def diff_pathspec(excludes: tuple[str, ...] | list[str] = PATCH_EXCLUDES) -> list[str]:
+    """The pathspec of a record's patch: the whole tree less ``excludes`` (a record names its own
+    ``patch_excludes``; records written before there were any name none)."""
+    return ["--", ":(top)", *(f":(top,exclude){p}" for p in excludes)]
+
+
+def git_text(args: list[str], repo: Path | None = None) -> str:
+    """``git ARGS`` as text, the way a record's patch was read (the locale's decoding, universal newlines): its
+    ``.encode()`` are the bytes whose SHA-256 the record names. Raises :class:`subprocess.SubprocessError` or
+    :class:`OSError` when git fails."""
+    return subprocess.run(["git", *args], cwd=str(repo or Path.cwd()), capture_output=True, text=True, timeout=120,
+                          check=True).stdout
+
+
 def git_patch(repo: Path | None = None) -> str | None:
     """``git diff HEAD`` of the tracked files (binary changes included) outside :data:`PATCH_EXCLUDES`: what a
     modified tree adds to its commit's code.
@@ -56,10 +75,7 @@ def git_patch(repo: Path | None = None) -> str | None:
     them a modification either).
     """
     try:
-        return subprocess.run(["git", "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--", ":(top)",
-                               *(f":(top,exclude){p}" for p in PATCH_EXCLUDES)],
-                              cwd=str(repo or Path.cwd()), capture_output=True, text=True, timeout=30,
-                              check=True).stdout
+        return git_text(["diff", "HEAD", *DIFF_OPTIONS, *diff_pathspec()], repo)
     except (OSError, subprocess.SubprocessError):
         return None
 
