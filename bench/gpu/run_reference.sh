@@ -3,7 +3,7 @@
 #   bash bench/gpu/run_reference.sh CONFIG NAME SECONDS [fsdp2|fsdp2-ckpt]
 # Snakemake trains the cells only (target `records`; FULL=1 for tables and figures too; node sampler at 50 ms, one
 # profiled step each) into /tmp/res-NAME, for at most SECONDS; every 20 s (and at the end) the cells' records
-# (run.json, steps/telemetry/kernels parquet, no raw streams, traces or source patches) are tarred to $OUT/NAME.tar.gz and the
+# (run.json, steps/telemetry/kernels parquet, source.patch; no raw streams or traces) are tarred to $OUT/NAME.tar.gz and the
 # one-line-per-cell table to $OUT/NAME.log. With "fsdp2", plain FSDP2 on Llama-3 8B at sequence 8192,
 # micro-batch 1, 8 steps runs afterwards (bench/fsdp2_llama_baseline.py) into $OUT/NAME-fsdp2.log;
 # "fsdp2-ckpt" runs it with activation checkpointing (the counterpart of full recomputation).
@@ -11,9 +11,11 @@ CONFIG=$1 NAME=$2 SECONDS_LEFT=$3 FSDP2=${4:-}
 source bench/gpu/setup_offline.sh
 export PYTHONUNBUFFERED=1
 RES=/tmp/res-$NAME
+# source.patch (a modified tree's code: records/provenance.git_patch, measurements under results/ left out) travels
+# back with its record: keep_reference.sh files it in results/reference/patches/ by its SHA-256.
 snapshot() {
   python3 bench/gpu/print_cells.py "$RES" > "$OUT/$NAME.log.tmp" 2>&1 && mv "$OUT/$NAME.log.tmp" "$OUT/$NAME.log"
-  tar czf "$OUT/$NAME.tar.tmp" --exclude='*.pdf' --exclude='*/staging/*' --exclude='*.arrows' --exclude='*.json.gz' --exclude='source.patch' \
+  tar czf "$OUT/$NAME.tar.tmp" --exclude='*.pdf' --exclude='*/staging/*' --exclude='*.arrows' --exclude='*.json.gz' \
     -C "$RES" . 2>/dev/null && mv "$OUT/$NAME.tar.tmp" "$OUT/$NAME.tar.gz"
 }
 mkdir -p "$RES"
