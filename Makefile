@@ -1,27 +1,46 @@
 # Two commands on a fresh machine:  make run   (set up + run the default sweep)   make test   (set up + tests)
 PYTHON ?= python3
+comma := ,
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 CONFIG ?= config/config.yaml
 # Offline installs: WHEELHOUSE=/path/to/wheels make setup   (see `make wheelhouse`)
 WHEELHOUSE ?=
 PIP_OFFLINE := $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE),)
-# The tested versions (pip constraints; `make lock` regenerates it from the venv). LOCK= installs from the floors.
-LOCK ?= requirements/constraints-py311.txt
-PIP_LOCK := $(if $(LOCK),-c $(LOCK),)
+# The tested versions, hash-checked (requirements/lock.sh regenerates both locks with uv: `make lock`). LOCK= installs
+# from the floors of pyproject.toml instead. LOCK=requirements/lock-gpu-py312.txt PYTHON=python3.12: the GPU
+# environment of the committed records, CUDA torch included (what the container recipes install).
+LOCK ?= requirements/lock-cpu-py311.txt
+EXTRAS ?= test,hf,lora
 # GPU machines keep their own CUDA torch: the venv then sees the system site-packages and torch is not pinned.
 HAS_CUDA_TORCH := $(shell command -v nvidia-smi >/dev/null 2>&1 && $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo yes)
+# a lock that pins torch itself (the GPU lock) installs it; otherwise the CPU torch of pyproject's `cpu` extra
+LOCK_HAS_TORCH := $(if $(LOCK),$(shell grep -q '^torch==' $(LOCK) 2>/dev/null && echo yes),)
+CPU_TORCH := $(shell sed -n 's/^cpu = \["\(torch==[^"]*\)"\]/\1/p' pyproject.toml)
+# A wheelhouse holds wheels built here (deepspeed publishes no wheel), whose hashes no lock can know: its versions only
+LOCK_INSTALL := $(if $(WHEELHOUSE),-r $(VENV)/lock-versions.txt,--require-hashes -r $(LOCK))
+# `make setup` says what it does, with the seconds since it started, and pip shows each package it takes
+SETUP_T0 := $(shell date +%s)
+step = @echo ">> [$$(( $$(date +%s) - $(SETUP_T0) )) s] $(1)"
 
 .PHONY: setup run report test test-fast ruff lint dryrun clean-env wheelhouse lock
 
 setup: $(BIN)/.installed
 
 $(BIN)/.installed: pyproject.toml $(LOCK)
-	@echo ">> creating $(VENV) ($(if $(HAS_CUDA_TORCH),system CUDA torch,CPU torch 2.13.0))"
+	$(call step,1/5 creating $(VENV) with $(PYTHON) ($(if $(HAS_CUDA_TORCH),the system's CUDA torch,$(if $(LOCK_HAS_TORCH),torch from $(LOCK),CPU $(CPU_TORCH)))))
 	$(PYTHON) -m venv $(if $(HAS_CUDA_TORCH),--system-site-packages,) $(VENV)
+	$(call step,2/5 pip)
 	$(BIN)/python -m pip install -q $(PIP_OFFLINE) --upgrade pip
-	$(if $(HAS_CUDA_TORCH),,$(BIN)/python -m pip install -q $(PIP_OFFLINE) torch==2.13.0)
-	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q $(PIP_OFFLINE) $(PIP_LOCK) -e ".[test,hf,lora]"
+	$(call step,3/5 torch: $(if $(HAS_CUDA_TORCH)$(LOCK_HAS_TORCH),with the locked packages or the system's,$(CPU_TORCH) (~200 MB)))
+	$(if $(HAS_CUDA_TORCH)$(LOCK_HAS_TORCH),,$(BIN)/python -m pip install --progress-bar off $(PIP_OFFLINE) $(CPU_TORCH))
+	$(call step,4/5 the locked packages: $(if $(LOCK),$(LOCK) ($(shell grep -c '^[A-Za-z]' $(LOCK) 2>/dev/null) packages$(if $(WHEELHOUSE),,$(comma) hash-checked)),none (LOCK= : the floors of pyproject.toml)))
+	$(if $(WHEELHOUSE),sed -E '/^ *--hash=/d; s/ \\$$//' $(LOCK) > $(VENV)/lock-versions.txt,)
+	$(if $(LOCK),DS_BUILD_OPS=0 $(BIN)/python -m pip install --progress-bar off $(PIP_OFFLINE) --no-deps $(LOCK_INSTALL),)
+	$(call step,5/5 calorimeter itself$(comma) editable$(comma) with the extras $(EXTRAS))
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install $(if $(LOCK),-q --no-deps,--progress-bar off) $(PIP_OFFLINE) -e ".[$(EXTRAS)]"
+	$(if $(HAS_CUDA_TORCH),,$(BIN)/python -m pip check)
+	$(call step,done: $(VENV) ($$(du -sh $(VENV) | cut -f1)))
 	@touch $@
 
 run: setup
@@ -60,9 +79,7 @@ PLATFORM ?= manylinux2014_x86_64
 wheelhouse: setup
 	$(BIN)/python -m calorimeter.launch.wheelhouse --python-version $(PYVER) --platform $(PLATFORM) --dest wheelhouse
 
-# Regenerate the constraints from the venv (after changing pyproject.toml and reinstalling with LOCK=)
+# Regenerate the hashed locks (requirements/lock.sh: uv pip compile --generate-hashes, from PyPI)
 lock: setup
-	@{ sed -n '/^#/p' $(LOCK); $(BIN)/python -m pip freeze | grep -v -i -E '^-e|^#|^torch==|^nvidia-(cu|nccl|nvjitlink|nvtx|nvshmem|cusparse|cufft|curand|cusolver|cudnn|cublas|cuda)|^triton==|^snakemake-executor-plugin-slurm|^calorimeter' | sort -f; } > $(LOCK).new && mv $(LOCK).new $(LOCK)
-
-clean-env:
-	rm -rf $(VENV)
+	$(BIN)/python -m pip install -q $(PIP_OFFLINE) uv
+	UV=$(BIN)/uv bash requirements/lock.sh

@@ -1,3 +1,3 @@
 """calorimeter: measure how distributed LLM training spends time, power and heat."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
