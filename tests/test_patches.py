@@ -112,6 +112,9 @@ def test_a_recipe_rebuilds_a_patch_of_newer_files_on_older_git_metadata(tmp_path
     stored = patches.store_patch(tmp_path / "p", store) if (tmp_path / "p").write_bytes(data) else None
     assert stored is not None and stored.name == f"{ref.sha256}.patch"
     assert patches.resolve(ref, store, repo).source.startswith("in the store")
+    stored.unlink()  # described in the index, its file gone: missing, not accepted
+    described = patches.resolve(ref, store, repo, {ref.sha256: {"how": "t"}}, rebuild_recipes=False)
+    assert described.status == patches.MISSING
 
 
 def test_keep_reference_files_each_patch_once_in_the_store(tmp_path: Path) -> None:

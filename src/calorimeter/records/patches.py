@@ -99,7 +99,11 @@ def read_patch_file(path: Path) -> bytes:
 
 def store_patch(path: Path, store: Path = PATCH_STORE) -> Path:
     """Keep a patch file in the store under its SHA-256 (once per content); returns the stored file."""
-    data = path.read_bytes()
+    return store_patch_bytes(path.read_bytes(), store)
+
+
+def store_patch_bytes(data: bytes, store: Path = PATCH_STORE) -> Path:
+    """Keep a patch's bytes in the store under their SHA-256 (once per content); returns the stored file."""
     sha = hashlib.sha256(data).hexdigest()
     existing = stored_file(store, sha)
     if existing is not None:
@@ -192,6 +196,9 @@ def resolve(ref: PatchRef, store: Path = PATCH_STORE, repo: Path | None = None, 
                           f"{store / INDEX_NAME}")
     if "unrecoverable" in entry:
         return Resolution(UNRECOVERABLE, str(entry["unrecoverable"]))
+    if "parts" not in entry:
+        return Resolution(MISSING, f"{INDEX_NAME} says how it was recovered, but {ref.sha256}.patch is not in the "
+                          "store")
     if not rebuild_recipes:
         return Resolution(OK, RECIPE)
     needed = [c for c in [entry.get("commit") or ref.commit] + [p["files_of"] for p in entry["parts"] if "files_of"
