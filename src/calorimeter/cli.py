@@ -223,17 +223,19 @@ def _provenance_check(args: argparse.Namespace) -> int:
         if not f.is_dir():
             raise ConfigError(f"{f} is not a folder")
     rows = patches.check(folders, store, rebuild_recipes=not args.quick)
-    by_patch: dict[tuple[str, str], list[patches.RecordProvenance]] = {}
+    by_patch: dict[tuple[str, str], list[Path]] = {}
+    sources = {}
     for r in rows:
-        if r.resolution is not None:
-            by_patch.setdefault((r.patch.sha256, r.resolution.status), []).append(r)  # type: ignore[union-attr]
-    for (sha, status), rs in sorted(by_patch.items(), key=lambda kv: kv[0]):
-        print(f"{status:<13} {sha[:16]}  {len(rs):>3} record(s)  {rs[0].resolution.source}"  # type: ignore[union-attr]
-              + ("" if status in (patches.OK, patches.UNRECOVERABLE) else f"  e.g. {rs[0].record}"))
-    states = {s: sum(1 for r in rows if r.state == s) for s in (patches.CLEAN, patches.MODIFIED_WITH_PATCH,
-                                                                 patches.MODIFIED_NO_PATCH, patches.NO_GIT)}
+        if r.patch is not None and r.resolution is not None:
+            key = (r.patch.sha256, r.resolution.status)
+            by_patch.setdefault(key, []).append(r.record)
+            sources[key] = r.resolution.source + ("" if r.resolution.hash_checked else ", not rebuilt (--quick)")
+    for (sha, status), records in sorted(by_patch.items()):
+        print(f"{status:<13} {sha[:16]}  {len(records):>3} record(s)  {sources[sha, status]}"
+              + ("" if status in (patches.OK, patches.UNRECOVERABLE) else f"  e.g. {records[0]}"))
     bad = patches.failures(rows)
-    print(f"{len(rows)} records: " + "; ".join(f"{v} {k}" for k, v in states.items()) + f"; {len(by_patch)} distinct "
+    print(f"{len(rows)} records: " + "; ".join(f"{v} {k}" for k, v in patches.state_counts(rows).items())
+          + f"; {len(by_patch)} distinct "
           f"patch(es) named, {len(bad)} record(s) whose patch is missing or wrong")
     if args.table:
         from calorimeter.records.atomic import write_atomic

@@ -40,7 +40,7 @@ INDEX_NAME = "patches.json"
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 #: how a patch rebuilt from history is kept
-RECIPE = f"recipe in {INDEX_NAME}, rebuilt from history"
+RECIPE = f"recipe in {INDEX_NAME} (git history)"
 #: outcomes of resolving a record's patch; only ``ok`` and ``unrecoverable`` (said, with its reason) pass a check
 OK, UNRECOVERABLE, MISSING, MISMATCH, NO_HISTORY = "ok", "unrecoverable", "missing", "hash mismatch", "no history"
 
@@ -65,6 +65,8 @@ class Resolution:
     #: how it is kept (next to the record, stored, recipe, empty), or why it is not found
     source: str
     data: bytes | None = None
+    #: False for a recipe accepted without rebuilding it (``rebuild_recipes=False``): its hash is not checked
+    hash_checked: bool = True
 
 
 def patch_ref(run_json: Path, record: dict[str, Any]) -> PatchRef | None:
@@ -200,7 +202,7 @@ def resolve(ref: PatchRef, store: Path = PATCH_STORE, repo: Path | None = None, 
         return Resolution(MISSING, f"{INDEX_NAME} says how it was recovered, but {ref.sha256}.patch is not in the "
                           "store")
     if not rebuild_recipes:
-        return Resolution(OK, RECIPE)
+        return Resolution(OK, RECIPE, hash_checked=False)
     needed = [c for c in [entry.get("commit") or ref.commit] + [p["files_of"] for p in entry["parts"] if "files_of"
                                                                   in p] if c]
     absent = [c for c in needed if not _has_commit(repo, c)]
@@ -266,6 +268,11 @@ def check(folders: Iterable[Path], store: Path = PATCH_STORE, repo: Path | None 
     return out
 
 
+def state_counts(rows: list[RecordProvenance]) -> dict[str, int]:
+    """How many records have each git state, in the order of the provenance table."""
+    return {s: sum(1 for r in rows if r.state == s) for s in (CLEAN, MODIFIED_WITH_PATCH, MODIFIED_NO_PATCH, NO_GIT)}
+
+
 def failures(rows: list[RecordProvenance]) -> list[RecordProvenance]:
     """Records whose named patch is neither found with its hash nor listed as unrecoverable."""
     return [r for r in rows if r.resolution is not None and r.resolution.status not in (OK, UNRECOVERABLE)]
@@ -290,7 +297,7 @@ def table_markdown(rows: list[RecordProvenance], root: Path, index: dict[str, di
              "was not recorded and cannot be recovered; one with no git state predates git states in records "
              "(2026-11-21). `calorimeter provenance patch <cell folder>` writes a record's patch out, to apply on its "
              "commit.", "",
-             "| set | records | clean tree | modified, patch found | modified, patch unrecoverable | "
+             "| set | records | clean tree | modified, patch found | modified, patch not found (below) | "
              "modified, no patch recorded | no git state | commits |",
              "|---|---|---|---|---|---|---|---|"]
     by_set: dict[str, list[RecordProvenance]] = {}
@@ -306,8 +313,8 @@ def table_markdown(rows: list[RecordProvenance], root: Path, index: dict[str, di
             f"{n(lambda r: r.resolution is not None and r.resolution.status != OK)} | "
             f"{n(lambda r: r.state == MODIFIED_NO_PATCH)} | {n(lambda r: r.state == NO_GIT)} | "
             f"{', '.join(f'`{c}`' for c in commits)} |")
-    total = {s: sum(1 for r in rows if r.state == s) for s in (CLEAN, MODIFIED_WITH_PATCH, MODIFIED_NO_PATCH, NO_GIT)}
-    lines += ["", f"All: {len(rows)} records; " + "; ".join(f"{v} {k}" for k, v in total.items()) + ".", "",
+    lines += ["", f"All: {len(rows)} records; " + "; ".join(f"{v} {k}" for k, v in state_counts(rows).items()) + ".",
+              "",
               "## The patches", "",
               "| SHA-256 | bytes | commit | records | kept as | how it was recovered |", "|---|---|---|---|---|---|"]
     patches: dict[str, list[RecordProvenance]] = {}
