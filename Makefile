@@ -83,3 +83,6 @@ wheelhouse: setup
 lock: setup
 	$(BIN)/python -m pip install -q $(PIP_OFFLINE) uv
 	UV=$(BIN)/uv bash requirements/lock.sh
+
+clean-env:
+	rm -rf $(VENV)
