@@ -3,7 +3,7 @@
 import sys
 from pathlib import Path
 
-from calorimeter.reproduce.compare import compare, figure_counts, passed
+from calorimeter.reproduce.compare import compare, figure_counts, overall, passed
 from calorimeter.reproduce.report import write_outputs
 from calorimeter.reproduce.sources import load_source
 
@@ -13,8 +13,8 @@ if not sm.params.reference:
     raise SystemExit("snakemake compare: name the reference with --config reference=<folder of records or tables>")
 ref, rep = load_source(sm.params.reference), load_source(Path(sm.input.runs).parent)
 result = compare(ref, rep)
-counts = figure_counts(result, ref)
+counts = figure_counts(result)
 write_outputs(result, counts, Path(sm.output.csv).parent, sm.params.reference, str(Path(sm.input.runs).parent.parent))
 print(counts.to_string(index=False), file=sys.stderr)
 if not passed(result):
-    raise SystemExit(f"not reproduced: see {sm.output.csv} ({counts.iloc[-1].to_dict()})")
+    raise SystemExit(f"{overall(result)}: see {sm.output.csv} ({counts.iloc[-1].to_dict()})")
