@@ -24,7 +24,7 @@ def _compare(args: argparse.Namespace) -> int:
     import pandas as pd
 
     # heavy: pandas and matplotlib, imported only when the command runs (keeps `calorimeter --help` fast)
-    from calorimeter.reproduce.compare import NOT_COMPARABLE, compare, exit_code, figure_counts, overall
+    from calorimeter.reproduce.compare import NOT_COMPARABLE, VERDICTS, compare, exit_code, figure_counts, overall
     from calorimeter.reproduce.metrics import metrics_with_floors
     from calorimeter.reproduce.noise import load_noise
     from calorimeter.reproduce.report import write_outputs  # heavy: matplotlib
@@ -51,9 +51,9 @@ def _compare(args: argparse.Namespace) -> int:
                                                                           "reason"])
         for _, r in nc.iterrows():
             print(f"not comparable: {r['config_id'] or r['reproduction_config_id']}: {r['reason']}")
-        print(counts.to_string(index=False))
     for _, c in counts.iterrows():
-        print(f"{c['figure']}: {c['verdict']}" + (f" (noise {c['noise']})" if c["noise"] else ""))
+        n = ", ".join(f"{c[v]} {v}" for v in VERDICTS if c[v])
+        print(f"{c['figure']}: {c['verdict']} ({n or 'no row'}" + (f"; noise {c['noise']})" if c["noise"] else ")"))
     print(f"{overall(result).upper()}: written {out}/compare.csv, compare_counts.csv, compare.html, compare.png")
     return exit_code(result)
 
@@ -86,7 +86,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _rebuild(args: argparse.Namespace) -> int:
-    from calorimeter.reproduce.rebuild import copy_records, plan_rebuild, run_rebuild  # heavy: pandas, yaml
+    from calorimeter.reproduce.rebuild import copy_records, plan_rebuild, run_rebuild, shown  # heavy: pandas, yaml
 
     ref = Path(args.reference)
     out = Path(args.out) if args.out else Path("results") / "rebuild" / ref.name
@@ -94,7 +94,7 @@ def _rebuild(args: argparse.Namespace) -> int:
         steps = plan_rebuild(ref, out, args.cores, args.report)
         if args.dry_run:
             for st in steps:
-                print(f"{st.sweep}: " + (" ".join(st.command[1:]) if st.command else "no config/reference file"))
+                print(f"{st.sweep}: " + (shown(st.command) if st.command else "no config/reference file"))
             return 0
         copy_records(ref, out)
     except (FileNotFoundError, FileExistsError) as e:

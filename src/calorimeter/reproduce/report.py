@@ -58,6 +58,13 @@ def overlay_figure(result: pd.DataFrame, out_png: Path, out_pdf: Path | None = N
                         ecolor=np.array(color, dtype=object)[has].tolist() or "black", lw=1, capsize=2, zorder=2)
             ax.scatter(x + dx, vals, c=color, s=18, zorder=3, marker="o" if side == "reproduction" else "s",
                        label=side)
+        drawn_ci = [np.where(d[f"{side}_n"].to_numpy(float) > 3, d[f"{side}_ci95_{b}"].to_numpy(float), np.nan)
+                    for side in ("reference", "reproduction") for b in ("low", "high")]
+        span = np.concatenate([ref - band, ref + band, rep, *drawn_ci])
+        span = span[np.isfinite(span)]
+        if span.size:  # every point, interval and band inside the axes, with a margin
+            pad = 0.06 * (span.max() - span.min() or abs(span.max()) or 1.0)
+            ax.set_ylim(span.min() - pad, span.max() + pad)
         ax.set_ylabel(f"{m.label}\n({m.unit})", fontsize=7)
         ax.tick_params(labelsize=7)
     if mets:
