@@ -23,8 +23,8 @@ from calorimeter.reproduce.compare import (
     compare,
     compare_metric,
     machine_difference,
-    metrics_with_floors,
 )
+from calorimeter.reproduce.metrics import metrics_with_floors
 from calorimeter.reproduce.noise import NOISE_FILE, Noise, build, load_noise, same
 from calorimeter.reproduce.sources import load_source
 

@@ -47,7 +47,7 @@ from calorimeter.findings.stats import CANNOT_SAY, Claim, Effect, Judgement, mea
 from calorimeter.plan.cell import TRAINING_KINDS
 from calorimeter.projection.hosts import machine_keys
 from calorimeter.records.legacy import config_ids
-from calorimeter.reproduce.metrics import FIGURE_METRICS, METRICS, Metric, metrics_with_floors
+from calorimeter.reproduce.metrics import FIGURE_METRICS, METRICS, Metric
 from calorimeter.reproduce.noise import Noise, NoiseModel, bound_of, busy_share, load_noise, transformed, warmup_of
 from calorimeter.reproduce.sources import Source, fingerprint_difference
 
@@ -60,8 +60,6 @@ EXIT_CODES = {REPRODUCED: 0, NOT_REPRODUCED: 1, NOT_COMPARABLE: 1, CANNOT_TELL: 
 SPREAD_P = 0.01
 #: parameters that make two cells the same configuration in a reproduction (the GPU type is checked separately)
 MATCH_PARAMS: tuple[str, ...] = tuple(p for p in CONFIG_PARAMS if p not in ("hardware", "engine"))
-__all__ = ["METRICS", "Metric", "metrics_with_floors", "compare", "compare_metric", "figure_counts", "overall",
-           "passed", "exit_code"]
 
 
 def _key(row: Mapping) -> tuple:
@@ -148,10 +146,12 @@ def _spread(values: list[float], machines: list[str] | None, side: str, metric: 
     within each machine (``machines``: one per value; None: one machine) against the pooled repetition variance."""
     if not noise.repetition_dof or not noise.repetition_sd > 0:
         return ""
+    machines = machines or [""] * len(values)
     ss, dof = 0.0, 0
-    for m in dict.fromkeys(machines or [""]):
-        y = transformed([v for v, k in zip(values, machines or [""] * len(values), strict=True) if k == m], metric)
-        ss, dof = ss + float(((y - y.mean()) ** 2).sum()) if y.size else ss, dof + max(int(y.size) - 1, 0)
+    for m in dict.fromkeys(machines):
+        y = transformed([v for v, k in zip(values, machines, strict=True) if k == m], metric)
+        if y.size >= 2:
+            ss, dof = ss + float(((y - y.mean()) ** 2).sum()), dof + int(y.size) - 1
     if dof < 1:
         return ""
     s = math.sqrt(ss / dof)

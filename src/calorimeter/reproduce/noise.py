@@ -154,8 +154,9 @@ class NoiseModel:
     def to_json(self) -> dict:
         """The file's content (numbers rounded to :data:`DIGITS` significant digits)."""
         def r(x: object) -> object:
-            return float(f"{x:.{DIGITS}g}") if isinstance(x, float) and math.isfinite(x) else (
-                None if isinstance(x, float) else x)
+            if not isinstance(x, float):
+                return x
+            return float(f"{x:.{DIGITS}g}") if math.isfinite(x) else None
         return {"what": "run-to-run noise per metric and regime for `calorimeter compare` (src/calorimeter/reproduce/"
                         "noise.py); do not edit: regenerate with `python -m calorimeter.reproduce.noise --write`",
                 "host_bound_busy_frac": HOST_BOUND_BUSY_FRAC, "hardware": list(self.hardware),
