@@ -61,7 +61,7 @@ def test_a_slower_copy_is_never_called_reproduced(tmp_path: Path, sweep: Path, s
 def test_a_set_compared_with_itself_is_reproduced(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     rc, df, counts = _run(tmp_path, STEADY1, regressed_copy(STEADY1, tmp_path / "copy", 1.0), "--summary")
     assert rc == 0 and set(df["verdict"]) == {REPRODUCED} and len(df) == 5 * 6  # LoRA is training: compared
-    assert (df["machines"] == 0).all() and (df["noise_regime"] == "gpu-bound, steady").all()
+    assert (df["machine_difference"] == 0).all() and (df["noise_regime"] == "gpu-bound, steady").all()
     assert set(counts["verdict"]) == {REPRODUCED} and counts.loc["all", REPRODUCED] == 30
     assert (df["interval_verdict"] == AGREES).all()
     out = capsys.readouterr().out
@@ -87,7 +87,7 @@ def test_the_h100_reproduction_per_figure_and_with_a_wider_floor(tmp_path: Path)
     (cannot tell), the cooler host's peak temperature is not reproduced; asked about 4%, the throughput figure is
     reproduced."""
     rc, df, counts = _run(tmp_path, H100, H100_REPRO)
-    assert rc == 1 and (df["machines"] == 2).all()
+    assert rc == 1 and (df["machine_difference"] == 2).all()
     assert counts.loc["throughput", "verdict"] == CANNOT_TELL
     assert counts.loc["fig17_temperature", "verdict"] == NOT_REPRODUCED
     rc, df, counts = _run(tmp_path, H100, H100_REPRO, "--floor", f"{THROUGHPUT}=0.04")
@@ -114,7 +114,7 @@ def test_two_committed_placement_runs_on_two_machines() -> None:
     res = compare(load_source(REF / "h200x2-placement-2026-11-23b-call1"),
                   load_source(REF / "h200x2-placement-2026-11-23b"))
     measured = res[res["verdict"] != NOT_COMPARABLE]
-    assert (measured["machines"] == 2).all()
+    assert (measured["machine_difference"] == 2).all()
     assert set(measured[measured["verdict"] == REPRODUCED]["metric"]) == {"power_peak_w"}
     assert set(measured["verdict"]) == {REPRODUCED, CANNOT_TELL}
     nc = res[res["verdict"] == NOT_COMPARABLE]["reason"]
@@ -180,7 +180,7 @@ def test_verdicts_agree_with_the_floor_and_the_interval_verdict() -> None:
         if row["interval_verdict"] == DISAGREES:
             assert row["verdict"] == NOT_REPRODUCED
         if math.isnan(row["noise_half_width"]):  # no noise for different machines: nothing is told
-            assert row["verdict"] == CANNOT_TELL and row["machines"] > 0
+            assert row["verdict"] == CANNOT_TELL and row["machine_difference"] > 0
         elif abs(row["difference"]) > max(m.floor, row["noise_half_width"]):
             assert row["verdict"] == NOT_REPRODUCED
     with pytest.raises(KeyError, match="unknown metric"):

@@ -37,7 +37,7 @@ def test_committed_set_rebuilds_to_its_numbers(sweep: Path) -> None:
                for r in sweep.glob("cells/*/run.json")):
         allowed += "|no value of (?:power|energy|temp)[a-z_]* in the reference"
     assert nc.str.contains(allowed).all(), set(nc)
-    assert (measured["verdict"] != NOT_REPRODUCED).all() and (measured["machines"] == 0).all()
+    assert (measured["verdict"] != NOT_REPRODUCED).all() and (measured["machine_difference"] == 0).all()
     assert (measured["difference"].abs() < 1e-9).all(), measured.loc[measured["difference"].abs().idxmax()]
     assert subprocess.run(["git", "status", "--porcelain", "--", str(sweep)], cwd=ROOT, capture_output=True,
                           text=True).stdout == before  # nothing written next to the committed records

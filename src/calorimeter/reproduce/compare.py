@@ -187,7 +187,7 @@ def compare_metric(ref: list[float], rep: list[float], metric: Metric, noise: No
            "reference_n": len(ref), "reproduction_mean": p_ci.value, "reproduction_ci95_low": p_ci.low,
            "reproduction_ci95_high": p_ci.high, "reproduction_n": len(rep),
            "difference_unit": "fraction" if metric.relative else metric.unit, "floor": metric.floor,
-           "machines": machines}
+           "machine_difference": machines}
     if not ref or not rep:
         side = "reference" if not ref else "reproduction"
         return {**row, "verdict": NOT_COMPARABLE, "reason": f"no value of {metric.column} in the {side}"}
@@ -311,8 +311,8 @@ def compare(reference: Source, reproduction: Source, metrics: tuple[Metric, ...]
             "micro_batch", "placement", "metric", "label", "unit",
             *(f"{side}_{k}" for side in ("reference", "reproduction") for k in ("mean", "ci95_low", "ci95_high", "n")),
             "difference", "difference_unit", "difference_ci95_low", "difference_ci95_high", "floor",
-            "noise_half_width", "noise_dof", "noise_regime", "machines", "power", "tolerance", "verdict", "reason",
-            "interval_verdict", "interval_why", "figures"]
+            "noise_half_width", "noise_dof", "noise_regime", "machine_difference", "power", "tolerance", "verdict",
+            "reason", "interval_verdict", "interval_why", "figures"]
     return pd.DataFrame(rows).reindex(columns=cols)
 
 
