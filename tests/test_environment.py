@@ -166,15 +166,3 @@ def test_the_conda_environment_installs_the_checkout_through_the_lock(tmp_path: 
 
     r, calls = _post_deploy(tmp_path, tmp_path / "c")  # snakemake run from elsewhere: refused, nothing installed
     assert r.returncode == 1 and "run snakemake from the calorimeter checkout" in r.stderr and calls == []
-
-
-def test_the_stated_size_of_the_reference_records_is_the_measured_one() -> None:
-    """docs/artifact.md states the size of results/reference by the command it names (the bytes of the tracked
-    files): within 10%, so that a committed set or two do not fail it but a stale figure does."""
-    files = subprocess.run(["git", "ls-files", "-z", "results/reference"], cwd=ROOT, capture_output=True,
-                           check=True).stdout.split(b"\0")
-    size_mb = sum((ROOT / f.decode()).stat().st_size for f in files if f and (ROOT / f.decode()).is_file()) / 1e6
-    stated = [float(m) for m in re.findall(r"about (\d+) MB", (ROOT / "docs" / "artifact.md").read_text())]
-    assert len(stated) == 2, stated
-    for mb in stated:
-        assert abs(mb - size_mb) <= 0.1 * size_mb, f"docs/artifact.md says {mb:g} MB, the records take {size_mb:.0f} MB"

@@ -1,6 +1,7 @@
 """Every committed set rebuilds from its records to the committed numbers (issue 24): the runs table computed from the
 cell records alone (in memory: nothing is written next to the committed files) is checked against the committed
-table with `calorimeter compare`'s core; every comparable metric must come back with a zero difference."""
+table with `calorimeter compare`'s core; every comparable metric must come back with a zero difference (and so is never
+*not reproduced*; where the regime's noise is wider than a floor, e.g. host-bound cells, it *cannot tell*)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import pytest
 from conftest import ROOT
 
 from calorimeter.records.legacy import upgrade_runs
-from calorimeter.reproduce.compare import NOT_COMPARABLE, REPRODUCED, compare
-from calorimeter.reproduce.sources import Source, load_source, runs_from_records
+from calorimeter.reproduce.compare import NOT_COMPARABLE, NOT_REPRODUCED, compare
+from calorimeter.reproduce.sources import Source, load_source, tables_from_records
 
 SWEEPS = sorted(p.parent.parent for p in (ROOT / "results" / "reference").glob("**/tables/runs.parquet")
                 if (p.parent.parent / "cells").is_dir())
@@ -24,7 +25,8 @@ def test_committed_set_rebuilds_to_its_numbers(sweep: Path) -> None:
     before = subprocess.run(["git", "status", "--porcelain", "--", str(sweep)], cwd=ROOT, capture_output=True,
                             text=True).stdout
     committed = load_source(sweep)
-    rebuilt = Source(sweep, upgrade_runs(runs_from_records(sweep)), committed.engines, ["records"])
+    runs, gpus = tables_from_records(sweep)
+    rebuilt = Source(sweep, upgrade_runs(runs), committed.engines, ["records"], gpus)
     res = compare(committed, rebuilt)
     measured = res[res["verdict"] != NOT_COMPARABLE]
     nc = res[res["verdict"] == NOT_COMPARABLE]["reason"]
@@ -35,7 +37,7 @@ def test_committed_set_rebuilds_to_its_numbers(sweep: Path) -> None:
                for r in sweep.glob("cells/*/run.json")):
         allowed += "|no value of (?:power|energy|temp)[a-z_]* in the reference"
     assert nc.str.contains(allowed).all(), set(nc)
-    assert (measured["verdict"] == REPRODUCED).all()
+    assert (measured["verdict"] != NOT_REPRODUCED).all() and (measured["machine_difference"] == 0).all()
     assert (measured["difference"].abs() < 1e-9).all(), measured.loc[measured["difference"].abs().idxmax()]
     assert subprocess.run(["git", "status", "--porcelain", "--", str(sweep)], cwd=ROOT, capture_output=True,
                           text=True).stdout == before  # nothing written next to the committed records

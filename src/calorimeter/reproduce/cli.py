@@ -24,50 +24,61 @@ def _compare(args: argparse.Namespace) -> int:
     import pandas as pd
 
     # heavy: pandas and matplotlib, imported only when the command runs (keeps `calorimeter --help` fast)
-    from calorimeter.reproduce.compare import NOT_COMPARABLE, compare, figure_counts, metrics_with_floors, passed
+    from calorimeter.reproduce.compare import NOT_COMPARABLE, VERDICTS, compare, exit_code, figure_counts, overall
+    from calorimeter.reproduce.metrics import metrics_with_floors
+    from calorimeter.reproduce.noise import load_noise
     from calorimeter.reproduce.report import write_outputs  # heavy: matplotlib
     from calorimeter.reproduce.sources import load_source  # heavy: pandas
 
     try:
         metrics = metrics_with_floors(_floors(args.floor))
+        noise = load_noise(args.noise)
         ref, rep = load_source(args.reference), load_source(args.reproduction)
     except (argparse.ArgumentTypeError, FileNotFoundError, KeyError, ValueError) as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2
-    result = compare(ref, rep, metrics, subset=args.subset)
-    counts = figure_counts(result, ref)
+    result = compare(ref, rep, metrics, subset=args.subset, noise=noise)
+    counts = figure_counts(result)
     out = Path(args.out) if args.out else Path(args.reproduction) / "compare"
     write_outputs(result, counts, out, str(args.reference), str(args.reproduction))
     print(f"reference {args.reference}: {', '.join(ref.sweeps)}; reproduction {args.reproduction}: "
           f"{', '.join(rep.sweeps)}")
-    with pd.option_context("display.width", 200, "display.max_colwidth", 70):
-        shown = result[result["verdict"] != NOT_COMPARABLE] if not args.all else result
-        print(shown[["config_id", "metric", "difference", "tolerance", "verdict", "reason"]].to_string(index=False))
+    with pd.option_context("display.width", 250, "display.max_colwidth", 120):
+        if not args.summary:
+            shown = result[result["verdict"] != NOT_COMPARABLE] if not args.all else result
+            print(shown[["config_id", "metric", "verdict", "reason"]].to_string(index=False))
         nc = result[result["verdict"] == NOT_COMPARABLE].drop_duplicates(["config_id", "reproduction_config_id",
                                                                           "reason"])
         for _, r in nc.iterrows():
             print(f"not comparable: {r['config_id'] or r['reproduction_config_id']}: {r['reason']}")
-        print(counts.to_string(index=False))
-    ok = passed(result)
-    print(f"{'REPRODUCED' if ok else 'NOT REPRODUCED'}: written {out}/compare.csv, compare_counts.csv, "
-          "compare.html, compare.png")
-    return 0 if ok else 1
+    for _, c in counts.iterrows():
+        n = ", ".join(f"{c[v]} {v}" for v in VERDICTS if c[v])
+        print(f"{c['figure']}: {c['verdict']} ({n or 'no row'}" + (f"; noise {c['noise']})" if c["noise"] else ")"))
+    print(f"{overall(result).upper()}: written {out}/compare.csv, compare_counts.csv, compare.html, compare.png")
+    return exit_code(result)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``compare`` (and ``export``) on the ``calorimeter`` parser."""
     c = sub.add_parser("compare", help="check a reproduction against reference records: per configuration and "
-                       "metric the difference, the tolerance and a verdict; exit 0 only when every comparable "
-                       "metric is reproduced (docs/artifact.md)")
+                       "metric the difference, the run-to-run noise it is judged against and a verdict (reproduced, "
+                       "not reproduced, cannot tell, not comparable); per figure and overall the verdict of its rows "
+                       "(docs/artifact.md)", description="Exit status: 0 reproduced (every comparable metric), 1 not "
+                       "reproduced (a metric beyond its tolerance, a reference configuration missing, or nothing "
+                       "comparable), 3 cannot tell (nothing beyond its tolerance, but the noise hides a difference "
+                       "of a floor's size somewhere), 2 the command could not run.")
     c.add_argument("reference", help="folder of the reference: a sweep, a set of sweeps (results/reference/<set>) "
                    "or a tables folder")
     c.add_argument("reproduction", help="folder of the reproduction (the same forms)")
     c.add_argument("--out", help="where to write compare.csv/.html/.png (default: REPRODUCTION/compare)")
     c.add_argument("--floor", action="append", metavar="METRIC=VALUE",
-                   help="replace a metric's tolerance floor (a fraction for ratios, degC for temperatures), "
-                   "e.g. --floor power_peak_w=0.2; repeatable")
+                   help="replace a metric's tolerance floor, the smallest difference that counts (a fraction for "
+                   "ratios, °C for temperatures), e.g. --floor power_peak_w=0.2; repeatable")
+    c.add_argument("--noise", metavar="FILE", help="the noise model (default: this checkout's "
+                   "config/compare-noise.json, made by `python -m calorimeter.reproduce.noise --write`)")
     c.add_argument("--subset", action="store_true", help="the reproduction measured only some of the reference's "
                    "configurations on purpose: the others are not reported as missing")
+    c.add_argument("--summary", action="store_true", help="print the verdict per figure and overall, not every row")
     c.add_argument("--all", action="store_true", help="print the not-comparable rows too")
     c.set_defaults(func=_compare)
     add_rebuild(sub)
@@ -75,7 +86,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _rebuild(args: argparse.Namespace) -> int:
-    from calorimeter.reproduce.rebuild import copy_records, plan_rebuild, run_rebuild  # heavy: pandas, yaml
+    from calorimeter.reproduce.rebuild import copy_records, plan_rebuild, run_rebuild, shown  # heavy: pandas, yaml
 
     ref = Path(args.reference)
     out = Path(args.out) if args.out else Path("results") / "rebuild" / ref.name
@@ -83,7 +94,7 @@ def _rebuild(args: argparse.Namespace) -> int:
         steps = plan_rebuild(ref, out, args.cores, args.report)
         if args.dry_run:
             for st in steps:
-                print(f"{st.sweep}: " + (" ".join(st.command[1:]) if st.command else "no config/reference file"))
+                print(f"{st.sweep}: " + (shown(st.command) if st.command else "no config/reference file"))
             return 0
         copy_records(ref, out)
     except (FileNotFoundError, FileExistsError) as e:

@@ -1,20 +1,34 @@
-"""Is a reproduction the reference again? Per configuration and metric: the difference, a tolerance, a verdict.
+"""Is a reproduction the reference again? Per configuration and metric: the difference, the noise it is judged
+against, a verdict; per figure and overall, the verdict of the rows it draws.
 
 * **Configurations** are matched on every parameter that defines one (:data:`calorimeter.findings.select.CONFIG_PARAMS`
   but the hardware and the sweep's name); the repetitions of a configuration are its experimental units.
-* **Difference**: reproduction / reference - 1 for throughput, power and energy (the ratio of the means, with its
-  Welch interval made on the log scale); reproduction - reference in degrees Celsius for temperatures. Both come from
-  the comparison core that the findings use (:mod:`calorimeter.findings.stats`: ``welch``, ``mean_interval``,
-  ``verdict``).
-* **Tolerance**: the larger of the metric's floor (:data:`METRICS`: 3% for throughput, average power and energy,
-  3 degrees C for temperatures, 15% for peak power, which reads single 50 ms samples) and the run-to-run noise the
-  two sides show: the half-width of the Welch interval where both sides have two repetitions or more, else the
-  half-width of the repetition interval of the side that has one.
-* **Verdict**: ``reproduced`` when the difference lies within the tolerance, ``differs`` when not, ``not comparable``
-  with the reason when the two sides did not measure the same thing: another GPU type, another engine fingerprint
-  (attention or fused kernels, overlap mechanism, torch version), or a configuration (or an ok repetition) missing
-  on one side. ``interval_verdict`` is the core's stricter equivalence test of the same numbers (``agrees`` only when
-  the whole 95% interval of the difference lies within the tolerance).
+* **Difference**: reproduction / reference - 1 (ratio of the means) for throughput, power and energy; reproduction -
+  reference in °C for temperatures.
+* **Noise**: the run-to-run noise of the metric in the reference configuration's regime (GPU- or host-bound, fixed or
+  steady warm-up), pooled over the committed sets with its own degrees of freedom, for these repetition counts and
+  machines (:mod:`calorimeter.reproduce.noise`): never the two sides' own 2-3 repetitions alone, whose t-interval
+  explodes (one degree of freedom: t = 12.7). ``noise_half_width`` is the half-width ``h`` of the difference's 95%
+  interval under it.
+* **Verdict**, with the metric's floor ``f`` (:data:`~calorimeter.reproduce.metrics.METRICS`, the smallest difference
+  that counts) and the tolerance ``max(f, h)``:
+
+  - ``not reproduced``: the difference lies beyond the tolerance: beyond the floor and beyond what the noise explains;
+  - ``cannot tell``: ``h > f``, the noise is too large to see a difference of the floor's size (the difference lies
+    within it); or a side's repetitions spread more than the noise model allows (F-test, p < :data:`SPREAD_P`); or
+    the committed sets hold no noise for this regime;
+  - ``reproduced``: ``h <= f`` (the test sees a difference of the floor's size) and the difference lies within the
+    floor. Never for a difference beyond the floor.
+  - ``not comparable`` with the reason where the two sides did not measure the same thing: another GPU type, another
+    engine fingerprint, a configuration (or an ok repetition) missing on one side, a cell without training metrics.
+
+  ``interval_verdict`` is the findings' core (:func:`calorimeter.findings.stats.verdict`) on the same interval:
+  ``agrees`` (the whole 95% interval within the floor) implies *reproduced*, ``disagrees`` (wholly beyond it)
+  implies *not reproduced*; the two differ only where the interval straddles the floor (*cannot say*).
+* **Overall** and **per figure** (the rows of the configurations a figure draws and the metrics it shows): *not
+  reproduced* when a row is not reproduced or a reference configuration is missing, else *cannot tell* when a row
+  cannot tell, else *reproduced* (*not comparable* when nothing was compared). ``calorimeter compare`` exits with
+  :data:`EXIT_CODES` of the overall verdict.
 """
 
 from __future__ import annotations
@@ -25,72 +39,27 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from calorimeter.figures.selection import figure_cells
 from calorimeter.findings.select import CONFIG_PARAMS
-from calorimeter.findings.stats import Claim, mean_interval, verdict, welch
+from calorimeter.findings.stats import CANNOT_SAY, Claim, Effect, Judgement, mean_interval, verdict
+from calorimeter.plan.cell import TRAINING_KINDS
+from calorimeter.projection.hosts import machine_keys
 from calorimeter.records.legacy import config_ids
+from calorimeter.reproduce.metrics import FIGURE_METRICS, METRICS, Metric
+from calorimeter.reproduce.noise import Noise, NoiseModel, bound_of, busy_share, load_noise, transformed, warmup_of
 from calorimeter.reproduce.sources import Source, fingerprint_difference
 
-REPRODUCED, DIFFERS, NOT_COMPARABLE = "reproduced", "differs", "not comparable"
-VERDICTS = (REPRODUCED, DIFFERS, NOT_COMPARABLE)
+REPRODUCED, NOT_REPRODUCED, CANNOT_TELL, NOT_COMPARABLE = "reproduced", "not reproduced", "cannot tell", \
+    "not comparable"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, CANNOT_TELL, NOT_COMPARABLE)
+#: ``calorimeter compare``'s exit status per overall verdict (2: the command could not run)
+EXIT_CODES = {REPRODUCED: 0, NOT_REPRODUCED: 1, NOT_COMPARABLE: 1, CANNOT_TELL: 3}
+#: a side whose repetitions spread so much that the noise model gives it less than this chance is not judged by it
+SPREAD_P = 0.01
 #: parameters that make two cells the same configuration in a reproduction (the GPU type is checked separately)
 MATCH_PARAMS: tuple[str, ...] = tuple(p for p in CONFIG_PARAMS if p not in ("hardware", "engine"))
-
-
-@dataclass(frozen=True)
-class Metric:
-    """A compared metric.
-
-    Attributes:
-        column: the runs table's column.
-        label: for the reader.
-        unit: of the metric.
-        relative: compare as a ratio (difference in percent) rather than a difference in the metric's unit.
-        floor: the smallest tolerance (a fraction when relative, else in ``unit``).
-        resolution: a quantized sensor's step (integer degrees C), added as ``step**2 / 12`` variance.
-    """
-
-    column: str
-    label: str
-    unit: str
-    relative: bool
-    floor: float
-    resolution: float = 0.0
-
-
-#: the compared metrics and their documented tolerance floors (docs/artifact.md "Evaluation and expected results")
-METRICS: tuple[Metric, ...] = (
-    Metric("tokens_per_s_per_gpu", "throughput", "tokens/s per GPU", True, 0.03),
-    Metric("power_avg_w", "average power", "W", True, 0.03),
-    Metric("energy_per_token_j", "energy per token", "J", True, 0.03),
-    Metric("temp_avg_c", "average GPU temperature", "degC", False, 3.0, 1.0),
-    Metric("temp_peak_c", "peak GPU temperature", "degC", False, 3.0, 1.0),
-    Metric("power_peak_w", "peak power", "W", True, 0.15),
-)
-#: which metrics each figure draws (per-figure counts); cells per figure come from calorimeter.figures.selection
-FIGURE_METRICS: dict[str, tuple[str, ...]] = {
-    "throughput": ("tokens_per_s_per_gpu",),
-    "fig04_parallelism": ("temp_avg_c", "temp_peak_c", "power_avg_w", "power_peak_w", "energy_per_token_j"),
-    "fig08_optimization": ("temp_avg_c", "temp_peak_c", "power_avg_w", "power_peak_w", "energy_per_token_j"),
-    "fig13_microbatch": ("temp_avg_c", "temp_peak_c", "power_avg_w", "power_peak_w", "energy_per_token_j"),
-    "fig17_temperature": ("temp_avg_c", "temp_peak_c"),
-    "scale_compare": ("tokens_per_s_per_gpu", "energy_per_token_j"),
-}
-
-
-def metrics_with_floors(floors: Mapping[str, float] | None = None) -> tuple[Metric, ...]:
-    """:data:`METRICS` with some floors replaced (``{column: floor}``); an unknown column is an error."""
-    floors = dict(floors or {})
-    known = {m.column for m in METRICS}
-    bad = sorted(set(floors) - known)
-    if bad:
-        raise KeyError(f"unknown metric {', '.join(bad)} for a tolerance floor; known: {', '.join(sorted(known))}")
-    for k, v in floors.items():
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-            raise ValueError(f"tolerance floor of {k}: {v!r} is not a number >= 0")
-    return tuple(Metric(m.column, m.label, m.unit, m.relative, float(floors.get(m.column, m.floor)), m.resolution)
-                 for m in METRICS)
 
 
 def _key(row: Mapping) -> tuple:
@@ -134,67 +103,151 @@ def _engines(rows: pd.DataFrame, engines: Mapping[str, str]) -> set[str]:
     return {engines[c] for c in rows["cell_id"] if c in engines}
 
 
-def _values(rows: pd.DataFrame, column: str) -> list[float]:
+def _values(rows: pd.DataFrame, column: str, machines: list[str]) -> tuple[list[float], list[str]]:
+    """The finite values of ``column`` and the machine of each."""
     if column not in rows.columns:
-        return []
+        return [], []
     v = pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float)
-    return [float(x) for x in v[np.isfinite(v)]]
+    keep = np.isfinite(v)
+    return [float(x) for x in v[keep]], [m for m, k in zip(machines, keep, strict=True) if k]
 
 
-def _half_width(low: float, high: float) -> float:
-    return (high - low) / 2 if math.isfinite(low) and math.isfinite(high) else math.nan
+def _machine_names(reference: Source, reproduction: Source) -> tuple[dict[str, str], dict[str, str]]:
+    """Cell id -> machine on each side, named over both sides' GPUs at once (the same machine gets one name)."""
+    parts = [s.gpus.assign(cell_id=f"{tag}|" + s.gpus["cell_id"].astype(str))
+             for tag, s in (("a", reference), ("b", reproduction)) if not s.gpus.empty]
+    keys = machine_keys(pd.concat(parts, ignore_index=True)) if parts else {}
+    split: tuple[dict[str, str], dict[str, str]] = ({}, {})
+    for c, m in keys.items():
+        tag, _, cell = c.partition("|")
+        split[tag == "b"][cell] = m
+    return split
 
 
-def compare_metric(ref: list[float], rep: list[float], metric: Metric) -> dict:
-    """One metric of one configuration: means, intervals, difference, tolerance and verdict."""
-    r_ci = mean_interval(ref, metric.resolution)
-    p_ci = mean_interval(rep, metric.resolution)
+def _machines_of(rows: pd.DataFrame, names: Mapping[str, str]) -> list[str]:
+    """Each repetition's machine; one whose machine is unknown is its own machine (the same measurement read twice is
+    the same one: it is named by its cell and start)."""
+    start = rows["measured_begin_s"] if "measured_begin_s" in rows.columns else pd.Series("", index=rows.index)
+    return [names.get(c) or f"?{c}@{s}" for c, s in zip(rows["cell_id"].astype(str), start, strict=True)]
+
+
+def _shares(machines: list[str]) -> dict[str, float]:
+    """Machine -> share of the repetitions on it."""
+    return {k: v / len(machines) for k, v in pd.Series(machines).value_counts().items()} if machines else {}
+
+
+def machine_difference(ref: Mapping[str, float], rep: Mapping[str, float]) -> float:
+    """``c``: sum over machines of (reference share - reproduction share) ** 2 (0 same machines, 2 two others)."""
+    return float(sum((ref.get(m, 0.0) - rep.get(m, 0.0)) ** 2 for m in set(ref) | set(rep)))
+
+
+def _spread(values: list[float], machines: list[str] | None, side: str, metric: Metric, noise: Noise) -> str:
+    """Why a side's repetitions are not described by the noise model ("" when they are): an F-test of their variance
+    within each machine (``machines``: one per value; None: one machine) against the pooled repetition variance."""
+    if not noise.repetition_dof or not noise.repetition_sd > 0:
+        return ""
+    machines = machines or [""] * len(values)
+    ss, dof = 0.0, 0
+    for m in dict.fromkeys(machines):
+        y = transformed([v for v, k in zip(values, machines, strict=True) if k == m], metric)
+        if y.size >= 2:
+            ss, dof = ss + float(((y - y.mean()) ** 2).sum()), dof + int(y.size) - 1
+    if dof < 1:
+        return ""
+    s = math.sqrt(ss / dof)
+    p = float(stats.f.sf((s / noise.repetition_sd) ** 2, dof, noise.repetition_dof))
+    if p >= SPREAD_P:
+        return ""
+    sd = (lambda x: f"{100 * x:.1f}%") if metric.relative else (lambda x: f"{x:.1f} {metric.unit}")
+    return (f"the {side}'s repetitions spread {sd(s)} (sd on one machine), more than the noise model's "
+            f"{sd(noise.repetition_sd)} allows (F-test p = {p:.2g})")
+
+
+def _power(floor: float, se: float, dof: float) -> float:
+    """Chance that a true difference of the floor's size lies beyond the 95% half-width (two-sided t-test)."""
+    if not (se > 0 and dof > 0):
+        return math.nan
+    tc, nc = float(stats.t.ppf(0.975, dof)), floor / se
+    return float(stats.nct.sf(tc, dof, nc) + stats.nct.cdf(-tc, dof, nc))
+
+
+def compare_metric(ref: list[float], rep: list[float], metric: Metric, noise: Noise | None, machines: float = 2.0,
+                   no_noise: str = "", on: tuple[list[str], list[str]] | None = None) -> dict:
+    """One metric of one configuration: means, difference, the noise's half-width, tolerance and verdict.
+
+    Args:
+        ref, rep: the two sides' repetitions.
+        noise: the metric's noise in the configuration's regime (None: ``no_noise`` says why there is none).
+        machines: ``c`` of :func:`machine_difference`.
+        on: the machine of each repetition of ``ref`` and of ``rep`` (None: one machine per side).
+    """
+    r_ci, p_ci = mean_interval(ref), mean_interval(rep)
     row = {"metric": metric.column, "label": metric.label, "unit": metric.unit,
            "reference_mean": r_ci.value, "reference_ci95_low": r_ci.low, "reference_ci95_high": r_ci.high,
            "reference_n": len(ref), "reproduction_mean": p_ci.value, "reproduction_ci95_low": p_ci.low,
            "reproduction_ci95_high": p_ci.high, "reproduction_n": len(rep),
-           "difference_unit": "fraction" if metric.relative else metric.unit}
+           "difference_unit": "fraction" if metric.relative else metric.unit, "floor": metric.floor,
+           "machine_difference": machines}
     if not ref or not rep:
         side = "reference" if not ref else "reproduction"
-        return {**row, "difference": math.nan, "verdict": NOT_COMPARABLE,
-                "reason": f"no value of {metric.column} in the {side}"}
-    if metric.relative:
-        eff = welch(rep, ref, ratio=True)
-        shift = 1.0
-        side_noise = [_half_width(c.low, c.high) / c.value for c in (r_ci, p_ci)
-                      if c.has_interval and c.value > 0]
+        return {**row, "verdict": NOT_COMPARABLE, "reason": f"no value of {metric.column} in the {side}"}
+    if metric.relative and not (r_ci.value > 0 and p_ci.value > 0):
+        return {**row, "verdict": NOT_COMPARABLE, "reason": f"a mean of {metric.column} <= 0: no ratio"}
+    d = p_ci.value / r_ci.value - 1 if metric.relative else p_ci.value - r_ci.value
+    se, dof, why = noise.difference(len(ref), len(rep), machines) if noise else (math.nan, 0.0, no_noise)
+    se *= (1 + d) if metric.relative else 1.0  # log-scale noise carried to the ratio (delta method)
+    h = float(stats.t.ppf(0.975, dof)) * se if dof > 0 and math.isfinite(se) else math.nan
+    null = 1.0 if metric.relative else 0.0
+    effect = Effect(null + d, null + d - h, null + d + h, len(ref) + len(rep),
+                    f"noise model ({noise.bound}, {noise.warmup}), {dof:.1f} dof" if noise and not why else why, dof,
+                    "repetitions")
+    judged = verdict(effect, Claim(sign=0, null=null, tolerance=metric.floor))
+    f = metric.floor
+    tol = max(f, h) if math.isfinite(h) else f
+    spread = "; ".join(s for s in (_spread(ref, on[0] if on else None, "reference", metric, noise) if noise else "",
+                                   _spread(rep, on[1] if on else None, "reproduction", metric, noise) if noise else "")
+                       if s)
+    if not math.isfinite(h):
+        v, reason = CANNOT_TELL, f"{metric.fmt(d)}; no noise to judge it against: {why}"
+    elif abs(d) > tol:
+        v, reason = NOT_REPRODUCED, (f"{metric.fmt(d)} beyond +-{metric.fmt(tol, False)} ("
+                                     + ("the noise's, wider than the floor)" if h > f else
+                                        f"the floor; noise +-{metric.fmt(h, False)})"))
+    elif h > f:
+        v, reason = CANNOT_TELL, (f"{metric.fmt(d)}: the noise (+-{metric.fmt(h, False)}) is wider than the floor "
+                                  f"(+-{metric.fmt(f, False)}): a difference of the floor's size cannot be seen")
+    elif spread:  # the noise model does not describe these repetitions: neither judgement rests on it
+        v, reason = CANNOT_TELL, f"{metric.fmt(d)} within +-{metric.fmt(f, False)}, but {spread}"
+        judged = Judgement(CANNOT_SAY, spread)
     else:
-        eff = welch(rep, ref, resolution=metric.resolution)
-        shift = 0.0
-        side_noise = [_half_width(c.low, c.high) for c in (r_ci, p_ci) if c.has_interval]
-    if not math.isfinite(eff.value):
-        return {**row, "difference": math.nan, "verdict": NOT_COMPARABLE, "reason": eff.method}
-    diff = eff.value - shift
-    if eff.has_interval:
-        noise, noise_from = max(eff.high - eff.value, eff.value - eff.low), eff.method
-    elif side_noise:
-        noise, noise_from = max(side_noise), "repetition interval of one side"
-    else:
-        noise, noise_from = 0.0, "one repetition each: floor only"
-    tol = max(metric.floor, noise)
-    ok = abs(diff) <= tol
-    judged = verdict(eff, Claim(sign=0, null=shift, tolerance=tol))
-    fmt = (lambda x: f"{100 * x:+.1f}%") if metric.relative else (lambda x: f"{x:+.1f} {metric.unit}")
-    return {**row, "difference": diff, "difference_ci95_low": eff.low - shift, "difference_ci95_high": eff.high - shift,
-            "tolerance": tol, "tolerance_from": "floor" if tol == metric.floor else noise_from,
-            "verdict": REPRODUCED if ok else DIFFERS,
-            "reason": f"{fmt(diff)} {'within' if ok else 'beyond'} +-{fmt(tol)[1:]}",
+        v, reason = REPRODUCED, f"{metric.fmt(d)} within +-{metric.fmt(f, False)} (noise +-{metric.fmt(h, False)})"
+    return {**row, "difference": d, "difference_ci95_low": d - h, "difference_ci95_high": d + h,
+            "noise_half_width": h, "noise_dof": dof, "power": _power(f, se, dof), "tolerance": tol,
+            "noise_regime": f"{noise.bound}, {noise.warmup}" if noise else "", "verdict": v, "reason": reason,
             "interval_verdict": judged.verdict, "interval_why": judged.why}
 
 
+def _regime_noise(model: NoiseModel, metric: Metric, rows: pd.DataFrame) -> tuple[Noise | None, str]:
+    hw = sorted({str(h) for h in rows.get("hardware", pd.Series(dtype=str)).dropna()})
+    if model.hardware and hw and not set(hw) <= set(model.hardware):
+        return None, f"the noise model has no runs on {', '.join(hw)} (it has {', '.join(model.hardware)})"
+    bound = bound_of(busy_share(rows))
+    warmup = str(warmup_of(rows).mode().iloc[0])
+    noise = model.get(metric.column, bound, warmup)
+    return noise, "" if noise else f"the noise model has no row for {metric.column}, {bound}, {warmup}"
+
+
 def compare(reference: Source, reproduction: Source, metrics: tuple[Metric, ...] = METRICS,
-            subset: bool = False) -> pd.DataFrame:
+            subset: bool = False, noise: NoiseModel | None = None) -> pd.DataFrame:
     """One row per (reference configuration, metric), plus one per reproduction configuration the reference lacks.
 
     ``subset``: the reproduction measured only some of the reference's configurations on purpose; the others are
-    left out instead of reported as missing.
+    left out instead of reported as missing. ``noise``: the noise model (default: the committed one).
     """
+    model = noise if noise is not None else load_noise()
     ref, rep = _configs(reference.runs), _configs(reproduction.runs)
+    names_ref, names_rep = _machine_names(reference, reproduction)
+    feeds = figure_configs(reference)
     rows: list[dict] = []
 
     def add(cfg: _Config, other: _Config | None, res: list[dict]) -> None:
@@ -203,7 +256,9 @@ def compare(reference: Source, reproduction: Source, metrics: tuple[Metric, ...]
                 "model": r0.get("model"), "hardware": r0.get("hardware"),
                 "parallel_label": r0.get("parallel_label"), "optimization_label": r0.get("optimization_label"),
                 "micro_batch": r0.get("micro_batch"), "placement": r0.get("placement")}
-        rows.extend({**base, **r} for r in res)
+        for r in res:
+            figs = [f for f, cfgs in feeds.items() if cfg.config_id in cfgs and r["metric"] in FIGURE_METRICS[f]]
+            rows.append({**base, **r, "figures": ";".join(figs)})
 
     def not_comparable(reason: str) -> list[dict]:
         return [{"metric": m.column, "label": m.label, "unit": m.unit, "verdict": NOT_COMPARABLE, "reason": reason}
@@ -212,7 +267,7 @@ def compare(reference: Source, reproduction: Source, metrics: tuple[Metric, ...]
     for key, cfg in ref.items():
         other = rep.get(key)
         kind = str(cfg.rows.iloc[0].get("kind") or "train")
-        if kind != "train":
+        if kind not in TRAINING_KINDS:
             add(cfg, other, not_comparable(f"a {kind} cell: no training metrics to compare"))
             continue
         if other is None:
@@ -239,41 +294,84 @@ def compare(reference: Source, reproduction: Source, metrics: tuple[Metric, ...]
             diff = "; ".join(sorted({fingerprint_difference(a, b) for a in e_ref for b in e_rep} - {""}))
             add(cfg, other, not_comparable(f"engine fingerprint differs (reproduction vs reference): {diff}"))
             continue
-        add(cfg, other, [compare_metric(_values(cfg.ok, m.column), _values(other.ok, m.column), m)
-                         for m in metrics])
+        on_ref, on_rep = _machines_of(cfg.ok, names_ref), _machines_of(other.ok, names_rep)
+        c = machine_difference(_shares(on_ref), _shares(on_rep))
+        res = []
+        for m in metrics:
+            nz, why = _regime_noise(model, m, cfg.ok)
+            (vr, mr), (vp, mp) = _values(cfg.ok, m.column, on_ref), _values(other.ok, m.column, on_rep)
+            res.append(compare_metric(vr, vp, m, nz, c, why, (mr, mp)))
+        add(cfg, other, res)
     for key, cfg in rep.items():
-        if key not in ref and str(cfg.rows.iloc[0].get("kind") or "train") == "train":
+        if key not in ref and str(cfg.rows.iloc[0].get("kind") or "train") in TRAINING_KINDS:
             add(cfg, None, not_comparable("not in the reference: nothing to compare with"))
-            rows[-len(metrics):] = [{**r, "config_id": "", "reproduction_config_id": cfg.config_id}
+            rows[-len(metrics):] = [{**r, "config_id": "", "reproduction_config_id": cfg.config_id, "figures": ""}
                                     for r in rows[-len(metrics):]]
     cols = ["config_id", "reproduction_config_id", "model", "hardware", "parallel_label", "optimization_label",
             "micro_batch", "placement", "metric", "label", "unit",
             *(f"{side}_{k}" for side in ("reference", "reproduction") for k in ("mean", "ci95_low", "ci95_high", "n")),
-            "difference", "difference_unit", "difference_ci95_low", "difference_ci95_high", "tolerance",
-            "tolerance_from", "verdict", "reason", "interval_verdict", "interval_why"]
+            "difference", "difference_unit", "difference_ci95_low", "difference_ci95_high", "floor",
+            "noise_half_width", "noise_dof", "noise_regime", "machine_difference", "power", "tolerance", "verdict",
+            "reason", "interval_verdict", "interval_why", "figures"]
     return pd.DataFrame(rows).reindex(columns=cols)
 
 
-def figure_counts(result: pd.DataFrame, reference: Source) -> pd.DataFrame:
-    """Verdict counts per figure (the reference cells it draws x the metrics it shows) and overall."""
+def figure_configs(reference: Source) -> dict[str, set[str]]:
+    """Figure -> the reference configurations it draws (:data:`FIGURE_METRICS`' figures)."""
     runs = reference.runs
-    cid = dict(zip(runs["cell_id"], config_ids(runs), strict=True)) if not runs.empty else {}
-    plan = runs.to_dict("records") if not runs.empty else []
-    out = []
-    for fig, mets in FIGURE_METRICS.items():
+    if runs.empty:
+        return {f: set() for f in FIGURE_METRICS}
+    cid = dict(zip(runs["cell_id"], config_ids(runs), strict=True))
+    plan = runs.to_dict("records")
+    out = {}
+    for fig in FIGURE_METRICS:
         try:
             cells = figure_cells(fig, plan)
         except Exception:  # noqa: BLE001 - a figure's selection that cannot read old tables counts every cell
             cells = list(cid)
-        configs = {cid.get(c) for c in cells}
-        sub = result[result["config_id"].isin(configs) & result["metric"].isin(mets)]
-        out.append({"figure": fig, **{v: int((sub["verdict"] == v).sum()) for v in VERDICTS}})
-    out.append({"figure": "all", **{v: int((result["verdict"] == v).sum()) for v in VERDICTS}})
+        out[fig] = {cid[c] for c in cells if c in cid}
+    return out
+
+
+def overall(rows: pd.DataFrame) -> str:
+    """The verdict of a set of rows (a figure's, or all): see the module's docstring."""
+    missing = rows["reason"].fillna("").str.startswith("missing cell") & (rows["config_id"].fillna("") != "")
+    comparable = rows[rows["verdict"] != NOT_COMPARABLE]
+    if missing.any() or (comparable["verdict"] == NOT_REPRODUCED).any():
+        return NOT_REPRODUCED
+    if comparable.empty:
+        return NOT_COMPARABLE
+    return CANNOT_TELL if (comparable["verdict"] == CANNOT_TELL).any() else REPRODUCED
+
+
+def _widest_noise(rows: pd.DataFrame) -> str:
+    """Per metric, the widest noise half-width among the rows (the smallest floor this comparison could judge)."""
+    out = []
+    by = {m.column: m for m in METRICS}
+    for col, g in rows.dropna(subset=["noise_half_width"]).groupby("metric", sort=False):
+        m = by.get(str(col))
+        if m is not None:
+            out.append(f"{col} +-{m.fmt(float(g['noise_half_width'].max()), False)}")
+    return "; ".join(out)
+
+
+def figure_counts(result: pd.DataFrame) -> pd.DataFrame:
+    """Per figure (the rows whose ``figures`` name it) and overall: the verdict, the rows per verdict, and the widest
+    noise half-width per metric (a floor below it cannot be judged by this comparison)."""
+    out = []
+    figs = result["figures"].fillna("").str.split(";")
+    for fig in [*FIGURE_METRICS, "all"]:
+        sub = result if fig == "all" else result[figs.apply(lambda fs, f=fig: f in fs)]
+        out.append({"figure": fig, "verdict": overall(sub) if len(sub) else NOT_COMPARABLE,
+                    **{v: int((sub["verdict"] == v).sum()) for v in VERDICTS}, "noise": _widest_noise(sub)})
     return pd.DataFrame(out)
 
 
 def passed(result: pd.DataFrame) -> bool:
     """Every comparable metric reproduced, at least one compared, and no reference configuration missing."""
-    comparable = result[result["verdict"] != NOT_COMPARABLE]
-    missing = result["reason"].fillna("").str.startswith("missing cell") & (result["config_id"] != "")
-    return bool(len(comparable)) and bool((comparable["verdict"] == REPRODUCED).all()) and not bool(missing.any())
+    return overall(result) == REPRODUCED
+
+
+def exit_code(result: pd.DataFrame) -> int:
+    """``calorimeter compare``'s exit status: :data:`EXIT_CODES` of the overall verdict."""
+    return EXIT_CODES[overall(result)]

@@ -8,6 +8,7 @@ age are read with today's columns, so the order of the sweeps does not change th
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,11 @@ def copy_records(reference: Path, out: Path) -> None:
         shutil.copytree(sweep, out / sweep.name, ignore=shutil.ignore_patterns(*SKIP))
 
 
+def shown(cmd: list[str]) -> str:
+    """A command as a user would type it (``python`` for this interpreter)."""
+    return shlex.join(["python", *cmd[1:]]) if cmd and cmd[0] == sys.executable else shlex.join(cmd)
+
+
 def run_rebuild(steps: list[Step]) -> int:
     """Run each step's command from the checkout; the first failure's exit status (0 when all succeed)."""
     root = repo_root()
@@ -88,7 +94,7 @@ def run_rebuild(steps: list[Step]) -> int:
         for cmd in (st.command, st.report):
             if cmd is None:
                 continue
-            print("$ " + " ".join(cmd[1:]), flush=True)
+            print("$ " + shown(cmd), flush=True)
             rc = subprocess.run(cmd, cwd=root).returncode
             if rc:
                 return rc

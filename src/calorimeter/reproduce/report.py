@@ -14,9 +14,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from calorimeter.reproduce.compare import DIFFERS, METRICS, NOT_COMPARABLE, REPRODUCED  # noqa: E402
+from calorimeter.reproduce.compare import CANNOT_TELL, NOT_COMPARABLE, NOT_REPRODUCED, REPRODUCED  # noqa: E402
+from calorimeter.reproduce.metrics import METRICS  # noqa: E402
 
-COLORS = {REPRODUCED: "#2e7d32", DIFFERS: "#c62828", NOT_COMPARABLE: "#9e9e9e"}
+COLORS = {REPRODUCED: "#2e7d32", NOT_REPRODUCED: "#c62828", CANNOT_TELL: "#ef6c00", NOT_COMPARABLE: "#9e9e9e"}
 
 
 def _label(row: pd.Series) -> str:
@@ -57,6 +58,13 @@ def overlay_figure(result: pd.DataFrame, out_png: Path, out_pdf: Path | None = N
                         ecolor=np.array(color, dtype=object)[has].tolist() or "black", lw=1, capsize=2, zorder=2)
             ax.scatter(x + dx, vals, c=color, s=18, zorder=3, marker="o" if side == "reproduction" else "s",
                        label=side)
+        drawn_ci = [np.where(d[f"{side}_n"].to_numpy(float) > 3, d[f"{side}_ci95_{b}"].to_numpy(float), np.nan)
+                    for side in ("reference", "reproduction") for b in ("low", "high")]
+        span = np.concatenate([ref - band, ref + band, rep, *drawn_ci])
+        span = span[np.isfinite(span)]
+        if span.size:  # every point, interval and band inside the axes, with a margin
+            pad = 0.06 * (span.max() - span.min() or abs(span.max()) or 1.0)
+            ax.set_ylim(span.min() - pad, span.max() + pad)
         ax.set_ylabel(f"{m.label}\n({m.unit})", fontsize=7)
         ax.tick_params(labelsize=7)
     if mets:
@@ -65,10 +73,12 @@ def overlay_figure(result: pd.DataFrame, out_png: Path, out_pdf: Path | None = N
         axes[-1, 0].set_xticks(x, labels, rotation=30, ha="right", fontsize=6)
     counts = result["verdict"].value_counts()
     fig.suptitle(title or "Reproduction vs reference: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in
-                                                                    (REPRODUCED, DIFFERS, NOT_COMPARABLE)),
+                                                                    (REPRODUCED, NOT_REPRODUCED, CANNOT_TELL,
+                                                                     NOT_COMPARABLE)),
                  fontsize=8)
-    fig.text(0.01, 0.005, "squares: reference, circles: reproduction (green reproduced, red differs);\nbars: 95% "
-             "intervals over more than 3 repetitions (fewer: the mean only); grey: the tolerance", fontsize=6)
+    fig.text(0.01, 0.005, "squares: reference, circles: reproduction (green reproduced, red not reproduced, orange "
+             "cannot tell);\nbars: 95% intervals over more than 3 repetitions (fewer: the mean only); grey: the "
+             "tolerance (the larger of the floor and the noise)", fontsize=6)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(out_png, dpi=130)
     if out_pdf is not None:
@@ -95,8 +105,9 @@ def html_section(result: pd.DataFrame, counts: pd.DataFrame, reference: str, rep
     rel = {m.column: m.relative for m in METRICS}
     head = (f"<h2>Reproduction check</h2><p>reference <code>{html.escape(reference)}</code>, reproduction "
             f"<code>{html.escape(reproduction)}</code>. Difference = reproduction / reference - 1 (temperatures: "
-            "reproduction - reference, degC); tolerance = the larger of the metric's floor and the repetitions' "
-            "95% interval (docs/artifact.md).</p>")
+            "reproduction - reference, °C); tolerance = the larger of the metric's floor and the 95% half-width of "
+            "the run-to-run noise pooled over the committed sets; <i>cannot tell</i> where that noise is wider than "
+            "the floor (docs/artifact.md).</p>")
     rows = "".join(_html_row(r, rel.get(r["metric"], True)) for _, r in result.iterrows())
     return (head + counts.to_html(index=False) + "<table><tr><th>configuration</th><th>metric</th><th>difference"
             "</th><th>tolerance</th><th>verdict</th><th>why</th></tr>" + rows + "</table>")

@@ -29,12 +29,23 @@ class Source:
         engines: cell id -> engine fingerprint (attention and fused kernels, overlap mechanisms, torch version)
             from the cell's run.json; absent where no record was found.
         sweeps: the sweep folders read, and whether from tables or records.
+        gpus: one row per (cell, GPU) with what tells the machine (:data:`MACHINE_COLUMNS`); empty where no per-GPU
+            table or record was found.
     """
 
     folder: Path
     runs: pd.DataFrame
     engines: dict[str, str] = field(default_factory=dict)
     sweeps: list[str] = field(default_factory=list)
+    gpus: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+#: the per-GPU columns that tell which machine a cell ran on (calorimeter.projection.hosts.machine_keys)
+MACHINE_COLUMNS = ("cell_id", "node", "hostname", "uuid")
+
+
+def _machine_columns(gpus: pd.DataFrame) -> pd.DataFrame:
+    return gpus[[c for c in MACHINE_COLUMNS if c in gpus.columns]] if not gpus.empty else pd.DataFrame()
 
 
 def sweep_folders(folder: Path) -> list[Path]:
@@ -72,24 +83,37 @@ def fingerprint_difference(reference: str, reproduction: str) -> str:
     return "; ".join(f"{k} {b.get(k)} vs {a.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
 
 
+def tables_from_records(sweep: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The runs rows and the per-GPU machine columns of a sweep computed from its cell records alone (in memory;
+    damaged files noted in data_notes)."""
+    tables = [readable_cell_tables(c)[0] for c in sorted((sweep / "cells").iterdir()) if (c / RUN_JSON).is_file()]
+    runs = [t.runs for t in tables if not t.runs.empty]
+    gpus = [_machine_columns(t.gpus) for t in tables if not t.gpus.empty]
+    return (pd.concat(runs, ignore_index=True) if runs else pd.DataFrame(),
+            pd.concat(gpus, ignore_index=True) if gpus else pd.DataFrame())
+
+
 def runs_from_records(sweep: Path) -> pd.DataFrame:
     """The runs rows of a sweep computed from its cell records alone (in memory; damaged files noted in data_notes)."""
-    rows = [readable_cell_tables(c)[0].runs for c in sorted((sweep / "cells").iterdir())
-            if (c / RUN_JSON).is_file()]
-    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+    return tables_from_records(sweep)[0]
 
 
 def load_source(folder: str | Path) -> Source:
-    """Every sweep under ``folder`` as one runs table, with the engine fingerprint of each recorded cell."""
+    """Every sweep under ``folder`` as one runs table, with the engine fingerprint and the GPUs of each cell."""
     folder = Path(folder)
-    frames, engines, read = [], {}, []
+    frames, gpus, engines, read = [], [], {}, []
     for sweep in sweep_folders(folder):
         table = sweep / "tables" / "runs.parquet"
         if table.is_file():
             frames.append(pd.read_parquet(table))
+            g = sweep / "tables" / "gpus.parquet"
+            if g.is_file():
+                gpus.append(_machine_columns(pd.read_parquet(g)))
             read.append(f"{sweep.name} (tables)")
         else:
-            frames.append(runs_from_records(sweep))
+            runs, g = tables_from_records(sweep)
+            frames.append(runs)
+            gpus.append(g)
             read.append(f"{sweep.name} (records)")
         for run_json in sorted(sweep.glob(f"cells/*/{RUN_JSON}")):
             try:
@@ -99,6 +123,6 @@ def load_source(folder: str | Path) -> Source:
             fp = engine_fingerprint(rec)
             if fp:
                 engines[run_json.parent.name] = fp
-    frames = [f for f in frames if not f.empty]
+    frames, gpus = [f for f in frames if not f.empty], [g for g in gpus if not g.empty]
     runs = upgrade_runs(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
-    return Source(folder, runs, engines, read)
+    return Source(folder, runs, engines, read, pd.concat(gpus, ignore_index=True) if gpus else pd.DataFrame())
