@@ -7,6 +7,8 @@ rewritten by ``python -m calorimeter.analysis.reevaluate results/reference --mar
 
 * ``findings-summary`` (README.md): the tally over every committed set, each decided verdict in a line, and the
   machine-level findings pooled over every set;
+* ``findings-catalogue`` (docs/findings.md): per finding the study's wording and source, the registered
+  definition, when it agrees, its preconditions and what would answer a *cannot say*;
 * ``findings-tally`` (docs/findings.md): the tally per set;
 * ``findings-verdicts`` (docs/findings.md): per finding with an interval anywhere, its registered wording, source
   and definition, then every set's value, interval, verdict, degrees of freedom in repetitions and machines;
@@ -127,6 +129,7 @@ class Generated:
             return self.set_region(file.parent)
         try:
             return {"findings-summary": self.summary, "findings-tally": self.tally_table,
+                    "findings-catalogue": catalogue_table,
                     "findings-verdicts": self.verdicts, "findings-machines": self.machine_table,
                     "findings-reach": self.reach_markdown}[key]()
         except KeyError:
@@ -209,6 +212,38 @@ class Generated:
                            f"{_cell(r['machines'])} | {_cell(r['definition'])} ({_cell(r['source'])}) |")
             out.append("")
         return "\n".join(out)
+
+
+def claim_text(f: Finding) -> str:
+    """When the finding agrees, in words (from its :class:`~calorimeter.findings.stats.Claim`)."""
+    c = f.rule
+    if not f.measurable:
+        return "not measured"
+    side = "above" if c.sign > 0 else "below"
+    edge = c.null + c.sign * c.tolerance
+    out = f"interval wholly {side} {_num(edge)} {f.unit}".rstrip()
+    if c.tolerance:
+        out += f" ({_num(c.null)} {'+' if c.sign > 0 else '-'} tolerance {_num(c.tolerance)})"
+    if c.size is not None:
+        lo, hi = c.size
+        out += f" and inside the stated size [{_num(lo)}, {_num(hi) if math.isfinite(hi) else 'inf'}]"
+        if f.size_regime is not None:
+            out += f"; the size only where every compared cell has {f.size_regime.name}, else cannot say (regime)"
+    return out
+
+
+def catalogue_table() -> str:
+    """One row per finding: the study's wording and source, the registered definition, when it agrees, its
+    preconditions and what would answer a *cannot say* (all from the catalogue)."""
+    lines = ["| finding | the study says (source) | definition (registered) | agrees when | preconditions | "
+             "what would answer a *cannot say* |", "|---|---|---|---|---|---|"]
+    for f in FINDINGS:
+        d = f.definition
+        sec = f" Secondary reading, never judged: {d.secondary}." if d.secondary else ""
+        pre = "; ".join(p.name for p in f.preconditions) or "-"
+        lines.append(f"| `{f.id}` | \"{_cell(d.wording)}\" ({_cell(d.source)}) | {_cell(d.definition)}{_cell(sec)} | "
+                     f"{_cell(claim_text(f))} | {_cell(pre)} | {_cell(f.needs)} |")
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -248,8 +248,8 @@ FINDINGS: tuple[Finding, ...] = (
                     "recompute (full - none)", "no recompute full/none pair of a layout with pp >= 4", _CLOCK,
                     _DEEP_PP, also=("recompute_layers",)),
             _CLOCK, needs="4 GPUs of one node: TP1-PP4 with and without recompute, >= 5 interleaved repetitions "
-            "(the clock's paired noise, 5-8 MHz, leaves 3 pairs undecided near no effect), steady, at the power cap; "
-            "the study's PP16-32 needs several nodes"),
+            "(on the measured clock noise 3 pairs cannot tell no effect from one clock step: docs/findings.md, "
+            "reachability), steady, at the power cap; the study's PP16-32 needs several nodes"),
     Finding("recompute_more_throttling_dp",
             "... but increases throttling in data-parallel / FSDP configurations (Llama3-70B).",
             "direction only", "[S2]", "Fig. 8",
@@ -270,8 +270,8 @@ FINDINGS: tuple[Finding, ...] = (
             ck.slope(("power_peak_w",), "micro_batch", "", "no configuration measured at two or more micro-batch "
                      "sizes", _THERMAL),
             _THERMAL, needs="1 GPU: micro-batch 1/2/4 of one configuration that is GPU-bound at micro-batch 1 and "
-            "stays below the power cap at 4 (fewer layers or a shorter sequence), many interleaved repetitions (peak "
-            "power's noise is ~50 W a slope), steady"),
+            "stays below the power cap at 4 (fewer layers or a shorter sequence), >= 5 interleaved repetitions (peak "
+            "power is the noisiest metric: docs/findings.md, reachability), steady"),
     Finding("microbatch_raises_peak_temp",
             "Peak temperature rises with micro-batch size.",
             "direction only", "[S2; S3]", "Fig. 13",
