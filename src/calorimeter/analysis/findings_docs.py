@@ -35,8 +35,8 @@ from calorimeter.analysis.tables import read_tables
 from calorimeter.findings import CATALOG_VERSION, evaluate_one
 from calorimeter.findings.catalog import FINDINGS, NOISE, Finding
 from calorimeter.findings.checks import kernel_shares
-from calorimeter.findings.preconditions import GPU, STEADY, screen
-from calorimeter.findings.reach import DESIGNS, SCALES, machine_sd, pooled_sd, reach
+from calorimeter.findings.preconditions import GPU, STEADY, meets
+from calorimeter.findings.reach import DESIGNS, machine_sd, pooled_sd, reach
 from calorimeter.findings.stats import CANNOT_SAY, VERDICTS
 from calorimeter.records.legacy import config_ids
 
@@ -93,6 +93,18 @@ def units_text(r: pd.Series) -> str:
     return f"{head}; {reps + 1 if reps else 0} repetition unit(s), {mach} machine(s)"
 
 
+def secondary_reading(r: pd.Series) -> str:
+    """The labelled secondary reading the check wrote into the detail ("" when none)."""
+    detail = str(r.get("detail", "") or "")
+    mark = "secondary reading, never judged: "
+    return detail.split(mark, 1)[1].split("; ")[0] if mark in detail else ""
+
+
+def _undecided_counts(rows: pd.DataFrame) -> str:
+    und = rows.loc[rows["verdict"] == CANNOT_SAY, "undecided"].value_counts()
+    return ", ".join(f"{int(n)} {k}" for k, n in und.items())
+
+
 def _cell(x: object) -> str:
     return str(x).replace("|", "/").replace("\n", " ")
 
@@ -138,17 +150,16 @@ class Generated:
     def summary(self) -> str:
         rows = self.rows()
         decided = rows[rows["verdict"] != CANNOT_SAY]
-        und = rows.loc[rows["verdict"] == CANNOT_SAY, "undecided"].value_counts()
         lines = [f"Findings (catalogue version {CATALOG_VERSION}) over every committed set: {len(self.changes)} sets x "
-                 f"{rows['finding'].nunique()} findings = {len(rows)} rows, **{tally(rows)}** (of the cannot say: "
-                 + ", ".join(f"{int(n)} {k}" for k, n in und.items()) + "). Decided:"]
+                 f"{rows['finding'].nunique()} findings = {len(rows)} rows, **{tally(rows)}** (what left the cannot "
+                 f"say undecided: {_undecided_counts(rows)}). Decided:", ""]
         for r in decided.itertuples(index=False):
             s = pd.Series(r._asdict())
             lines.append(f"* `{s['set']}` `{s['finding']}`: {estimate(s)}, {verdict_text(s)}; {units_text(s)}")
         for _, r in self.machines.iterrows():
             lines.append(f"* machine-level, pooled over every committed set, `{r['finding']}`: {estimate(r)}, "
                          f"{verdict_text(r)}; {units_text(r)}")
-        lines.append("Each with its definition, source and preconditions: [docs/findings.md](docs/findings.md).")
+        lines += ["", "Each with its definition, source and preconditions: [docs/findings.md](docs/findings.md)."]
         return "\n".join(lines) + "\n"
 
     def tally_table(self) -> str:
@@ -169,10 +180,12 @@ class Generated:
             d = f.definition
             out += [f"**`{f.id}`**: \"{d.wording}\" ({d.source}). Definition: {d.definition}"
                     + (f" Secondary reading (never judged): {d.secondary}." if d.secondary else ""), "",
-                    "| set | value [95% interval] | verdict | units | machines | why |", "|---|---|---|---|---|---|"]
-            for _, r in sub.sort_values(["verdict", "set"]).iterrows():
+                    "| set | value [95% interval] | verdict | units | machines | why | secondary reading, never "
+                    "judged |", "|---|---|---|---|---|---|---|"]
+            order = sub.assign(_d=sub["verdict"].eq(CANNOT_SAY)).sort_values(["_d", "set"])
+            for _, r in order.iterrows():
                 out.append(f"| `{r['set']}` | {estimate(r)} | {verdict_text(r)} | {units_text(r)} | "
-                           f"{_cell(r['machines'])} | {_cell(r['why'])} |")
+                           f"{_cell(r['machines'])} | {_cell(r['why'])} | {_cell(secondary_reading(r))} |")
             out.append("")
         return "\n".join(out)
 
@@ -185,8 +198,8 @@ class Generated:
 
     def reach_markdown(self) -> str:
         head = " / ".join(str(k) for k in REACH_UNITS)
-        lines = [f"| finding | noise per unit (source) | 95% half width ({head} units) | agrees needs | disagrees needs "
-                 "| partly needs |", "|---|---|---|---|---|---|"]
+        lines = [f"| finding | noise per unit (source) | 95% half width ({head} units) | agrees needs | disagrees "
+                 "needs | partly needs |", "|---|---|---|---|---|---|"]
         for _, r in self.reach.iterrows():
             lines.append(f"| `{r['finding']}` | {_cell(r['noise'])} | {_cell(r['half'])} | {_cell(r['agrees'])} | "
                          f"{_cell(r['disagrees'])} | {_cell(r['partly'])} |")
@@ -200,16 +213,17 @@ class Generated:
         for ch in mine:
             new = ch.new
             out += [f"`{ch.folder.relative_to(folder)}/findings.csv` (catalogue version {CATALOG_VERSION}): "
-                    f"{tally(new)}.", ""]
+                    f"{tally(new)} (what left the cannot say undecided: {_undecided_counts(new)}).", ""]
             shown = new[np.isfinite(pd.to_numeric(new["value"], errors="coerce"))]
             if shown.empty:
                 out += ["No finding has a value here (every one cannot say; `findings.csv` says why).", ""]
                 continue
-            out += ["| finding | value [95% interval] | verdict | units | machines | definition (source) |",
-                    "|---|---|---|---|---|---|"]
+            out += ["| finding | value [95% interval] | verdict | units | machines | definition (source) | secondary "
+                    "reading, never judged |", "|---|---|---|---|---|---|---|"]
             for _, r in shown.iterrows():
                 out.append(f"| `{r['finding']}` | {estimate(r)} | {verdict_text(r)} | {units_text(r)} | "
-                           f"{_cell(r['machines'])} | {_cell(r['definition'])} ({_cell(r['source'])}) |")
+                           f"{_cell(r['machines'])} | {_cell(r['definition'])} ({_cell(r['source'])}) | "
+                           f"{_cell(secondary_reading(r))} |")
             out.append("")
         return "\n".join(out)
 
@@ -287,10 +301,13 @@ def _metric_values(sets: dict[str, dict[str, pd.DataFrame]], metric: str, conds:
     """``group`` (set, configuration, machine) and ``value`` of the ok cells meeting ``conds``."""
     rows = []
     for name, t in sets.items():
-        runs, _ = screen(t.get("runs", pd.DataFrame()), *conds)
+        runs = t.get("runs", pd.DataFrame())
         if runs is None or runs.empty or "status" not in runs.columns:
             continue
-        ok = runs[runs["status"] == "ok"]
+        cols = [c for c in ("cell_id", "config_id", "machine", metric) if c in runs.columns]
+        ok = runs.loc[meets(runs, *conds), cols]
+        if ok.empty:
+            continue
         if metric.startswith("share:"):
             k = t.get("kernels", pd.DataFrame())
             if k.empty or "sum_s" not in k.columns:
@@ -317,14 +334,17 @@ def noise_of(f: Finding, sets: dict[str, dict[str, pd.DataFrame]], machines: pd.
     tries = ((f.preconditions, "cells meeting its preconditions"),
              ((GPU, STEADY), "steady cells: none meeting all its preconditions is repeated"),
              ((GPU,), "GPU cells: none meeting its preconditions or steady is repeated"))
-    found = [(pooled_sd(_metric_values(sets, metric, tuple(c)), scale), said) for c, said in tries]
-    (sd, dof, k), said = next((x for x in found if math.isfinite(x[0][0])), found[-1])
-    if not math.isfinite(sd):
-        return math.nan, "no configuration repeated on one machine"
+    for conds, said in tries:  # the first that has a configuration repeated on one machine
+        sd, dof, k = pooled_sd(_metric_values(sets, metric, tuple(conds)), scale)
+        if math.isfinite(sd):
+            return sd * DESIGNS[design], _noise_source(sd, design, k, dof, said)
+    return math.nan, "no configuration repeated on one machine"
+
+
+def _noise_source(sd: float, design: str, k: int, dof: int, said: str) -> str:
     what = {"pair": " x sqrt 2 (a difference of two configurations)",
             "slope": " / sqrt 2 (a slope over three levels a doubling apart)", "level": ""}[design]
-    return sd * DESIGNS[design], (f"repetition SD {_num(sd)}{what}; {k} configuration(s) x machine, {dof} dof, "
-                                  f"{said}")
+    return f"repetition SD {_num(sd)}{what}; {k} configuration(s) x machine, {dof} dof, {said}"
 
 
 def reach_table(sets: dict[str, dict[str, pd.DataFrame]], machines: pd.DataFrame) -> pd.DataFrame:

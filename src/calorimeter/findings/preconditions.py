@@ -136,6 +136,14 @@ def _mask(runs: pd.DataFrame, c: Precondition) -> pd.Series:
     return masks[c.name]
 
 
+def meets(runs: pd.DataFrame, *conds: Precondition) -> pd.Series:
+    """The ok rows of ``runs`` that meet every precondition (a boolean Series)."""
+    keep = runs["status"].eq("ok") if "status" in runs.columns else pd.Series(False, index=runs.index)
+    for c in conds:
+        keep &= _mask(runs, c)
+    return keep
+
+
 def screen(runs: pd.DataFrame | None, *conds: Precondition) -> tuple[pd.DataFrame, str]:
     """The ok rows of ``runs`` that meet every precondition, and a note of what was left out and why (empty when
     nothing was). Rows not ``ok`` pass through untouched (the comparisons never use them)."""

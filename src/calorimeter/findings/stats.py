@@ -326,6 +326,12 @@ def verdict(effect: Effect | None, claim: Claim, min_dof: float = MIN_DOF, regim
     if effect is None or not math.isfinite(effect.value):
         return Judgement(CANNOT_SAY, f"nothing to compare{f' ({effect.method})' if effect and effect.method else ''}",
                          "data")
+    if regime and claim.size is not None and claim.sign != 0:
+        d = verdict(effect, replace(claim, size=None), min_dof)
+        read = {AGREES: "the direction agrees", DISAGREES: "the direction disagrees"}.get(d.verdict,
+                                                                                         "the direction is undecided")
+        return Judgement(CANNOT_SAY, f"the stated size cannot occur here ({regime}); on the direction alone: {read} "
+                         f"({d.why})", "regime")
     if not effect.has_interval:
         return Judgement(CANNOT_SAY, f"no 95% interval ({effect.method})", "data")
     if not effect.dof >= min_dof:
@@ -340,12 +346,6 @@ def verdict(effect: Effect | None, claim: Claim, min_dof: float = MIN_DOF, regim
             return Judgement(DISAGREES, f"95% interval wholly beyond {_g(null)} +- {_g(tol)}")
         return Judgement(CANNOT_SAY, f"95% interval crosses {_g(null)} +- {_g(tol)} (more repetitions would "
                          "narrow it)", "direction")
-    if regime and claim.size is not None:
-        d = verdict(effect, replace(claim, size=None), min_dof)
-        read = {AGREES: "the direction agrees", DISAGREES: "the direction disagrees"}.get(d.verdict,
-                                                                                         "the direction is undecided")
-        return Judgement(CANNOT_SAY, f"the stated size cannot occur here ({regime}); on the direction alone: {read} "
-                         f"({d.why})", "regime")
     o = lambda x: (x - null) * claim.sign  # noqa: E731 - oriented: the claimed side positive
     lo, hi = sorted((o(effect.low), o(effect.high)))
     size = None if claim.size is None else tuple(sorted((o(claim.size[0]), o(claim.size[1]))))
