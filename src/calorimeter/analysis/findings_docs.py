@@ -360,13 +360,15 @@ def reach_table(sets: dict[str, dict[str, pd.DataFrame]], machines: pd.DataFrame
         rs = [reach(f.rule, scale, sd, n, fmt) for n in REACH_UNITS]
         half = (" / ".join(f"+-{_num(r.half)}" for r in rs) + ("" if scale == "linear" else f" ({scale} scale)")
                 if math.isfinite(sd) else "unknown")
-        regime = (f" (the stated size only {f.size_regime.name}: {f.size_regime_why})"
-                  if f.size_regime is not None else "")
+        regime = (f" (the stated size can occur only with {f.size_regime.name}; here {f.size_regime_why}: cannot "
+                  "say (regime))" if f.size_regime is not None else "")
         on = "" if scale == "linear" else f" on the {scale} scale"
         rows.append({"finding": f.id, "noise": f"{_num(sd)}{on} ({source})" if math.isfinite(sd) else source,
                      "half": half, "agrees": " / ".join(r.agrees for r in rs) + regime,
                      "disagrees": " / ".join(r.disagrees for r in rs),
-                     "partly": " / ".join(r.partly for r in rs) if f.rule.size is not None else ""})
+                     "partly": (" / ".join(r.partly for r in rs) + (f" (only with {f.size_regime.name})"
+                                                                     if f.size_regime is not None else ""))
+                     if f.rule.size is not None else ""})
     return pd.DataFrame(rows)
 
 

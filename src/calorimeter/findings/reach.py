@@ -78,8 +78,10 @@ def pooled_sd(values: pd.DataFrame, scale: str) -> tuple[float, int, int]:
 def _in_domain(x: float, scale: str) -> bool:
     if not math.isfinite(x):
         return False
-    if scale in ("log", "pct_log"):
+    if scale == "log":
         return x > 0
+    if scale == "pct_log":
+        return x > -100.0
     if scale == "logit":
         return 0 < x < 1
     return True
@@ -142,11 +144,14 @@ def reach(claim: Claim, scale: str, sd_unit: float, n: int, fmt: Callable[[float
     partly = ""
     if claim.size is not None:
         lo, hi = sorted(claim.size)
-        near = lo if s > 0 else hi
+        near, far = (lo, hi) if s > 0 else (hi, lo)
         a = sc.to(near) if _in_domain(near, scale) else edge
-        gap = (a - edge) * s
-        partly = (f"{fmt(sc.back(edge + s * h))} to {fmt(sc.back(a - s * h))}" if gap > 2 * h else
-                  "none: the gap between the tolerance and the size is narrower than the interval")
+        ways = []
+        if (a - edge) * s > 2 * h:  # short of the size
+            ways.append(f"{fmt(sc.back(edge + s * h))} to {fmt(sc.back(a - s * h))}")
+        if math.isfinite(far) and _in_domain(far, scale):  # beyond it
+            ways.append(f"{side} {fmt(sc.back(sc.to(far) + s * h))}")
+        partly = " or ".join(ways) or "none: the gap between the tolerance and the size is narrower than the interval"
     return Reach(n, h, agrees, disagrees, partly)
 
 
