@@ -114,7 +114,7 @@ def evaluate_one(f: Finding, tables: Tables, setting: str = "") -> dict[str, obj
         "undecided": undecided, "scale": est.scale if est else "",
         "dof_repetitions": float(max(units - 1, 0)), "n_machines": len(machines),
         "dof_machines": float(max(len(machines) - 1, 0)),
-        "machines": "; ".join(m if "|" not in m and not m.startswith("GPU-") else machine_label(m) for m in machines),
+        "machines": "; ".join(machine_label(m) if m.startswith("GPU-") else m for m in machines),
         "study_wording": d.wording, "source": d.source, "definition": d.definition, "secondary": d.secondary,
     }  # fmt: skip
 

@@ -424,7 +424,7 @@ FINDINGS: tuple[Finding, ...] = (
             Claim(+1, 1.0, 0.02, size=(10.0, math.inf)),
             ck.knob(("efficiency",), "kind", _is_lora, _is_full, "kind (lora / train)", "no LoRA / full-training "
                     "pair of one model and layout (kind: lora)", _SPEED_STEADY, ratio=True, also=_LORA_OR_FULL[1:],
-                    secondary=("energy_per_token_j", "1/tokens per joule")),
+                    secondary=("energy_per_token_j", "tokens per joule", True)),
             _SPEED_STEADY, needs="several nodes for the study's size (data-parallel LoRA over a network, or its "
             "shorter fine-tuning sequences); the direction on 1 GPU: as lora_lower_power",
             size_regime=MULTI_NODE, size_regime_why=_ONE_NODE_LORA),

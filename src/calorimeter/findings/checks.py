@@ -54,7 +54,8 @@ class Evidence:
         n_repeats: fewest ok repetitions of any configuration used.
         missing: why the sweep cannot answer (the preconditions the cells failed included), empty when it can.
         detail: per-comparison values, for the reader.
-        machines: the machines (:func:`calorimeter.records.provenance.machine_id`) the estimate rests on.
+        machines: the machines the estimate rests on (their ids, :func:`calorimeter.records.provenance.machine_id`,
+            or their short names).
         repetitions: how many repetition units it rests on (paired repetitions, slopes, held-out cells), whatever
             the unit of its interval.
         precondition_failed: no comparison is left because the cells failed the finding's preconditions (or the
@@ -98,12 +99,11 @@ def _means(prs: list[tuple[Config, Config]], ratio: bool, fmt: str) -> str:
 def knob(metric: tuple[str, ...], knob_: str, a: Callable[[Any], bool], b: Callable[[Any], bool], what: str,
          missing: str, conds: Sequence[Precondition] = (), where: Where | None = None, ratio: bool = False,
          resolution: float = 0.0, also: Sequence[str] = (), to: Callable[[float], float] | None = None,
-         scale: str | None = None, secondary: tuple[str, str] | None = None) -> Callable[[Tables], Evidence]:
+         scale: str | None = None, secondary: tuple[str, str, bool] | None = None) -> Callable[[Tables], Evidence]:
     """The effect of a knob (side ``a`` - side ``b``, or a / b with ``ratio``) between configurations equal but
     for it (and ``also``), on cells meeting ``conds``; ``to`` maps the effect (e.g. a ratio to a percent change).
-    ``secondary``: (column, label) of another metric whose ratio over the same pairs the detail shows, labelled,
-    never judged (a label starting with ``1/`` shows the inverse ratio, e.g. tokens per joule from energy per
-    token)."""
+    ``secondary``: (column, label, inverse) of another metric whose ratio over the same pairs the detail shows,
+    labelled, never judged (``inverse``: b / a, e.g. tokens per joule from energy per token)."""
 
     def check(t: Tables) -> Evidence:
         runs, note = screen(_runs(t), *conds)
@@ -115,14 +115,11 @@ def knob(metric: tuple[str, ...], knob_: str, a: Callable[[Any], bool], b: Calla
         cfgs = [c for p in prs for c in p]
         detail = _means(prs, ratio, "{:.4g}" if ratio else "{:+.3g}")
         if secondary is not None:
-            col, label = secondary
+            col, label, inverse = secondary
             prs2 = pairs(configs(runs, (col,), where=where), knob_, a, b, also=also)
-            e2 = pair_effect(prs2, ratio=True).effect
-            if label.startswith("1/"):
-                e2 = e2.map(lambda v: 1.0 / v if v else math.nan)
-                e2 = Effect(e2.value, *sorted((e2.low, e2.high)), e2.n, e2.method, e2.dof, e2.unit, e2.scale)
+            e2 = pair_effect([(y, x) for x, y in prs2] if inverse else prs2, ratio=True).effect
             ci = f" [{e2.low:.4g}, {e2.high:.4g}]" if e2.has_interval else ""
-            detail += f"; secondary reading, never judged: {label.removeprefix('1/')} {e2.value:.4g}x{ci}"
+            detail += f"; secondary reading, never judged: {label} {e2.value:.4g}x{ci}"
         return Evidence(est, f"{len(prs)} pair(s) differing only in {what}" + _left_out(note, u.note()),
                         _ids(cfgs), min_repeats(cfgs), detail=detail, machines=u.machines, repetitions=len(u.used))
 

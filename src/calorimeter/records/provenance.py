@@ -159,5 +159,6 @@ def machine_id(uuids: Iterable[str | None]) -> str:
 
 
 def machine_label(machine: str) -> str:
-    """A short name of a machine id for the reader: the first 8 hex digits of each GPU UUID (``GPU-94daa689``)."""
-    return "+".join(u[:12] for u in str(machine).split("|") if u) or "unknown"
+    """A short name of a machine id for the reader: the first 8 hex digits of each GPU UUID, joined with ``+``
+    (``GPU-94daa689+GPU-bca86451``); a name already short is returned as it is."""
+    return "+".join(u[:12] for u in str(machine).replace("+", "|").split("|") if u) or "unknown"
