@@ -37,6 +37,7 @@ from calorimeter.plan.layout import Layout
 from calorimeter.records.atomic import write_parquet_atomic
 from calorimeter.records.metrics import energy_metrics
 from calorimeter.records.paths import TABLE_NAMES, CellPaths
+from calorimeter.records.provenance import machine_id
 from calorimeter.records.run_record import RunRecord, read_run_record
 from calorimeter.telemetry.kernels import CATEGORIES, COMM_CATEGORIES
 
@@ -354,6 +355,8 @@ def record_row(record: RunRecord) -> dict[str, Any]:
     # the ranks' host speed (records/provenance.host_dispatch): median over ranks; NaN before 2026-11-27 (third)
     dispatch = [d for r in record.ranks if isinstance(d := (r.get("host_cpu") or {}).get("dispatch_us_per_op"), float)]
     row["host_dispatch_us"] = float(np.median(dispatch)) if dispatch else float("nan")
+    # the machine: the cell's GPUs by NVML UUID (hostnames repeat across lent machines); empty without UUIDs
+    row["machine"] = machine_id((r.get("device_info") or {}).get("uuid") for r in record.ranks)
     devices = {(r.get("device_info") or {}).get("name") or r.get("device") for r in record.ranks}
     row["devices"] = ",".join(sorted(d for d in devices if d))
     row["job_id"] = record.launcher.get("job_id")

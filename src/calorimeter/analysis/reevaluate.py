@@ -5,6 +5,11 @@ and a ``tables/`` folder, evaluates the current catalogue on its tables (with th
 config names under ``compare:`` that lie beside it), and prints, as Markdown, the verdict tally before and after and
 every row whose verdict changed with the new reason. ``--write`` also rewrites ``findings.csv`` (and
 ``findings.html`` where the folder keeps one): the tables themselves are never touched.
+
+``--markdown`` writes the generated regions of the docs (:mod:`calorimeter.analysis.findings_docs`: the tallies,
+every verdict with an interval, the machine-level findings pooled over every set, and what each verdict needs on the
+measured noise) into README.md, docs/findings.md and the set READMEs under the root; ``--check`` only says whether
+they are current (exit status 1 when a region differs). Numbers about findings in those files come from here only.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from calorimeter.analysis import findings_docs
+from calorimeter.analysis.findings_docs import tally
 from calorimeter.analysis.tables import read_tables
 from calorimeter.findings import CATALOG_VERSION, evaluate
 from calorimeter.findings.report import write_findings
-from calorimeter.findings.stats import CANNOT_SAY, VERDICTS
+from calorimeter.findings.stats import CANNOT_SAY
 
 
 @dataclass
@@ -82,12 +89,6 @@ def reevaluate(root: Path, config_dir: Path) -> list[Change]:
     return out
 
 
-def tally(df: pd.DataFrame) -> str:
-    """``a agrees / p partly / d disagrees / c cannot say``."""
-    c = df["verdict"].value_counts()
-    return " / ".join(f"{int(c.get(v, 0))} {v}" for v in VERDICTS)
-
-
 def markdown(changes: list[Change], root: Path) -> str:
     """The report: per folder the tally before and after, then each changed verdict with its new reason."""
     lines = [f"Catalogue version {CATALOG_VERSION} on the committed sets under `{root}`:", "",
@@ -105,12 +106,16 @@ def markdown(changes: list[Change], root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     """Command line: see the module docstring."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", type=Path, nargs="?", default=Path("results/reference"))
     ap.add_argument("--config-dir", type=Path, default=Path("config/reference"))
     ap.add_argument("--write", action="store_true", help="rewrite findings.csv (and findings.html) in place")
+    ap.add_argument("--markdown", action="store_true",
+                    help="write the generated regions of README.md, docs/findings.md and the set READMEs")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a generated region of the docs is not current")
+    ap.add_argument("--docs-root", type=Path, default=Path("."), help="where README.md and docs/ are (default: .)")
     a = ap.parse_args(argv)
     changes = reevaluate(a.root, a.config_dir)
     print(markdown(changes, a.root), end="")
@@ -119,7 +124,18 @@ def main(argv: list[str] | None = None) -> None:
             html = ch.folder / "findings.html"
             write_findings(ch.new, ch.folder / "findings.csv", html if html.is_file() else None,
                            title=f"Findings: sweep {ch.folder.name}")
+    if a.markdown or a.check:
+        gen = findings_docs.Generated.build(changes, a.root, a.config_dir)
+        files = findings_docs.doc_files(a.docs_root, a.root)
+        stale = findings_docs.stale_regions(files, gen)
+        if a.check:
+            for f, key in stale:
+                print(f"not current: {f} ({key}); run python -m calorimeter.analysis.reevaluate {a.root} --markdown")
+            return 1 if stale else 0
+        for f in findings_docs.write_regions(files, gen):
+            print(f"wrote the generated regions of {f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

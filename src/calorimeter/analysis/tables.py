@@ -19,7 +19,7 @@ import pandas as pd
 
 from calorimeter.analysis.cell import METRIC_KEYS, PARAM_KEYS, TELEMETRY_KEYS
 from calorimeter.records.atomic import write_atomic, write_parquet_atomic
-from calorimeter.records.legacy import upgrade_plan_cell, upgrade_runs
+from calorimeter.records.legacy import add_machines, upgrade_plan_cell, upgrade_runs
 from calorimeter.records.paths import TABLE_NAMES
 
 
@@ -57,6 +57,7 @@ def plan_row(cell: dict[str, Any]) -> dict[str, Any]:
     row.update(dict.fromkeys(METRIC_KEYS, float("nan")))
     row.update(dict.fromkeys(TELEMETRY_KEYS, float("nan")))
     row["energy_source"] = ""
+    row["machine"] = ""
     row["data_quality"] = ""
     row["n_gpus"] = 0
     return row
@@ -109,6 +110,8 @@ def read_tables(tables_dir: str | Path, names: Iterable[str] = TABLE_NAMES) -> d
         out[n] = pd.read_parquet(p) if p.is_file() else pd.DataFrame()
         if n in ("runs", "configs"):
             out[n] = upgrade_runs(out[n])
+    if "runs" in out:  # tables older than the machine column: from the GPUs' UUIDs
+        out["runs"] = add_machines(out["runs"], out.get("gpus"))
     return out
 
 

@@ -1,9 +1,12 @@
 """The computations behind the findings: each turns a sweep's tables into an :class:`Evidence` (an effect with its
-interval over repetitions, or why the sweep cannot answer), after screening the cells with the finding's
+interval over units of replication, or why the sweep cannot answer), after screening the cells with the finding's
 preconditions (:mod:`calorimeter.findings.preconditions`).
 
-The experimental unit is the repetition: layouts are averaged within a repetition, never counted as units of their
-own (:func:`calorimeter.findings.select.pair_effect`, :func:`~calorimeter.findings.select.slope_effect`).
+The experimental unit of a comparison between configurations is the repetition on one machine: layouts are
+averaged within a repetition, never counted as units of their own, and cells are paired only within a machine
+(:func:`calorimeter.findings.select.pair_effect`, :func:`~calorimeter.findings.select.slope_effect`). Claims about
+machines (thermal asymmetry, hot GPUs clocking lower) have the machine as their unit (:func:`asymmetry`,
+:func:`hot_clock`): cells of one machine are repetitions of that machine's value, not machines of their own.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from calorimeter.findings.select import (
     slope_effect,
 )
 from calorimeter.findings.stats import Effect, mean_interval
+from calorimeter.records.legacy import config_ids as config_ids_of
+from calorimeter.records.provenance import machine_id, machine_label
 
 Tables = dict[str, pd.DataFrame]
 Where = Callable[[pd.DataFrame], pd.Series]
@@ -49,6 +54,12 @@ class Evidence:
         n_repeats: fewest ok repetitions of any configuration used.
         missing: why the sweep cannot answer (the preconditions the cells failed included), empty when it can.
         detail: per-comparison values, for the reader.
+        machines: the machines the estimate rests on (their ids, :func:`calorimeter.records.provenance.machine_id`,
+            or their short names).
+        repetitions: how many repetition units it rests on (paired repetitions, slopes, held-out cells), whatever
+            the unit of its interval.
+        precondition_failed: no comparison is left because the cells failed the finding's preconditions (or the
+            claim's regime), not for want of measurements.
     """
 
     estimate: Effect | None = None
@@ -57,6 +68,9 @@ class Evidence:
     n_repeats: int = 0
     missing: str = ""
     detail: str = ""
+    machines: list[str] = field(default_factory=list)
+    repetitions: int = 0
+    precondition_failed: bool = False
 
 
 def _runs(t: Tables) -> pd.DataFrame:
@@ -85,32 +99,47 @@ def _means(prs: list[tuple[Config, Config]], ratio: bool, fmt: str) -> str:
 def knob(metric: tuple[str, ...], knob_: str, a: Callable[[Any], bool], b: Callable[[Any], bool], what: str,
          missing: str, conds: Sequence[Precondition] = (), where: Where | None = None, ratio: bool = False,
          resolution: float = 0.0, also: Sequence[str] = (), to: Callable[[float], float] | None = None,
-         scale: str | None = None) -> Callable[[Tables], Evidence]:
+         scale: str | None = None, secondary: tuple[str, str, bool] | None = None) -> Callable[[Tables], Evidence]:
     """The effect of a knob (side ``a`` - side ``b``, or a / b with ``ratio``) between configurations equal but
-    for it (and ``also``), on cells meeting ``conds``; ``to`` maps the effect (e.g. a ratio to a percent change)."""
+    for it (and ``also``), on cells meeting ``conds``; ``to`` maps the effect (e.g. a ratio to a percent change).
+    ``secondary``: (column, label, inverse) of another metric whose ratio over the same pairs the detail shows,
+    labelled, never judged (``inverse``: b / a, e.g. tokens per joule from energy per token)."""
 
     def check(t: Tables) -> Evidence:
         runs, note = screen(_runs(t), *conds)
         prs = pairs(configs(runs, metric, where=where), knob_, a, b, also=also)
         if not prs:
-            return Evidence(missing=with_note(missing, note))
-        est = pair_effect(prs, resolution, ratio=ratio)
-        if to is not None:
-            est = est.map(to, scale=scale)
+            return Evidence(missing=with_note(missing, note), precondition_failed=bool(note))
+        u = pair_effect(prs, resolution, ratio=ratio)
+        est = u.effect if to is None else u.effect.map(to, scale=scale)
         cfgs = [c for p in prs for c in p]
-        return Evidence(est, f"{len(prs)} pair(s) differing only in {what}" + (f"; left out: {note}" if note else ""),
-                        _ids(cfgs), min_repeats(cfgs), detail=_means(prs, ratio, "{:.4g}" if ratio else "{:+.3g}"))
+        detail = _means(prs, ratio, "{:.4g}" if ratio else "{:+.3g}")
+        if secondary is not None:
+            col, label, inverse = secondary
+            prs2 = pairs(configs(runs, (col,), where=where), knob_, a, b, also=also)
+            e2 = pair_effect([(y, x) for x, y in prs2] if inverse else prs2, ratio=True).effect
+            ci = f" [{e2.low:.4g}, {e2.high:.4g}]" if e2.has_interval else ""
+            detail += f"; secondary reading, never judged: {label} {e2.value:.4g}x{ci}"
+        return Evidence(est, f"{len(prs)} pair(s) differing only in {what}" + _left_out(note, u.note()),
+                        _ids(cfgs), min_repeats(cfgs), detail=detail, machines=u.machines, repetitions=len(u.used))
 
     return check
+
+
+def _left_out(*notes: str) -> str:
+    """``; left out: ...`` for the scope column ("" when nothing was left out)."""
+    said = [n for n in notes if n]
+    return f"; left out: {'; '.join(said)}" if said else ""
 
 
 def slope(metric: tuple[str, ...], knob_: str, what: str, missing: str, conds: Sequence[Precondition] = (),
           where: Where | None = None, log: bool = False, resolution: float = 0.0,
           hold: Sequence[str] = (), regime: Callable[[list[Config]], bool] | None = None,
-          regime_missing: str = "") -> Callable[[Tables], Evidence]:
+          regime_missing: str = "", extra: Callable[[list[Config]], str] | None = None
+          ) -> Callable[[Tables], Evidence]:
     """Slope of the metric (a factor per doubling with ``log``) per doubling of ``knob_`` within groups of
     configurations equal but for it (``hold``: the parameters a group may vary besides, e.g. tp with pp);
-    ``regime`` keeps the groups the claim is about."""
+    ``regime`` keeps the groups the claim is about; ``extra`` adds to the detail (e.g. the pipeline bubble)."""
 
     def check(t: Tables) -> Evidence:
         runs, note = screen(_runs(t), *conds)
@@ -119,17 +148,19 @@ def slope(metric: tuple[str, ...], knob_: str, what: str, missing: str, conds: S
         if groups and regime is not None:
             kept = [g for g in groups if regime(g)]
             if not kept:
-                return Evidence(missing=with_note(regime_missing, note))
+                return Evidence(missing=with_note(regime_missing, note), precondition_failed=True)
             groups = kept
         if not groups:
-            return Evidence(missing=with_note(missing, note))
-        est = slope_effect(groups, lambda c: math.log2(c.params[knob_]), log=log, resolution=resolution)
+            return Evidence(missing=with_note(missing, note), precondition_failed=bool(note))
+        u = slope_effect(groups, lambda c: math.log2(c.params[knob_]), log=log, resolution=resolution)
         used = [c for g in groups for c in g]
         levels = sorted({c.params[knob_] for c in used})
         detail = "; ".join(f"{c.config_id}: {c.mean:.4g} (repeats {len(c.values)})" for c in used)
-        return Evidence(est, f"{len(groups)} configuration group(s){what} at {knob_} "
-                        f"{'/'.join(str(int(v)) for v in levels)}" + (f"; left out: {note}" if note else ""),
-                        _ids(used), min_repeats(used), detail=detail)
+        if extra is not None:
+            detail = "; ".join(x for x in (detail, extra(used)) if x)
+        return Evidence(u.effect, f"{len(groups)} configuration group(s){what} at {knob_} "
+                        f"{'/'.join(str(int(v)) for v in levels)}" + _left_out(note, u.note()),
+                        _ids(used), min_repeats(used), detail=detail, machines=u.machines, repetitions=len(u.used))
 
     return check
 
@@ -146,9 +177,21 @@ def _node_gpus(t: Tables, conds: Sequence[Precondition]) -> tuple[pd.DataFrame, 
     g = g[np.isfinite(column(g, "temp_avg_c"))]
     if "hostname" not in g.columns:
         g["hostname"] = g["node"].astype(str)
-    g["host"] = physical_hosts(g)
+    g["host"] = node_machines(g)
     n = g.groupby(["cell_id", "node"])["gpu_index"].transform("nunique")
     return ok, g[n >= 2], note
+
+
+def node_machines(gpus: pd.DataFrame) -> pd.Series:
+    """The machine of each per-GPU row, named for the reader: the node's GPUs by UUID
+    (:func:`calorimeter.records.provenance.machine_id`, shortened by ``machine_label``), the hostname where the
+    rows have no UUIDs (tables from before UUIDs were recorded)."""
+    host = gpus["hostname"].astype(str)
+    if "uuid" not in gpus.columns:
+        return host
+    key = gpus["cell_id"].astype(str) + "|" + gpus["node"].astype(str)
+    ids = gpus.groupby(key)["uuid"].transform(lambda u: machine_id(u))
+    return ids.map(machine_label).where(ids != "", host)
 
 
 def physical_hosts(gpus: pd.DataFrame) -> pd.Series:
@@ -176,19 +219,34 @@ def physical_hosts(gpus: pd.DataFrame) -> pd.Series:
     return host.where(~has, host[has] + nth.map(lambda k: "" if k == 0 else f"#{k + 1}"))
 
 
+def _per_machine(values: dict[str, list[float]], what: str, fmt: str) -> tuple[Effect, str]:
+    """The machine-level effect: each machine's mean over its cells, the t-interval over machines (``M - 1``
+    degrees of freedom; one machine has none), and each machine's own mean and interval over its cells for the
+    reader."""
+    est = mean_interval([float(np.mean(v)) for v in values.values()], 0.0, "machines")
+    parts = []
+    for m, v in values.items():
+        own = mean_interval(v, 0.0, what)
+        ci = f" [{fmt.format(own.low)}, {fmt.format(own.high)}]" if own.has_interval else ""
+        parts.append(f"{m}: {fmt.format(own.value)}{ci} over {len(v)} {what}")
+    return est, "; ".join(parts)
+
+
 def asymmetry(conds: Sequence[Precondition], missing: str) -> Callable[[Tables], Evidence]:
     """(hot - cool) / cool mean GPU temperature of a node in %, the hot and the cool GPU chosen on other cells
-    than those measured: per host, the GPU indices hottest and coolest on average over the repetition-0 cells (the
-    first half in time when there are no repetitions), the offset measured on the remaining cells. A host without
-    a lasting offset gives offsets around 0 (a range statistic would be > 0 by construction)."""
+    than those measured: per machine, the GPU indices hottest and coolest on average over its repetition-0 cells
+    (the first half in time when there are no repetitions), the offset measured on its remaining cells. A machine
+    without a lasting offset gives offsets around 0 (a range statistic would be > 0 by construction). The claim is
+    about machines: the interval is over machines (each the mean of its held-out cells), never over cells."""
 
     def check(t: Tables) -> Evidence:
         ok, g, note = _node_gpus(t, conds)
         if g.empty:
-            return Evidence(missing=with_note(missing, note))
+            return Evidence(missing=with_note(missing, note), precondition_failed=bool(note))
         order = ok.assign(_t=column(ok, "measured_begin_s"), _r=column(ok, "repeat").fillna(0))
         order = order.sort_values(["_t"]).reset_index(drop=True)
-        offsets, hosts, chosen = [], set(), []
+        per: dict[str, list[float]] = {}
+        chosen = []
         for host, d in g.groupby("host", sort=False):
             cells = [c for c in order["cell_id"] if c in set(d["cell_id"])]
             reps = order.set_index("cell_id")["_r"]
@@ -201,53 +259,73 @@ def asymmetry(conds: Sequence[Precondition], missing: str) -> Callable[[Tables],
             hot, cool = int(mean_t.idxmax()), int(mean_t.idxmin())
             if hot == cool:
                 continue
-            hosts.add(host)
             chosen.append(f"{host}: GPU {hot} hot, GPU {cool} cool (chosen on {len(pick)} cell(s))")
             for c in rest:
                 temp = d[d["cell_id"] == c].set_index("gpu_index")["temp_avg_c"]
                 if hot in temp.index and cool in temp.index:
-                    offsets.append(float((temp[hot] - temp[cool]) / temp[cool] * 100.0))
-        if not offsets:
-            return Evidence(missing=with_note("no host with two or more steady symmetric cells (one to choose the hot "
-                                              "and cool GPU, one to measure them)", note))
-        est = mean_interval(offsets, 0.0, f"held-out cells of {len(hosts)} host(s)")
-        return Evidence(est, f"{len(offsets)} held-out symmetric cell(s) on {len(hosts)} host(s): this host's offset, "
-                        "not HGX nodes in general" + (f"; left out: {note}" if note else ""),
-                        list(dict.fromkeys(g["cell_id"])), 1,
-                        detail="; ".join(chosen) + f"; offsets {', '.join(f'{o:.1f}' for o in offsets)} %")
+                    per.setdefault(str(host), []).append(float((temp[hot] - temp[cool]) / temp[cool] * 100.0))
+        if not per:
+            return Evidence(missing=with_note("no machine with two or more steady symmetric cells (one to choose the "
+                                              "hot and cool GPU, one to measure them)", note))
+        est, own = _per_machine(per, "held-out cell(s)", "{:.2f}")
+        n = sum(len(v) for v in per.values())
+        return Evidence(est, f"{n} held-out symmetric cell(s) on {len(per)} machine(s): the interval is over "
+                        "machines" + _left_out(note), list(dict.fromkeys(g["cell_id"])), 1,
+                        detail="; ".join(chosen) + f"; per machine (%): {own}", machines=list(per), repetitions=n)
 
     return check
 
 
 def hot_clock(conds: Sequence[Precondition], missing: str) -> Callable[[Tables], Evidence]:
-    """Mean SM clock of a node's hottest - its coolest GPU, per symmetric cell; interval over cells (repetitions)."""
+    """Mean SM clock of a node's hottest - its coolest GPU, per symmetric cell; per machine the mean over its
+    cells, and the interval over machines (the claim is about GPUs of machines, and cells of one machine repeat
+    that machine's value)."""
 
     def check(t: Tables) -> Evidence:
         _, g, note = _node_gpus(t, conds)
         if g.empty or "sm_clock_avg_mhz" not in g.columns:
-            return Evidence(missing=with_note(missing, note))
-        diffs = []
-        for _, d in g.groupby(["cell_id", "node"], sort=False):
+            return Evidence(missing=with_note(missing, note), precondition_failed=bool(note))
+        per: dict[str, list[float]] = {}
+        for (_, _, host), d in g.groupby(["cell_id", "node", "host"], sort=False):
             temp, clock = column(d, "temp_avg_c").to_numpy(), column(d, "sm_clock_avg_mhz").to_numpy()
             if not np.isfinite(clock).all() or temp.max() == temp.min():
                 continue
-            diffs.append(float(clock[int(np.argmax(temp))] - clock[int(np.argmin(temp))]))
-        if not diffs:
+            per.setdefault(str(host), []).append(float(clock[int(np.argmax(temp))] - clock[int(np.argmin(temp))]))
+        if not per:
             return Evidence(missing=with_note("no cell whose GPUs differ in temperature and report SM clocks", note))
-        return Evidence(mean_interval(diffs, 0.0, "cells (repetitions)"),
-                        f"{len(diffs)} symmetric cell(s) x node: hottest - coolest" + (f"; left out: {note}"
-                                                                                        if note else ""),
-                        list(dict.fromkeys(g["cell_id"])), 1,
-                        detail="; ".join(f"{x:+.0f}" for x in diffs) + " MHz")
+        est, own = _per_machine(per, "cell(s)", "{:+.1f}")
+        n = sum(len(v) for v in per.values())
+        return Evidence(est, f"{n} symmetric cell(s) x node on {len(per)} machine(s): hottest - coolest; the "
+                        "interval is over machines" + _left_out(note), list(dict.fromkeys(g["cell_id"])), 1,
+                        detail=f"per machine (MHz): {own}", machines=list(per), repetitions=n)
 
     return check
 
 
-def kernel_share(comm: bool, where: Where, conds: Sequence[Precondition], missing: str,
-                 pick_max: bool) -> Callable[[Tables], Evidence]:
-    """Kernel-time share of the profiled step (summed over traced ranks, as the study's Fig. 10), communication
-    (``comm``) or compute, of the configuration with the highest (``pick_max``) or lowest mean share; its
-    interval over that configuration's repetitions on the logit scale (it stays in [0, 1])."""
+#: kernel-time shares a finding can read (the numerator over the summed kernel time of the traced ranks):
+#: ``gemm_attention`` the study's Fig. 10 class "Compute (GEMM/SDPA)" (matrix multiplies and attention kernels),
+#: ``non_comm`` every kernel that is not communication, ``comm`` communication kernels
+SHARES = {"gemm_attention": "GEMM/attention (the study's 'Compute (GEMM/SDPA)')", "non_comm": "non-communication",
+          "comm": "communication"}
+
+
+def kernel_shares(k: pd.DataFrame, cells: pd.Series, of: str) -> pd.Series:
+    """Share ``of`` (a key of :data:`SHARES`) of each cell's summed kernel time, in the order of ``cells``."""
+    kk = k[k["cell_id"].isin(cells)]
+    tot = kk.groupby("cell_id")["sum_s"].sum()
+    comm = kk["is_comm"].astype(bool)
+    part = {"comm": comm, "non_comm": ~comm,
+            "gemm_attention": kk["category"].astype(str).eq("gemm_attention") if "category" in kk else comm & False}[of]
+    num = kk[part].groupby("cell_id")["sum_s"].sum().reindex(tot.index, fill_value=0)
+    return (num / tot.where(tot > 0)).reindex(cells).reset_index(drop=True)
+
+
+def kernel_share(of: str, where: Where, conds: Sequence[Precondition], missing: str, pick_max: bool,
+                 secondary: str = "") -> Callable[[Tables], Evidence]:
+    """Share ``of`` (:data:`SHARES`) of the summed kernel time of the profiled step (summed over traced ranks, as
+    the study's Fig. 10; a share of kernel time, not of the step: idle time is not in it), of the configuration with
+    the highest (``pick_max``) or lowest mean share; its interval over that configuration's repetitions on the
+    logit scale (it stays in [0, 1]). ``secondary``: another share shown in the detail, labelled, never judged."""
 
     def check(t: Tables) -> Evidence:
         runs, note = screen(_runs(t), *conds)
@@ -256,24 +334,32 @@ def kernel_share(comm: bool, where: Where, conds: Sequence[Precondition], missin
             return Evidence(missing="no kernel trace")
 
         def share(df: pd.DataFrame) -> pd.Series:
-            kk = k[k["cell_id"].isin(df["cell_id"])]
-            tot = kk.groupby("cell_id")["sum_s"].sum()
-            c = kk[kk["is_comm"].astype(bool)].groupby("cell_id")["sum_s"].sum().reindex(tot.index, fill_value=0)
-            s = ((c if comm else tot - c) / tot.where(tot > 0)).reindex(df["cell_id"])
-            return pd.Series(s.to_numpy(), index=df.index)
+            return pd.Series(kernel_shares(k, df["cell_id"], of).to_numpy(), index=df.index)
 
         cf = configs(runs, share, where=where)
         if not cf:
-            return Evidence(missing=with_note(missing, note))
+            return Evidence(missing=with_note(missing, note), precondition_failed=bool(note))
         pick = (max if pick_max else min)(cf, key=lambda c: c.mean)
         detail = "; ".join(f"{c.config_id}: {c.mean:.3f} (repeats {len(c.values)})"
                            for c in sorted(cf, key=lambda c: c.mean))
-        what = ("highest" if pick_max else "lowest") + (" communication" if comm else " compute")
+        if secondary:
+            cells = runs.loc[runs["status"].eq("ok") & config_ids_of(runs).eq(pick.config_id), "cell_id"]
+            other = mean_interval(kernel_shares(k, cells, secondary).dropna(), 0.0, "repetitions", scale="logit")
+            ci = f" [{other.low:.3f}, {other.high:.3f}]" if other.has_interval else ""
+            detail += (f"; secondary reading, never judged: {SHARES[secondary]} share of {pick.config_id}: "
+                       f"{other.value:.3f}{ci}")
+        what = ("highest " if pick_max else "lowest ") + SHARES[of]
         return Evidence(mean_interval(pick.values, 0.0, "repetitions", scale="logit"),
-                        f"{what} share of {len(cf)} traced configuration(s): {pick.config_id}", [pick.config_id],
-                        len(pick.values), detail=detail)
+                        f"{what} share of kernel time of {len(cf)} traced configuration(s): {pick.config_id}",
+                        [pick.config_id], len(pick.values), detail=detail, machines=_machines_of([pick]),
+                        repetitions=len(pick.values))
 
     return check
+
+
+def _machines_of(cfgs: Sequence[Config]) -> list[str]:
+    """The machines of the ok cells of ``cfgs``."""
+    return list(dict.fromkeys(m for c in cfgs for m in c.machines if m))
 
 
 def _both(t: Tables) -> pd.DataFrame:
@@ -299,7 +385,7 @@ def per_gpu_ratio(t: Tables, metric: tuple[str, ...]) -> str:
     prs = pairs(cf, "hardware", lambda v: v == "h200", lambda v: v == "h100")
     if not prs:
         return ""
-    e = pair_effect(prs, ratio=True, in_time=False)
+    e = pair_effect(prs, ratio=True, in_time=False).effect
     ci = f" [{e.low:.4g}, {e.high:.4g}], {e.dof:.1f} dof" if e.has_interval else " (no interval)"
     return f"single-node H200 / H100 {metric[0]}: {e.value:.4g}{ci} over {len(prs)} configuration(s)"
 
@@ -321,11 +407,13 @@ def cluster_ratio(metric: tuple[str, ...], a_hw: str, b_hw: str, a_gpus_factor: 
         extra = per_gpu_ratio(t, metric if metric[0].endswith("per_gpu") or metric[0].startswith("energy")
                               else ("tokens_per_s_per_gpu",))
         if not prs:
-            return Evidence(missing=with_note(f"{missing} ({_absent(t, both)})", note), detail=extra)
-        est = pair_effect(prs, ratio=True, in_time=False)  # two machines: repetitions are not paired in time
+            return Evidence(missing=with_note(f"{missing} ({_absent(t, both)})", note), detail=extra,
+                            precondition_failed=bool(note))
+        u = pair_effect(prs, ratio=True, in_time=False)  # two hardware kinds: machines differ by design
         cfgs = [c for p in prs for c in p]
-        return Evidence(est, f"{len(prs)} configuration pair(s) {a_hw} vs {b_hw}", _ids(cfgs), min_repeats(cfgs),
-                        detail="; ".join(x for x in (_means(prs, True, "{:.4g}"), extra) if x))
+        return Evidence(u.effect, f"{len(prs)} configuration pair(s) {a_hw} vs {b_hw}", _ids(cfgs), min_repeats(cfgs),
+                        detail="; ".join(x for x in (_means(prs, True, "{:.4g}"), extra) if x), machines=u.machines,
+                        repetitions=len(u.used))
 
     return check
 
@@ -335,5 +423,5 @@ def unmeasured(why: str) -> Callable[[Tables], Evidence]:
     return lambda t: Evidence(missing=why)
 
 
-__all__ = ["Evidence", "Tables", "TEMP_RESOLUTION_C", "_and", "asymmetry", "cluster_ratio", "hot_clock", "knob",
-           "kernel_share", "slope", "unmeasured"]
+__all__ = ["SHARES", "Evidence", "Tables", "TEMP_RESOLUTION_C", "_and", "asymmetry", "cluster_ratio", "hot_clock",
+           "kernel_share", "kernel_shares", "knob", "node_machines", "slope", "unmeasured"]

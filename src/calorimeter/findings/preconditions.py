@@ -13,12 +13,22 @@ A finding compares only cells that meet its preconditions; when none (or no comp
   :data:`POWER_CAP_MIN_FRAC` of the window): at the cap the limiter sets the average power, and with it the
   temperature, whatever the load asks for, so a claim that a configuration *lowers* power or temperature cannot show
   there (a comparison of two capped cells would always read "no change").
+* :data:`GPU_BOUND`: the GPUs, not the host, set the pace (the traced rank's kernels busy for at least
+  :data:`GPU_BOUND_BUSY_FRAC` of the iteration; an untraced cell counts when it sits at the power cap): a host-bound
+  cell idles part of each step, which lowers its power and temperature and raises its clock at the cap, so a
+  comparison with a GPU-bound cell measures utilisation, not the knob.
 * :data:`GPU`: measured on GPUs (CPU ranks have no GPU telemetry), and :data:`REAL_MODEL`: not a toy model of the
   test suite.
+
+Which finding needs which, by physics and the same everywhere (docs/findings.md): every claim that a configuration
+moves power or temperature needs :data:`STEADY` and :data:`BELOW_POWER_CAP` on both sides; every clock comparison
+between configurations :data:`STEADY` and :data:`POWER_CAPPED`; every comparison between configurations (clock,
+power, temperature, throughput, efficiency) :data:`GPU_BOUND` on both sides.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -87,13 +97,51 @@ POWER_CAPPED = Precondition(f"GPUs at the power cap (>= {POWER_CAP_MIN_FRAC:.0%}
 BELOW_POWER_CAP = Precondition(f"GPUs below the power cap (its reason set < {POWER_CAP_MIN_FRAC:.0%} of the window: at "
                                "the cap the limit, not the load, sets power and temperature)",
                                lambda d: column(d, *POWER_CAP) < POWER_CAP_MIN_FRAC)
+#: a cell is GPU-bound when its traced rank's kernels are busy for at least this share of the iteration (the
+#: projection's host-bound threshold, calorimeter.projection.schedule.HOST_BOUND_BUSY_FRAC, is the same number)
+GPU_BOUND_BUSY_FRAC = 0.80
+
+
+def _gpu_bound(d: pd.DataFrame) -> pd.Series:
+    busy = column(d, "kernel_busy_s") / column(d, "iteration_time_s")
+    capped = column(d, *POWER_CAP) >= POWER_CAP_MIN_FRAC
+    return (busy >= GPU_BOUND_BUSY_FRAC).where(busy.notna(), capped)
+
+
 GPU = Precondition("measured on GPUs", _gpu)
+GPU_BOUND = Precondition(f"GPU-bound: kernels busy >= {GPU_BOUND_BUSY_FRAC:.0%} of the iteration (traced rank; "
+                         "untraced: at the power cap), not waiting on the host", _gpu_bound)
 REAL_MODEL = Precondition("a real model (not a test-suite toy)", _real_model)
 MULTI_NODE = Precondition("two or more nodes (inter-node communication)", lambda d: column(d, "nodes") > 1)
 #: a job is communication-bound when at least this share of its step is communication not hidden behind compute
 COMM_BOUND_MIN_FRAC = 0.2
 COMM_BOUND = Precondition(f"communication-bound: >= {COMM_BOUND_MIN_FRAC:.0%} of the step exposed communication "
                           "(kernel trace)", lambda d: column(d, "exposed_comm_frac") >= COMM_BOUND_MIN_FRAC)
+
+
+#: each table's precondition masks, computed once per table (every finding screens the same runs table)
+_MASKS: dict[int, tuple[weakref.ref, dict[str, pd.Series]]] = {}
+
+
+def _mask(runs: pd.DataFrame, c: Precondition) -> pd.Series:
+    key = id(runs)
+    held = _MASKS.get(key)
+    if held is None or held[0]() is not runs:
+        for k in [k for k, (ref, _) in _MASKS.items() if ref() is None]:
+            del _MASKS[k]
+        held = _MASKS[key] = (weakref.ref(runs), {})
+    masks = held[1]
+    if c.name not in masks:
+        masks[c.name] = c.keep(runs).fillna(False).astype(bool)
+    return masks[c.name]
+
+
+def meets(runs: pd.DataFrame, *conds: Precondition) -> pd.Series:
+    """The ok rows of ``runs`` that meet every precondition (a boolean Series)."""
+    keep = runs["status"].eq("ok") if "status" in runs.columns else pd.Series(False, index=runs.index)
+    for c in conds:
+        keep &= _mask(runs, c)
+    return keep
 
 
 def screen(runs: pd.DataFrame | None, *conds: Precondition) -> tuple[pd.DataFrame, str]:
@@ -105,7 +153,7 @@ def screen(runs: pd.DataFrame | None, *conds: Precondition) -> tuple[pd.DataFram
     keep = pd.Series(True, index=runs.index)
     notes = []
     for c in conds:
-        k = c.keep(runs).fillna(False).astype(bool)
+        k = _mask(runs, c)
         failed = int((ok & keep & ~k).sum())
         if failed:
             notes.append(f"{failed} of {int(ok.sum())} measured cell(s) fail: {c.name}")

@@ -1,7 +1,12 @@
 """Which measured configurations a finding compares: configurations that differ only in the compared knob.
 
 A configuration is a cell without its repetition index (``config_id``; the ``cell_id`` of tables written before
-repetitions existed). Its measured values are the values of its repetitions with status ``ok``.
+repetitions existed). Its measured values are the values of its repetitions with status ``ok``, each with the
+machine it ran on (``machine``: its GPUs' UUIDs, :func:`calorimeter.records.provenance.machine_id`).
+
+The unit of a comparison is a repetition *on one machine*: cells are paired (or fitted) only within the same
+machine and repetition index, never across machines (two machines differ in cooling, clocks and hosts by more than
+the effects compared); a cell without a partner on its machine and repetition is left out, and counted.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ def column(df: pd.DataFrame, *names: str) -> pd.Series:
     return pd.Series(np.nan, index=df.index, dtype=float)
 
 
+#: a unit of replication: (machine, repetition index); the machine is "" where unknown (no GPU UUIDs)
+Unit = tuple[str, int]
+
+
 @dataclass
 class Config:
     """One measured configuration: its parameters and the metric's value in each ok repetition."""
@@ -44,10 +53,13 @@ class Config:
     params: dict[str, Any]
     values: list[float] = field(default_factory=list)
     repeats: list[int] = field(default_factory=list)  # the repetition index of each value
+    machines: list[str] = field(default_factory=list)  # the machine of each value ("" where unknown)
 
-    def by_repeat(self) -> dict[int, float]:
-        """Value of each repetition index."""
-        return dict(zip(self.repeats or range(len(self.values)), self.values, strict=False))
+    def by_repeat(self) -> dict[Unit, float]:
+        """Value of each unit: (machine, repetition index)."""
+        reps = self.repeats or list(range(len(self.values)))
+        machines = self.machines or [""] * len(self.values)
+        return {(m, r): v for m, r, v in zip(machines, reps, self.values, strict=False)}
 
     @property
     def mean(self) -> float:
@@ -68,14 +80,15 @@ def configs(runs: pd.DataFrame, metric: Sequence[str] | Callable[[pd.DataFrame],
         return []
     vals = metric(df) if callable(metric) else column(df, *metric)
     rep = pd.to_numeric(df["repeat"], errors="coerce").fillna(0) if "repeat" in df.columns else 0
-    df = df.assign(_v=pd.to_numeric(vals, errors="coerce"), _c=config_ids(df), _r=rep)
+    machine = df["machine"].fillna("").astype(str) if "machine" in df.columns else ""
+    df = df.assign(_v=pd.to_numeric(vals, errors="coerce"), _c=config_ids(df), _r=rep, _m=machine)
     df = df[np.isfinite(df["_v"])]
     params = [p for p in CONFIG_PARAMS if p in df.columns]
     out = []
     for cid, g in df.groupby("_c", sort=False):
         first = g.iloc[0]
         out.append(Config(str(cid), {p: _norm(first[p]) for p in params}, [float(v) for v in g["_v"]],
-                          [int(r) for r in g["_r"]]))
+                          [int(r) for r in g["_r"]], [str(m) for m in g["_m"]]))
     return out
 
 
@@ -107,43 +120,86 @@ def pairs(cfgs: list[Config], knob: str, a: Callable[[Any], bool], b: Callable[[
     return out
 
 
-def pair_effect(prs: list[tuple[Config, Config]], resolution: float = 0.0, ratio: bool = False,
-                in_time: bool = True) -> Effect:
-    """The effect of a knob (a - b; with ``ratio`` a / b) over configuration pairs, with the repetition as the
-    experimental unit.
+@dataclass
+class Units:
+    """An effect over units of replication, with the units it rests on and what was left out.
 
-    * Paired in time (every pair has repetition indices both sides ran: repetitions are interleaved, repetition k of
-      every configuration in the same pass): one number per repetition index, the mean over the pairs of a - b (of
-      log a - log b with ``ratio``), and its t-interval over those repetitions (``R - 1`` degrees of freedom; the
-      layouts are averaged within a repetition, never counted as units of their own).
-    * Otherwise (or without ``in_time``: e.g. two sweeps on two machines): per repetition index the mean over the
-      pairs of each side (the geometric mean with ``ratio``), and Welch's interval between the two sides'
-      repetitions.
+    Attributes:
+        effect: the effect and its interval.
+        used: the (machine, repetition) units the interval is over.
+        dropped: cells left out for want of a partner on their machine and repetition.
+    """
+
+    effect: Effect
+    used: list[Unit] = field(default_factory=list)
+    dropped: int = 0
+
+    @property
+    def machines(self) -> list[str]:
+        """The machines of the units used, in order of first use."""
+        return list(dict.fromkeys(m for m, _ in self.used))
+
+    def note(self) -> str:
+        """What was left out, for the reader ("" when nothing was)."""
+        return (f"{self.dropped} cell(s) without a partner on the same machine and repetition (pairs never cross "
+                "machines)") if self.dropped else ""
+
+
+def _dropped(cfgs: Sequence[Config], used: set[Unit]) -> int:
+    """Cells of ``cfgs`` whose unit is not among ``used``."""
+    cells = {(c.config_id, k) for c in cfgs for k in c.by_repeat()}
+    return sum(1 for _, k in cells if k not in used)
+
+
+def pair_effect(prs: list[tuple[Config, Config]], resolution: float = 0.0, ratio: bool = False,
+                in_time: bool = True) -> Units:
+    """The effect of a knob (a - b; with ``ratio`` a / b) over configuration pairs, with the repetition on one
+    machine as the experimental unit.
+
+    * Paired (``in_time``: repetitions are interleaved, repetition k of every configuration in the same pass): one
+      number per unit (machine, repetition index) that both sides of a pair ran, the mean over the pairs of a - b
+      (of log a - log b with ``ratio``), and its t-interval over those units (``U - 1`` degrees of freedom; the
+      layouts are averaged within a unit, never counted as units of their own). A cell whose machine and repetition
+      its partner lacks is left out (pairs never cross machines).
+    * Without a common unit in any pair (repetitions that do not line up) but all on one machine: Welch's interval
+      between the two sides' repetitions. Cells of several machines without common units: no effect.
+    * Without ``in_time`` (two sweeps of two hardware kinds, whose machines differ by design): Welch's interval
+      between the two sides, per repetition index the mean over the pairs of each side.
     """
     if not prs:
-        return Effect(float("nan"), method="no pair", unit="repetitions")
+        return Units(Effect(float("nan"), method="no pair", unit="repetitions"))
     f = np.log if ratio else (lambda x: x)
     by_a, by_b = [a.by_repeat() for a, _ in prs], [b.by_repeat() for _, b in prs]
-    if in_time and all(set(ra) & set(rb) for ra, rb in zip(by_a, by_b, strict=True)):
-        per_rep: dict[int, list[float]] = {}
-        for ra, rb in zip(by_a, by_b, strict=True):
-            for k in sorted(set(ra) & set(rb)):
+    cfgs = [c for p in prs for c in p]
+    common = [set(ra) & set(rb) for ra, rb in zip(by_a, by_b, strict=True)]
+    if in_time and any(common):
+        per_rep: dict[Unit, list[float]] = {}
+        for ra, rb, both in zip(by_a, by_b, common, strict=True):
+            for k in sorted(both):
                 if ratio and (ra[k] <= 0 or rb[k] <= 0):
                     continue
                 per_rep.setdefault(k, []).append(float(f(ra[k]) - f(rb[k])))
         d = [float(np.mean(v)) for v in per_rep.values()]
+        used = list(per_rep)
         what = f"repetitions (each the mean over {len(prs)} pair(s))" if len(prs) > 1 else "paired repetitions"
         if ratio:  # mean log ratio, carried back: a ratio with its interval above 0
-            return mean_interval(d, 0.0, what).map(math.exp, scale="log")
-        return mean_interval(d, resolution * np.sqrt(2 / len(prs)), what)  # quantization of a mean of differences
+            est = mean_interval(d, 0.0, what).map(math.exp, scale="log")
+        else:
+            est = mean_interval(d, resolution * np.sqrt(2 / len(prs)), what)  # quantization of a mean of differences
+        return Units(est, used, _dropped(cfgs, set(used)))
+    machines = {m for c in cfgs for m, _ in c.by_repeat()}
+    if in_time and len(machines) > 1:
+        return Units(Effect(float("nan"), method="no machine and repetition that both sides of a pair ran (pairs "
+                            "never cross machines)", unit="repetitions"), [], _dropped(cfgs, set()))
     side_a, side_b = _side(by_a, ratio), _side(by_b, ratio)
     unit = f"repetitions (each the mean over {len(prs)} configuration(s))" if len(prs) > 1 else "repetitions"
-    return welch(side_a, side_b, ratio=ratio, resolution=resolution, unit=unit)
+    used = list(dict.fromkeys(k for r in by_a + by_b for k in r))
+    return Units(welch(side_a, side_b, ratio=ratio, resolution=resolution, unit=unit), used)
 
 
-def _side(by_rep: list[dict[int, float]], ratio: bool) -> list[float]:
-    """Per repetition index, the mean over configurations (geometric with ``ratio``) of one side of the pairs."""
-    per: dict[int, list[float]] = {}
+def _side(by_rep: list[dict[Unit, float]], ratio: bool) -> list[float]:
+    """Per unit, the mean over configurations (geometric with ``ratio``) of one side of the pairs."""
+    per: dict[Unit, list[float]] = {}
     for r in by_rep:
         for k, v in r.items():
             if not ratio or v > 0:
@@ -152,15 +208,16 @@ def _side(by_rep: list[dict[int, float]], ratio: bool) -> list[float]:
 
 
 def slope_effect(groups: list[list[Config]], x: Callable[[Config], float], log: bool = False,
-                 resolution: float = 0.0) -> Effect:
+                 resolution: float = 0.0) -> Units:
     """Slope of the metric (of ``log2`` of it with ``log``, then carried back as a factor ``2**slope``) on ``x`` of
-    each configuration, within groups (one intercept per group), with the repetition as the experimental unit:
-    one slope per repetition index that every group ran at two or more ``x`` values, and the t-interval over
-    those slopes (``R - 1`` degrees of freedom). Misfit of the straight line goes into the mean, not the interval.
+    each configuration, within groups (one intercept per group), with the repetition on one machine as the
+    experimental unit: one slope per unit (machine, repetition index) where a group ran two or more ``x`` values,
+    and the t-interval over those slopes (``U - 1`` degrees of freedom). Misfit of the straight line goes into the
+    mean, not the interval; cells of a unit without a second ``x`` value are left out.
     """
-    reps = sorted({k for g in groups for c in g for k in c.by_repeat()})
-    slopes, sxx = [], []
-    for k in reps:
+    keys = sorted({k for g in groups for c in g for k in c.by_repeat()})
+    slopes, sxx, used = [], [], []
+    for k in keys:
         pts = []
         for g in groups:
             have = [(x(c), c.by_repeat()[k]) for c in g if k in c.by_repeat() and (not log or c.by_repeat()[k] > 0)]
@@ -173,10 +230,12 @@ def slope_effect(groups: list[list[Config]], x: Callable[[Config], float], log: 
             if np.isfinite(s.value):
                 slopes.append(s.value)
                 sxx.append(sum(float(((xs - xs.mean()) ** 2).sum()) for xs, _ in pts))
+                used.append(k)
     # a quantized sensor adds resolution**2 / 12 / Sxx to each slope's variance
     q = resolution / np.sqrt(np.mean(sxx)) if sxx and not log else 0.0
     est = mean_interval(slopes, q, f"repetitions (each a slope within {len(groups)} group(s))")
-    return est.map(lambda v: 2.0**v, scale="log") if log else est
+    est = est.map(lambda v: 2.0**v, scale="log") if log else est
+    return Units(est, used, _dropped([c for g in groups for c in g], set(used)))
 
 
 def min_repeats(cfgs: Sequence[Config]) -> int:

@@ -83,10 +83,18 @@ Estimate = Effect
 
 
 class Judgement(NamedTuple):
-    """A verdict and why (unpacks as ``verdict, why``)."""
+    """A verdict, why, and for *cannot say* what left it undecided (:data:`UNDECIDED`; empty when decided)."""
 
     verdict: str
     why: str
+    undecided: str = ""
+
+
+#: what leaves a verdict *cannot say*: ``data`` (nothing to compare, or no interval), ``dof`` (too few degrees of
+#: freedom), ``direction`` (the interval straddles the edge of the claimed direction), ``size`` (the direction holds,
+#: the interval straddles an edge of the stated size), ``regime`` (the stated size cannot occur in the compared
+#: cells' regime), ``precondition`` (no cell meets the finding's preconditions: set by the findings, not here)
+UNDECIDED = ("data", "dof", "direction", "size", "regime", "precondition")
 
 
 @dataclass(frozen=True)
@@ -270,29 +278,66 @@ def _g(x: float) -> str:
     return f"{x:.3g}"
 
 
-def verdict(effect: Effect | None, claim: Claim, min_dof: float = MIN_DOF) -> Judgement:
-    """The symmetric verdict on ``claim`` (``tol``: its tolerance, ``null``: its no-effect value).
+def _regions(lo: float, hi: float, tol: float, size: tuple[float, float] | None) -> set[str]:
+    """The claim's regions an oriented interval ``[lo, hi]`` touches (oriented: the claimed side is positive, the
+    no-effect value at 0): ``none`` (at most ``tol``: no effect of the claimed kind, or the opposite one) and, beyond
+    ``tol``, ``claimed`` (within the stated size, or anywhere beyond ``tol`` without one), ``short`` (short of the
+    stated size) and ``beyond`` (past its upper end)."""
+    out = set()
+    if lo <= tol:
+        out.add("none")
+    if size is None:
+        if hi > tol:
+            out.add("claimed")
+        return out
+    a, b = max(size[0], tol), size[1]
+    if a > tol and lo < a and hi > tol:  # (tol, a)
+        out.add("short")
+    if b > tol and lo <= b and (hi >= a if a > tol else hi > tol):  # [a, b], or (tol, b] where the size starts at tol
+        out.add("claimed")
+    if hi > b:  # (b, inf)
+        out.add("beyond")
+    return out
 
-    Directional claims (``sign`` +-1), with the interval oriented so that the claimed side is positive:
 
-    * **agrees**: the whole 95% interval lies beyond ``null + tol`` on the claimed side and, for a claim with a
-      size, overlaps that size;
-    * **partly**: the direction agrees (as above) but the interval excludes the stated size;
-    * **disagrees**: the interval excludes the claimed effect: all of it short of ``null + tol`` on the claimed
-      side (the opposite direction, or no effect as large as the tolerance), or it excludes the stated size;
-    * **cannot say**: no effect, no interval, fewer than ``min_dof`` degrees of freedom, or an interval that
-      straddles ``null + tol``; the reason says which.
+def verdict(effect: Effect | None, claim: Claim, min_dof: float = MIN_DOF, regime: str = "") -> Judgement:
+    """The symmetric, monotonic verdict on ``claim`` (``tol``: its tolerance, ``null``: its no-effect value).
+
+    Directional claims (``sign`` +-1) split the effect's axis into regions: *no effect of the claimed kind* (short of
+    ``null + tol`` on the claimed side, or on the other side), the *claimed* region (beyond ``null + tol``; for a
+    claim with a size, within that size) and, for a sized claim, *short of* and *beyond* the size (the direction
+    holds, the size does not). The verdict says which regions the 95% interval touches:
+
+    * **agrees**: only the claimed region (for a sized claim: the interval lies inside the size);
+    * **partly**: only short of (or beyond) the size: the direction holds, the size is excluded;
+    * **disagrees**: only the no-effect region: the opposite direction, or no effect as large as the tolerance;
+    * **cannot say**: more than one region (``undecided`` says which edge it straddles: ``direction`` or ``size``),
+      no effect, no interval, or fewer than ``min_dof`` degrees of freedom.
+
+    A narrower interval touches a subset of the regions, so narrowing never turns a decided verdict into another
+    one; mirrored data against the mirrored claim touches the mirrored regions, so it gets the same verdict.
+
+    ``regime``: why the claim's stated size cannot occur in the compared cells (empty when it can): the verdict is
+    then *cannot say* (``regime``), and the reason gives what the interval says about the direction alone.
 
     Equality claims (``sign`` 0, e.g. a reproduction): **agrees** when the interval lies within ``null +- tol``,
     **disagrees** when it lies wholly beyond it on one side, **cannot say** otherwise.
     """
     if effect is None or not math.isfinite(effect.value):
-        return Judgement(CANNOT_SAY, f"nothing to compare{f' ({effect.method})' if effect and effect.method else ''}")
+        return Judgement(CANNOT_SAY, f"nothing to compare{f' ({effect.method})' if effect and effect.method else ''}",
+                         "data")
+    if regime and claim.size is not None and claim.sign != 0:
+        d = verdict(effect, replace(claim, size=None), min_dof)
+        read = {AGREES: "the direction agrees", DISAGREES: "the direction disagrees"}.get(d.verdict,
+                                                                                         "the direction is undecided")
+        return Judgement(CANNOT_SAY, f"the stated size cannot occur here ({regime}); on the direction alone: {read} "
+                         f"({d.why})", "regime")
     if not effect.has_interval:
-        return Judgement(CANNOT_SAY, f"no 95% interval ({effect.method})")
+        return Judgement(CANNOT_SAY, f"no 95% interval ({effect.method})", "data")
     if not effect.dof >= min_dof:
+        more = "machines" if effect.unit == "machines" else "repetitions"
         return Judgement(CANNOT_SAY, f"{effect.dof:.3g} degree(s) of freedom, fewer than {min_dof:g} "
-                         f"({effect.n} {effect.unit or 'units'}): more repetitions needed")
+                         f"({effect.n} {effect.unit or 'units'}): more {more} needed", "dof")
     tol, null = claim.tolerance, claim.null
     if claim.sign == 0:
         if null - tol <= effect.low and effect.high <= null + tol:
@@ -300,27 +345,34 @@ def verdict(effect: Effect | None, claim: Claim, min_dof: float = MIN_DOF) -> Ju
         if effect.low > null + tol or effect.high < null - tol:
             return Judgement(DISAGREES, f"95% interval wholly beyond {_g(null)} +- {_g(tol)}")
         return Judgement(CANNOT_SAY, f"95% interval crosses {_g(null)} +- {_g(tol)} (more repetitions would "
-                         "narrow it)")
-    lo, hi = sorted(((effect.low - null) * claim.sign, (effect.high - null) * claim.sign))
+                         "narrow it)", "direction")
+    o = lambda x: (x - null) * claim.sign  # noqa: E731 - oriented: the claimed side positive
+    lo, hi = sorted((o(effect.low), o(effect.high)))
+    size = None if claim.size is None else tuple(sorted((o(claim.size[0]), o(claim.size[1]))))
+    touched = _regions(lo, hi, tol, size)  # type: ignore[arg-type]
     side = "above" if claim.sign > 0 else "below"
     edge = f"{_g(null + claim.sign * tol)}" + (f" ({_g(null)} {'+' if claim.sign > 0 else '-'} tolerance "
                                                  f"{_g(tol)})" if tol else "")
-    size_ok = claim.size is None or (effect.high >= claim.size[0] and effect.low <= claim.size[1])
-    size_txt = "" if claim.size is None else f"the stated size [{_g(claim.size[0])}, {_g(claim.size[1])}]"
-    if lo > tol:
-        if size_ok:
-            return Judgement(AGREES, f"95% interval wholly {side} {edge}" + (f", compatible with {size_txt}"
-                                                                             if claim.size else ""))
-        return Judgement(PARTLY, f"direction agrees (95% interval wholly {side} {edge}) but the interval excludes "
-                         f"{size_txt}")
-    if hi < tol:
+    size_txt = "" if claim.size is None else f"the stated size [{_g(min(claim.size))}, {_g(max(claim.size))}]"
+    if touched == {"claimed"}:
+        return Judgement(AGREES, f"95% interval wholly {side} {edge}" + (f" and inside {size_txt}" if claim.size
+                                                                          else ""))
+    if touched == {"none"}:
         if hi < -tol:
             return Judgement(DISAGREES, "95% interval wholly on the opposite side, beyond "
                              f"{_g(null - claim.sign * tol)}")
         return Judgement(DISAGREES, f"95% interval excludes any effect {side} {edge}: no effect of the claimed kind")
-    if not size_ok:
-        return Judgement(DISAGREES, f"95% interval excludes {size_txt}")
-    return Judgement(CANNOT_SAY, f"95% interval straddles {edge} (more repetitions would narrow it)")
+    if touched and touched <= {"short", "beyond"}:
+        where = "short of" if touched == {"short"} else "beyond"
+        return Judgement(PARTLY, f"direction agrees (95% interval wholly {side} {edge}) but the interval lies {where} "
+                         f"{size_txt}")
+    if "none" in touched:
+        excl = f"; it excludes {size_txt}, but whether there is an effect at all is undecided" if (
+            claim.size is not None and "claimed" not in touched) else ""
+        return Judgement(CANNOT_SAY, f"95% interval straddles {edge}{excl} (more repetitions would narrow it)",
+                         "direction")
+    return Judgement(CANNOT_SAY, f"direction agrees (95% interval wholly {side} {edge}) but the interval straddles an "
+                     f"edge of {size_txt} (more repetitions would narrow it)", "size")
 
 
 def direction(est: Effect | None, sign: int, threshold: float = 0.0) -> str:

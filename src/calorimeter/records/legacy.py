@@ -20,6 +20,7 @@ import pandas as pd
 
 from calorimeter.plan.flops import iteration_flops
 from calorimeter.plan.models import get_model, padded_vocab_size
+from calorimeter.records.provenance import machine_id
 
 #: old sample column -> new one
 SAMPLE_RENAMES: dict[str, str] = {
@@ -128,3 +129,17 @@ def upgrade_runs(df: pd.DataFrame) -> pd.DataFrame:
         else:
             out[col] = out[col].astype(object).where(out[col].notna(), default)
     return out
+
+
+def add_machines(runs: pd.DataFrame, gpus: pd.DataFrame | None) -> pd.DataFrame:
+    """A runs table with its ``machine`` column (:func:`calorimeter.records.provenance.machine_id`): tables written
+    before the column existed get it from their ``gpus`` table's UUIDs (the same UUIDs the record's ranks carry);
+    cells without any stay ``""`` (machine unknown)."""
+    if runs is None or runs.empty or "cell_id" not in runs.columns:
+        return runs
+    have = runs["machine"].fillna("").astype(str) if "machine" in runs.columns else pd.Series("", index=runs.index)
+    if (have != "").all() or gpus is None or gpus.empty or "uuid" not in gpus.columns:
+        return runs if "machine" in runs.columns else runs.assign(machine=have)
+    by_cell = gpus.groupby("cell_id")["uuid"].agg(machine_id)
+    return runs.assign(machine=have.where(have != "", runs["cell_id"].map(by_cell).fillna("").astype(str)))
+
