@@ -15,9 +15,20 @@ from calorimeter.plan.config import ConfigError
 
 def _plan(args: argparse.Namespace) -> int:
     from calorimeter.plan.plan import format_json, format_table, plan_file
+    from calorimeter.projection.cost import sweep_cost
 
     plan = plan_file(args.sweep)
-    print(format_json(plan) if args.format == "json" else format_table(plan))
+    cost = sweep_cost(plan, args.calibration)
+    costs = cost.by_id()
+    if args.format == "json":
+        per_cell = {cid: {"projected_wall_s": c.wall_s, "projected_wall_low_s": c.wall_low_s,
+                          "projected_wall_high_s": c.wall_high_s, "not_projected": c.why_not}
+                    for cid, c in costs.items()}
+        print(format_json(plan, per_cell, projected_cost=cost.summary()))
+    else:
+        print(format_table(plan, {"projected_wall": {cid: c.describe() if c.projected else "not projected"
+                                                     for cid, c in costs.items()}}))
+        print("\n".join(cost.lines()))
     return 0
 
 
@@ -142,13 +153,15 @@ def _status(args: argparse.Namespace) -> int:
 
     from calorimeter.operate.source import load_plan
     from calorimeter.operate.view import format_table, sweep_status, to_json
+    from calorimeter.projection.cost import sweep_cost
 
     plan = load_plan(args.sweep, args.results_dir)
     states = _states(args.state)
     fmt = "json" if args.json else args.format
+    cost = sweep_cost(plan)  # once: the projected wall times do not change while watching
     try:
         while True:
-            st = sweep_status(plan)
+            st = sweep_status(plan, cost=cost)
             text = to_json(st) if fmt == "json" else format_table(st, states)
             if args.watch and fmt != "json":  # JSON views follow each other (one document each)
                 print("\033[H\033[2J", end="")  # clear the terminal between views
@@ -276,9 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="calorimeter", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
-    sp = sub.add_parser("plan", help="expand a sweep file and print every cell with its status")
+    sp = sub.add_parser("plan", help="expand a sweep file and print every cell with its status and projected wall "
+                        "time, and the sweep's projected GPU-hours")
     sp.add_argument("sweep", help="sweep file, e.g. config/sweeps/h200-optimization.yaml")
     sp.add_argument("--format", choices=("table", "json"), default="table")
+    sp.add_argument("--calibration", metavar="FOLDER", help="price the cells with the calibration.json and timing.json "
+                    "of this folder (default: the committed set, results/reference/study-projected-*)")
     sp.set_defaults(func=_plan)
     sm = sub.add_parser("models", help="list the model catalogue and hardware profiles")
     sm.add_argument("sweep", nargs="?", help="also the models and hardware this sweep file defines")

@@ -31,6 +31,16 @@ logger.info(
     f"calorimeter: sweep {PLAN.sweep}: {len(PLAN.cells)} cells, {len(PLAN.runnable)} planned, "
     f"{len(PLAN.cells) - len(PLAN.runnable)} pruned (see {RESULTS}/{PLAN.sweep}/plan.json)"
 )
+# What the planned cells cost (calorimeter.projection.cost): each cell's projected wall time (in the train jobs' messages)
+# and the sweep's GPU-hours with the band, from the committed calibration; cells it cannot price are counted apart.
+from calorimeter.projection.cost import sweep_cost
+
+COST = sweep_cost(PLAN)
+COST_OF_CELL = COST.by_id()
+_left = {pc.cell.cell_id for pc in PLAN.runnable
+         if not CellPaths.of(PLAN.results_dir, pc.cell.sweep, pc.cell.cell_id).run_json.is_file()}
+for _line in COST.lines(_left):
+    logger.info(f"calorimeter: {_line}")
 # SWEEP names the plan, tables and figures; each cell lives under its own sweep (a subset's cells stay with the
 # sweep they were selected from: nothing is measured twice and no sweep rewrites another's plan or tables).
 SWEEP = PLAN.sweep
@@ -147,8 +157,10 @@ def get_cell_records():
 
 
 def get_final_outputs():
-    """Targets of the default target: the tables, every figure (calorimeter.figures.FIGURES)."""
+    """Targets of the default target: the tables, every figure (calorimeter.figures.FIGURES); with
+    `study_projection` the study's sweeps projected (rules/projection.smk, rule study_projection)."""
     from calorimeter.figures import FIGURES
+    from calorimeter.reproduce.study import outputs as study_outputs
 
     sweep = sweep_paths()
     return (
@@ -156,6 +168,7 @@ def get_final_outputs():
         + [str(sweep.summary_parquet), str(sweep.summary_csv)]
         + [str(sweep.figure(name, ext)) for name in FIGURES for ext in ("png", "pdf")]
         + [str(sweep.findings_csv), str(sweep.findings_html)]
+        + ([str(p) for p in study_outputs(f"{RESULTS}/study-projected")] if config.get("study_projection") else [])
     )
 
 

@@ -6,11 +6,13 @@
 #   results/<sweep>/projection/calibration.json          one calibration per GPU type and engine fingerprint: its
 #                                                        records, bands, coverage, cross-fingerprint error
 #   results/<sweep>/projection/projected.parquet|.csv    one row per planned cell, source=projected (never in tables/)
-#   results/<sweep>/figures/projection_validation.png    predicted vs. measured
-#   results/<sweep>/figures/projection.png               projected cells (hatched, error band) next to measured ones
+#   results/<sweep>/figures/projection_validation.png    error distributions per metric and regime (held-out cells)
+#   results/<sweep>/figures/projection.png               projected cells (dot and band) next to measured ones
+#   results/<sweep>/figures/projected_fig*.png           the study's figures drawn from the projected rows
 #
 # `snakemake projection --configfile <sweep>.yaml` trains nothing: it reads committed or existing sweep tables.
 
+from calorimeter.figures.projected_study import figures_for
 from calorimeter.projection.calibration import MODEL_VERSION
 from calorimeter.projection.settings import ProjectionSettings
 
@@ -88,15 +90,24 @@ rule projection_figures:
     input:
         validation=f"{RESULTS}/{{sweep}}/projection/validation.parquet",
         projected=f"{RESULTS}/{{sweep}}/projection/projected.parquet",
+        calibration=f"{RESULTS}/{{sweep}}/projection/calibration.json",
         measured=[f"{s}/tables/runs.parquet" for s in PROJ_CALIBRATION if not glob.glob(f"{s}/*/engine_speed.jsonl")],
+        # the newest committed prospective check (cells measured after the model was fixed), drawn beside the folds
+        prospective=sorted(glob.glob("results/reference/projection-validation-*/prospective.csv"))[-1:],
     output:
         validation=report(f"{RESULTS}/{{sweep}}/figures/projection_validation.png",
-                          caption="../report/projection.rst", category="Projection"),
+                          caption="../report/projection_validation.rst", category="Projection"),
         validation_pdf=f"{RESULTS}/{{sweep}}/figures/projection_validation.pdf",
         projected=report(f"{RESULTS}/{{sweep}}/figures/projection.png", caption="../report/projection.rst",
                          category="Projection"),
         projected_pdf=f"{RESULTS}/{{sweep}}/figures/projection.pdf",
+        study=[report(f"{RESULTS}/{{sweep}}/figures/projected_{_fig}.png", caption="../report/projected_study.rst",
+                      category="Projection") for _fig in figures_for(PLAN_DICTS)],
         json=f"{RESULTS}/{{sweep}}/figures/projection.json",
+    params:
+        network=PROJ.network,
+        engine=PROJ.engine,
+        study_figures=figures_for(PLAN_DICTS),
     log:
         f"{RESULTS}/{{sweep}}/logs/projection_figures.log",
     localrule: True
@@ -113,3 +124,40 @@ rule projection:
         f"{RESULTS}/{SWEEP}/figures/projection_validation.png",
         f"{RESULTS}/{SWEEP}/figures/projection.png",
     localrule: True
+
+
+# ---- the study at its own scale: its four sweeps projected with the committed calibration (config study_projection) ----
+#
+#   <results_dir>/study-projected/<study sweep>/projected.csv   every cell: projected (bands, wall time), refused, pruned
+#   <results_dir>/study-projected/figures/projected_fig*-<sweep>.png   the study's figure of that sweep, marked PROJECTED
+#   <results_dir>/study-projected/cost.csv, README.md         GPU-hours per sweep with the band; what it rests on
+
+from pathlib import Path
+
+from calorimeter.projection.cost import CALIBRATION_FILE, TIMING_FILE, committed_set
+from calorimeter.reproduce.study import STUDY_SWEEPS, outputs as study_outputs
+
+STUDY_OUT = f"{RESULTS}/study-projected"
+STUDY_SET = committed_set()
+
+
+rule study_projection:
+    input:
+        calibration=str(STUDY_SET / CALIBRATION_FILE),
+        timing=str(STUDY_SET / TIMING_FILE),
+        sweeps=list(STUDY_SWEEPS),
+        measured=[str(p) for n in STUDY_SWEEPS for p in [Path(RESULTS) / Path(n).stem / "tables" / "runs.parquet"]
+                  if p.is_file()],
+    output:
+        readme=f"{STUDY_OUT}/README.md",
+        cost=report(f"{STUDY_OUT}/cost.csv", caption="../report/projected_study.rst", category="Projected study"),
+        tables=[str(p) for p in study_outputs(STUDY_OUT) if p.name == "projected.csv"],
+        figures=[report(str(p), caption="../report/projected_study.rst", category="Projected study")
+                 for p in study_outputs(STUDY_OUT) if p.suffix == ".png"],
+    log:
+        f"{RESULTS}/logs/study_projection.log",
+    localrule: True
+    conda:
+        "../../envs/calorimeter.yaml"
+    script:
+        "../scripts/study_projection.py"

@@ -29,9 +29,11 @@ rule train:
         runtime=config["launcher"]["timeout_min"],
         # one per cell waiting on its job: cap concurrent cells with --resources slurm_slots=N
         slurm_slots=1,
+        # for the message (and snakemake -n): the projected wall time, which no rerun trigger sees
+        projected_wall=lambda wc: COST_OF_CELL[wc.cell].sentence(),
     localrule: True
     message:
-        "train {wildcards.cell}"
+        "train {wildcards.cell} ({resources.projected_wall})"
     conda:
         "../../envs/calorimeter.yaml"
     script:

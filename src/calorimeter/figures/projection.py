@@ -1,10 +1,18 @@
-"""Projected cells drawn apart from measured ones (``projection/projected.parquet``).
+"""Projected cells drawn apart from measured ones (``projection/projected.parquet``): dot and band per
+configuration, one row of panels per model, one colour per GPU count.
 
-Projected values are always hatched and carry their error band (the validation's 90th-percentile absolute error);
-measured values are solid. Nothing projected is ever drawn as if it were measured.
+Each model's configurations (layout, optimization, micro-batch) are ordered as the study's figures order them
+(:func:`~calorimeter.figures.common.order_configs`); a configuration projected at several GPU counts has one dot per
+count, side by side. Every projected value is an open dot with its band (the projection's stated coverage); a
+measured value of the same cell, where one exists, is a filled black diamond. Values on a log axis, as dots, never
+bars. A row the projection refuses (:func:`calorimeter.projection.study.refusal`) is a cross at the axis' bottom, its
+reason in the note. Nothing projected is drawn as if it were measured.
 """
 
 from __future__ import annotations
+
+import re
+from collections import Counter
 
 import matplotlib
 
@@ -12,55 +20,121 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
-from calorimeter.figures.common import FigureResult, Tables, config_label  # noqa: E402
+from calorimeter.figures.common import FigureResult, Tables, config_label, note, order_configs  # noqa: E402
+from calorimeter.figures.projected_study import band, calibration_line, watermark  # noqa: E402
+from calorimeter.projection.study import reason_kind, refusal  # noqa: E402
 
 NAME = "projection"
 TABLES = ("projected", "runs")
-PROJECTED_HATCH = "///"
-PROJECTED_COLOR, MEASURED_COLOR = "#f28e2b", "#4e79a7"
+PANELS = (("tokens_per_s_per_gpu", "tokens/s per GPU"), ("energy_per_token_j", "energy per token (J)"))
+GPU_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
+#: log-axis tick labels as plain numbers (``300``, ``0.6``), not powers of ten
+PLAIN = FuncFormatter(lambda v, _: f"{v:g}")
+#: inches per configuration on the x axis, and the most configurations of one model drawn
+POINT_IN, MAX_CONFIGS = 0.32, 40
+
+
+def _config(row: pd.Series) -> str:
+    """A configuration's label without its scale (GPU count, data-parallel degree): layout, optimization,
+    micro-batch; the same layout at several scales shares one x position."""
+    layout = re.sub(r"-D\d+", "", config_label(row, short=True))
+    return f"{layout} {row['optimization_label']} mb{row['micro_batch']}"
 
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
-    """Tokens/s per GPU and energy per token of every projected cell: hatched bars with their error band, next to
-    the measured value (solid, from ``runs``) where the same cell was measured."""
+    """Tokens/s per GPU and energy per token of every projected cell, per model, with their bands, next to the
+    measured value where the same cell was measured (``runs``)."""
     projected, measured = tables["projected"], tables.get("runs", pd.DataFrame())
     res = FigureResult(NAME)
-    fig, axes = plt.subplots(2, 1, figsize=(min(40.0, max(7.0, 0.32 * len(projected) + 2)), 7.0), sharex=True)
     if projected.empty:
-        axes[0].text(0.5, 0.5, "no planned cell", ha="center", va="center", transform=axes[0].transAxes)
+        fig, ax = plt.subplots(figsize=(7, 3))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no planned cell", ha="center", va="center")
         res.missing.append("no projected cell")
         return fig, res
-    d = projected.sort_values(["model", "world_size", "pp", "tp"], kind="stable").reset_index(drop=True)
-    meas = measured.set_index("cell_id") if not measured.empty and "cell_id" in measured else pd.DataFrame()
-    x = np.arange(len(d))
-    t = d["iteration_time_s"].astype(float)
-    tps = d["tokens_per_s_per_gpu"].astype(float)
-    panels = (
-        (axes[0], tps, tps * t / d["iteration_time_s_high"].astype(float),
-         tps * t / d["iteration_time_s_low"].astype(float), "tokens_per_s_per_gpu", "tokens/s per GPU"),
-        (axes[1], d["energy_per_token_j"].astype(float), d["energy_per_token_j_low"].astype(float),
-         d["energy_per_token_j_high"].astype(float), "energy_per_token_j", "energy per token (J)"),
-    )
-    width = 0.4
-    for ax, val, low, high, col, label in panels:
-        ax.bar(x - width / 2, val.fillna(0), width, color="white", edgecolor=PROJECTED_COLOR,
-               hatch=PROJECTED_HATCH, label="projected (hatched; bar: error band)")
-        ok = low.notna() & high.notna()
-        ax.errorbar(x[ok], val[ok], yerr=[(val - low)[ok], (high - val)[ok]], fmt="none", ecolor="k", lw=0.8,
-                    capsize=2)
-        if not meas.empty and col in meas:
-            mv = d["cell_id"].map(meas[col]).astype(float)
-            ax.bar(x + width / 2, mv.fillna(0), width, color=MEASURED_COLOR, label="measured")
-        ax.set_ylabel(label)
-        ax.set_yscale("log")
-    axes[0].legend(fontsize=7)
-    labels = [f"{r['model']} {config_label(r, short=True)} {r['optimization_label']} x{r['world_size']}"
-              for _, r in d.iterrows()]
-    axes[1].set_xticks(x)
-    axes[1].set_xticklabels(labels, rotation=90, fontsize=6 if len(d) < 80 else 4)
-    fig.suptitle("Projected cells (hatched, with error band) and measured ones (solid)", fontsize=10)
-    fig.tight_layout()
+    d = order_configs(projected).reset_index(drop=True)
+    d["_refused"] = [refusal(r) for r in d.to_dict("records")]
+    d["_config"] = [_config(r) for _, r in d.iterrows()]
+    meas = pd.DataFrame()
+    if not measured.empty and "cell_id" in measured:
+        ok = measured[measured["status"] == "ok"] if "status" in measured else measured
+        meas = ok.drop_duplicates("cell_id", keep="last").set_index("cell_id")
+    models = list(dict.fromkeys(d["model"]))
+    gpus = sorted({int(w) for w in d["world_size"]})
+    colors = {g: GPU_COLORS[i % len(GPU_COLORS)] for i, g in enumerate(gpus)}
+    n_conf = min(max(d.groupby("model")["_config"].nunique()), MAX_CONFIGS)
+    panels = [(m, p) for m in models for p in (PANELS if (d.loc[d["model"] == m, "_refused"] == "").any()
+                                               else PANELS[:1])]
+    fig = plt.figure(figsize=(max(8.0, n_conf * POINT_IN + 2.0), 2.4 * len(panels) + 1.3), layout="constrained")
+    gs = fig.add_gridspec(len(panels) + 1, 1, height_ratios=[0.25] + [1] * len(panels))
+    legend_ax = fig.add_subplot(gs[0, 0])
+    legend_ax.axis("off")
+    axes = np.array([[fig.add_subplot(gs[i + 1, 0])] for i in range(len(panels))])
+    handles: dict[str, object] = {}
+    cut: list[str] = []
+    n_meas = 0
+    for ax, (model, (col, label)) in zip(axes[:, 0], panels, strict=True):
+        dm = d[d["model"] == model]
+        confs = list(dict.fromkeys(dm["_config"]))
+        if len(confs) > MAX_CONFIGS:
+            if col == PANELS[0][0]:
+                cut.append(f"{model}: {len(confs) - MAX_CONFIGS} configurations beyond the first {MAX_CONFIGS} not "
+                           "drawn (in the table)")
+            confs = confs[:MAX_CONFIGS]
+        xpos = {c: k for k, c in enumerate(confs)}
+        g_here = sorted({int(w) for w in dm["world_size"]})
+        step = 0.8 / max(len(g_here), 1)
+        for k, g in enumerate(g_here):
+            dg = dm[(dm["world_size"] == g) & dm["_config"].isin(xpos)]
+            x = dg["_config"].map(xpos).to_numpy(dtype=float) + (k - (len(g_here) - 1) / 2) * step
+            ok = (dg["_refused"] == "").to_numpy()
+            val, err = band(dg, col)
+            good = ok & np.isfinite(val)
+            if good.any():
+                eb = ax.errorbar(x[good], val[good], yerr=np.where(np.isfinite(err[:, good]), err[:, good], 0.0),
+                                 fmt="o", mfc="white", mec=colors[g], ecolor=colors[g], ms=4, capsize=1.5, lw=0.8,
+                                 gid=f"projected:{col}:{g}")
+                handles.setdefault(f"projected, {g} GPUs", eb)
+            if (~ok).any():
+                (rh,) = ax.plot(x[~ok], np.full((~ok).sum(), 0.04), "x", color=colors[g], ms=5,
+                                transform=ax.get_xaxis_transform(), gid=f"refused:{g}")
+                handles.setdefault("refused (x, at the bottom)", rh)
+            if not meas.empty and col in meas.columns:
+                mv = dg["cell_id"].map(meas[col]).astype(float).to_numpy()
+                have = np.isfinite(mv)
+                if have.any():
+                    (mh,) = ax.plot(x[have], mv[have], "D", color="k", ms=4, gid=f"measured:{col}")
+                    handles.setdefault("measured (filled)", mh)
+                    n_meas += int(have.sum()) if col == PANELS[0][0] else 0
+        if (dm["_refused"] == "").any():
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(PLAIN)
+            ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+            ax.yaxis.set_minor_formatter(PLAIN)
+            ax.grid(axis="y", which="both", lw=0.3, alpha=0.5)
+            ax.set_ylabel(label, fontsize=8)
+            ax.set_title(f"{model}: {label}", fontsize=8, fontweight="bold", loc="left")
+        else:
+            ax.set_yticks([])
+            ax.set_title(f"{model}: all {len(dm)} cells refused ({reason_kind(dm['_refused'].iloc[0]).split(':')[0]};"
+                         " the reason in the note)", fontsize=8, fontweight="bold", loc="left")
+        ax.set_xlim(-0.6, max(len(confs), 2) - 0.4)
+        ax.set_xticks(range(len(confs)), confs, rotation=90, fontsize=6)
+        ax.tick_params(axis="y", labelsize=7)
+    legend_ax.legend(list(handles.values()), list(handles.keys()), loc="center", ncol=min(len(handles), 4),
+                     fontsize=7, frameon=False)
+    fig.suptitle(f"PROJECTED, not measured: {len(d)} cells; {calibration_line(d.assign(status='projected'))}",
+                 fontsize=9, color="#7f2704")
+    watermark(fig)
+    missing = [f"{n} refused ({why})" for why, n in Counter(reason_kind(r) for r in d["_refused"] if r).most_common()]
+    missing += cut
+    if not n_meas:
+        missing.append("no projected cell was measured (no filled marker)")
+    bottom = note(fig, missing)
+    fig.get_layout_engine().set(rect=(0, bottom, 1, 1 - bottom))
     res.n_points = len(d)
     res.cells = list(d["cell_id"])
+    res.missing = missing
     return fig, res

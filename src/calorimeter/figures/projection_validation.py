@@ -1,4 +1,15 @@
-"""Projection validation: predicted vs. measured for every held-out cell (``projection/validation.parquet``)."""
+"""Projection validation: the error distribution of every held-out cell, per metric and regime.
+
+The validation run (``projection/validation.parquet``): leave one configuration out over the committed
+current-engine sets, each configuration predicted by a calibration of its own GPU type and engine build fitted on
+every other cell (``relation`` ``match``), plus, where a committed prospective check exists (``prospective``: cells
+measured after the model was fixed, ``bench/projection_prospective.py``), those cells. One panel per metric; per
+GPU type and regime (the model's own, ``regime`` where the model names one, else host-bound or GPU-bound as projected,
+and extrapolated when the cell lies outside the calibration's range) the signed relative errors as points over
+their quartile box, the band the rows were given (its median, dashed) and, above, n, the median |error| and the share
+inside the band. Errors beyond the axis are drawn at its edge and counted. No legend per fold: the per-fold table is
+the CSV.
+"""
 
 from __future__ import annotations
 
@@ -7,63 +18,109 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 
-from calorimeter.figures.common import FigureResult, Tables  # noqa: E402
+from calorimeter.figures.common import FigureResult, Tables, note  # noqa: E402
 
 NAME = "projection_validation"
-TABLES = ("validation",)
-FOLD_MARKERS = ("o", "s", "^", "D", "v")
-PANELS = (("iteration_time_s", "iteration time (s)"), ("energy_per_token_j", "energy per token (J)"))
+TABLES = ("validation", "prospective")
+PANELS = (("tokens_per_s_per_gpu", "tokens/s per GPU"), ("energy_per_token_j", "energy per token"),
+          ("power_avg_w", "average GPU power"))
+#: signed relative errors beyond this are drawn at the axis' edge
+LIMIT = 0.5
+LOCO_COLOR, PROSPECTIVE_COLOR = "#1b6ca8", "#d95f02"
+
+
+def regime(df: pd.DataFrame, host_col: str) -> pd.Series:
+    """The regime of each row: the model's ``regime`` column where it has one, else ``host-bound`` / ``GPU-bound``
+    (as projected) with ``, extrapolated`` where the row lies outside the calibration's range."""
+    if "regime" in df.columns:
+        return df["regime"].fillna("").astype(str)
+    host = df[host_col].fillna(False).astype(bool) if host_col in df.columns else pd.Series(False, index=df.index)
+    ext = df["extrapolated"].fillna(False).astype(bool) if "extrapolated" in df.columns else host & False
+    return host.map({True: "host-bound", False: "GPU-bound"}) + ext.map({True: ", extrapolated", False: ""})
+
+
+def groups(tables: Tables) -> list[tuple[str, str, pd.DataFrame]]:
+    """(label, colour, rows) per group: leave-one-configuration-out rows per GPU type and regime, then the
+    prospective check's per GPU type."""
+    out = []
+    val = tables.get("validation", pd.DataFrame())
+    if not val.empty:
+        loco = val[val["relation"] == "match"] if "relation" in val.columns else val
+        loco = loco.assign(_regime=regime(loco, "predicted_host_bound"))
+        for (hw, reg), g in loco.groupby(["hardware", "_regime"], sort=True):
+            out.append((f"{str(hw).upper()} {reg}", LOCO_COLOR, g))
+    pro = tables.get("prospective", pd.DataFrame())
+    if pro is not None and not pro.empty:
+        hw = pro["cell_id"].str.extract(r"_(h\d+)-")[0].fillna("?") if "hardware" not in pro else pro["hardware"]
+        for h, g in pro.assign(_hw=hw).groupby("_hw", sort=True):
+            out.append((f"{str(h).upper()} prospective", PROSPECTIVE_COLOR, g))
+    return out
 
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
-    """Predicted vs. measured iteration time and energy per token of every held-out cell, per fold, with the
-    identity line and the 10% / 25% bands; cells beyond 25% are labelled (their notes are in the table), host-bound
-    cells hollow (the model does not claim them)."""
-    table = tables["validation"]
+    """The figure (module docstring)."""
     res = FigureResult(NAME)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
-    if table.empty:
+    gs = groups(tables)
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(max(10.0, 0.62 * len(gs) * len(PANELS) + 2), 5.4),
+                             sharey=True, layout="constrained")
+    if not gs:
         for ax in axes:
             ax.text(0.5, 0.5, "no held-out cell", ha="center", va="center", transform=ax.transAxes)
         res.missing.append("no validation fold")
+        return fig, res
+    rng = np.random.default_rng(0)  # the jitter: deterministic figures
+    beyond = 0
     for ax, (metric, label) in zip(axes, PANELS, strict=True):
-        meas, pred = f"{metric}_measured", f"{metric}_predicted"
-        d = table.dropna(subset=[meas, pred]) if not table.empty else table
-        if d.empty:
-            ax.set_title(f"{label}: nothing to compare")
-            continue
-        lo = 0.8 * float(min(d[meas].min(), d[pred].min()))
-        hi = 1.25 * float(max(d[meas].max(), d[pred].max()))
-        xs = np.geomspace(lo, hi, 50)
-        ax.plot(xs, xs, color="k", lw=0.8)
-        for band, alpha in ((0.10, 0.18), (0.25, 0.08)):
-            ax.fill_between(xs, xs * (1 - band), xs * (1 + band), color="grey", alpha=alpha, lw=0,
-                            label=f"±{band:.0%}")
-        for i, (fold, g) in enumerate(d.groupby("fold", sort=False)):
-            err = g[f"{metric}_rel_error"].abs()
-            host = g["notes"].fillna("").str.startswith("host-bound")
-            marker = FOLD_MARKERS[i % len(FOLD_MARKERS)]
-            eg = err[~host]
-            sc = ax.scatter(g.loc[~host, meas], g.loc[~host, pred], marker=marker, s=36, zorder=3,
-                            label=f"{fold}: median |err| {eg.median():.1%}, max {eg.max():.1%} (GPU-bound)")
-            if host.any():
-                ax.scatter(g.loc[host, meas], g.loc[host, pred], marker=marker, s=36, zorder=3,
-                           facecolors="none", edgecolors=sc.get_facecolor(),
-                           label=f"{fold}: host-bound, not modelled ({int(host.sum())})")
-            for r in g[(err > 0.25) & ~host].itertuples():
-                ax.annotate(f"{r.model} {r.parallel_label}", (getattr(r, meas), getattr(r, pred)), fontsize=6,
-                            xytext=(4, -8), textcoords="offset points")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-        ax.set_xlabel(f"measured {label}")
-        ax.set_ylabel(f"predicted {label}")
-        ax.legend(fontsize=7, loc="upper left")
-        res.n_points += len(d)
-    if not table.empty:
-        res.cells = sorted(set(table["cell_id"]))
-    fig.suptitle("Projection validation: held-out measured cells predicted from the others", fontsize=10)
-    fig.tight_layout()
+        err_col, band_col, cov_col = f"{metric}_rel_error", f"{metric}_band", f"{metric}_covered"
+        for i, (_name, color, g) in enumerate(gs):
+            e = pd.to_numeric(g.get(err_col, pd.Series(dtype=float)), errors="coerce").dropna().to_numpy()
+            if e.size == 0:
+                ax.text(i, 0, "n/a", ha="center", va="center", fontsize=6, color="#555555")
+                continue
+            ax.boxplot([np.clip(e, -LIMIT, LIMIT)], positions=[i], widths=0.5, showfliers=False,
+                       medianprops={"color": color}, boxprops={"color": color}, whiskerprops={"color": color},
+                       capprops={"color": color})
+            out = np.abs(e) > LIMIT
+            beyond += int(out.sum())
+            x = i + rng.uniform(-0.18, 0.18, e.size)
+            ax.plot(x[~out], e[~out], "o", ms=2.2, color=color, alpha=0.55, lw=0, gid=f"errors:{metric}")
+            ax.plot(x[out], np.sign(e[out]) * LIMIT, "^" if (e[out] > 0).all() else "v", ms=4, color=color, lw=0)
+            b = pd.to_numeric(g.get(band_col, pd.Series(dtype=float)), errors="coerce").dropna()
+            if len(b):
+                half = float(b.median())
+                ax.hlines([-half, half], i - 0.32, i + 0.32, colors=color, linestyles="--", lw=1.0,
+                          gid=f"band:{metric}")
+            cov = g[cov_col].dropna().astype(bool) if cov_col in g.columns else pd.Series(dtype=bool)
+            text = f"n={e.size}\n|e| {np.median(np.abs(e)):.1%}" + (f"\nin {cov.mean():.0%}" if len(cov) else "")
+            ax.text(i, LIMIT * 1.02, text, ha="center", va="bottom", fontsize=6)
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_ylim(-LIMIT * 1.05, LIMIT * 1.32)
+        ax.set_xticks(range(len(gs)), [n for n, _, _ in gs], rotation=60, ha="right", fontsize=7)
+        ax.set_title(label, fontsize=9)
+        ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:+.0%}"))
+        ax.grid(axis="y", lw=0.3, alpha=0.5)
+    axes[0].set_ylabel("predicted / measured - 1 (held-out cells)", fontsize=8)
+    val = tables.get("validation", pd.DataFrame())
+    n_loco = int((val["relation"] == "match").sum()) if "relation" in val.columns else len(val)
+    folds = val.loc[val["relation"] == "match", "fold"].nunique() if {"relation", "fold"} <= set(val.columns) else 0
+    pro = tables.get("prospective", pd.DataFrame())
+    fig.suptitle(f"Projection validation: leave one configuration out ({n_loco} held-out runs, {folds} "
+                 f"configurations; blue)" + (f" and the prospective check ({len(pro)} runs measured after the model "
+                                             "was fixed; orange)" if pro is not None and len(pro) else ""),
+                 fontsize=9)
+    missing = ["box: quartiles; dashed: the band the rows were given (median); in: share inside their band"]
+    if beyond:
+        missing.append(f"{beyond} errors beyond ±{LIMIT:.0%} drawn at the edge (triangles)")
+    other = val[val["relation"] != "match"] if "relation" in val.columns else val.iloc[:0]
+    if len(other):
+        med = other["tokens_per_s_per_gpu_rel_error"].abs().median()
+        missing.append(f"not drawn: {len(other)} cross-fingerprint predictions (another engine build's or GPU type's "
+                       f"calibration; tokens/s median |error| {med:.1%}; in the CSV)")
+    bottom = note(fig, missing)
+    fig.get_layout_engine().set(rect=(0, bottom, 1, 1 - bottom))
+    res.n_points = n_loco + (len(pro) if pro is not None else 0)
+    res.cells = sorted(set(val["cell_id"])) if "cell_id" in val.columns else []
+    res.missing = missing
     return fig, res

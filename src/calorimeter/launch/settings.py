@@ -74,6 +74,8 @@ PLUGIN_ALIASES = {"qos": "slurm_qos", "constraint": "slurm_constraint", "cpus_pe
 #: resources Snakemake sets on every rule (never an error; the memory ones become --mem when set explicitly)
 SNAKEMAKE_RESOURCES = frozenset({"_cores", "_nodes", "tmpdir", "mem", "mem_mb", "mem_mib", "disk", "disk_mb",
                                  "disk_mib", "slurm_slots", "threads"})
+#: resources the workflow sets on the train rule for its own messages (workflow/rules/train.smk), never a setting
+WORKFLOW_RESOURCES = frozenset({"projected_wall"})
 #: plugin resources calorimeter does not take, and why
 REFUSED_RESOURCES = {
     "nodes": "the cell decides the nodes (`nodes:` in the sweep)",
@@ -135,7 +137,7 @@ def _plugin_resources(resources: dict[str, Any], explicit: set[str] | None, out:
     """The resources in calorimeter's names: plugin names translated (into ``out["slurm"]`` where they have no
     calorimeter name), Snakemake's implicit ones dropped, refused and unknown names raised (module docstring)."""
     given = set(resources) if explicit is None else {k for k in resources if k in explicit or
-                                                     k not in SNAKEMAKE_RESOURCES}
+                                                     k not in SNAKEMAKE_RESOURCES | WORKFLOW_RESOURCES}
     known = sorted({*LAUNCHER_RESOURCES, *SLURM_RESOURCES, *PLUGIN_ALIASES, "mem_mb", "mem_mib", "mem_mb_per_cpu",
                     "slurm_extra", "gpu", "gres", "gpu_model", *_CLUSTER_NAMES})
     where = "resource {} of rule train (profile or --set-resources)"

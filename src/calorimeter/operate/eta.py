@@ -6,19 +6,22 @@ For each hardware profile, the finished ``ok`` training cells give (medians over
 * the time around the steps (launch, start-up, collection): wall time minus the warm-up and the stepped time;
 * with ``warmup: steady``, the warm-up's length in seconds.
 
-A cell left then takes: that overhead + its steps' time, each step ``model_flops_per_iteration / (world_size x
+Before a cell of a hardware profile has finished, its training cells take their projected wall time
+(:mod:`calorimeter.projection.cost`: the committed calibration's step time, the cell's warm-up and measured steps and
+the measured start-up); from the first finished cell on, what the finished cells achieved. A cell left then takes:
+that overhead + its steps' time, each step ``model_flops_per_iteration / (world_size x
 FLOP/s per device)``; with a fixed warm-up (CPU ranks, ``warmup: fixed``) ``warmup_steps + measured_steps +
 profile_steps`` steps, with a steady one the warm-up's seconds + ``max(measured_steps steps, measured_min_s)`` +
 the profiled steps. A running cell takes the larger of what its progress file says is left and its estimate minus
 its time so far (:func:`running_left_s`). Non-training kinds take the median wall time of their kind's finished
 cells. The sweep's ETA divides the work left by the cells running now (at least one; a local sweep runs one cell at
 a time) and is never shorter than the longest running cell's remaining time. Cells of a hardware or kind without
-a finished cell have no estimate and are counted apart. It is an estimate: layouts differ in efficiency.
+a finished cell and without a projected wall time have no estimate and are counted apart. It is an estimate: layouts
+differ in efficiency.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +29,7 @@ from typing import Any
 from calorimeter.operate.state import CellStatus
 from calorimeter.plan.hardware import accelerator_of
 from calorimeter.plan.plan import PlannedCell
+from calorimeter.projection.cost import CellCost, record_timing
 from calorimeter.records.run_record import RunRecord
 
 
@@ -49,12 +53,25 @@ class Eta:
     running: int
     parallel: int
     based_on: int
+    #: cells left estimated from their projected wall time (no finished cell of their hardware yet)
+    projected: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able."""
         return {"eta_s": self.seconds, "cells_left": self.cells_left,
                 "cells_without_estimate": self.cells_without_estimate, "running": self.running,
-                "parallel": self.parallel, "based_on_finished_cells": self.based_on}
+                "parallel": self.parallel, "based_on_finished_cells": self.based_on,
+                "cells_from_projection": self.projected}
+
+    def _basis(self) -> str:
+        """What the estimate rests on."""
+        parts = []
+        if self.based_on:
+            parts.append(f"from {n_cells(self.based_on)} finished")
+        if self.projected:
+            parts.append(f"{n_cells(self.projected)} from projected wall times until a cell of their hardware "
+                         "finishes")
+        return "; ".join(parts)
 
     def describe(self) -> str:
         """One line for the terminal."""
@@ -63,12 +80,12 @@ class Eta:
         where = f"{n_cells(self.cells_left)} left, {self.running} running"
         if self.seconds is None:
             return f"ETA: unknown until a cell of each hardware and kind finishes ({where})"
+        basis = self._basis()
         if self.cells_without_estimate:
             return (f"ETA: at least ~{format_duration(self.seconds)} ({where}, {self.parallel} at a time; "
                     f"{n_cells(self.cells_without_estimate)} without an estimate until a cell of their hardware and "
-                    "kind finishes)")
-        return (f"ETA: ~{format_duration(self.seconds)} ({where}, {self.parallel} at a time; from "
-                f"{n_cells(self.based_on)} finished)")
+                    f"kind finishes{'; ' + basis if basis else ''})")
+        return f"ETA: ~{format_duration(self.seconds)} ({where}, {self.parallel} at a time; {basis})"
 
 
 def n_cells(n: int) -> str:
@@ -93,20 +110,15 @@ def _is_fixed(pc: PlannedCell) -> bool:
 
 
 def _finished_sample(rec: RunRecord) -> tuple[float, float, float] | None:
-    """(FLOP/s per device, overhead s, warm-up s) of one finished ok training record."""
-    m = rec.metrics
-    wall = rec.launcher.get("wall_time_s")
-    it, flops, world = m.get("iteration_time_s"), m.get("model_flops_per_iteration"), rec.cell.get("world_size")
-    if not all(isinstance(x, int | float) and x > 0 for x in (wall, it, flops, world)):
+    """(FLOP/s per device, overhead s, warm-up s) of one finished ok training record (overhead NaN where its wall
+    time covers only the wait after re-attaching)."""
+    it, flops, world = rec.metrics.get("iteration_time_s"), rec.metrics.get("model_flops_per_iteration"), \
+        rec.cell.get("world_size")
+    timing = record_timing(rec)
+    if timing is None or not all(isinstance(x, int | float) and x > 0 for x in (flops, world)):
         return None
-    steps = [s.get("phase") for s in rec.loss]
-    warm = float(rec.warmup.get("seconds") or 0.0)
-    if not warm:
-        warm = steps.count("warmup") * it
-    stepped = warm + (steps.count("measured") + steps.count("profiled")) * it
-    if rec.launcher.get("reattached"):
-        return flops / it / world, math.nan, warm  # its wall time covers only the wait after re-attaching
-    return flops / it / world, max(wall - stepped, 0.0), warm
+    overhead, warm = timing
+    return flops / it / world, overhead, warm
 
 
 def bases(statuses: list[CellStatus]) -> dict[str, Basis]:
@@ -153,9 +165,11 @@ def running_left_s(cs: CellStatus, estimate_s: float | None) -> float | None:
     return by_progress if by_estimate is None else max(by_progress, by_estimate)
 
 
-def estimate(cells: list[PlannedCell], statuses: list[CellStatus], profile_steps: int) -> Eta:
+def estimate(cells: list[PlannedCell], statuses: list[CellStatus], profile_steps: int,
+             projected: dict[str, CellCost] | None = None) -> Eta:
     """The ETA of the cells still to run (planned, queued, running); failed and interrupted cells wait for a rerun
-    and are not counted."""
+    and are not counted. ``projected``: cell id -> projected wall time, for training cells of a hardware without a
+    finished cell."""
     by_hw = bases(statuses)
     kind_walls: dict[str, list[float]] = {}
     for cs in statuses:
@@ -164,7 +178,7 @@ def estimate(cells: list[PlannedCell], statuses: list[CellStatus], profile_steps
             kind_walls.setdefault(rec.kind, []).append(float(cs.elapsed_s))
     left: list[float] = []
     running_left: list[float] = []
-    missing = 0
+    missing = n_projected = 0
     n_left = n_running = 0
     for pc, cs in zip(cells, statuses, strict=True):
         if cs.state not in ("planned", "queued", "running"):
@@ -172,6 +186,9 @@ def estimate(cells: list[PlannedCell], statuses: list[CellStatus], profile_steps
         n_left += 1
         if pc.cell.kind == "train":
             est = cell_estimate_s(pc, by_hw.get(pc.cell.hardware), profile_steps)
+            proj = (projected or {}).get(pc.cell.cell_id)
+            if est is None and proj is not None and proj.projected:
+                est, n_projected = proj.wall_s, n_projected + 1
         else:
             walls = kind_walls.get(pc.cell.kind)
             est = statistics.median(walls) if walls else None
@@ -189,4 +206,4 @@ def estimate(cells: list[PlannedCell], statuses: list[CellStatus], profile_steps
     seconds = None
     if left:
         seconds = max(sum(left) / parallel, max(running_left, default=0.0))
-    return Eta(seconds, n_left, missing, n_running, parallel, based_on)
+    return Eta(seconds, n_left, missing, n_running, parallel, based_on, n_projected)

@@ -11,6 +11,7 @@ from typing import Any
 from calorimeter.operate.eta import Eta, estimate, format_duration, n_cells
 from calorimeter.operate.state import STATES, CellStatus, cell_status, open_job_ids, slurm_view
 from calorimeter.plan.plan import Plan, make_plan
+from calorimeter.projection.cost import SweepCost, sweep_cost
 from calorimeter.records.paths import CellPaths
 
 
@@ -36,14 +37,17 @@ def cell_folders(plan: Plan) -> list[CellPaths]:
     return [CellPaths.of(plan.results_dir, pc.cell.sweep, pc.cell.cell_id) for pc in plan.cells]
 
 
-def sweep_status(plan: Plan, now: float | None = None) -> SweepStatus:
-    """The state of every cell of ``plan`` (SLURM asked once for all open jobs)."""
+def sweep_status(plan: Plan, now: float | None = None, cost: SweepCost | None = None) -> SweepStatus:
+    """The state of every cell of ``plan`` (SLURM asked once for all open jobs); ``cost``: its projected wall times
+    (default: priced with the committed calibration), the ETA's start until a cell of each hardware finishes."""
     now = time.time() if now is None else now
     folders = cell_folders(plan)
     jobs = open_job_ids([f for pc, f in zip(plan.cells, folders, strict=True) if pc.status == "planned"])
     scheduler = slurm_view(jobs)
     cells = [cell_status(pc, f, scheduler, now) for pc, f in zip(plan.cells, folders, strict=True)]
-    eta = estimate(plan.cells, cells, int(plan.config.get("telemetry", {}).get("profile_steps", 0) or 0))
+    cost = cost if cost is not None else sweep_cost(plan)
+    eta = estimate(plan.cells, cells, int(plan.config.get("telemetry", {}).get("profile_steps", 0) or 0),
+                   cost.by_id())
     return SweepStatus(plan, cells, eta, now, scheduler is not None)
 
 

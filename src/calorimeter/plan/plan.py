@@ -144,14 +144,16 @@ TABLE_COLUMNS = (
 )
 
 
-def format_table(plan: Plan) -> str:
-    """Human-readable table of a plan."""
-    rows = [plan_row(c) for c in plan.cells]
-    widths = {k: max(len(k), *(len(r[k]) for r in rows)) if rows else len(k) for k in TABLE_COLUMNS[:-1]}
-    head = "  ".join(k.ljust(widths[k]) for k in TABLE_COLUMNS[:-1]) + "  reasons"
+def format_table(plan: Plan, extra: dict[str, dict[str, str]] | None = None) -> str:
+    """Human-readable table of a plan; ``extra``: more columns (name -> cell id -> text) before the reasons."""
+    extra = extra or {}
+    rows = [{**plan_row(c), **{k: v.get(c.cell.cell_id, "") for k, v in extra.items()}} for c in plan.cells]
+    cols = [*TABLE_COLUMNS[:-1], *extra]
+    widths = {k: max(len(k), *(len(r[k]) for r in rows)) if rows else len(k) for k in cols}
+    head = "  ".join(k.ljust(widths[k]) for k in cols) + "  reasons"
     lines = [head]
     for r in rows:
-        lines.append("  ".join(r[k].ljust(widths[k]) for k in TABLE_COLUMNS[:-1]) + "  " + r["reasons"])
+        lines.append("  ".join(r[k].ljust(widths[k]) for k in cols) + "  " + r["reasons"])
     n_pl = len(plan.runnable)
     lines.append(f"{len(plan.cells)} cells: {n_pl} planned, {len(plan.cells) - n_pl} pruned (sweep {plan.sweep})")
     return "\n".join(lines)
@@ -168,7 +170,10 @@ def plan_row(c: PlannedCell) -> dict[str, str]:
     return out
 
 
-def format_json(plan: Plan) -> str:
-    """The plan as JSON (every parameter of every cell)."""
-    return json.dumps({"sweep": plan.sweep, "results_dir": plan.results_dir,
-                       "cells": [c.to_dict() for c in plan.cells]}, indent=1, default=str)
+def format_json(plan: Plan, extra: dict[str, dict[str, Any]] | None = None, **more: Any) -> str:
+    """The plan as JSON (every parameter of every cell; ``extra``: cell id -> more keys of that cell; ``more``: more
+    top-level keys)."""
+    extra = extra or {}
+    return json.dumps({"sweep": plan.sweep, "results_dir": plan.results_dir, **more,
+                       "cells": [{**c.to_dict(), **extra.get(c.cell.cell_id, {})} for c in plan.cells]}, indent=1,
+                      default=str)

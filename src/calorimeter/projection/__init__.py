@@ -18,18 +18,35 @@ job:
 * :mod:`~calorimeter.projection.settings`: the ``projection:`` config block, resolved (every default once);
 * :mod:`~calorimeter.projection.model`: one cell's projected row with what is calibrated and what is assumed;
 * :mod:`~calorimeter.projection.sweep`: every planned cell of a sweep;
+* :mod:`~calorimeter.projection.study`: every cell of a plan as a row: projected, refused (with the reason) or pruned;
+* :mod:`~calorimeter.projection.cost`: what a sweep costs before it runs (wall time per cell, GPU-hours);
 * :mod:`~calorimeter.projection.validation`: held-out measured cells predicted from the others (leave one
   configuration out), band coverage, cross-fingerprint error.
+
+The names below are imported when first used: ``calorimeter plan`` reads the cost module (and its cache) without
+paying for pandas and the fitted model.
 
 See docs/projection.md.
 """
 
-from calorimeter.projection.calibration import Calibration, calibrate
-from calorimeter.projection.measured import MeasuredSet, load_measured
-from calorimeter.projection.model import Projector
-from calorimeter.projection.settings import DEFAULT_CALIBRATION, ProjectionSettings
-from calorimeter.projection.sweep import project_plan
-from calorimeter.projection.validation import Fold, loco, loco_summary, summarize, validate
+from __future__ import annotations
 
-__all__ = ["DEFAULT_CALIBRATION", "Calibration", "Fold", "MeasuredSet", "ProjectionSettings", "Projector",
-           "calibrate", "load_measured", "loco", "loco_summary", "project_plan", "summarize", "validate"]
+import importlib
+from typing import Any
+
+#: exported name -> the module that defines it
+_EXPORTS = {
+    "Calibration": "calibration", "calibrate": "calibration", "MeasuredSet": "measured", "load_measured": "measured",
+    "Projector": "model", "DEFAULT_CALIBRATION": "settings", "ProjectionSettings": "settings",
+    "project_plan": "sweep", "Fold": "validation", "loco": "validation", "loco_summary": "validation",
+    "summarize": "validation", "validate": "validation",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = sorted(_EXPORTS)

@@ -1,4 +1,5 @@
-"""The artifact-evaluation subcommands of ``calorimeter``: ``compare`` and ``export``."""
+"""The artifact-evaluation subcommands of ``calorimeter``: ``compare``, ``rebuild``, ``export`` and
+``project-study``."""
 
 from __future__ import annotations
 
@@ -83,6 +84,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(func=_compare)
     add_rebuild(sub)
     add_export(sub)
+    add_project_study(sub)
 
 
 def _rebuild(args: argparse.Namespace) -> int:
@@ -146,3 +148,34 @@ def add_export(sub: argparse._SubParsersAction) -> None:
                    "measured step")
     e.add_argument("--repeat", type=int, default=0, help="which repetition to export (default 0)")
     e.set_defaults(func=_export)
+
+
+def _project_study(args: argparse.Namespace) -> int:
+    from calorimeter.reproduce.study import project_study  # heavy: pandas, matplotlib, the fitted model
+
+    try:
+        done = project_study(args.out, args.calibration, args.results_dir, figures=not args.no_figures)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for s in done:
+        st = s.rows["status"].value_counts().to_dict()
+        print(f"{s.file}: {', '.join(f'{n} {k}' for k, n in st.items())}; {s.cost.lines()[0]}"
+              + (f"; measured cells drawn from {s.measured}" if s.measured else ""))
+    print(f"written {args.out}/README.md, cost.csv, <sweep>/projected.csv" + ("" if args.no_figures else
+                                                                                ", figures/"))
+    return 0
+
+
+def add_project_study(sub: argparse._SubParsersAction) -> None:
+    """Register ``project-study``."""
+    p = sub.add_parser("project-study", help="project the study's four sweeps at its scale (32-64 GPUs) with bands "
+                       "and their cost, and draw the study's figures from them, marked projected (nothing runs)")
+    p.add_argument("--calibration", help="a folder with calibration.json and timing.json (default: the committed "
+                   "set), or a calibration.json just fitted by `snakemake projection` (copied to --out, with the "
+                   "start-up measured on its sources)")
+    p.add_argument("--out", default="results/study-projected", help="where to write (default results/study-projected)")
+    p.add_argument("--results-dir", default="results", help="where measured study sweeps would be: their cells are "
+                   "drawn beside the projected ones (default results)")
+    p.add_argument("--no-figures", action="store_true", help="the tables, cost and README only")
+    p.set_defaults(func=_project_study)
