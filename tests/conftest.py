@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "config" / "sweeps"
+# the cost before running keeps projected steps in a cache (calorimeter.projection.cost): the tests', and their
+# subprocesses', in a scratch folder of this run, never the user's
+os.environ.setdefault("CALORIMETER_CACHE_DIR", tempfile.mkdtemp(prefix="calorimeter-test-cache-"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

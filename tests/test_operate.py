@@ -257,6 +257,27 @@ def test_eta_scales_the_finished_cells_by_the_plans_flops(sweep: Path) -> None:
     assert empty.seconds is None and "unknown until" in empty.describe()
 
 
+def test_eta_starts_from_projected_wall_times_then_moves_to_the_finished_cells(sweep: Path) -> None:
+    from calorimeter.projection.cost import CellCost
+
+    plan = plan_file(sweep)
+    pcs, folders = plan.cells, cell_folders(plan)
+    runnable = [pc for pc in pcs if pc.status == "planned"]
+    projected = {pc.cell.cell_id: CellCost(pc.cell.cell_id, 1, 50.0, 40.0, 60.0) for pc in runnable[1:]}
+    projected[runnable[0].cell.cell_id] = CellCost(runnable[0].cell.cell_id, 1, why_not="kind command")
+    nothing = [cell_status(pc, CellPaths(Path("/nonexistent")), {}) for pc in pcs]
+    eta = estimate(pcs, nothing, 1, projected)
+    # before any cell finished: each projected cell its projected wall time; the one without counted apart
+    assert eta.seconds == pytest.approx(50.0 * (len(runnable) - 1))
+    assert (eta.projected, eta.cells_without_estimate, eta.based_on) == (len(runnable) - 1, 1, 0)
+    assert "from projected wall times" in eta.describe() and "at least" in eta.describe()
+    # once a cell of the hardware finished: what it achieved, never the projection
+    _finish(pcs[0], folders[0], "20260101T000000Z", [_rank(step_s=0.1)], wall_s=20.0)
+    st = sweep_status(plan, cost=None)
+    measured = estimate(pcs, st.cells, 1, projected)
+    assert measured.projected == 0 and measured.seconds == pytest.approx(estimate(pcs, st.cells, 1).seconds)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # rerun: selection and setting records aside
 

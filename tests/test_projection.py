@@ -403,7 +403,7 @@ def test_snakemake_projection_target(tmp_path) -> None:
     assert used["error_band"]["tokens_per_s_per_gpu"] > 0 and used["coverage"]["stated"] == 0.9
     assert proj["extrapolated"].all()  # 8-GPU cells: the current engine is measured on 1-2 GPUs
     assert f"calibration {used['key']} [match]" in r.stderr  # the console names the calibration used
-    for fig in ("projection", "projection_validation"):
+    for fig in ("projection", "projection_validation", "projected_fig04_parallelism"):
         assert (out / "figures" / f"{fig}.png").stat().st_size > 10_000
 
 

@@ -41,6 +41,11 @@ def test_dry_run_of_each_study_sweep(sweep: str, tmp_path: Path) -> None:
     m = re.search(r"^train\s+(\d+)$", out, re.M)
     assert (int(m.group(1)) if m else 0) == planned
     assert "pruned" in out  # the onstart summary reports planned and pruned counts
+    # the cost before running: the sweep's GPU-hours from the committed calibration, each train job's wall time
+    assert re.search(r"calorimeter: projected cost of \d+ planned cells?: [\d,.]+ GPU-hours", out), out[:3000]
+    if sweep == "h200-optimization":
+        assert re.search(r"train \S+ \(projected wall time \d+ min \(", out)
+        assert "(no projected wall time: MoE" in out
 
 
 def test_bad_config_is_reported_before_anything_runs(tmp_path: Path) -> None:
@@ -79,6 +84,10 @@ def test_default_sweep_end_to_end(tmp_path: Path) -> None:
         assert meta["status"] == "stopped" and meta["unavailable"]
     assert (sweep / "summary.csv").is_file()
     assert (sweep / "figures" / "throughput.png").stat().st_size > 10_000
+    # the study's sweeps at their scale, projected from the committed calibration (study_projection)
+    study = tmp_path / "study-projected"
+    assert "GPU-hours" in (study / "README.md").read_text()
+    assert (study / "figures" / "projected_fig08_optimization-h200-optimization.png").stat().st_size > 10_000
     _status_of_the_finished_sweep(tmp_path, plan)
     report = sweep / "report.html"
     r = snakemake("--config", f"results_dir={tmp_path}", "--report", str(report))

@@ -142,7 +142,7 @@ def calibration_line(df: pd.DataFrame) -> str:
         return "no projected cell"
     cov = p["band_coverage"].dropna() if "band_coverage" in p.columns else pd.Series(dtype=float)
     stated = f"; bands: {cov.iloc[0]:.0%} stated coverage" if len(cov) else ""
-    return f"calibration {', '.join(sorted(set(p['calibration'].astype(str))))}{stated}"
+    return f"calibration {', '.join(sorted(set(p['calibration'].dropna().astype(str))))}{stated}"
 
 
 def draw(tables: Tables, figure: str) -> tuple[plt.Figure, FigureResult]:

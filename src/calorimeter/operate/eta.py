@@ -29,7 +29,7 @@ from typing import Any
 from calorimeter.operate.state import CellStatus
 from calorimeter.plan.hardware import accelerator_of
 from calorimeter.plan.plan import PlannedCell
-from calorimeter.projection.cost import CellCost, record_timing
+from calorimeter.projection.cost import CellCost, duration, record_timing
 from calorimeter.records.run_record import RunRecord
 
 
@@ -94,15 +94,10 @@ def n_cells(n: int) -> str:
 
 
 def format_duration(seconds: float | None) -> str:
-    """``45 s``, ``12 min``, ``3.4 h``."""
-    if seconds is None or seconds != seconds:
+    """``45 s``, ``12 min``, ``3.4 h`` (:func:`calorimeter.projection.cost.duration`)."""
+    if seconds is None:
         return "-"
-    seconds = max(seconds, 0.0)  # a clock read just before the submission time: never "-0 s"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    return duration(max(seconds, 0.0) if seconds == seconds else seconds)  # a clock read early: never "-0 s"
 
 
 def _is_fixed(pc: PlannedCell) -> bool:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.hardware import get_profile
 from calorimeter.plan.models import get_model
+from calorimeter.projection.coverage import uncovered
 
 if TYPE_CHECKING:
     from calorimeter.plan.plan import Plan
@@ -216,7 +217,6 @@ class CellCost:
         return (f"{duration(self.wall_s)} ({self.wall_low_s / scale:.{_digits(self.wall_low_s / scale)}f}-"
                 f"{self.wall_high_s / scale:.{_digits(self.wall_high_s / scale)}f} {unit})")
 
-
     def sentence(self) -> str:
         """``projected wall time 7.2 min (6.1-8.9 min)`` or ``no projected wall time: <why>``."""
         return f"projected wall time {self.describe()}" if self.projected else f"no projected wall time: {self.why_not}"
@@ -312,7 +312,7 @@ def duration(seconds: float) -> str:
     if seconds != seconds:
         return "-"
     unit, scale = _unit(seconds)
-    return f"{seconds / scale:.{_digits(seconds / scale) if unit == 'h' else 0}f} {unit}"
+    return f"{seconds / scale:.{1 if unit == 'h' else 0}f} {unit}"
 
 
 def sweep_cost(plan: Plan, folder: str | Path | None = None, cache: Path | None = None) -> SweepCost:
@@ -349,10 +349,16 @@ def _relative(path: Path) -> str:
 # ---- projected steps, cached ----
 
 
+#: the cache's folder, where set (tests point it at a scratch folder)
+CACHE_ENV = "CALORIMETER_CACHE_DIR"
+
+
 def cache_path() -> Path:
-    """The cache file (``$XDG_CACHE_HOME/calorimeter/``, default ``~/.cache/calorimeter/``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "calorimeter" / "projected-steps.json"
+    """The cache file: in ``$CALORIMETER_CACHE_DIR``, else ``$XDG_CACHE_HOME/calorimeter/`` (default
+    ``~/.cache/calorimeter/``)."""
+    folder = os.environ.get(CACHE_ENV) or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                                              / "calorimeter")
+    return Path(folder) / "projected-steps.json"
 
 
 def _code_digest() -> str:
@@ -389,6 +395,7 @@ def projected_steps(cells: list[Cell], calibration: Path, network: dict | None =
     except (OSError, ValueError, KeyError, TypeError):
         known = {}
     keys = {c.cell_id: _cell_key(c) for c in cells}
+    known.update({keys[c.cell_id]: Step(why_not=why).to_dict() for c in cells if (why := uncovered(c))})
     todo = [c for c in cells if keys[c.cell_id] not in known]
     if todo:
         for cid, step in _project(todo, calibration, network, engine).items():
@@ -420,5 +427,6 @@ def _project(cells: list[Cell], calibration: Path, network: dict | None, engine:
     return out
 
 
-__all__ = ["COMMITTED_SET", "CellCost", "Step", "SweepCost", "Timing", "cache_path", "cell_cost", "committed_set",
-           "duration", "measure_timing", "projected_steps", "record_timing", "stepped_s", "sweep_cost", "warmup_s"]
+__all__ = ["CACHE_ENV", "COMMITTED_SET", "CellCost", "Step", "SweepCost", "Timing", "cache_path", "cell_cost",
+           "committed_set", "duration", "measure_timing", "projected_steps", "record_timing", "stepped_s",
+           "sweep_cost", "warmup_s"]

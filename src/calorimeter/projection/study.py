@@ -20,10 +20,10 @@ from typing import Any
 
 import pandas as pd
 
-from calorimeter.plan.cell import TRAINING_KINDS, Cell
-from calorimeter.plan.hardware import accelerator_of
+from calorimeter.plan.cell import Cell
 from calorimeter.plan.plan import Plan
 from calorimeter.projection.calibration import Calibration, load_calibrations
+from calorimeter.projection.coverage import uncovered
 from calorimeter.projection.model import Projector
 from calorimeter.projection.sweep import choose_calibration
 
@@ -35,16 +35,7 @@ STATUS_PROJECTED, STATUS_REFUSED, STATUS_PRUNED = "projected", "refused", "prune
 def reason_kind(reason: str) -> str:
     """A reason without its numbers and details, to count cells by it: ``estimated memory # GB per device exceeds the
     # GB of h200``."""
-    return re.sub(r"\d+(\.\d+)?", "#", str(reason).split(" (")[0].split(";")[0]).strip()
-
-
-def uncovered(cell: Cell) -> str:
-    """Why the projection cannot price a cell at all ("" when it can try)."""
-    if cell.kind not in TRAINING_KINDS:
-        return f"kind {cell.kind}: not a training cell the projection models"
-    if accelerator_of(cell.hardware) == "cpu":
-        return "CPU ranks: the projection is calibrated on GPUs only"
-    return ""
+    return re.sub(r"(?<![A-Za-z\d.])\d+(\.\d+)?", "#", str(reason).split(" (")[0].split(";")[0]).strip()
 
 
 def refusal(row: dict[str, Any]) -> str:
@@ -115,4 +106,4 @@ def plan_rows(plan: Plan, proj: StudyProjector) -> pd.DataFrame:
 
 
 __all__ = ["REFUSED_COLUMN", "STATUS_PROJECTED", "STATUS_PRUNED", "STATUS_REFUSED", "StudyProjector", "plan_rows",
-           "reason_kind", "refusal", "uncovered"]
+           "reason_kind", "refusal"]
