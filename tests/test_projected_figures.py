@@ -16,8 +16,8 @@ from conftest import ROOT, SWEEPS
 
 from calorimeter.figures import projected_study, projection, projection_validation
 from calorimeter.plan.plan import plan_file
-from calorimeter.projection.cost import committed_set
 from calorimeter.projection.calibration import load_calibrations
+from calorimeter.projection.cost import committed_set
 from calorimeter.projection.study import StudyProjector, plan_rows, reason_kind, refusal
 from calorimeter.projection.sweep import project_plan
 from calorimeter.reproduce.study import project_study
@@ -125,3 +125,16 @@ def test_study_set_tables_cost_and_readme(tmp_path: Path) -> None:
     committed = committed_set()
     assert json.loads((committed / "calibration.json").read_text())["model_version"] >= 1
     assert (committed / "README.md").is_file() and (committed / "h200-optimization" / "projected.csv").is_file()
+
+
+def test_an_outdated_committed_calibration_refuses_every_cell_and_says_how_to_rebuild(tmp_path: Path) -> None:
+    folder = tmp_path / "set"
+    folder.mkdir()
+    (folder / "calibration.json").write_text(json.dumps({"model_version": 1, "calibrations": []}))
+    (folder / "timing.json").write_text("{}")
+    done = project_study(tmp_path / "out", folder, sweeps={"config/sweeps/h200-parallelism.yaml": "fig04_parallelism"},
+                         root=ROOT)
+    rows = done[0].rows
+    assert (rows["status"] == "refused").all() and rows["reason"].str.startswith("no usable calibration").all()
+    assert "Nothing projected: no usable calibration" in (tmp_path / "out" / "README.md").read_text()
+    assert (tmp_path / "out" / "figures" / "projected_fig04_parallelism-h200-parallelism.png").is_file()

@@ -125,8 +125,8 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
         ax.tick_params(axis="y", labelsize=7)
     legend_ax.legend(list(handles.values()), list(handles.keys()), loc="center", ncol=min(len(handles), 4),
                      fontsize=7, frameon=False)
-    fig.suptitle(f"PROJECTED, not measured: {len(d)} cells; {calibration_line(d[d['_refused'] == ''].assign(status='projected'))}",
-                 fontsize=9, color="#7f2704")
+    kept = d[d["_refused"] == ""].assign(status="projected")
+    fig.suptitle(f"PROJECTED, not measured: {len(d)} cells; {calibration_line(kept)}", fontsize=9, color="#7f2704")
     watermark(fig)
     missing = [f"{n} refused ({why})" for why, n in Counter(reason_kind(r) for r in d["_refused"] if r).most_common()]
     missing += cut

@@ -26,6 +26,10 @@ NAME = "projection_validation"
 TABLES = ("validation", "prospective")
 PANELS = (("tokens_per_s_per_gpu", "tokens/s per GPU"), ("energy_per_token_j", "energy per token"),
           ("power_avg_w", "average GPU power"))
+#: validation designs drawn (a table without ``design`` is one of held-out configurations): held-out configurations,
+#: and the extrapolation folds that measure a regime's error (calorimeter.projection.validation)
+HELD_OUT_DESIGNS = ("loco", "fold")
+DRAWN_DESIGNS = (*HELD_OUT_DESIGNS, "scale", "moe-from-dense")
 #: signed relative errors beyond this are drawn at the axis' edge
 LIMIT = 0.5
 LOCO_COLOR, PROSPECTIVE_COLOR = "#1b6ca8", "#d95f02"
@@ -41,16 +45,28 @@ def regime(df: pd.DataFrame, host_col: str) -> pd.Series:
     return host.map({True: "host-bound", False: "GPU-bound"}) + ext.map({True: ", extrapolated", False: ""})
 
 
+def drawn_rows(val: pd.DataFrame) -> pd.DataFrame:
+    """The validation rows drawn: predicted by their own engine's calibration (``relation`` ``match``), of a design
+    that measures a regime's error where the table names designs (held-out configurations and extrapolation folds,
+    :data:`DRAWN_DESIGNS`); predictions across engine builds and GPU types are summarised, not drawn."""
+    keep = val["relation"] == "match" if "relation" in val.columns else pd.Series(True, index=val.index)
+    if "design" in val.columns:
+        keep &= val["design"].isin(DRAWN_DESIGNS)
+    return val[keep]
+
+
 def groups(tables: Tables) -> list[tuple[str, str, pd.DataFrame]]:
-    """(label, colour, rows) per group: leave-one-configuration-out rows per GPU type and regime, then the
-    prospective check's per GPU type."""
+    """(label, colour, rows) per group: the drawn validation rows per GPU type, regime and (beyond the held-out
+    configurations) design, then the prospective check's per GPU type."""
     out = []
     val = tables.get("validation", pd.DataFrame())
     if not val.empty:
-        loco = val[val["relation"] == "match"] if "relation" in val.columns else val
-        loco = loco.assign(_regime=regime(loco, "predicted_host_bound"))
-        for (hw, reg), g in loco.groupby(["hardware", "_regime"], sort=True):
-            out.append((f"{str(hw).upper()} {reg}", LOCO_COLOR, g))
+        rows = drawn_rows(val)
+        design = rows["design"] if "design" in rows.columns else pd.Series("loco", index=rows.index)
+        rows = rows.assign(_regime=regime(rows, "predicted_host_bound"),
+                           _design=design.map(lambda d: "" if d in HELD_OUT_DESIGNS else f" ({d} fold)"))
+        for (hw, reg, des), g in rows.groupby(["hardware", "_regime", "_design"], sort=True):
+            out.append((f"{str(hw).upper()} {reg}{des}", LOCO_COLOR, g))
     pro = tables.get("prospective", pd.DataFrame())
     if pro is not None and not pro.empty:
         hw = pro["cell_id"].str.extract(r"_(h\d+)-")[0].fillna("?") if "hardware" not in pro else pro["hardware"]
@@ -103,24 +119,26 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
         ax.grid(axis="y", lw=0.3, alpha=0.5)
     axes[0].set_ylabel("predicted / measured - 1 (held-out cells)", fontsize=8)
     val = tables.get("validation", pd.DataFrame())
-    n_loco = int((val["relation"] == "match").sum()) if "relation" in val.columns else len(val)
-    folds = val.loc[val["relation"] == "match", "fold"].nunique() if {"relation", "fold"} <= set(val.columns) else 0
+    drawn = drawn_rows(val) if not val.empty else val
+    held = drawn[drawn["design"].isin(HELD_OUT_DESIGNS)] if "design" in drawn.columns else drawn
+    n_loco, folds = len(held), held["fold"].nunique() if "fold" in held.columns else 0
     pro = tables.get("prospective", pd.DataFrame())
     fig.suptitle(f"Projection validation: leave one configuration out ({n_loco} held-out runs, {folds} "
-                 f"configurations; blue)" + (f" and the prospective check ({len(pro)} runs measured after the model "
-                                             "was fixed; orange)" if pro is not None and len(pro) else ""),
-                 fontsize=9)
+                 "configurations" + (f"; {len(drawn) - n_loco} runs of extrapolation folds" if len(drawn) > n_loco
+                                     else "") + "; blue)"
+                 + (f" and the prospective check ({len(pro)} runs measured after the model was fixed; orange)"
+                    if pro is not None and len(pro) else ""), fontsize=9)
     missing = ["box: quartiles; dashed: the band the rows were given (median); in: share inside their band"]
     if beyond:
         missing.append(f"{beyond} errors beyond ±{LIMIT:.0%} drawn at the edge (triangles)")
-    other = val[val["relation"] != "match"] if "relation" in val.columns else val.iloc[:0]
+    other = val.drop(drawn.index) if not val.empty else val
     if len(other):
         med = other["tokens_per_s_per_gpu_rel_error"].abs().median()
         missing.append(f"not drawn: {len(other)} cross-fingerprint predictions (another engine build's or GPU type's "
                        f"calibration; tokens/s median |error| {med:.1%}; in the CSV)")
     bottom = note(fig, missing)
     fig.get_layout_engine().set(rect=(0, bottom, 1, 1 - bottom))
-    res.n_points = n_loco + (len(pro) if pro is not None else 0)
+    res.n_points = len(drawn) + (len(pro) if pro is not None else 0)
     res.cells = sorted(set(val["cell_id"])) if "cell_id" in val.columns else []
     res.missing = missing
     return fig, res

@@ -58,23 +58,34 @@ class StudyProjector:
     price refuses that cell alone."""
 
     def __init__(self, calibrations: dict[str, Calibration], network: dict | None = None,
-                 engine: dict | None = None) -> None:
+                 engine: dict | None = None, unusable: str = "") -> None:
         self.calibrations = calibrations
         self.network, self.engine = network or None, dict(engine or {}) or None
+        self.unusable = unusable
         self._projectors: dict[str, Projector] = {}
 
     @classmethod
-    def from_file(cls, path: str | Path, network: dict | None = None, engine: dict | None = None) -> StudyProjector:
+    def from_file(cls, path: str | Path, network: dict | None = None, engine: dict | None = None,
+                  strict: bool = True) -> StudyProjector:
         """From a calibration.json.
 
+        Args:
+            strict: raise for a file fitted for another projection model; False: every row is refused with the
+                reason (the default target never fails on an outdated committed calibration).
+
         Raises:
-            ValueError: it was fitted for another projection model.
+            ValueError: it was fitted for another projection model (``strict``).
         """
-        return cls(load_calibrations(path), network, engine)
+        try:
+            return cls(load_calibrations(path), network, engine)
+        except ValueError as e:
+            if strict:
+                raise
+            return cls({}, network, engine, unusable=f"no usable calibration: {e}")
 
     def row(self, cell: Cell) -> dict[str, Any]:
         """The cell's projected row with ``status`` and ``reason`` (module docstring)."""
-        why = uncovered(cell)
+        why = uncovered(cell) or self.unusable
         if not why:
             if cell.hardware not in self._projectors:
                 cal, relation = choose_calibration(cell.hardware, self.calibrations, self.engine)

@@ -158,6 +158,10 @@ def _project_study(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    unusable = {r for s in done for r in s.rows["reason"].dropna() if str(r).startswith("no usable calibration")}
+    if unusable:
+        print(f"error: {unusable.pop()} (every cell refused; written {args.out}/README.md)", file=sys.stderr)
+        return 1
     for s in done:
         st = s.rows["status"].value_counts().to_dict()
         print(f"{s.file}: {', '.join(f'{n} {k}' for k, n in st.items())}; {s.cost.lines()[0]}"

@@ -97,8 +97,8 @@ def project_study(out: str | Path, calibration: str | Path | None = None, result
         figures: draw the figures (the committed set keeps tables only).
         root: the repository (the sweep files and the calibration's sources are relative to it).
 
-    Raises:
-        ValueError: the calibration was fitted for another projection model.
+    A calibration fitted for another projection model is not used: every cell is then refused with the reason, and
+    the README says how to rebuild the calibration.
     """
     from calorimeter.projection.cost import committed_set
 
@@ -112,7 +112,7 @@ def project_study(out: str | Path, calibration: str | Path | None = None, result
         sources = json.loads(folder.read_text()).get("sources") or []
         write_json_atomic(out / TIMING_FILE, measure_timing([root / s for s in sources]))
         folder = out
-    projector = StudyProjector.from_file(folder / CALIBRATION_FILE)
+    projector = StudyProjector.from_file(folder / CALIBRATION_FILE, strict=False)
     done = []
     for file, figure in (sweeps or STUDY_SWEEPS).items():
         plan = plan_file(root / file)
@@ -137,7 +137,7 @@ def project_study(out: str | Path, calibration: str | Path | None = None, result
         done.append(StudySweep(file, figure, plan, rows, cost, f"{results_dir}/{plan.sweep}" if measured else ""))
     costs = cost_table(done)
     write_atomic(out / "cost.csv", lambda tmp: costs.to_csv(tmp, index=False, float_format="%.4g"))
-    readme = readme_text(done, costs, folder / CALIBRATION_FILE, out)
+    readme = readme_text(done, costs, folder / CALIBRATION_FILE, out, projector.unusable)
     write_atomic(out / "README.md", lambda tmp: tmp.write_text(readme))
     return done
 
@@ -156,7 +156,7 @@ def cost_table(done: list[StudySweep]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def readme_text(done: list[StudySweep], costs: pd.DataFrame, calibration: Path, out: Path) -> str:
+def readme_text(done: list[StudySweep], costs: pd.DataFrame, calibration: Path, out: Path, unusable: str = "") -> str:
     """The set's README: what it is, the calibration, the cost and refusals per sweep, how to rebuild it."""
     cal = json.loads(calibration.read_text())
     keys = sorted({k for s in done for k in s.rows.get("calibration", pd.Series(dtype=str)).dropna().astype(str)})
@@ -168,6 +168,7 @@ def readme_text(done: list[StudySweep], costs: pd.DataFrame, calibration: Path, 
         f"(`{CALIBRATION_FILE}`, projection model version {cal.get('model_version')}), with its bands, and what "
         "each cell would cost to run (`projected_wall_s`: start-up, warm-up, measured and profiled steps; "
         "`calorimeter plan` prints the same).", "",
+        *([f"**Nothing projected: {unusable}.** Rebuild the calibration (below).", ""] if unusable else []),
         "Calibrations used (GPU type / engine fingerprint, cells fitted on, newest record, band of a GPU-bound row):",
         "",
     ]
