@@ -85,16 +85,16 @@ def record_timing(rec: RunRecord) -> tuple[float, float] | None:
     return max(wall - stepped, 0.0), warm
 
 
-def measure_timing(sources: list[str | Path]) -> dict[str, Any]:
-    """Per GPU type, the start-up of the ok training cells of these sweep folders (median, min, max, n, their GPU
-    counts) and how their steady warm-ups ended (n, n that reached the cap before steady): the JSON of
-    ``timing.json``."""
+def measure_timing(sources: list[str], root: str | Path = ".") -> dict[str, Any]:
+    """Per GPU type, the start-up of the ok training cells of these sweep folders (relative to ``root``; median,
+    min, max, n, their GPU counts) and how their steady warm-ups ended (n, n that reached the cap before steady): the
+    JSON of ``timing.json``."""
     from calorimeter.records.run_record import RecordError, read_run_record
 
     starts: dict[str, list[tuple[float, int]]] = {}
     steady: dict[str, Counter] = {}
     for src in sources:
-        for path in sorted(Path(src).glob("cells/*/run.json")):
+        for path in sorted((Path(root) / src).glob("cells/*/run.json")):
             try:
                 rec = read_run_record(path)
             except RecordError:
@@ -329,12 +329,12 @@ def sweep_cost(plan: Plan, folder: str | Path | None = None, cache: Path | None 
         steps = projected_steps(cells, cal_path, proj.get("network"), proj.get("engine"), cache)
     except ValueError as e:  # a calibration of another projection model: its coefficients mean something else
         return SweepCost([CellCost(c.cell_id, c.world_size, why_not="calibration unusable") for c in cells],
-                         unavailable=str(e))
+                         unavailable=f"{e}; {folder / 'README.md'} says how to rebuild it")
     timing = Timing.load(timing_path)
     profile_steps = int((plan.config.get("telemetry") or {}).get("profile_steps") or 0)
     costs = [cell_cost(c, steps[c.cell_id], timing, profile_steps) for c in cells]
     used = {steps[c.cell_id].calibration for c in cells if steps[c.cell_id].calibration}
-    basis = [f"step times: {', '.join(sorted(used))}; {Timing.describe(timing, hw)}"
+    basis = [f"step times: {', '.join(sorted(used))}; {timing.describe(hw)}"
              for hw in sorted({c.hardware for c in cells if steps[c.cell_id].calibration})] if used else []
     return SweepCost(costs, _relative(cal_path), basis)
 

@@ -110,7 +110,7 @@ def project_study(out: str | Path, calibration: str | Path | None = None, result
         if folder.resolve() != (out / CALIBRATION_FILE).resolve():
             shutil.copyfile(folder, out / CALIBRATION_FILE)
         sources = json.loads(folder.read_text()).get("sources") or []
-        write_json_atomic(out / TIMING_FILE, measure_timing([root / s for s in sources]))
+        write_json_atomic(out / TIMING_FILE, measure_timing(sources, root))
         folder = out
     projector = StudyProjector.from_file(folder / CALIBRATION_FILE, strict=False)
     done = []
