@@ -18,7 +18,8 @@ from calorimeter.figures import projected_study, projection, projection_validati
 from calorimeter.plan.plan import plan_file
 from calorimeter.projection.calibration import load_calibrations
 from calorimeter.projection.cost import committed_set
-from calorimeter.projection.study import StudyProjector, plan_rows, reason_kind, refusal
+from calorimeter.projection.coverage import reason_kind
+from calorimeter.projection.study import StudyProjector, plan_rows, refusal
 from calorimeter.projection.sweep import project_plan
 from calorimeter.reproduce.study import project_study
 

@@ -37,7 +37,8 @@ from calorimeter.figures.common import (  # noqa: E402
     note,
     status_band,
 )
-from calorimeter.projection.study import STATUS_PROJECTED, reason_kind  # noqa: E402
+from calorimeter.projection.coverage import reason_kind  # noqa: E402
+from calorimeter.projection.study import STATUS_PROJECTED  # noqa: E402
 
 TABLES = ("projected", "runs", "configs")
 PROJECTED_COLOR, MEASURED_COLOR = "#d95f02", "#1b6ca8"

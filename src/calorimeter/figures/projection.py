@@ -24,7 +24,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
 from calorimeter.figures.common import FigureResult, Tables, config_label, note, order_configs  # noqa: E402
 from calorimeter.figures.projected_study import band, calibration_line, watermark  # noqa: E402
-from calorimeter.projection.study import reason_kind, refusal  # noqa: E402
+from calorimeter.projection.coverage import reason_kind  # noqa: E402
+from calorimeter.projection.study import refusal  # noqa: E402
 
 NAME = "projection"
 TABLES = ("projected", "runs")

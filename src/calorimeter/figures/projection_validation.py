@@ -2,11 +2,12 @@
 
 The validation run (``projection/validation.parquet``): leave one configuration out over the committed
 current-engine sets, each configuration predicted by a calibration of its own GPU type and engine build fitted on
-every other cell (``relation`` ``match``), plus, where a committed prospective check exists (``prospective``: cells
-measured after the model was fixed, ``bench/projection_prospective.py``), those cells. One panel per metric; per
-GPU type and regime (the model's own, ``regime`` where the model names one, else host-bound or GPU-bound as projected,
-and extrapolated when the cell lies outside the calibration's range) the signed relative errors as points over
-their quartile box, the band the rows were given (its median, dashed) and, above, n, the median |error| and the share
+every other cell (``relation`` ``match``; where the table names designs, its extrapolation folds too), plus, where a
+committed prospective check exists (``prospective``: cells measured after the model was fixed,
+``bench/projection_prospective.py``), those cells. One row of panels per metric; per GPU type, each base regime
+inside the calibration's range and each way of lying outside it (the model's own ``regime`` labels where it names
+them, else host-bound or GPU-bound as projected, and extrapolated): the signed relative errors as points over their
+quartile box, the band the rows were given (its median, dashed) and, above, n, the median |error| and the share
 inside the band. Errors beyond the axis are drawn at its edge and counted. No legend per fold: the per-fold table is
 the CSV.
 """
@@ -35,14 +36,17 @@ LIMIT = 0.5
 LOCO_COLOR, PROSPECTIVE_COLOR = "#1b6ca8", "#d95f02"
 
 
-def regime(df: pd.DataFrame, host_col: str) -> pd.Series:
-    """The regime of each row: the model's ``regime`` column where it has one, else ``host-bound`` / ``GPU-bound``
-    (as projected) with ``, extrapolated`` where the row lies outside the calibration's range."""
+def regimes(df: pd.DataFrame) -> pd.Series:
+    """Each row's regimes, the base first: the model's ``regime`` column (``; ``-joined) where it has one, else
+    ``GPU-bound`` / ``host-bound`` as projected with ``extrapolated`` where the row lies outside the calibration's
+    range."""
     if "regime" in df.columns:
-        return df["regime"].fillna("").astype(str)
-    host = df[host_col].fillna(False).astype(bool) if host_col in df.columns else pd.Series(False, index=df.index)
+        return df["regime"].fillna("").astype(str).str.split("; ")
+    host = (df["predicted_host_bound"].fillna(False).astype(bool) if "predicted_host_bound" in df.columns
+            else pd.Series(False, index=df.index))
     ext = df["extrapolated"].fillna(False).astype(bool) if "extrapolated" in df.columns else host & False
-    return host.map({True: "host-bound", False: "GPU-bound"}) + ext.map({True: ", extrapolated", False: ""})
+    return pd.Series([["host-bound" if h else "GPU-bound", *(["extrapolated"] if e else [])]
+                      for h, e in zip(host, ext, strict=True)], index=df.index, dtype=object)
 
 
 def drawn_rows(val: pd.DataFrame) -> pd.DataFrame:
@@ -56,17 +60,23 @@ def drawn_rows(val: pd.DataFrame) -> pd.DataFrame:
 
 
 def groups(tables: Tables) -> list[tuple[str, str, pd.DataFrame]]:
-    """(label, colour, rows) per group: the drawn validation rows per GPU type, regime and (beyond the held-out
-    configurations) design, then the prospective check's per GPU type."""
+    """(label, colour, rows) per group: per GPU type, each base regime's rows inside the calibration's range, then
+    per way of lying outside it (GPU count, sequence, ...) every row outside it that way (a row outside it in
+    several ways counts in each); then the prospective check's rows per GPU type."""
     out = []
     val = tables.get("validation", pd.DataFrame())
     if not val.empty:
         rows = drawn_rows(val)
-        design = rows["design"] if "design" in rows.columns else pd.Series("loco", index=rows.index)
-        rows = rows.assign(_regime=regime(rows, "predicted_host_bound"),
-                           _design=design.map(lambda d: "" if d in HELD_OUT_DESIGNS else f" ({d} fold)"))
-        for (hw, reg, des), g in rows.groupby(["hardware", "_regime", "_design"], sort=True):
-            out.append((f"{str(hw).upper()} {reg}{des}", LOCO_COLOR, g))
+        labels = regimes(rows)
+        for hw in sorted(set(rows["hardware"].astype(str))):
+            mine = labels[rows["hardware"].astype(str) == hw]
+            for base in dict.fromkeys(x[0] for x in mine):
+                sel = mine[mine.map(lambda x, b=base: x[0] == b and len(x) == 1)]
+                if len(sel):
+                    out.append((f"{hw.upper()} {base}", LOCO_COLOR, rows.loc[sel.index]))
+            for extra in sorted({e for x in mine for e in x[1:]}):
+                sel = mine[mine.map(lambda x, e=extra: e in x[1:])]
+                out.append((f"{hw.upper()} {extra}", LOCO_COLOR, rows.loc[sel.index]))
     pro = tables.get("prospective", pd.DataFrame())
     if pro is not None and not pro.empty:
         hw = pro["cell_id"].str.extract(r"_(h\d+)-")[0].fillna("?") if "hardware" not in pro else pro["hardware"]
@@ -79,8 +89,8 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (module docstring)."""
     res = FigureResult(NAME)
     gs = groups(tables)
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(max(10.0, 0.62 * len(gs) * len(PANELS) + 2), 5.4),
-                             sharey=True, layout="constrained")
+    fig, axes = plt.subplots(len(PANELS), 1, figsize=(max(9.0, 0.75 * len(gs) + 2.5), 2.9 * len(PANELS) + 1.6),
+                             sharex=True, layout="constrained")
     if not gs:
         for ax in axes:
             ax.text(0.5, 0.5, "no held-out cell", ha="center", va="center", transform=ax.transAxes)
@@ -110,14 +120,13 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
                           gid=f"band:{metric}")
             cov = g[cov_col].dropna().astype(bool) if cov_col in g.columns else pd.Series(dtype=bool)
             text = f"n={e.size}\n|e| {np.median(np.abs(e)):.1%}" + (f"\nin {cov.mean():.0%}" if len(cov) else "")
-            ax.text(i, LIMIT * 1.02, text, ha="center", va="bottom", fontsize=6)
+            ax.text(i, LIMIT * 1.09, text, ha="center", va="bottom", fontsize=6)
         ax.axhline(0, color="k", lw=0.6)
-        ax.set_ylim(-LIMIT * 1.05, LIMIT * 1.32)
+        ax.set_ylim(-LIMIT * 1.08, LIMIT * 1.5)
         ax.set_xticks(range(len(gs)), [n for n, _, _ in gs], rotation=60, ha="right", fontsize=7)
-        ax.set_title(label, fontsize=9)
+        ax.set_ylabel(f"{label}:\npredicted / measured - 1", fontsize=8)
         ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:+.0%}"))
         ax.grid(axis="y", lw=0.3, alpha=0.5)
-    axes[0].set_ylabel("predicted / measured - 1 (held-out cells)", fontsize=8)
     val = tables.get("validation", pd.DataFrame())
     drawn = drawn_rows(val) if not val.empty else val
     held = drawn[drawn["design"].isin(HELD_OUT_DESIGNS)] if "design" in drawn.columns else drawn
@@ -128,7 +137,8 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
                                      else "") + "; blue)"
                  + (f" and the prospective check ({len(pro)} runs measured after the model was fixed; orange)"
                     if pro is not None and len(pro) else ""), fontsize=9)
-    missing = ["box: quartiles; dashed: the band the rows were given (median); in: share inside their band"]
+    missing = ["box: quartiles; dashed: the band the rows were given (median); in: share inside their band; a row "
+               "outside the calibration's range in several ways counts in each of those groups"]
     if beyond:
         missing.append(f"{beyond} errors beyond ±{LIMIT:.0%} drawn at the edge (triangles)")
     other = val.drop(drawn.index) if not val.empty else val

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.hardware import get_profile
 from calorimeter.plan.models import get_model
-from calorimeter.projection.coverage import uncovered
+from calorimeter.projection.coverage import reason_kind, uncovered
+from calorimeter.records.atomic import write_json_atomic
 
 if TYPE_CHECKING:
     from calorimeter.plan.plan import Plan
@@ -89,7 +90,7 @@ def measure_timing(sources: list[str], root: str | Path = ".") -> dict[str, Any]
     """Per GPU type, the start-up of the ok training cells of these sweep folders (relative to ``root``; median,
     min, max, n, their GPU counts) and how their steady warm-ups ended (n, n that reached the cap before steady): the
     JSON of ``timing.json``."""
-    from calorimeter.records.run_record import RecordError, read_run_record
+    from calorimeter.records.run_record import RecordError, read_run_record  # heavy: pandas (records.legacy)
 
     starts: dict[str, list[tuple[float, int]]] = {}
     steady: dict[str, Counter] = {}
@@ -261,8 +262,9 @@ class SweepCost:
         return gh, lo, hi
 
     def not_projected(self) -> Counter:
-        """Why -> how many cells have no projected wall time."""
-        return Counter(c.why_not for c in self.cells if not c.projected)
+        """Why (its kind: :func:`~calorimeter.projection.coverage.reason_kind`) -> how many cells have no projected
+        wall time (each cell's whole reason: :attr:`CellCost.why_not`)."""
+        return Counter(reason_kind(c.why_not) for c in self.cells if not c.projected)
 
     def summary(self) -> dict[str, Any]:
         """JSON-able totals."""
@@ -401,8 +403,6 @@ def projected_steps(cells: list[Cell], calibration: Path, network: dict | None =
         for cid, step in _project(todo, calibration, network, engine).items():
             known[keys[cid]] = step.to_dict()
         try:
-            from calorimeter.records.atomic import write_json_atomic
-
             cache.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(cache, {"context": context, "steps": known}, fsync=False)
         except OSError:

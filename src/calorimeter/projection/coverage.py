@@ -1,7 +1,10 @@
-"""Which cells the projection can price at all: training cells on GPUs (light: no pandas, no fitted model, so the
-cost before running can tell a CPU or ``command`` cell apart without loading the projection)."""
+"""Which cells the projection can price at all (training cells on GPUs), and a reason's kind to count cells by; light
+(no pandas, no fitted model), so the cost before running can tell a CPU or ``command`` cell apart without loading the
+projection."""
 
 from __future__ import annotations
+
+import re
 
 from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.hardware import accelerator_of
@@ -16,4 +19,10 @@ def uncovered(cell: Cell) -> str:
     return ""
 
 
-__all__ = ["uncovered"]
+def reason_kind(reason: str) -> str:
+    """A reason without its numbers and details, to count cells by it: ``estimated memory # GB per device exceeds the
+    # GB of h200`` (the first clause, before any parenthesis or semicolon)."""
+    return re.sub(r"(?<![A-Za-z\d.])\d+(\.\d+)?", "#", str(reason).split(" (")[0].split(";")[0]).strip()
+
+
+__all__ = ["reason_kind", "uncovered"]

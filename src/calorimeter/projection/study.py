@@ -14,7 +14,6 @@ bands, although the row's band looked like a dense cell's).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +29,6 @@ from calorimeter.projection.sweep import choose_calibration
 #: the projected row's column with the projection's own refusal (empty: not refused), where the model writes one
 REFUSED_COLUMN = "refused"
 STATUS_PROJECTED, STATUS_REFUSED, STATUS_PRUNED = "projected", "refused", "pruned"
-
-
-def reason_kind(reason: str) -> str:
-    """A reason without its numbers and details, to count cells by it: ``estimated memory # GB per device exceeds the
-    # GB of h200``."""
-    return re.sub(r"(?<![A-Za-z\d.])\d+(\.\d+)?", "#", str(reason).split(" (")[0].split(";")[0]).strip()
 
 
 def refusal(row: dict[str, Any]) -> str:
@@ -117,4 +110,4 @@ def plan_rows(plan: Plan, proj: StudyProjector) -> pd.DataFrame:
 
 
 __all__ = ["REFUSED_COLUMN", "STATUS_PROJECTED", "STATUS_PRUNED", "STATUS_REFUSED", "StudyProjector", "plan_rows",
-           "reason_kind", "refusal"]
+           "refusal"]

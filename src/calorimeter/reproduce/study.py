@@ -22,8 +22,17 @@ import pandas as pd
 from calorimeter.figures.common import save
 from calorimeter.figures.projected_study import draw, output_name
 from calorimeter.plan.plan import Plan, plan_file
-from calorimeter.projection.cost import CALIBRATION_FILE, TIMING_FILE, SweepCost, measure_timing, repo_root, sweep_cost
-from calorimeter.projection.study import StudyProjector, plan_rows, reason_kind
+from calorimeter.projection.cost import (
+    CALIBRATION_FILE,
+    TIMING_FILE,
+    SweepCost,
+    committed_set,
+    measure_timing,
+    repo_root,
+    sweep_cost,
+)
+from calorimeter.projection.coverage import reason_kind
+from calorimeter.projection.study import StudyProjector, plan_rows
 from calorimeter.records.atomic import write_atomic, write_json_atomic
 
 #: the study's sweep files (relative to the repository) and the figure the study draws from each (the H100 sweep
@@ -100,8 +109,6 @@ def project_study(out: str | Path, calibration: str | Path | None = None, result
     A calibration fitted for another projection model is not used: every cell is then refused with the reason, and
     the README says how to rebuild the calibration.
     """
-    from calorimeter.projection.cost import committed_set
-
     root = Path(root) if root is not None else repo_root()
     out = Path(out)
     folder = Path(calibration) if calibration is not None else committed_set()
