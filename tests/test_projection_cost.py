@@ -45,6 +45,9 @@ def test_a_cells_wall_time_and_band() -> None:
     assert got.wall_low_s == pytest.approx(20.0 + 6 * 30.0 + 6 * 30.0)  # least warm-up: ceil(180 / 30) = 6 steps
     assert got.wall_low_s < got.wall_s < got.wall_high_s == pytest.approx(40.0 + 4 * 50.0 + 6 * 50.0)
     assert got.describe() == "8 min (6.3-9.0 min)" and got.sentence().startswith("projected wall time 8 min")
+    unbanded = cell_cost(c, Step(40.0), TIMING, profile_steps=1)  # a regime with no band claimed: none here
+    assert unbanded.wall_s == got.wall_s and math.isnan(unbanded.wall_low_s)
+    assert unbanded.describe() == "8 min (no band)"
     none = cell_cost(c, Step(why_not="MoE: never measured"), TIMING)
     assert not none.projected and none.sentence() == "no projected wall time: MoE: never measured"
     assert "no measured start-up of h100" in cell_cost(_cell(hardware="h100"), Step(1.0, 1.0, 1.0), TIMING).why_not

@@ -225,13 +225,15 @@ class CellCost:
 
 def cell_cost(cell: Cell, step: Step, timing: Timing, profile_steps: int = 0) -> CellCost:
     """A cell's wall time from its projected step (module docstring)."""
-    if step.why_not:
-        return CellCost(cell.cell_id, cell.world_size, why_not=step.why_not)
+    if step.why_not or not (math.isfinite(step.seconds) and step.seconds > 0):
+        return CellCost(cell.cell_id, cell.world_size, why_not=step.why_not or "no projected step time")
     start = timing.startup_s(cell.hardware)
     if start is None:
         return CellCost(cell.cell_id, cell.world_size, why_not=f"no measured start-up of {cell.hardware}")
 
     def wall(step_s: float, startup: float, least: bool) -> float:
+        if not (math.isfinite(step_s) and step_s > 0):  # no band claimed for this regime: none here either
+            return math.nan
         warm, warm_least = warmup_s(cell, step_s)
         return startup + (warm_least if least else warm) + stepped_s(cell, step_s, profile_steps)
 
