@@ -102,8 +102,16 @@ def test_validation_figure_is_error_distributions_per_metric_and_regime() -> Non
                         "tokens_per_s_per_gpu_covered": [True, True]})
     fig, res = projection_validation.draw({"validation": val, "prospective": pro})
     assert all(ax.get_legend() is None for ax in fig.axes)  # no legend per fold
-    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    labels = [t.get_text() for t in fig.axes[-1].get_xticklabels()]
     assert labels == ["H100 GPU-bound", "H100 host-bound", "H200 GPU-bound", "H200 host-bound", "H200 prospective"]
+    # the model's own regimes and designs, where its table names them: base regimes in range, then each way out
+    named = val.assign(regime=["dense GPU-bound"] * 20 + ["dense GPU-bound; extrapolated in GPU count"] * 10
+                       + ["MoE; extrapolated in GPU count; extrapolated in sequence"] * 10,
+                       design=["loco"] * 20 + ["scale"] * 10 + ["cross"] * 10, relation="match")
+    fig2, res2 = projection_validation.draw({"validation": named})
+    assert [t.get_text() for t in fig2.axes[-1].get_xticklabels()] == [
+        "H100 extrapolated in GPU count", "H200 dense GPU-bound", "H200 extrapolated in GPU count"]
+    assert "10 runs of extrapolation folds" in fig2._suptitle.get_text()
     title = fig._suptitle.get_text()
     assert "leave one configuration out (30 held-out runs" in title and "prospective check (2 runs" in title
     assert "8-GPU" not in title and any("beyond ±50%" in m for m in res.missing)

@@ -48,6 +48,9 @@ def test_a_cells_wall_time_and_band() -> None:
     unbanded = cell_cost(c, Step(40.0), TIMING, profile_steps=1)  # a regime with no band claimed: none here
     assert unbanded.wall_s == got.wall_s and math.isnan(unbanded.wall_low_s)
     assert unbanded.describe() == "8 min (no band)"
+    wide = cell_cost(c, Step(40.0, 20.0, math.inf), TIMING)  # a band of +-100% or more: unbounded above
+    assert wide.wall_high_s == math.inf and wide.describe().endswith("-unbounded; low end in min)")
+    assert "to unbounded" in SweepCost([wide]).lines()[0]
     none = cell_cost(c, Step(why_not="MoE: never measured"), TIMING)
     assert not none.projected and none.sentence() == "no projected wall time: MoE: never measured"
     assert "no measured start-up of h100" in cell_cost(_cell(hardware="h100"), Step(1.0, 1.0, 1.0), TIMING).why_not

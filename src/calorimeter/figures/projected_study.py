@@ -82,6 +82,32 @@ def band(df: pd.DataFrame, metric: str, scale: float = 1.0) -> tuple[np.ndarray,
     return v, np.vstack([v - lo, hi - v])
 
 
+def dots_with_bands(ax: plt.Axes, x: np.ndarray, val: np.ndarray, err: np.ndarray, color: str, gid: str,
+                    ms: float = 5.0) -> tuple[object | None, int, int]:
+    """Open dots with their band's whiskers; a band unbounded above (a half-width of 100% or more) as an arrow to
+    the axis' top, a value without a band as the dot alone. Returns the handle and how many were unbounded and
+    without a band."""
+    ok = np.isfinite(val)
+    if not ok.any():
+        return None, 0, 0
+    below, above = err[0], err[1]
+    unbounded = ok & (above == np.inf)
+    none = ok & ~np.isfinite(below) & ~unbounded
+    yerr = np.vstack([np.where(np.isfinite(below), below, 0.0), np.where(np.isfinite(above), above, 0.0)])
+    eb = ax.errorbar(x[ok], val[ok], yerr=yerr[:, ok], fmt="o", mfc="white", mec=color, ecolor=color, ms=ms,
+                     capsize=2, lw=0.9, gid=gid)
+    for xi, vi in zip(x[unbounded], val[unbounded], strict=True):
+        ax.annotate("", xy=(xi, 0.99), xycoords=ax.get_xaxis_transform(), xytext=(xi, vi), textcoords="data",
+                    arrowprops={"arrowstyle": "->", "color": color, "lw": 0.8}, gid=f"unbounded:{gid}")
+    return eb, int(unbounded.sum()), int(none.sum())
+
+
+def band_notes(unbounded: int, none: int) -> list[str]:
+    """What the bands of the drawn values do not claim."""
+    return ([f"{unbounded} bands of +-100% or more (unbounded above: arrows)"] if unbounded else []) + (
+        [f"{none} values without a band (their regime claims none)"] if none else [])
+
+
 def efficiency_band(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Projected efficiency (samples/s per MJ of one iteration = 1e6 / (iteration time x energy per token x
     sequence)) and its band from the iteration-time and energy-per-token bands combined at their worst."""
@@ -173,6 +199,7 @@ def draw(tables: Tables, figure: str) -> tuple[plt.Figure, FigureResult]:
     axes: list[list[plt.Axes]] = [[] for _ in range(n_rows)]
     handles: dict[str, object] = {}
     n_measured = 0
+    unbanded = [0, 0]  # values with a band unbounded above, without a band
     for c, model in enumerate(models):
         d = df[df["model"] == model]
         x = np.arange(len(d))
@@ -185,13 +212,13 @@ def draw(tables: Tables, figure: str) -> tuple[plt.Figure, FigureResult]:
         for r, (val, err, col, scale, label) in enumerate(series):
             ax = fig.add_subplot(gs[r + 1, c], sharex=axes[0][c] if r else None)
             axes[r].append(ax)
-            ok = np.isfinite(val)
             for s0, s1 in group_bounds(keys):  # lines broken between configurations
                 ax.plot(x[s0:s1], val[s0:s1], "--", color=PROJECTED_COLOR, lw=0.8, alpha=0.7)
-            eb = ax.errorbar(x[ok], val[ok], yerr=np.where(np.isfinite(err[:, ok]), err[:, ok], 0.0), fmt="o",
-                             mfc="white", mec=PROJECTED_COLOR, ecolor=PROJECTED_COLOR, ms=5, capsize=2, lw=0.9,
-                             gid=f"projected:{col}")
-            handles.setdefault("projected (open; whisker: band)", eb)
+            eb, n_unb, n_none = dots_with_bands(ax, x, val, err, PROJECTED_COLOR, f"projected:{col}")
+            unbanded[0] += n_unb
+            unbanded[1] += n_none
+            if eb is not None:
+                handles.setdefault("projected (open; whisker: band)", eb)
             if not meas.empty and col in meas.columns:
                 mv = d["cell_id"].map(meas[col]).astype(float).to_numpy() * scale
                 have = np.isfinite(mv)
@@ -243,7 +270,8 @@ def draw(tables: Tables, figure: str) -> tuple[plt.Figure, FigureResult]:
     fig.suptitle(f"PROJECTED, not measured: {title} ({hardware_label(df)}); {calibration_line(df)}", fontsize=9,
                  color="#7f2704")
     watermark(fig)
-    missing = [*refused_notes(df), *assumption_notes(df), "temperature and SM clock: not projected"]
+    missing = [*refused_notes(df), *assumption_notes(df), *band_notes(*unbanded),
+               "temperature and SM clock: not projected"]
     if normalised:
         missing.append("efficiency normalised by the largest projected efficiency of each model (measured cells "
                        "by the same value)")

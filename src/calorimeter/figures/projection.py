@@ -23,7 +23,13 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
 from calorimeter.figures.common import FigureResult, Tables, config_label, note, order_configs  # noqa: E402
-from calorimeter.figures.projected_study import band, calibration_line, watermark  # noqa: E402
+from calorimeter.figures.projected_study import (  # noqa: E402
+    band,
+    band_notes,
+    calibration_line,
+    dots_with_bands,
+    watermark,
+)
 from calorimeter.projection.coverage import reason_kind  # noqa: E402
 from calorimeter.projection.study import refusal  # noqa: E402
 
@@ -74,6 +80,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     legend_ax.axis("off")
     axes = np.array([[fig.add_subplot(gs[i + 1, 0])] for i in range(len(panels))])
     handles: dict[str, object] = {}
+    unbanded = [0, 0]  # values with a band unbounded above, without a band
     cut: list[str] = []
     n_meas = 0
     for ax, (model, (col, label)) in zip(axes[:, 0], panels, strict=True):
@@ -93,10 +100,11 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
             ok = (dg["_refused"] == "").to_numpy()
             val, err = band(dg, col)
             good = ok & np.isfinite(val)
-            if good.any():
-                eb = ax.errorbar(x[good], val[good], yerr=np.where(np.isfinite(err[:, good]), err[:, good], 0.0),
-                                 fmt="o", mfc="white", mec=colors[g], ecolor=colors[g], ms=4, capsize=1.5, lw=0.8,
-                                 gid=f"projected:{col}:{g}")
+            eb, n_unb, n_none = dots_with_bands(ax, x, np.where(good, val, np.nan), err, colors[g],
+                                                 f"projected:{col}:{g}", ms=4.0)
+            unbanded[0] += n_unb
+            unbanded[1] += n_none
+            if eb is not None:
                 handles.setdefault(f"projected, {g} GPUs", eb)
             if (~ok).any():
                 (rh,) = ax.plot(x[~ok], np.full((~ok).sum(), 0.04), "x", color=colors[g], ms=5,
@@ -130,7 +138,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     fig.suptitle(f"PROJECTED, not measured: {len(d)} cells; {calibration_line(kept)}", fontsize=9, color="#7f2704")
     watermark(fig)
     missing = [f"{n} refused ({why})" for why, n in Counter(reason_kind(r) for r in d["_refused"] if r).most_common()]
-    missing += cut
+    missing += [*cut, *band_notes(*unbanded)]
     if not n_meas:
         missing.append("no projected cell was measured (no filled marker)")
     bottom = note(fig, missing)

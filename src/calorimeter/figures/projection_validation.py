@@ -70,7 +70,7 @@ def groups(tables: Tables) -> list[tuple[str, str, pd.DataFrame]]:
         labels = regimes(rows)
         for hw in sorted(set(rows["hardware"].astype(str))):
             mine = labels[rows["hardware"].astype(str) == hw]
-            for base in dict.fromkeys(x[0] for x in mine):
+            for base in sorted({x[0] for x in mine}, key=lambda b: ("MoE" in b, "host" in b, b)):
                 sel = mine[mine.map(lambda x, b=base: x[0] == b and len(x) == 1)]
                 if len(sel):
                     out.append((f"{hw.upper()} {base}", LOCO_COLOR, rows.loc[sel.index]))

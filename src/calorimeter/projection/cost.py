@@ -215,8 +215,9 @@ class CellCost:
         if not (self.wall_low_s == self.wall_low_s and self.wall_high_s == self.wall_high_s):
             return f"{duration(self.wall_s)} (no band)"
         unit, scale = _unit(self.wall_s)
+        hi = self.wall_high_s / scale
         return (f"{duration(self.wall_s)} ({self.wall_low_s / scale:.{_digits(self.wall_low_s / scale)}f}-"
-                f"{self.wall_high_s / scale:.{_digits(self.wall_high_s / scale)}f} {unit})")
+                + (f"{hi:.{_digits(hi)}f} {unit})" if math.isfinite(hi) else f"unbounded; low end in {unit})"))
 
     def sentence(self) -> str:
         """``projected wall time 7.2 min (6.1-8.9 min)`` or ``no projected wall time: <why>``."""
@@ -232,6 +233,8 @@ def cell_cost(cell: Cell, step: Step, timing: Timing, profile_steps: int = 0) ->
         return CellCost(cell.cell_id, cell.world_size, why_not=f"no measured start-up of {cell.hardware}")
 
     def wall(step_s: float, startup: float, least: bool) -> float:
+        if step_s == math.inf:  # a band of +-100% or more: unbounded above
+            return math.inf
         if not (math.isfinite(step_s) and step_s > 0):  # no band claimed for this regime: none here either
             return math.nan
         warm, warm_least = warmup_s(cell, step_s)
@@ -297,8 +300,10 @@ def _totals(cells: list[CellCost]) -> str:
     """``32 planned cells: 141.0 GPU-hours (123.5-166.6, band of the projection), 4.4 h of wall time ...``."""
     cs = [c for c in cells if c.projected]
     gh, lo, hi = SweepCost(cs).gpu_hours()
-    band = (f"{lo:,.1f}-{hi:,.1f}, band of the projection" if lo == lo and hi == hi else
-            "no band: some cells' regime has no measured error")
+    unbanded = sum(not (c.wall_low_s == c.wall_low_s and c.wall_high_s == c.wall_high_s) for c in cs)
+    band = (f"no band: {unbanded} of {len(cs)} cells' regime claims none" if unbanded else
+            f"{lo:,.1f}-{hi:,.1f}, band of the projection" if math.isfinite(hi) else
+            f"{lo:,.1f} to unbounded: the band of some cells' regime is +-100% or more")
     return (f"{len(cs)} planned cell{'s' if len(cs) != 1 else ''}: {gh:,.1f} GPU-hours ({band}), "
             f"{duration(sum(c.wall_s for c in cs))} of wall time one cell after another")
 
@@ -424,8 +429,7 @@ def _project(cells: list[Cell], calibration: Path, network: dict | None, engine:
             out[cell.cell_id] = Step(why_not=r["reason"])
             continue
         lo, hi = float(r.get("iteration_time_s_low", math.nan)), float(r.get("iteration_time_s_high", math.nan))
-        out[cell.cell_id] = Step(float(r["iteration_time_s"]), lo, hi if hi != math.inf else math.nan,
-                                 calibration=str(r.get("calibration", "")))
+        out[cell.cell_id] = Step(float(r["iteration_time_s"]), lo, hi, calibration=str(r.get("calibration", "")))
     return out
 
 
