@@ -151,8 +151,8 @@ def assumption_notes(df: pd.DataFrame) -> list[str]:
                    for part in str(parts).split(";") if "=" in part)
     if keys:
         out.append(f"{int(p['extrapolated'].fillna(False).astype(bool).sum())} of {len(p)} projected cells outside the "
-                   f"calibration's range ({', '.join(f'{k}: {n}' for k, n in keys.most_common())}): bands widened by "
-                   "its measured error on cells it never saw")
+                   f"calibration's range ({', '.join(f'{k}: {n}' for k, n in keys.most_common())}): banded as the "
+                   "model bands extrapolated rows (docs/projection.md)")
     inter = p["assumed"].fillna("").str.contains("inter-node").sum() if "assumed" in p.columns else 0
     if inter:
         out.append(f"{inter} with inter-node links from the hardware profile (assumed, never measured)")
