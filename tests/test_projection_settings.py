@@ -13,6 +13,7 @@ from calorimeter.projection.settings import (
     DEFAULT_COLLECTIVES,
     ProjectionSettings,
     default_calibration,
+    default_collectives,
 )
 from calorimeter.projection.validation import COVERAGE
 
@@ -43,7 +44,8 @@ def test_collectives_default_is_the_nccl_benchmark_and_empty_means_none() -> Non
     """The schema no longer claims an empty default while the code falls back to the benchmark."""
     assert "default" not in PROPS["collectives"]
     assert "Absent: the committed NCCL benchmark" in " ".join(PROPS["collectives"]["description"].split())
-    assert _settings().collectives == DEFAULT_COLLECTIVES
+    assert _settings().collectives == default_collectives(ROOT)
+    assert _settings().collectives[: len(DEFAULT_COLLECTIVES)] == DEFAULT_COLLECTIVES
     assert _settings(collectives=[]).collectives == ()
     assert _settings(collectives=["x"]).collectives == ("x",)
 
@@ -86,5 +88,21 @@ def test_validated_config_fills_the_schema_defaults_the_code_expects(tmp_path: P
 
     cfg = validate_config({"sweep": "t", "hardware": "h200", "grid": [{"model": "llama3-8b"}]})
     s = ProjectionSettings.from_config(cfg, ROOT)
-    assert s.collectives == DEFAULT_COLLECTIVES and s.validation == () and s.engine == {}
+    assert s.collectives == default_collectives(ROOT) and s.validation == () and s.engine == {}
     assert s.coverage == COVERAGE
+
+
+def test_committed_4_gpu_and_moe_sets_join_the_defaults_as_data(tmp_path: Path) -> None:
+    """A 4-GPU NCCL set and a 4-GPU (or MoE) calibration set are picked up by their folder names, no code change."""
+    ref = tmp_path / "results" / "reference"
+    coll = ref / "h100x4-collectives-2026-11-28" / "h100x4-collectives" / "cells" / "collectives_h100-1x4"
+    coll.mkdir(parents=True)
+    (coll / "collectives.parquet").write_bytes(b"")
+    cal = ref / "h100x4-calibration-2026-11-28" / "h100x4-layouts" / "tables"
+    cal.mkdir(parents=True)
+    (cal / "runs.parquet").write_bytes(b"")
+    (ref / "h100x4-calibration-2026-11-28" / "thermal-profiles").mkdir()  # no tables: not a sweep
+    assert default_collectives(tmp_path) == (*DEFAULT_COLLECTIVES,
+                                             "results/reference/h100x4-collectives-2026-11-28/h100x4-collectives")
+    assert default_calibration(tmp_path)[-1] == "results/reference/h100x4-calibration-2026-11-28/h100x4-layouts"
+    assert len(default_calibration(tmp_path)) == len(DEFAULT_CALIBRATION) + 1

@@ -1,5 +1,6 @@
-"""Snakemake script of rule projection_validate: leave one configuration out over the calibration cells of every GPU
-type's newest engine fingerprint (or the configured folds), the cross-fingerprint errors, band coverage."""
+"""Snakemake script of rule projection_validate: leave one configuration out over the calibration cells of every engine
+fingerprint, the extrapolation folds, the cross-fingerprint errors (or the configured folds), band coverage per
+regime."""
 
 import json
 import sys
@@ -33,8 +34,9 @@ if sm.params.folds:
     summary = summarize(table) if len(table) else {}
 else:
     ms = load_measured(list(sm.params.sources))
-    table = loco(ms, newest_fingerprints(ms), collective_points(list(sm.params.collectives)), coverage=coverage)
-    summary = loco_summary(table, coverage)
+    fps = newest_fingerprints(ms)
+    table = loco(ms, fps, collective_points(list(sm.params.collectives)), coverage=coverage)
+    summary = loco_summary(table, coverage, fps)
     summary["machine_spread"] = machine_spread(ms)
 if table is None or table.empty:
     table = pd.DataFrame(columns=["fold", "cell_id", "notes", "relation", "hardware", "fingerprint", "calibration"])

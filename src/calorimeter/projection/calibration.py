@@ -34,6 +34,7 @@ from calorimeter.projection.compute import (
 from calorimeter.projection.fingerprint import Fingerprint, fingerprint_of
 from calorimeter.projection.measured import HOST_BOUND_BUSY_FRAC, MeasuredSet, load_measured
 from calorimeter.projection.power import PowerModel, fit_power
+from calorimeter.projection.regimes import RegimeBand
 from calorimeter.records.atomic import write_atomic
 from calorimeter.records.paths import SweepPaths
 from calorimeter.telemetry.kernels import COMM_CATEGORIES
@@ -41,8 +42,10 @@ from calorimeter.telemetry.kernels import COMM_CATEGORIES
 #: the projection model a calibration.json was fitted for; a file of another model is refused when loaded (and the
 #: workflow's calibration and validation rules rerun when it changes: it is one of their params). 2 (2026-11-27): the
 #: ZeRO-3 host time of a two-stage host-GPU line (``compute.z3_host``); 1 (absent): a constant GPU idle per ZeRO-3
-#: call (``compute.idle``), which this model cannot read
-MODEL_VERSION = 2
+#: call (``compute.idle``), which this model cannot read; 3 (2026-11-27): bands per regime (``regime_bands``,
+#: ``machine_spread``: :mod:`calorimeter.projection.regimes`) replace one band per host-boundness plus the
+#: cross-fingerprint error for extrapolated rows
+MODEL_VERSION = 3
 
 #: the power limit assumed when no telemetry of a calibration cell records it
 POWER_LIMIT_COLUMN = "power_limit_w"
@@ -74,6 +77,12 @@ class Calibration:
         cross_fingerprint_error: metric -> relative error measured when cells of another engine build are
             predicted with this calibration (or this build's with another's): the band's widening for a foreign
             fingerprint.
+        regime_bands: regime -> its measured band (:class:`~calorimeter.projection.regimes.RegimeBand`, from the
+            validation): a projected row takes the widest of its regimes' (:func:`~calorimeter.projection.regimes.
+            choose_band`); a regime without one refuses the row.
+        machine_spread: base regime -> metric -> half-width of one configuration's spread between machines of this
+            class (measured: configurations repeated on machines told apart by their GPUs), the floor of a row's band.
+        machines: the machines (:func:`calorimeter.projection.hosts.machine_keys`) its cells ran on -> cells.
     """
 
     hardware: str
@@ -91,6 +100,9 @@ class Calibration:
     coverage: dict[str, float] = field(default_factory=dict)
     cross_fingerprint_error: dict[str, float] = field(default_factory=dict)
     error_band_host_bound: dict[str, float] = field(default_factory=dict)
+    regime_bands: dict[str, RegimeBand] = field(default_factory=dict)
+    machine_spread: dict[str, dict[str, float]] = field(default_factory=dict)
+    machines: dict[str, int] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -104,6 +116,8 @@ class Calibration:
                 "error_band": self.error_band, "error_band_host_bound": self.error_band_host_bound,
                 "coverage": self.coverage,
                 "cross_fingerprint_error": self.cross_fingerprint_error, "ranges": self.ranges,
+                "regime_bands": {k: v.to_dict() for k, v in self.regime_bands.items()},
+                "machine_spread": self.machine_spread, "machines": self.machines,
                 "tp_hidden": self.tp_hidden, "compute": self.compute.to_dict(),
                 "power": self.power.to_dict() if self.power else None, "excluded": self.excluded,
                 "curves": self.curves[list(CURVE_COLUMNS)].to_dict(orient="records")}
@@ -118,7 +132,9 @@ class Calibration:
                    {k: list(v) for k, v in d.get("records", {}).items()}, str(d.get("recorded_at", "")),
                    dict(d.get("tp_hidden", {})), {k: list(v) for k, v in d.get("ranges", {}).items()},
                    dict(d.get("coverage", {})), dict(d.get("cross_fingerprint_error", {})),
-                   dict(d.get("error_band_host_bound", {})))
+                   dict(d.get("error_band_host_bound", {})),
+                   {k: RegimeBand.from_dict(v) for k, v in d.get("regime_bands", {}).items()},
+                   {k: dict(v) for k, v in d.get("machine_spread", {}).items()}, dict(d.get("machines", {})))
 
     def save(self, path: str | Path) -> None:
         """Write as JSON."""
@@ -167,15 +183,16 @@ def measured_shares(k: pd.Series, iteration_s: float, pipeline: bool) -> dict[st
 
 
 #: the calibration range checked for every projected cell (beyond it the row is flagged ``extrapolated``)
-RANGE_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "world_size", "seq_len", "micro_batch", "model_params",
-                               "experts")
+RANGE_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "zero3", "world_size", "seq_len", "micro_batch",
+                               "model_params", "experts")
 
 
 def range_values(cell: Cell) -> dict[str, float]:
-    """The values of :data:`RANGE_KEYS` of one cell (``model_params``: the model's parameter count; ``experts``:
-    its experts per MoE layer, 0 for a dense model)."""
+    """The values of :data:`RANGE_KEYS` of one cell (``zero3``: 1 where ZeRO-3 shards over dp > 1, else 0;
+    ``model_params``: the model's parameter count; ``experts``: its experts per MoE layer, 0 for a dense model)."""
     m = get_model(cell.model)
-    return {"tp": cell.tp, "pp": cell.pp, "dp": cell.dp, "ep": cell.ep, "world_size": cell.world_size,
+    return {"tp": cell.tp, "pp": cell.pp, "dp": cell.dp, "ep": cell.ep,
+            "zero3": float(cell.zero_stage == 3 and cell.dp > 1), "world_size": cell.world_size,
             "seq_len": cell.seq_len, "micro_batch": cell.micro_batch,
             "model_params": float(parameter_count(m, padded_vocab_size(m, cell.tp))),
             "experts": m.num_experts if m.is_moe else 0}
@@ -291,7 +308,10 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
             st = w.stages[int(k["stage"])]
             if cid in usable:
                 comp_rows.append((cid, st, {c: float(k.get(f"{c}_sum_s", 0.0)) for c in COMPUTE_CATEGORIES}))
-                if mech == "none":  # fused TP collectives are no link time
+                # fused TP collectives are no link time; a MoE layer under tensor parallelism issues collectives the
+                # workload does not count (the sequence gathered around it, its slots gathered over tp after the
+                # all-to-all, each expert's row-parallel all-reduce), so its TP calls would read as slower links
+                if mech == "none" and not (w.model.is_moe and cell.tp > 1):
                     comm_rows.append((cid, st.comm, {c: float(k.get(f"{c}_sum_s", 0.0)) for c in COLLECTIVES},
                                       {c: float(k.get(f"{c}_count", 0.0)) for c in COLLECTIVES}))
             comm = sum(float(k.get(f"{c}_sum_s", 0.0)) for c in COMM_CATEGORIES)
@@ -333,7 +353,9 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
                         launch_configs, z3_rows)
     return Calibration(hardware, rates, curves, power, fitted, excluded,
                        fingerprint=fp, records=records, recorded_at=max(stamps) if stamps else "",
-                       tp_hidden={m: float(np.median(v)) for m, v in hidden.items()}, ranges=ranges)
+                       tp_hidden={m: float(np.median(v)) for m, v in hidden.items()}, ranges=ranges,
+                       machines={str(m): int(n) for m, n in runs.loc[fitted, "machine"].dropna().value_counts()
+                                 .sort_index().items()} if "machine" in runs else {})
 
 
 def calibrate_all(sources: list[str], collectives: list[str] | None = None,

@@ -18,6 +18,14 @@ from calorimeter.projection.calibration import Calibration, range_values
 from calorimeter.projection.collectives import CollectiveCurves, Network
 from calorimeter.projection.compute import COMPUTE_CATEGORIES
 from calorimeter.projection.fingerprint import Fingerprint
+from calorimeter.projection.regimes import (
+    BandChoice,
+    Regime,
+    choose_band,
+    machine_class,
+    regime_columns,
+    regime_of,
+)
 from calorimeter.projection.schedule import pipeline_time, stage_time
 from calorimeter.records.metrics import energy_metrics, throughput_metrics
 
@@ -26,6 +34,13 @@ SOURCE = "projected"
 #: coverage (a relative error ``e = predicted / measured - 1`` within ``+-b`` puts the measured value within
 #: ``[predicted / (1 + b), predicted / (1 - b)]``)
 BANDED = ("iteration_time_s", "tokens_per_s_per_gpu", "mfu_full", "power_avg_w", "energy_per_token_j")
+#: the numbers a refused row does not carry (NaN: :attr:`Projector.refuse`)
+NUMERIC_RESULTS: tuple[str, ...] = (
+    "iteration_time_s", "samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
+    "model_tflops_per_gpu", "mfu_full", "mfu_causal", "hfu", "power_avg_w", "power_total_avg_w",
+    "energy_per_iteration_j", "energy_per_token_j", "efficiency", "t_optimizer_s",
+    "t_host_gap_s", "t_bubble_s", *(f"t_{c}_s" for c in COMPUTE_CATEGORIES),
+    *(f"t_{p}_{k}_s" for k in COLLECTIVES for p in ("exposed", "comm")))
 #: a projected cell whose host gaps take more than this share of the iteration is flagged host-bound (the measured
 #: cells' definition: GPU busy < 80%)
 HOST_BOUND_GAP_FRAC = 0.20
@@ -47,11 +62,10 @@ def band_interval(value: float, half: float) -> tuple[float, float]:
 
 
 def extrapolation_band(regime_band: float, cross_error: float) -> float:
-    """The band of a row the calibration never saw the like of (another engine build, or outside its range): its
-    regime's band plus the calibration's measured error on another fingerprint's or GPU type's cells
-    (``Calibration.cross_fingerprint_error``). Why for extrapolated rows too: the 2x H100 cells, whose ZeRO-3 and TP
-    lay outside the H100 calibration, fell outside bands built from in-range cells (2026-11-27: energy per token
-    -17% to +16% against a +-11% band, tokens/s up to 32% against +-20%; H100 energy coverage 74% for a stated 90%)."""
+    """The band of a row projected with another engine build's or GPU type's calibration: its regimes' band plus the
+    calibration's measured error on another fingerprint's or GPU type's cells (``Calibration.cross_fingerprint_error``).
+    (Rows outside the calibration's range take their extrapolation regime's measured band instead:
+    :mod:`calorimeter.projection.regimes`.)"""
     return regime_band + cross_error
 
 
@@ -65,14 +79,17 @@ class Projector:
             type), ``foreign`` (another engine build of the same GPU type) or ``other-gpu`` (another GPU type's):
             the latter two say so in ``assumed`` and widen the bands by the measured cross-fingerprint error.
         target: a description of the engine projected for (for ``assumed``).
+        refuse: a row in a regime without a measured band (``refused`` says which and why) carries no numbers
+            (NaN); False (the validation, measuring the errors those bands are made of) keeps them.
     """
 
     def __init__(self, calibration: Calibration, network: dict | None = None, relation: str = "match",
-                 target: str = "") -> None:
+                 target: str = "", refuse: bool = True) -> None:
         self.cal = calibration
         self.network_override = network or None
         self.relation = relation
         self.target = target
+        self.refuse = refuse
         self._curves: dict[str, CollectiveCurves] = {}
 
     def curves(self, hardware: str) -> CollectiveCurves:
@@ -140,15 +157,28 @@ class Projector:
         outside = self._outside(cell)
         row["extrapolated"] = bool(outside)
         row["extrapolated_parts"] = "; ".join(outside)
-        if outside:
+        regime = regime_of(range_values(cell), cal.ranges, row["host_bound"], cell.nodes)
+        row.update(regime_columns(regime))
+        row["machine_class"] = machine_class(cell, hw, curves.network)
+        if regime.inter_node:
             row["assumed"] = "; ".join(x for x in (row["assumed"], (
-                "extrapolated: bands widened by the calibration's measured error on cells it never saw"
-                + _cross_note(cal.cross_fingerprint_error))) if x)
+                f"inter-node links ({curves.network.source}) never measured: the band does not cover their "
+                "error")) if x)
         row["band_coverage"] = cal.coverage.get("stated", math.nan)
+        refused = ""
         for key in BANDED:
-            half = self.band(key, row["host_bound"], row["extrapolated"])
-            row[f"{key}_band"] = half
-            row[f"{key}_low"], row[f"{key}_high"] = band_interval(row.get(key, math.nan), half)
+            choice = self.band(key, regime)
+            refused = refused or choice.refused
+            row[f"{key}_band"] = choice.half
+            if key == "tokens_per_s_per_gpu":
+                row["band_basis"] = choice.basis
+        row["refused"] = refused
+        if refused and self.refuse:
+            for key in NUMERIC_RESULTS:
+                if key in row:
+                    row[key] = math.nan
+        for key in BANDED:
+            row[f"{key}_low"], row[f"{key}_high"] = band_interval(row.get(key, math.nan), row[f"{key}_band"])
         return row
 
     def _host_note(self, machine: str | None) -> str:
@@ -162,16 +192,18 @@ class Projector:
         return ("host speed: an average calibrated host (" + (f"machine {machine} has no host-bound calibration cell"
                 if machine else "machine not given") + f", {spread})")
 
-    def band(self, metric: str, host_bound: bool = False, extrapolated: bool = False) -> float:
-        """Relative half-width of a metric's band: the calibration's for the row's regime (host-bound or not; the
-        other regime's where that one was never validated), plus the measured cross-fingerprint error when the
-        calibration is not the engine's own or the row lies outside the calibration's range (NaN where either was
-        never measured): :func:`extrapolation_band`."""
-        bands = (self.cal.error_band_host_bound or self.cal.error_band) if host_bound else self.cal.error_band
-        half = bands.get(metric, math.nan)
-        if self.relation != "match" or extrapolated:
-            half = extrapolation_band(half, self.cal.cross_fingerprint_error.get(metric, math.nan))
-        return float(half)
+    def band(self, metric: str, regime: Regime) -> BandChoice:
+        """A row's band for ``metric``: the widest measured band of its regimes, at least its base regime's spread
+        between machines (:func:`~calorimeter.projection.regimes.choose_band`), plus the measured cross-fingerprint
+        error when the calibration is not the engine's own (NaN where that was never measured: no band claimed)."""
+        cal = self.cal
+        if not cal.regime_bands:
+            return BandChoice(math.nan, "calibration never validated", "")
+        choice = choose_band(regime, cal.regime_bands, metric, cal.machine_spread.get(regime.base))
+        if self.relation == "match" or choice.refused:
+            return choice
+        half = extrapolation_band(choice.half, cal.cross_fingerprint_error.get(metric, math.nan))
+        return BandChoice(half, f"{choice.basis} + cross-fingerprint error", "")
 
     def _outside(self, cell: Cell) -> list[str]:
         """The calibration-range keys this cell lies outside of."""
@@ -205,6 +237,8 @@ class Projector:
             calibrated.append(f"compute: kernel times of {n} measured {cal.hardware} cells")
             if cal.power is not None:
                 calibrated.append(f"power: {cal.power.n_gpus} measured {cal.hardware} GPUs")
+            if cal.machines:
+                calibrated.append(f"machines: {len(cal.machines)} {cal.hardware} machines (told apart by their GPUs)")
         else:
             assumed.append(f"compute and power: {cal.hardware} calibration used for {cell.hardware} "
                            "(no calibration of that GPU type: fallback)")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calorimeter.plan.kinds import COLLECTIVES_PARQUET
 from calorimeter.projection.fingerprint import KEY_FIELDS
 from calorimeter.projection.validation import COVERAGE
 
@@ -63,12 +64,17 @@ DEFAULT_CALIBRATION: tuple[str, ...] = (
     "results/reference/h200x2-zero3-check-2026-11-27f/h200x2-zero3-check",
     *SETS_2026_11_21,
 )
-#: calibration sweeps (config/reference/<gpu>-calibration.yaml, kept as results/reference/<gpu>-calibration-<date>/)
-#: join the default calibration as soon as they are committed: the calibration rule reruns on them
-CALIBRATION_SWEEP_GLOB = "results/reference/*-calibration-*/*-calibration"
+#: calibration sets join the default calibration as soon as they are committed (the calibration rule reruns on them):
+#: every sweep folder with aggregated tables inside a set folder named ``<gpu>x<gpus>-calibration-<date>``
+#: (config/reference/<gpu>-calibration.yaml, a 4-GPU layout set, a MoE set: adding one is data, not code)
+CALIBRATION_SWEEP_GLOB = "results/reference/*-calibration-*/*"
+#: ``collectives`` sets join the default curves likewise: every sweep folder holding ``collectives`` cells inside a
+#: set folder named ``<gpu>x<gpus>-collectives-<date>`` (group sizes 2 and 4 of a 4-GPU node next to the 2-GPU ones)
+COLLECTIVES_SWEEP_GLOB = "results/reference/*-collectives-*/*"
 
-#: the default collective curves: the committed NCCL sweep (``kind: collectives``) on 2x H200; group sizes other
-#: than 2 carry its bus bandwidth over, and traced collectives fill sizes it does not cover
+#: the default collective curves: the committed NCCL sweep (``kind: collectives``) on 2x H200, and every committed
+#: ``collectives`` set (:data:`COLLECTIVES_SWEEP_GLOB`); an unmeasured group size carries the nearest measured one's
+#: bus bandwidth over, and traced collectives fill sizes they do not cover
 DEFAULT_COLLECTIVES: tuple[str, ...] = (
     "results/reference/h200x2-collectives-2026-11-23/h200x2-collectives",
 )
@@ -81,13 +87,20 @@ def default_calibration(root: str | Path = ".") -> tuple[str, ...]:
     return (*DEFAULT_CALIBRATION, *(p for p in found if p not in DEFAULT_CALIBRATION))
 
 
+def default_collectives(root: str | Path = ".") -> tuple[str, ...]:
+    """:data:`DEFAULT_COLLECTIVES` plus every committed ``collectives`` set (relative to ``root``)."""
+    found = sorted(str(Path(p).relative_to(root)) for p in glob.glob(str(Path(root) / COLLECTIVES_SWEEP_GLOB))
+                   if glob.glob(str(Path(p) / "cells" / "*" / COLLECTIVES_PARQUET)))
+    return (*DEFAULT_COLLECTIVES, *(p for p in found if p not in DEFAULT_COLLECTIVES))
+
+
 @dataclass(frozen=True)
 class ProjectionSettings:
     """The resolved ``projection:`` block.
 
     Attributes:
         calibration: sweep folders the model is calibrated on (default :func:`default_calibration`).
-        collectives: sweep folders of ``collectives`` cells; absent: :data:`DEFAULT_COLLECTIVES`; ``[]``: none (the
+        collectives: sweep folders of ``collectives`` cells; absent: :func:`default_collectives`; ``[]``: none (the
             curves come from the kernel traces alone).
         network: inter-node network override (None: the hardware profile's).
         validation: folds of sweep folders; empty (default): leave-one-configuration-out over the calibration cells.
@@ -97,7 +110,7 @@ class ProjectionSettings:
     """
 
     calibration: tuple[str, ...] = field(default_factory=default_calibration)
-    collectives: tuple[str, ...] = DEFAULT_COLLECTIVES
+    collectives: tuple[str, ...] = field(default_factory=default_collectives)
     network: dict[str, float] | None = None
     validation: tuple[dict[str, Any], ...] = ()
     engine: dict[str, str] = field(default_factory=dict)
@@ -119,11 +132,12 @@ class ProjectionSettings:
         if not 0.0 < coverage < 1.0:
             raise ValueError(f"projection.coverage: {coverage} is not within (0, 1)")
         return cls(calibration=tuple(p["calibration"]) if p.get("calibration") else default_calibration(root),
-                   collectives=tuple(p["collectives"]) if p.get("collectives") is not None else DEFAULT_COLLECTIVES,
+                   collectives=(tuple(p["collectives"]) if p.get("collectives") is not None
+                                else default_collectives(root)),
                    network=dict(p["network"]) if p.get("network") else None,
                    validation=tuple(p.get("validation") or ()), engine={k: str(v) for k, v in engine.items()},
                    coverage=coverage)
 
 
-__all__ = ["CALIBRATION_SWEEP_GLOB", "DEFAULT_CALIBRATION", "DEFAULT_COLLECTIVES", "SETS_2026_11_21",
-           "ProjectionSettings", "default_calibration"]
+__all__ = ["CALIBRATION_SWEEP_GLOB", "COLLECTIVES_SWEEP_GLOB", "DEFAULT_CALIBRATION", "DEFAULT_COLLECTIVES",
+           "SETS_2026_11_21", "ProjectionSettings", "default_calibration", "default_collectives"]

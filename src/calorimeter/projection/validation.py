@@ -28,10 +28,36 @@ import pandas as pd
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.work import workload
-from calorimeter.projection.calibration import Calibration, calibrate, cell_tp_overlap, collectives_for, machine_of
+from calorimeter.projection.calibration import (
+    Calibration,
+    calibrate,
+    cell_tp_overlap,
+    collectives_for,
+    machine_of,
+    range_values,
+)
 from calorimeter.projection.fingerprint import UNRECORDED
 from calorimeter.projection.measured import HOST_BOUND_BUSY_FRAC, MeasuredSet, cell_from_row, load_measured
-from calorimeter.projection.model import Projector, extrapolation_band
+from calorimeter.projection.model import Projector
+from calorimeter.projection.regimes import (
+    BASE_REGIMES,
+    BEYOND_COLUMNS,
+    EXTRAPOLATIONS,
+    GPU_BOUND,
+    GPU_COUNT,
+    HOST_BOUND,
+    MICRO_BATCH,
+    MIN_REGIME_ROWS,
+    MODEL_SIZE,
+    MOE,
+    MOE_UNSEEN,
+    SEQUENCE,
+    RegimeBand,
+    band_key,
+    choose_band,
+    engine_own,
+    regime_from_columns,
+)
 from calorimeter.records.atomic import write_atomic, write_parquet_atomic
 
 #: metrics compared, measured column = predicted column
@@ -43,8 +69,22 @@ TARGET_MAX = 0.15
 TARGET_MEAN_SIGNED = 0.02
 #: the stated coverage of every band: this share of held-out cells lies within it
 COVERAGE = 0.9
-#: the fewest held-out cells of one regime (host-bound or not, as projected) its own band is built from
+#: the fewest held-out cells of a dense base regime (GPU-bound or host-bound, as projected) its own band is built from
+#: (fewer: pooled, :func:`regime_bands`)
 BAND_MIN_CELLS = 10
+#: the kinds of fold a validation table's rows come from: ``loco`` (one configuration held out), ``fold`` (the
+#: configured folds of sweep folders), ``scale`` (every cell at one value of a range key predicted from the cells
+#: below it: :data:`SCALE_KEYS`), ``moe-from-dense`` (an engine's MoE cells from its dense ones), ``cross`` (another
+#: engine's or GPU type's calibration predicting the current cells), ``cross-moe`` (the current calibration predicting
+#: another engine's MoE cells)
+DESIGNS: tuple[str, ...] = ("loco", "fold", "scale", "moe-from-dense", "cross", "cross-moe")
+#: the designs whose rows make and check the regimes' bands (the held-out configurations of an engine and its
+#: extrapolation folds); ``HELD_OUT`` make the base regimes' bands and the targets
+BANDING: tuple[str, ...] = ("loco", "fold", "scale", "moe-from-dense")
+HELD_OUT: tuple[str, ...] = ("loco", "fold")
+#: the extrapolation folds: range key -> the regime its held-out rows are in
+SCALE_KEYS: dict[str, str] = {"world_size": GPU_COUNT, "seq_len": SEQUENCE, "micro_batch": MICRO_BATCH,
+                              "model_params": MODEL_SIZE}
 #: work counts whose calibration range is checked (per micro-batch; the optimizer per iteration): a held-out cell
 #: beyond RANGE_FACTOR x the largest training value gets a note (its time there extrapolates the fitted rate)
 RANGE_FEATURES: tuple[str, ...] = ("dense_flops", "act_elems", "head_elems", "z3_elems", "optim_elems", "moe_elems")
@@ -116,15 +156,18 @@ def validate_fold(fold: Fold, hardware: str | None = None, measured: dict[str, M
             cal = calibrate(train, hw)
         except ValueError:
             continue
-        frames.append(predict_cells(fold.name, cal, train, test, list(test.runs.cell_id[test.runs.hardware == hw])))
+        frames.append(predict_cells(fold.name, cal, train, test, list(test.runs.cell_id[test.runs.hardware == hw]),
+                                    design="fold"))
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def predict_cells(fold: str, cal: Calibration, train: MeasuredSet, test: MeasuredSet, cell_ids: list[str],
-                  relation: str = "match") -> pd.DataFrame:
-    """One error row per held-out cell of ``test``, predicted with ``cal`` (fitted on ``train``)."""
-    proj = Projector(cal, relation=relation)
+                  relation: str = "match", design: str = "loco") -> pd.DataFrame:
+    """One error row per held-out cell of ``test``, predicted with ``cal`` (fitted on ``train``); ``design``: which
+    kind of fold (:data:`DESIGNS`). Every row is predicted, in every regime (the errors are what the regimes' bands
+    are made of: nothing is refused here)."""
+    proj = Projector(cal, relation=relation, refuse=False)
     train_cells = [train.cell(c) for c in cal.cells if c in set(train.runs.cell_id)]
     runs = test.runs.set_index("cell_id")
     rows = []
@@ -132,7 +175,8 @@ def predict_cells(fold: str, cal: Calibration, train: MeasuredSet, test: Measure
         r = runs.loc[cid]
         cell = test.cell(cid)
         p = proj.project(cell, machine_of(r))
-        row: dict[str, Any] = {"fold": fold, "cell_id": cid, "config_id": r.get("config_id", cell.config_id),
+        row: dict[str, Any] = {"fold": fold, "design": design, "cell_id": cid,
+                               "config_id": r.get("config_id", cell.config_id), "configuration": fold_key(r),
                                "hardware": cell.hardware, "fingerprint": r.get("fingerprint", ""),
                                "calibration": cal.key, "relation": relation, "source": r.get("source", ""),
                                "model": cell.model, "world_size": cell.world_size,
@@ -140,7 +184,8 @@ def predict_cells(fold: str, cal: Calibration, train: MeasuredSet, test: Measure
                                "zero_stage": cell.zero_stage, "busy_frac": float(r.get("busy_frac", math.nan)),
                                "calibration_cells": len(cal.cells), "predicted_host_bound": p["host_bound"],
                                "machine": p["machine"], "host_factor": p["host_factor"],
-                               "extrapolated": p["extrapolated"], "extrapolated_parts": p["extrapolated_parts"]}
+                               "extrapolated": p["extrapolated"], "extrapolated_parts": p["extrapolated_parts"],
+                               **{k: p[k] for k in ("regime", *BEYOND_COLUMNS.values())}}
         for m in METRICS:
             meas, pred = float(r.get(m, math.nan)), float(p.get(m, math.nan))
             row[f"{m}_measured"] = meas
@@ -197,14 +242,17 @@ def newest_fingerprints(ms: MeasuredSet) -> dict[str, str]:
 
 
 def loco(ms: MeasuredSet, fingerprints: dict[str, str] | None = None, collectives: pd.DataFrame | None = None,
-         min_configs: int = 3, coverage: float = COVERAGE) -> pd.DataFrame:
+         min_configs: int = 3, coverage: float = COVERAGE, extrapolation: bool = True) -> pd.DataFrame:
     """Leave-one-configuration-out over the cells of every (GPU type, fingerprint) with at least ``min_configs``
-    configurations (``fingerprints``: only these, GPU type -> key), then the cross-fingerprint predictions.
+    configurations (``fingerprints``: only these, GPU type -> key, unless ``extrapolation``); with ``extrapolation``,
+    the extrapolation folds of every fingerprint (:func:`scale_folds`, :func:`moe_from_dense`); then the
+    cross-fingerprint predictions of the ``fingerprints``' cells.
 
     Returns:
         the error table (:func:`predict_cells` columns), ``fold`` = ``loco <hardware>/<key>: <configuration>`` for
-        the held-out rows (``relation = match``) and ``cross <calibration> -> <hardware>/<key>`` for the others,
-        with each row's band at the stated coverage from the other folds (``<metric>_band``, ``<metric>_covered``).
+        the held-out rows (``design = loco``, ``relation = match``), ``scale ...`` and ``moe-from-dense ...`` for the
+        extrapolation folds, ``cross <calibration> -> <hardware>/<key>`` for the others, with each banded row's band
+        at the stated coverage from the other folds (``<metric>_band``, ``<metric>_covered``: :func:`add_bands`).
     """
     runs = ms.runs.copy()
     runs["fold_key"] = [fold_key(r) for _, r in runs.iterrows()]
@@ -212,7 +260,9 @@ def loco(ms: MeasuredSet, fingerprints: dict[str, str] | None = None, collective
     frames = []
     full: dict[tuple[str, str], Calibration] = {}
     for (hw, key), idx in groups.items():
-        if fingerprints is not None and fingerprints.get(hw) != key:
+        # the targets' held-out configurations; with the extrapolation folds, every engine's (the base bands its
+        # extrapolation rows are checked with)
+        if fingerprints is not None and fingerprints.get(hw) != key and not extrapolation:
             continue
         g = runs.loc[idx]
         pts = collectives_for(collectives, hw)
@@ -225,10 +275,12 @@ def loco(ms: MeasuredSet, fingerprints: dict[str, str] | None = None, collective
             except ValueError:
                 continue
             frames.append(predict_cells(f"loco {hw}/{key}: {fk}", cal, train, ms, list(test.cell_id)))
+    if extrapolation:
+        frames += scale_folds(ms, runs, collectives, min_configs) + moe_from_dense(ms, runs, collectives)
     # cross-fingerprint: every other calibration predicts this fingerprint's cells
     for hw, key in groups:
         try:
-            full[(hw, key)] = calibrate(ms, hw, None, key)
+            full[(hw, key)] = calibrate(ms, hw, collectives_for(collectives, hw), key)
         except ValueError:
             continue
     for (hw, key), idx in groups.items():
@@ -239,10 +291,62 @@ def loco(ms: MeasuredSet, fingerprints: dict[str, str] | None = None, collective
                 continue
             rel = "foreign" if hw2 == hw else "other-gpu"
             frames.append(predict_cells(f"cross {hw2}/{key2} -> {hw}/{key}", cal, ms, ms, list(runs.loc[idx].cell_id),
-                                        relation=rel))
+                                        relation=rel, design="cross"))
+            # and this fingerprint's calibration on the other one's MoE cells (the MoE error across engines)
+            if (hw, key) in full and extrapolation:
+                moe = [c for c in runs.loc[groups[(hw2, key2)]].cell_id if range_values(ms.cell(c))["experts"] > 0]
+                if moe:
+                    frames.append(predict_cells(f"cross {hw}/{key} -> {hw2}/{key2} MoE", full[(hw, key)], ms, ms,
+                                                moe, relation="foreign" if hw2 == hw else "other-gpu",
+                                                design="cross-moe"))
     frames = [f for f in frames if not f.empty]
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return add_bands(table, coverage) if len(table) else table
+
+
+def scale_folds(ms: MeasuredSet, runs: pd.DataFrame, collectives: pd.DataFrame | None = None, min_configs: int = 3
+                ) -> list[pd.DataFrame]:
+    """The extrapolation folds: for every (GPU type, fingerprint) with ``min_configs`` configurations and every range
+    key of :data:`SCALE_KEYS`, every value above its smallest: the fingerprint's cells at that value predicted from a
+    calibration on every cell (of any GPU type) below it. Their rows measure the error of the regime they land in
+    (:func:`calorimeter.projection.regimes.regime_of`: beyond the range in GPU count, sequence, micro-batch or model
+    size, or a layout never measured), one doubling or so beyond, as a projection beyond its calibration is."""
+    values = pd.DataFrame([range_values(ms.cell(c)) for c in runs.cell_id], index=runs.index)
+    frames = []
+    for (hw, key), g in runs.groupby(["hardware", "fingerprint"]):
+        if g["fold_key"].nunique() < min_configs:
+            continue
+        pts = collectives_for(collectives, hw)
+        for col in SCALE_KEYS:
+            mine = values.loc[g.index, col]
+            for v in sorted(set(mine))[1:]:
+                train = ms.subset(list(runs.cell_id[values[col] < v]))
+                try:
+                    cal = calibrate(train, hw, pts, key)
+                except ValueError:
+                    continue
+                frames.append(predict_cells(f"scale {hw}/{key}: {col} {v:.4g} from below", cal, train, ms,
+                                            list(g.cell_id[mine == v]), design="scale"))
+    return frames
+
+
+def moe_from_dense(ms: MeasuredSet, runs: pd.DataFrame, collectives: pd.DataFrame | None = None
+                   ) -> list[pd.DataFrame]:
+    """For every (GPU type, fingerprint) with MoE and dense cells: its MoE cells predicted from a calibration on every
+    dense cell: the error of a MoE row whose calibration never saw MoE, measured within one engine."""
+    moe = pd.Series([range_values(ms.cell(c))["experts"] > 0 for c in runs.cell_id], index=runs.index)
+    frames = []
+    for (hw, key), g in runs.groupby(["hardware", "fingerprint"]):
+        if not moe[g.index].any() or moe[g.index].all():
+            continue
+        train = ms.subset(list(runs.cell_id[~moe]))
+        try:
+            cal = calibrate(train, hw, collectives_for(collectives, hw), key)
+        except ValueError:
+            continue
+        frames.append(predict_cells(f"moe-from-dense {hw}/{key}", cal, train, ms, list(g.cell_id[moe[g.index]]),
+                                    design="moe-from-dense"))
+    return frames
 
 
 def machine_spread(ms: MeasuredSet) -> dict[str, Any]:
@@ -278,67 +382,205 @@ def machine_spread(ms: MeasuredSet) -> dict[str, Any]:
     return out
 
 
+def _design(t: pd.DataFrame) -> pd.Series:
+    """Each row's design (:data:`DESIGNS`; a table without the column: held-out configurations)."""
+    return t["design"] if "design" in t else pd.Series("loco", index=t.index)
+
+
+def row_regimes(t: pd.DataFrame) -> pd.Series:
+    """Each row's regimes (a list, the base first; a table without a ``regime`` column: dense host-bound where the
+    projection called it host-bound, else dense GPU-bound)."""
+    if "regime" in t:
+        return t["regime"].fillna(GPU_BOUND).astype(str).str.split("; ")
+    hb = t["predicted_host_bound"].fillna(False).astype(bool) if "predicted_host_bound" in t else pd.Series(
+        False, index=t.index)
+    return hb.map(lambda h: [HOST_BOUND if h else GPU_BOUND])
+
+
+def _regime_band(rows: pd.DataFrame, coverage: float, min_rows: int, label: str, pure: bool = True
+                 ) -> RegimeBand:
+    """One regime's band from its held-out rows (a :func:`band_frame`): per metric the ``coverage`` quantile of their
+    absolute errors (a metric with fewer than ``min_rows`` errors: none); with fewer rows than that: no band, and
+    why."""
+    srcs = sorted(set(rows["_source"]))
+    if len(rows) < min_rows:
+        return RegimeBand(rows=len(rows), sources=srcs, reason=f"{len(rows)} held-out rows measured in this regime "
+                                                               f"(fewer than {min_rows})")
+    band = {}
+    for m in METRICS:
+        e = rows[f"_{m}"].to_numpy()
+        e = e[np.isfinite(e)]
+        if len(e) >= min_rows:
+            band[m] = float(np.quantile(e, coverage))
+    col = BEYOND_COLUMNS.get(label)
+    f = rows[col][rows[col] > 1.0] if col and col in rows else pd.Series(dtype=float)
+    return RegimeBand(band, len(rows), float(f.median()) if len(f) else math.nan, srcs, pure=pure)
+
+
+def band_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """The table's banded rows (``design`` in :data:`BANDING`, ``relation = match``) with what :func:`regime_bands`
+    reads, once: engine, design, base regime, in range, per extrapolation whether the row lies outside the range in
+    that way (``_has_<x>``) and in that way alone (``_pure_<x>``), the absolute errors (``_<metric>``)."""
+    t = table[table["relation"].eq("match") & _design(table).isin(BANDING)]
+    regimes = row_regimes(t)
+    extra = regimes.str[1:]
+    out = pd.DataFrame({"hardware": t["hardware"], "fingerprint": t["fingerprint"], "design": _design(t),
+                        "base": regimes.str[0], "in_range": extra.str.len() == 0,
+                        "_source": t["hardware"] + "/" + t["fingerprint"] + " " + _design(t)}, index=t.index)
+    for x in EXTRAPOLATIONS:
+        out[f"_has_{x}"] = extra.map(lambda e, x=x: x in e)
+        out[f"_pure_{x}"] = extra.map(lambda e, x=x: list(e) == [x])
+    for m in METRICS:
+        out[f"_{m}"] = t[f"{m}_rel_error"].abs()
+    for col in BEYOND_COLUMNS.values():
+        if col in t:
+            out[col] = t[col]
+    return out
+
+
+def regime_bands(table: pd.DataFrame, hw: str, fp: str, coverage: float = COVERAGE, keep: pd.Series | None = None,
+                 frame: pd.DataFrame | None = None) -> dict[str, RegimeBand]:
+    """The band of every regime (:func:`~calorimeter.projection.regimes.band_key`) for a calibration of
+    ``hw``/``fp``, from the table's banded rows (``keep``: only these; ``frame``: :func:`band_frame` of the table,
+    when already built).
+
+    The base regimes from this engine's held-out configurations inside their calibration's range: dense host-bound
+    with the other GPU types' host-bound rows while it has fewer than :data:`BAND_MIN_CELLS` (host times are fitted
+    over GPU types that ran the same software), a dense regime with still fewer from every in-range dense row of this
+    engine; MoE from this engine's MoE rows alone (:data:`MIN_REGIME_ROWS`, else refused). An extrapolation within a
+    base regime from the rows of that base regime outside the range in that way alone (``pure``), else in that way
+    among others: this engine's where it has :data:`MIN_REGIME_ROWS`, else every engine's and GPU type's (they
+    measure the model's structure; MoE's only this engine's: :func:`~calorimeter.projection.regimes.engine_own`); a
+    dense one with too few such rows from both dense bases together. ``MoE never calibrated`` is always refused, with
+    what was measured (:func:`moe_unseen_reason`)."""
+    t = frame if frame is not None else band_frame(table)
+    if keep is not None:
+        t = t[keep.reindex(t.index, fill_value=False)]
+    base = t["base"]
+    own = (t["hardware"] == hw) & (t["fingerprint"] == fp)
+    held = t["design"].isin(HELD_OUT)
+    out: dict[str, RegimeBand] = {}
+    for b in BASE_REGIMES:
+        rows = t[own & held & t["in_range"] & (base == b)]
+        if b == HOST_BOUND and len(rows) < BAND_MIN_CELLS:
+            rows = pd.concat([rows, t[held & t["in_range"] & (base == b) & (t["hardware"] != hw)]])
+        if b != MOE and len(rows) < BAND_MIN_CELLS:
+            rows = t[own & held & t["in_range"] & (base != MOE)]
+        out[b] = _regime_band(rows, coverage, BAND_MIN_CELLS if b != MOE else MIN_REGIME_ROWS, b)
+        scopes = [own] if engine_own(b) else [own, pd.Series(True, index=t.index)]
+        for x in EXTRAPOLATIONS:
+            has, pure = t[f"_has_{x}"], t[f"_pure_{x}"]
+            tries = [(scope & (base == b) & sel, i == 0) for scope in scopes for i, sel in enumerate((pure, has))]
+            if b != MOE:
+                tries += [((base != MOE) & sel, i == 0) for i, sel in enumerate((pure, has))]
+            for sel_x, is_pure in tries:
+                rb = _regime_band(t[sel_x], coverage, MIN_REGIME_ROWS, x, pure=is_pure)
+                if rb.band:
+                    break
+            out[band_key(b, x)] = rb
+    out[MOE_UNSEEN] = RegimeBand(reason=moe_unseen_reason(table, f"{hw}/{fp}", coverage))
+    return out
+
+
+def moe_unseen_reason(table: pd.DataFrame, key: str, coverage: float = COVERAGE) -> str:
+    """Why a MoE row of a calibration without MoE cells is refused, with what was measured: the errors of every
+    engine's calibration without its MoE cells on them (``moe-from-dense``) and of calibration ``key`` on another
+    engine's MoE cells (``cross-moe``), tokens/s."""
+    parts = ["no MoE cell of this engine in the calibration, and MoE's cost is the engine's own (routing, dispatch, "
+             "expert loop, gradient path): an error measured on another engine's MoE cells bounds none of its rows"]
+    d = _design(table)
+    for rows, what in ((table[d == "moe-from-dense"], "a calibration of that engine without its MoE cells"),
+                       (table[(d == "cross-moe") & (table["calibration"] == key)] if "calibration" in table
+                        else table.iloc[:0], "this calibration")):
+        e = rows["tokens_per_s_per_gpu_rel_error"].dropna()
+        if len(e):
+            engines = ", ".join(sorted({f"{h}/{f}" for h, f in zip(rows["hardware"], rows["fingerprint"],
+                                                                     strict=True)}))
+            parts.append(f"on the {len(e)} MoE cells of {engines}, {what} erred {e.min():+.0%} to {e.max():+.0%} "
+                         f"in tokens/s ({coverage:.0%} of |error| within {np.quantile(e.abs(), coverage):.0%})")
+    return "; ".join(parts) + "; measure a MoE calibration set of this engine"
+
+
+def machine_floor(table: pd.DataFrame, hw: str, fp: str, coverage: float = COVERAGE) -> dict[str, dict[str, float]]:
+    """Per base regime and metric, the spread between machines a projection that cannot tell them apart carries:
+    the ``coverage`` quantile of each machine's mean (over its repetitions) relative to the geometric mean of the
+    machines', over every configuration of this engine measured on two or more machines (told apart by their GPUs'
+    UUIDs: the runs' ``machine``); a regime with fewer than 3 such configurations pools every engine's."""
+    sel = table["relation"].eq("match") & _design(table).isin(HELD_OUT) & table["machine"].fillna("").ne("")
+    t = table[sel]
+    base = row_regimes(t).str[0]
+    out: dict[str, dict[str, float]] = {}
+    for b in BASE_REGIMES:
+        own = t[(base == b) & (t["hardware"] == hw) & (t["fingerprint"] == fp)]
+        devs, configs = _machine_devs(own)
+        if configs < 3:
+            devs, configs = _machine_devs(t[base == b])
+        if configs >= 3:
+            out[b] = {m: float(np.quantile(v, coverage)) for m, v in devs.items() if v}
+    return out
+
+
+def _machine_devs(t: pd.DataFrame) -> tuple[dict[str, list[float]], int]:
+    """Per metric, each machine's mean over the machines' geometric mean minus 1, absolute, over the configurations
+    measured on two or more machines; and how many there are."""
+    devs: dict[str, list[float]] = {m: [] for m in METRICS}
+    n = 0
+    for _, c in t.groupby(["hardware", "fingerprint", "configuration"]):
+        if c["machine"].nunique() < 2:
+            continue
+        n += 1
+        for m in METRICS:
+            means = c.groupby("machine")[f"{m}_measured"].mean().dropna()
+            means = means[means > 0]
+            if len(means) >= 2:
+                devs[m].extend(np.abs(means / np.exp(np.log(means).mean()) - 1.0))
+    return devs, n
+
+
 def add_bands(table: pd.DataFrame, coverage: float = COVERAGE) -> pd.DataFrame:
-    """Each held-out row's band per metric, from the other folds of its group (same hardware and fingerprint,
-    ``relation = match``) in the row's regime (:func:`predicted_regime`: host-bound rows from host-bound rows, the
-    others from the others; a GPU type with fewer than :data:`BAND_MIN_CELLS` host-bound rows adds the other GPU
-    types' (its host times are fitted over GPU types: :func:`calorimeter.projection.calibration.host_bound_elsewhere`);
-    all rows where a regime has still fewer): the ``coverage`` quantile of their absolute errors; and whether the row
-    lies within it. A row outside its calibration's range (``extrapolated``) has that band widened by the
-    calibration's cross-fingerprint error (:func:`cross_errors`,
-    :func:`calorimeter.projection.model.extrapolation_band`), as a projected row has."""
+    """Each banded row's band per metric (``design`` in :data:`BANDING`, ``relation = match``), as a projected row
+    takes it (:func:`~calorimeter.projection.regimes.choose_band`: the widest band of its regimes, at least its base
+    regime's machine spread), the bands made of the other rows (:func:`regime_bands` without the row's fold and
+    without its configuration, of its engine, anywhere); whether the row lies within it (``<metric>_covered``; NA
+    where the row's regime is refused or the metric has no band); ``band_basis``: the regime that set the tokens/s
+    band, or why the row would be refused."""
     table = table.copy()
-    match = table["relation"] == "match"
-    regime = predicted_regime(table)
-    outside = table["extrapolated"].fillna(False).astype(bool) if "extrapolated" in table else pd.Series(
-        False, index=table.index)
-    cross = {f"{hw}/{fp}": cross_errors(table, f"{hw}/{fp}", coverage)
-             for hw, fp in table.loc[match, ["hardware", "fingerprint"]].drop_duplicates().itertuples(index=False)}
+    for col, default in (("design", "loco"), ("configuration", None), ("machine", "")):
+        if col not in table:
+            table[col] = table["cell_id"] if default is None else default
+    banded = table["relation"].eq("match") & table["design"].isin(BANDING)
+    regimes = row_regimes(table)
+    frame = band_frame(table)
+    floors = {(hw, fp): machine_floor(table, hw, fp, coverage)
+              for hw, fp in table.loc[banded, ["hardware", "fingerprint"]].drop_duplicates().itertuples(index=False)}
     for m in METRICS:
         table[f"{m}_band"] = math.nan
-        table[f"{m}_covered"] = pd.NA
-        for (hw, fp), g in table[match].groupby(["hardware", "fingerprint"]):
-            elsewhere = table.loc[match & regime & (table["hardware"] != hw), f"{m}_rel_error"].abs().dropna()
-            widen = cross[f"{hw}/{fp}"].get(m, math.nan)
-            for (fold, hb), h in g.groupby([g["fold"], regime[g.index]]):
-                e = g.loc[g["fold"] != fold, f"{m}_rel_error"].abs().dropna()
-                others = band_sample(e, regime[e.index] == hb, elsewhere if hb else None)
-                if len(others) < 3:
-                    continue
-                band = float(np.quantile(others, coverage))
-                bands = pd.Series(band, index=h.index).where(~outside[h.index], extrapolation_band(band, widen))
-                table.loc[h.index, f"{m}_band"] = bands
-                err = h[f"{m}_rel_error"].abs()
-                table.loc[h.index, f"{m}_covered"] = [bool(e <= b) if e == e and b == b else pd.NA
-                                                      for e, b in zip(err, bands, strict=True)]
+        table[f"{m}_covered"] = pd.Series(pd.NA, index=table.index, dtype="object")
+    table["band_basis"] = ""
+    same_engine = {k: (table["hardware"] == k[0]) & (table["fingerprint"] == k[1]) for k in floors}
+    for (hw, fp, fold), h in table[banded].groupby(["hardware", "fingerprint", "fold"], sort=False):
+        keep = table["fold"].ne(fold) & ~(same_engine[(hw, fp)] & table["configuration"].isin(set(h["configuration"])))
+        bands = regime_bands(table, hw, fp, coverage, keep, frame)
+        for i in h.index:
+            reg = regime_from_columns(table.loc[i]) if "regime" in table else regime_from_columns(
+                {"regime": "; ".join(regimes[i])})
+            for m in METRICS:
+                ch = choose_band(reg, bands, m, floors[(hw, fp)].get(reg.base))
+                table.at[i, f"{m}_band"] = ch.half
+                e = abs(table.at[i, f"{m}_rel_error"])
+                table.at[i, f"{m}_covered"] = bool(e <= ch.half) if e == e and ch.half == ch.half else pd.NA
+                if m == "tokens_per_s_per_gpu":
+                    table.at[i, "band_basis"] = ch.basis or f"refused: {ch.refused}"
     return table
 
 
 def cross_errors(table: pd.DataFrame, key: str, coverage: float = COVERAGE) -> dict[str, float]:
-    """A calibration's measured error on cells it never saw the like of: per metric, the ``coverage`` quantile of its
-    absolute errors on another fingerprint's or GPU type's cells (``relation != match`` rows it predicted)."""
+    """A calibration's measured error on another engine build's or GPU type's cells: per metric, the ``coverage``
+    quantile of its absolute errors on the cells of the fingerprints it was compared with (``design = cross``)."""
     if "calibration" not in table:
         return {}
-    cross = table[(table["relation"] != "match") & (table["calibration"] == key)]
+    cross = table[_design(table).eq("cross") & (table["relation"] != "match") & (table["calibration"] == key)]
     return {m: float(np.quantile(e, coverage)) for m in METRICS if len(e := cross[f"{m}_rel_error"].abs().dropna())}
-
-
-def band_sample(errors: pd.Series, same_regime: pd.Series, elsewhere: pd.Series | None = None) -> pd.Series:
-    """The absolute errors a band is the quantile of: those of the row's regime (``same_regime``), joined by
-    ``elsewhere`` (the other GPU types' host-bound errors, for a host-bound row: host times are fitted over GPU types,
-    so is their band) while the regime has fewer than :data:`BAND_MIN_CELLS`; every error where it still has."""
-    same = errors[same_regime]
-    if elsewhere is not None and len(same) < BAND_MIN_CELLS <= len(same) + len(elsewhere):
-        same = pd.concat([same, elsewhere])
-    return same if len(same) >= BAND_MIN_CELLS else errors
-
-
-def predicted_regime(table: pd.DataFrame) -> pd.Series:
-    """Whether the projection called each row host-bound (``predicted_host_bound``; the regime a projected row's band
-    is chosen by, as the measured busy share is unknown when projecting)."""
-    if "predicted_host_bound" not in table:
-        return pd.Series(False, index=table.index)
-    return table["predicted_host_bound"].fillna(False).astype(bool)
 
 
 def summarize(table: pd.DataFrame) -> dict[str, Any]:
@@ -435,11 +677,9 @@ def _stats(t: pd.DataFrame) -> dict[str, Any]:
         if f"{m}_covered" in t:
             cov = t[f"{m}_covered"].dropna()
             f[m]["coverage"] = float(cov.astype(bool).mean()) if len(cov) else math.nan
+            f[m]["banded"] = len(cov)
             f[m]["band_median"] = _q(t[f"{m}_band"].dropna(), 0.5)
-            hb = predicted_regime(t)[cov.index]
-            for name, sel in (("host_bound", hb), ("gpu_bound", ~hb)):
-                f[m][f"coverage_{name}"] = float(cov[sel].astype(bool).mean()) if sel.any() else math.nan
-                f[m][f"cells_{name}"] = int(sel.sum())
+            f[m]["regimes"] = regime_coverage(t, m)
     worst = t[(t["tokens_per_s_per_gpu_rel_error"].abs() > TARGET_MAX)
               | (t["energy_per_token_j_rel_error"].abs() > TARGET_MAX)]
     f["over_max"] = [{"cell_id": r.cell_id, "tokens_per_s_per_gpu": float(r.tokens_per_s_per_gpu_rel_error),
@@ -452,7 +692,8 @@ def _q(e: pd.Series, q: float) -> float:
     return float(np.quantile(e, q)) if len(e) else math.nan
 
 
-def loco_summary(table: pd.DataFrame, coverage: float = COVERAGE) -> dict[str, Any]:
+def loco_summary(table: pd.DataFrame, coverage: float = COVERAGE, fingerprints: dict[str, str] | None = None
+                 ) -> dict[str, Any]:
     """The validation.json of the leave-one-configuration-out design: per (GPU type, fingerprint) the pooled
     statistics over its held-out cells (all, and GPU-bound) and the targets, per fold the same, and the measured
     cross-fingerprint errors (the ``coverage`` quantile of the absolute errors of each other calibration)."""
@@ -461,8 +702,10 @@ def loco_summary(table: pd.DataFrame, coverage: float = COVERAGE) -> dict[str, A
         "coverage": coverage}, "groups": {}, "cross_fingerprint": {}}
     if table.empty:
         return out
-    match = table[table["relation"] == "match"]
+    match = table[(table["relation"] == "match") & _design(table).isin(HELD_OUT)]
     for (hw, fp), g in match.groupby(["hardware", "fingerprint"]):
+        if fingerprints is not None and fingerprints.get(hw) != fp:
+            continue
         pooled = _stats(g)
         pooled["folds"] = int(g["fold"].nunique())
         pooled["sources"] = sorted(set(g["source"]))
@@ -473,7 +716,10 @@ def loco_summary(table: pd.DataFrame, coverage: float = COVERAGE) -> dict[str, A
         pooled["run_spread"] = run_spread(g)
         pooled["per_fold"] = {str(k): _fold_row(v) for k, v in g.groupby("fold", sort=True)}
         out["groups"][f"{hw}/{fp}"] = pooled
-    for fold, g in table[table["relation"] != "match"].groupby("fold"):
+    banded = table[(table["relation"] == "match") & _design(table).isin(BANDING)]
+    out["regimes"] = {m: regime_coverage(banded, m, coverage) for m in ("tokens_per_s_per_gpu", "energy_per_token_j",
+                                                                          "power_avg_w")}
+    for fold, g in table[_design(table).isin(("cross", "cross-moe"))].groupby("fold"):
         out["cross_fingerprint"][str(fold)] = {
             "cells": len(g), "calibration": str(g["calibration"].iloc[0]), "relation": str(g["relation"].iloc[0]),
             **{m: {"quantile_abs": _q(g[f"{m}_rel_error"].abs().dropna(), coverage),
@@ -502,70 +748,185 @@ def targets_met(stats: dict[str, Any], coverage: float = COVERAGE, suffix: str =
     res = {f"median_abs {m}": bool(stats[m][f"median_abs{suffix}"] <= v) for m, v in TARGET_MEDIAN.items()}
     res["max_abs"] = all(not (stats[m][f"max_abs{suffix}"] > TARGET_MAX) for m in TARGET_MEDIAN)
     res["mean_signed"] = all(not (abs(stats[m][f"mean_signed{suffix}"]) > TARGET_MEAN_SIGNED) for m in TARGET_MEDIAN)
-    if not suffix:  # over all rows, and in each regime the bands are chosen by
-        res["coverage"] = all(coverage_met(stats[m].get("coverage", math.nan), stats[m]["cells"], coverage)
-                              and all(coverage_met(stats[m].get(f"coverage_{r}", math.nan),
-                                                   stats[m].get(f"cells_{r}", 0), coverage)
-                                      for r in ("host_bound", "gpu_bound"))
+    if not suffix:  # over all rows, and in each regime
+        res["coverage"] = all(coverage_met(stats[m].get("coverage", math.nan), stats[m].get("banded", 0), coverage)
+                              and all(r["met"] for r in stats[m].get("regimes", {}).values())
                               for m in METRICS)
     return res
 
 
+def coverage_interval(covered: int, rows: int, level: float = COVERAGE) -> tuple[float, float]:
+    """The ``level`` interval of a coverage measured as ``covered`` of ``rows`` (binomial, Clopper-Pearson);
+    ``(0, 1)`` without rows."""
+    if rows <= 0:
+        return 0.0, 1.0
+    from scipy.stats import binomtest  # heavy: only the validation summary needs it
+
+    ci = binomtest(int(covered), int(rows)).proportion_ci(confidence_level=level, method="exact")
+    return float(ci.low), float(ci.high)
+
+
 def coverage_met(measured: float, cells: int, stated: float = COVERAGE) -> bool:
-    """Whether a measured band coverage is consistent with the stated one: not below it by more than the one-sided
-    95% sampling allowance of a share over ``cells`` held-out cells (``1.645 sqrt(p (1 - p) / n)``: 8 points for 38
-    cells, 22 for 5). No cells: nothing to contradict it."""
+    """Whether a measured band coverage is consistent with the stated one: the stated coverage lies below the upper
+    end of the measured share's 90% interval (:func:`coverage_interval`; a one-sided test at 5%: 33 of 38 cells
+    covered meet 90%, 30 of 38 do not). No cells: nothing to contradict it."""
     if measured != measured or cells <= 0:
         return True
-    return measured >= stated - 1.645 * math.sqrt(stated * (1.0 - stated) / cells)
+    return coverage_interval(round(measured * cells), cells)[1] >= stated
+
+
+def regime_coverage(t: pd.DataFrame, metric: str, stated: float = COVERAGE) -> dict[str, dict[str, Any]]:
+    """Per regime (:func:`~calorimeter.projection.regimes.band_key`: a base regime's rows inside their calibration's
+    range; an extrapolation's within its base regime, every row outside the range in that way, alone or among
+    others): rows, the median and largest absolute and the mean signed error of ``metric``, the median band, the rows
+    within their band (``covered`` of ``banded``: refused rows and metrics without a band excluded) with the 90%
+    interval of that share, and whether it meets the stated coverage (:func:`coverage_met`)."""
+    out: dict[str, dict[str, Any]] = {}
+    if t.empty or f"{metric}_band" not in t:
+        return out
+    regimes = row_regimes(t)
+    base, extra = regimes.str[0], regimes.str[1:]
+    members = {}
+    for b in BASE_REGIMES:
+        members[b] = (base == b) & (extra.str.len() == 0)
+        for x in (*EXTRAPOLATIONS, MOE_UNSEEN):
+            members[band_key(b, x)] = (base == b) & extra.map(lambda e, x=x: x in e)
+    for key, sel in members.items():
+        if not sel.any():
+            continue
+        r = t[sel]
+        e = r[f"{metric}_rel_error"].dropna()
+        cov = r[f"{metric}_covered"].dropna().astype(bool)
+        lo, hi = coverage_interval(int(cov.sum()), len(cov))
+        share = float(cov.mean()) if len(cov) else math.nan
+        out[key] = {"rows": len(r), "engines": sorted({f"{h}/{f}" for h, f in zip(r["hardware"], r["fingerprint"],
+                                                                                   strict=True)}),
+                    "median_abs": _q(e.abs(), 0.5), "max_abs": float(e.abs().max()) if len(e) else math.nan,
+                    "mean_signed": float(e.mean()) if len(e) else math.nan,
+                    "band_median": _q(r[f"{metric}_band"].dropna(), 0.5), "banded": len(cov),
+                    "covered": int(cov.sum()), "coverage": share, "coverage_90": [lo, hi],
+                    "met": coverage_met(share, len(cov), stated)}
+    return out
 
 
 def _host_bound(t: pd.DataFrame) -> pd.Series:
     return t["notes"].fillna("").str.startswith("host-bound")
 
 
-def error_band(table: pd.DataFrame, quantile: float = COVERAGE, host_bound: bool | None = None,
-               elsewhere: pd.DataFrame | None = None) -> dict[str, float]:
-    """Relative half-width of the projection's error band per metric: this quantile of the held-out absolute
-    errors (``relation = match`` rows where the column exists); ``host_bound``: only the rows the projection called
-    host-bound (True) or not (False), all rows where those are fewer than :data:`BAND_MIN_CELLS`; ``elsewhere``: the
-    other GPU types' rows, whose host-bound ones join too few host-bound rows (as in :func:`add_bands`)."""
-    if table.empty:
-        return {}
-    t = table[table["relation"] == "match"] if "relation" in table else table
-    other = None
-    if host_bound and elsewhere is not None:
-        other = elsewhere[(elsewhere["relation"] == "match") & predicted_regime(elsewhere)]
-    band = {}
-    for m in METRICS:
-        e = t[f"{m}_rel_error"].abs().dropna()
-        if host_bound is not None:
-            e = band_sample(e, predicted_regime(t)[e.index] == host_bound,
-                            other[f"{m}_rel_error"].abs().dropna() if other is not None else None)
-        if len(e):
-            band[m] = float(np.quantile(e, quantile))
-    return band
-
-
 def apply_validation(cals: dict[str, Calibration], table: pd.DataFrame, coverage: float = COVERAGE) -> None:
-    """Store the validation's findings in the calibrations (in place): each one's error bands (the ``coverage``
-    quantile of its own held-out absolute errors, apart for the rows it called host-bound and the others), the
-    coverage stated and measured on held-out cells, and its cross-fingerprint error (the same quantile of its errors
-    on other fingerprints' and GPU types' cells)."""
+    """Store the validation's findings in the calibrations (in place): each one's band per regime
+    (:func:`regime_bands`) and machine spread per base regime (:func:`machine_floor`), its dense bands as
+    ``error_band`` / ``error_band_host_bound`` (the GPU-bound and host-bound regimes'), the coverage stated and
+    measured on its held-out cells, and its cross-fingerprint error (:func:`cross_errors`)."""
     if table.empty:
         return
+    frame = band_frame(table)
     for key, cal in cals.items():
         hw, fp = key.split("/", 1)
-        own = table[(table["relation"] == "match") & (table["hardware"] == hw) & (table["fingerprint"] == fp)]
-        cal.error_band = error_band(own, coverage, host_bound=False)
-        cal.error_band_host_bound = error_band(own, coverage, host_bound=True,
-                                               elsewhere=table[table["hardware"] != hw])
+        cal.regime_bands = regime_bands(table, hw, fp, coverage, frame=frame)
+        cal.machine_spread = machine_floor(table, hw, fp, coverage)
+        cal.error_band = dict(cal.regime_bands[GPU_BOUND].band)
+        cal.error_band_host_bound = dict(cal.regime_bands[HOST_BOUND].band)
+        own = table[(table["relation"] == "match") & _design(table).isin(HELD_OUT) & (table["hardware"] == hw)
+                    & (table["fingerprint"] == fp)]
         cal.coverage = {"stated": coverage}
         for m in METRICS:
             cov = own[f"{m}_covered"].dropna() if f"{m}_covered" in own else pd.Series(dtype=bool)
             if len(cov):
                 cal.coverage[m] = float(cov.astype(bool).mean())
         cal.cross_fingerprint_error = cross_errors(table, key, coverage)
+
+
+def band_summary(cals: dict[str, Calibration]) -> dict[str, Any]:
+    """Per calibration, the band a projected row takes in each regime and the spread between machines (after
+    :func:`apply_validation`), JSON-ready."""
+    return {k: {"hardware": c.hardware, "machines": len(c.machines),
+                "regimes": {r: b.to_dict() for r, b in c.regime_bands.items()}, "machine_spread": c.machine_spread}
+            for k, c in cals.items()}
+
+
+#: the markers of the block of docs/projection.md that :func:`write_doc_block` generates
+DOC_BEGIN = "<!-- begin: generated by `python bench/projection_validation.py --doc docs/projection.md`; do not edit -->"
+DOC_END = "<!-- end: generated -->"
+
+
+def _p(x: Any, sign: bool = False) -> str:
+    x = float(x) if x is not None else math.nan
+    return "n/a" if x != x else (f"{x:+.1%}" if sign else f"{x:.1%}")
+
+
+def summary_markdown(summary: dict[str, Any], source: str = "") -> str:
+    """The validation summary (:func:`loco_summary` with ``bands``: :func:`band_summary`) as the tables of
+    docs/projection.md: per current engine the held-out configurations' errors and targets; per regime the errors,
+    bands and coverage of every engine's held-out and extrapolation rows; the band each regime gives a projected row
+    and the spread between machines."""
+    tm = "tokens_per_s_per_gpu"
+    out = [f"Generated from `{source}`." if source else "", "",
+           "Held-out configurations of the current engines (leave one configuration out; run = unit; stated "
+           f"coverage {summary.get('coverage_stated', COVERAGE):.0%}):", "",
+           "| engine | cells (folds) | tokens/s median / max / mean signed | energy/token | power | "
+           "within band (tokens/s, energy, power) | targets met |", "|---|---|---|---|---|---|---|"]
+    for key, g in summary.get("groups", {}).items():
+        errs = [f"{_p(g[m]['median_abs'])} / {_p(g[m]['max_abs'])} / {_p(g[m]['mean_signed'], True)}"
+                for m in (tm, "energy_per_token_j", "power_avg_w")]
+        cov = ", ".join(_p(g[m].get("coverage")) for m in (tm, "energy_per_token_j", "power_avg_w"))
+        met = ", ".join(k for k, v in g["targets_met"].items() if v)
+        miss = ", ".join(k for k, v in g["targets_met"].items() if not v)
+        out.append(f"| {key} | {g['cells']} ({g['folds']}) | {' | '.join(errs)} | {cov} | {met}"
+                   + (f"; **not met: {miss}**" if miss else "") + " |")
+    out += ["", "Per regime, every engine's held-out and extrapolation rows (a row counts in each regime it is in; "
+            "base regimes: rows inside their calibration's range); within band: rows inside the band the other folds "
+            "give them, with the 90% interval of that share (binomial):", "",
+            "| regime | rows | engines | tokens/s median / max / mean signed | median band | within band (90%) | "
+            "energy/token median / max | within band (90%) |", "|---|---|---|---|---|---|---|---|"]
+    regimes = summary.get("regimes", {})
+    for label, r in regimes.get(tm, {}).items():
+        e = regimes.get("energy_per_token_j", {}).get(label, {})
+
+        def cov(x: dict[str, Any]) -> str:
+            if not x or not x.get("banded"):
+                return "no band"
+            lo, hi = x["coverage_90"]
+            return (f"{x['covered']}/{x['banded']} ({lo:.0%}-{hi:.0%})" + ("" if x["met"] else " **not met**"))
+
+        out.append(f"| {label} | {r['rows']} | {len(r['engines'])} | {_p(r['median_abs'])} / {_p(r['max_abs'])} / "
+                   f"{_p(r['mean_signed'], True)} | +-{_p(r['band_median'])} | {cov(r)} | "
+                   f"{_p(e.get('median_abs'))} / {_p(e.get('max_abs'))} | {cov(e)} |")
+    for key, b in summary.get("bands", {}).items():
+        out += ["", f"The band a projected row of `{key}` takes per regime (its calibration on every committed cell; "
+                "an extrapolation's band grows with the doublings beyond the range over those measured):", "",
+                "| regime | tokens/s | energy/token | power | measured on |", "|---|---|---|---|---|"]
+        for label, r in b["regimes"].items():
+            if r["band"]:
+                x = f", x{r['factor']:.3g} beyond" if r["factor"] == r["factor"] else ""
+                out.append(f"| {label} | +-{_p(r['band'].get(tm))} | +-{_p(r['band'].get('energy_per_token_j'))} | "
+                           f"+-{_p(r['band'].get('power_avg_w'))} | {r['rows']} rows"
+                           f"{'' if r['pure'] else ' (also outside in other ways)'}{x}: "
+                           f"{', '.join(r['sources'])} |")
+            else:
+                out.append(f"| {label} | refused | | | {r['reason']} |")
+        for base, sp in b["machine_spread"].items():
+            out.append(f"| spread between machines, {base} (the floor of every band) | +-{_p(sp.get(tm))} | "
+                       f"+-{_p(sp.get('energy_per_token_j'))} | +-{_p(sp.get('power_avg_w'))} | configurations "
+                       "measured on 2+ machines |")
+    return "\n".join(out).strip() + "\n"
+
+
+def write_doc_block(path: str | Path, summary: dict[str, Any], source: str = "") -> None:
+    """Replace the generated block of a doc (between :data:`DOC_BEGIN` and :data:`DOC_END`) by
+    :func:`summary_markdown`.
+
+    Raises:
+        ValueError: the doc has no such block.
+    """
+    path = Path(path)
+    text = path.read_text()
+    if DOC_BEGIN not in text or DOC_END not in text:
+        raise ValueError(f"{path}: no generated block ({DOC_BEGIN!r} ... {DOC_END!r})")
+    head, rest = text.split(DOC_BEGIN, 1)
+    _, tail = rest.split(DOC_END, 1)
+    new = f"{head}{DOC_BEGIN}\n{summary_markdown(summary, source)}{DOC_END}{tail}"
+    write_atomic(path, lambda tmp: tmp.write_text(new))
 
 
 def write_validation(table: pd.DataFrame, out: str | Path) -> None:
