@@ -169,7 +169,7 @@ def _power_limit_w(ms: MeasuredSet, cells: list[str]) -> float:
     return float(pd.Series(limits).median()) if limits else float("nan")
 
 
-def measured_shares(k: pd.Series, iteration_s: float, pipeline: bool) -> dict[str, float]:
+def measured_shares(k: pd.Series | dict, iteration_s: float, pipeline: bool) -> dict[str, float]:
     """Activity shares of one traced rank: GEMM, other compute and communication kernel seconds over the iteration.
 
     In pipeline cells the send/recv and all-reduce kernels also spin while waiting for other stages; that wait is
@@ -227,12 +227,13 @@ def host_bound_elsewhere(ms: MeasuredSet, own: set[str], fp: Fingerprint) -> lis
     if not fp.kernels_recorded:
         return []
     runs = ms.runs.set_index("cell_id")
+    t_iters = runs["iteration_time_s"].to_dict()
     out = []
-    for cid, k in ms.kernels.groupby("cell_id"):
-        if cid in own or cid not in runs.index or fingerprint_of(runs.loc[cid]).software != fp.software:
+    for cid, busy in ms.kernels.groupby("cell_id")["busy_s"].max().items():
+        if cid in own or cid not in t_iters:
             continue
-        busy, t_iter = float(k["busy_s"].max()), float(runs.loc[cid, "iteration_time_s"])
-        if is_launch_row(ms.cell(cid), busy, t_iter):
+        busy, t_iter = float(busy), float(t_iters[cid])
+        if is_launch_row(ms.cell(cid), busy, t_iter) and fingerprint_of(runs.loc[cid]).software == fp.software:
             out.append((str(cid), busy, t_iter))
     return out
 
@@ -283,16 +284,25 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
     hidden: dict[str, list[float]] = {}
     gpus = ms.gpus
     runs = ms.runs.set_index("cell_id")
+    # one row each, the columns read below (a Series lookup per cell was most of a validation's time)
+    recs = runs.loc[sorted(on_hw), [c for c in ("iteration_time_s", "tp_overlap", "machine") if c in runs]
+                    ].to_dict("index")
+    kern_by: dict[str, list[dict]] = {}
+    for rec in ms.kernels[ms.kernels.cell_id.isin(on_hw)].to_dict("records"):
+        kern_by.setdefault(rec["cell_id"], []).append(rec)
+    gpus_by: dict[str, list[dict]] = {}
+    for rec in gpus[gpus.cell_id.isin(on_hw)].to_dict("records"):
+        gpus_by.setdefault(rec["cell_id"], []).append(rec)
     for cid in sorted(on_hw):
         cell = ms.cell(cid)
         w = workload(cell)
-        r = runs.loc[cid]
+        r = recs[cid]
         t_iter = float(r["iteration_time_s"])
         mech = cell_tp_overlap(cell, r.get("tp_overlap"))
-        ranks = ms.kernels[ms.kernels.cell_id == cid]
+        ranks = kern_by.get(cid, [])
         shares_by_stage = {}
-        if len(ranks):
-            busiest = ranks.loc[ranks["busy_s"].idxmax()]
+        if ranks:
+            busiest = max(ranks, key=lambda k: (k["busy_s"] == k["busy_s"], k["busy_s"]))  # the first, NaN never
             busy = float(busiest["busy_s"])
             if cid in usable:
                 host_rows.append((cid, w.stages[int(busiest["stage"])], t_iter - busy))
@@ -304,7 +314,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
                 launch_busy.append(busy)
                 launch_machines.append(machine_of(r))
                 launch_configs.append(f"{cell.config_id}|{mech}")
-        for _, k in ranks.iterrows():
+        for k in ranks:
             st = w.stages[int(k["stage"])]
             if cid in usable:
                 comp_rows.append((cid, st, {c: float(k.get(f"{c}_sum_s", 0.0)) for c in COMPUTE_CATEGORIES}))
@@ -318,7 +328,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
             if mech != "none" and comm > 0 and k.get("comm_exposed_s") == k.get("comm_exposed_s"):
                 hidden.setdefault(mech, []).append(1.0 - float(k["comm_exposed_s"]) / comm)
             shares_by_stage.setdefault(int(k["stage"]), measured_shares(k, t_iter, cell.pp > 1))
-        for _, g in gpus[gpus.cell_id == cid].iterrows():
+        for g in gpus_by.get(cid, []):
             stage = int(g["stage"]) if g.get("stage") == g.get("stage") else 0
             shares = shares_by_stage.get(stage) or shares_by_stage.get(0)
             if shares and g.get("power_avg_w", 0) > 0:

@@ -105,8 +105,19 @@ class Fold:
         return cls(str(d["name"]), tuple(str(p) for p in d["train"]), tuple(str(p) for p in d["test"]))
 
 
-def coverage_notes(cell: Cell, train: list[Cell]) -> list[str]:
-    """What about ``cell`` no training cell has: the model must extrapolate there."""
+def feature_tops(train: list[Cell]) -> dict[str, float]:
+    """The largest value of every :data:`RANGE_FEATURES` work count over the training cells' stages."""
+    top: dict[str, float] = {}
+    for c in train:
+        for st in workload(c).stages:
+            for f in RANGE_FEATURES:
+                top[f] = max(top.get(f, 0.0), _range_value(st, f))
+    return top
+
+
+def coverage_notes(cell: Cell, train: list[Cell], top: dict[str, float] | None = None) -> list[str]:
+    """What about ``cell`` no training cell has: the model must extrapolate there (``top``: :func:`feature_tops` of
+    ``train``, when already computed)."""
     notes = []
     if not train:
         return ["no training cell"]
@@ -117,18 +128,14 @@ def coverage_notes(cell: Cell, train: list[Cell]) -> list[str]:
         notes.append("MoE with tp > 1 never measured (dispatch/router replicated over tp)")
     for name in ("tp", "pp", "ep", "world_size"):
         v = getattr(cell, name)
-        top = max(getattr(c, name) for c in train)
-        if v > top:
-            notes.append(f"{name}={v} above the largest measured ({top})")
+        largest = max(getattr(c, name) for c in train)
+        if v > largest:
+            notes.append(f"{name}={v} above the largest measured ({largest})")
     if cell.recompute not in {c.recompute for c in train}:
         notes.append(f"recompute={cell.recompute} never measured")
     if cell.zero_stage == 3 and cell.tp > 1 and not any(c.zero_stage == 3 and c.tp > 1 for c in train):
         notes.append("tp x ZeRO-3 never measured")
-    top: dict[str, float] = {}
-    for c in train:
-        for st in workload(c).stages:
-            for f in RANGE_FEATURES:
-                top[f] = max(top.get(f, 0.0), _range_value(st, f))
+    top = top if top is not None else feature_tops(train)
     mine = {f: max(_range_value(st, f) for st in workload(cell).stages) for f in RANGE_FEATURES}
     for f in RANGE_FEATURES:
         if mine[f] > RANGE_FACTOR * top.get(f, 0.0) and mine[f] > 0:
@@ -169,14 +176,18 @@ def predict_cells(fold: str, cal: Calibration, train: MeasuredSet, test: Measure
     are made of: nothing is refused here)."""
     proj = Projector(cal, relation=relation, refuse=False)
     train_cells = [train.cell(c) for c in cal.cells if c in set(train.runs.cell_id)]
-    runs = test.runs.set_index("cell_id")
+    tops = feature_tops(train_cells)
+    cols = [c for c in ("cell_id", "config_id", "fingerprint", "source", "busy_frac", "tp_overlap", "machine",
+                        *METRICS) if c in test.runs]
+    recs = test.runs.loc[test.runs["cell_id"].isin(set(cell_ids)), cols].set_index("cell_id", drop=False).to_dict(
+        "index")
     rows = []
     for cid in cell_ids:
-        r = runs.loc[cid]
+        r = recs[cid]
         cell = test.cell(cid)
         p = proj.project(cell, machine_of(r))
         row: dict[str, Any] = {"fold": fold, "design": design, "cell_id": cid,
-                               "config_id": r.get("config_id", cell.config_id), "configuration": fold_key(r),
+                               "config_id": r.get("config_id", cell.config_id), "configuration": fold_key(r, cell),
                                "hardware": cell.hardware, "fingerprint": r.get("fingerprint", ""),
                                "calibration": cal.key, "relation": relation, "source": r.get("source", ""),
                                "model": cell.model, "world_size": cell.world_size,
@@ -191,7 +202,7 @@ def predict_cells(fold: str, cal: Calibration, train: MeasuredSet, test: Measure
             row[f"{m}_measured"] = meas
             row[f"{m}_predicted"] = pred
             row[f"{m}_rel_error"] = pred / meas - 1.0 if meas and meas == meas else math.nan
-        notes = coverage_notes(cell, train_cells)
+        notes = coverage_notes(cell, train_cells, tops)
         mech = cell_tp_overlap(cell, r.get("tp_overlap"))
         if mech != "none" and not _host_bound_with(train, cal.cells, mech):
             notes.append(f"no host-bound cell with TP overlap {mech} calibrates its host launch cost")
@@ -225,9 +236,10 @@ def validate(folds: list[Fold], hardware: str | None = None) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def fold_key(row: pd.Series | dict[str, Any]) -> str:
-    """A configuration: the cell's ``config_id`` (repetitions share it) and its TP overlap mechanism."""
-    cell = cell_from_row(dict(row))
+def fold_key(row: pd.Series | dict[str, Any], cell: Cell | None = None) -> str:
+    """A configuration: the cell's ``config_id`` (repetitions share it) and its TP overlap mechanism (``cell``: the
+    row's cell, when already built)."""
+    cell = cell if cell is not None else cell_from_row(dict(row))
     return f"{row.get('config_id') or cell.config_id}|{cell_tp_overlap(cell, row.get('tp_overlap'))}"
 
 
@@ -308,9 +320,10 @@ def scale_folds(ms: MeasuredSet, runs: pd.DataFrame, collectives: pd.DataFrame |
                 ) -> list[pd.DataFrame]:
     """The extrapolation folds: for every (GPU type, fingerprint) with ``min_configs`` configurations and every range
     key of :data:`SCALE_KEYS`, every value above its smallest: the fingerprint's cells at that value predicted from a
-    calibration on every cell (of any GPU type) below it. Their rows measure the error of the regime they land in
-    (:func:`calorimeter.projection.regimes.regime_of`: beyond the range in GPU count, sequence, micro-batch or model
-    size, or a layout never measured), one doubling or so beyond, as a projection beyond its calibration is."""
+    calibration on every cell of its GPU type below it (and every other GPU type's cell). Their rows measure the
+    error of the regime they land in (:func:`calorimeter.projection.regimes.regime_of`: beyond the range in GPU count,
+    sequence, micro-batch or model size, or a layout never measured), one doubling or so beyond, as a projection
+    beyond its calibration is."""
     values = pd.DataFrame([range_values(ms.cell(c)) for c in runs.cell_id], index=runs.index)
     frames = []
     for (hw, key), g in runs.groupby(["hardware", "fingerprint"]):
@@ -320,7 +333,9 @@ def scale_folds(ms: MeasuredSet, runs: pd.DataFrame, collectives: pd.DataFrame |
         for col in SCALE_KEYS:
             mine = values.loc[g.index, col]
             for v in sorted(set(mine))[1:]:
-                train = ms.subset(list(runs.cell_id[values[col] < v]))
+                # this GPU type's cells below the value, every other GPU type's cell (as a calibration of this GPU
+                # type has them: host times are fitted over GPU types that ran the same software)
+                train = ms.subset(list(runs.cell_id[(values[col] < v) | (runs["hardware"] != hw)]))
                 try:
                     cal = calibrate(train, hw, pts, key)
                 except ValueError:
@@ -397,52 +412,66 @@ def row_regimes(t: pd.DataFrame) -> pd.Series:
     return hb.map(lambda h: [HOST_BOUND if h else GPU_BOUND])
 
 
-def _regime_band(rows: pd.DataFrame, coverage: float, min_rows: int, label: str, pure: bool = True
+@dataclass
+class BandRows:
+    """The banded rows of a validation table (``design`` in :data:`BANDING`, ``relation = match``) as arrays, with
+    what :func:`regime_bands` reads: engine, design, fold, configuration, base regime, whether in range, per
+    extrapolation whether the row lies outside the range in that way (``has``) and in that way alone (``pure``),
+    the absolute errors per metric, how far beyond the range per extrapolation."""
+
+    index: pd.Index
+    cols: dict[str, np.ndarray]
+    has: dict[str, np.ndarray]
+    pure: dict[str, np.ndarray]
+    errs: dict[str, np.ndarray]
+    beyond: dict[str, np.ndarray]
+
+    @classmethod
+    def of(cls, table: pd.DataFrame) -> BandRows:
+        """From a validation table."""
+        t = table[table["relation"].eq("match") & _design(table).isin(BANDING)]
+        regimes = list(row_regimes(t))
+        extra = [tuple(r[1:]) for r in regimes]
+        design = _design(t).to_numpy(dtype=object)
+        conf = t["configuration"] if "configuration" in t else t["cell_id"]
+        engine = (t["hardware"].astype(str) + "/" + t["fingerprint"].astype(str)).to_numpy(dtype=object)
+        cols = {"hardware": t["hardware"].to_numpy(dtype=object),
+                "fingerprint": t["fingerprint"].to_numpy(dtype=object), "design": design,
+                "fold": t["fold"].to_numpy(dtype=object), "configuration": conf.to_numpy(dtype=object),
+                "base": np.array([r[0] for r in regimes], dtype=object),
+                "in_range": np.array([not e for e in extra], dtype=bool), "source": engine + " " + design}
+        return cls(t.index, cols, {x: np.array([x in e for e in extra], dtype=bool) for x in EXTRAPOLATIONS},
+                   {x: np.array([e == (x,) for e in extra], dtype=bool) for x in EXTRAPOLATIONS},
+                   {m: t[f"{m}_rel_error"].abs().to_numpy(dtype=float) for m in METRICS},
+                   {c: t[c].to_numpy(dtype=float) for c in BEYOND_COLUMNS.values() if c in t})
+
+
+def _regime_band(rows: BandRows, sel: np.ndarray, coverage: float, min_rows: int, label: str, pure: bool = True
                  ) -> RegimeBand:
-    """One regime's band from its held-out rows (a :func:`band_frame`): per metric the ``coverage`` quantile of their
-    absolute errors (a metric with fewer than ``min_rows`` errors: none); with fewer rows than that: no band, and
-    why."""
-    srcs = sorted(set(rows["_source"]))
-    if len(rows) < min_rows:
-        return RegimeBand(rows=len(rows), sources=srcs, reason=f"{len(rows)} held-out rows measured in this regime "
-                                                               f"(fewer than {min_rows})")
+    """One regime's band from the selected rows: per metric the ``coverage`` quantile of their absolute errors (a
+    metric with fewer than ``min_rows`` errors: none); with fewer rows than that: no band, and why."""
+    n = int(sel.sum())
+    srcs = sorted(set(rows.cols["source"][sel]))
+    if n < min_rows:
+        return RegimeBand(rows=n, sources=srcs, reason=f"{n} held-out rows measured in this regime (fewer than "
+                                                       f"{min_rows})")
     band = {}
     for m in METRICS:
-        e = rows[f"_{m}"].to_numpy()
+        e = rows.errs[m][sel]
         e = e[np.isfinite(e)]
         if len(e) >= min_rows:
             band[m] = float(np.quantile(e, coverage))
     col = BEYOND_COLUMNS.get(label)
-    f = rows[col][rows[col] > 1.0] if col and col in rows else pd.Series(dtype=float)
-    return RegimeBand(band, len(rows), float(f.median()) if len(f) else math.nan, srcs, pure=pure)
+    f = rows.beyond[col][sel] if col in rows.beyond else np.array([])
+    f = f[f > 1.0]
+    return RegimeBand(band, n, float(np.median(f)) if len(f) else math.nan, srcs, pure=pure)
 
 
-def band_frame(table: pd.DataFrame) -> pd.DataFrame:
-    """The table's banded rows (``design`` in :data:`BANDING`, ``relation = match``) with what :func:`regime_bands`
-    reads, once: engine, design, base regime, in range, per extrapolation whether the row lies outside the range in
-    that way (``_has_<x>``) and in that way alone (``_pure_<x>``), the absolute errors (``_<metric>``)."""
-    t = table[table["relation"].eq("match") & _design(table).isin(BANDING)]
-    regimes = row_regimes(t)
-    extra = regimes.str[1:]
-    out = pd.DataFrame({"hardware": t["hardware"], "fingerprint": t["fingerprint"], "design": _design(t),
-                        "base": regimes.str[0], "in_range": extra.str.len() == 0,
-                        "_source": t["hardware"] + "/" + t["fingerprint"] + " " + _design(t)}, index=t.index)
-    for x in EXTRAPOLATIONS:
-        out[f"_has_{x}"] = extra.map(lambda e, x=x: x in e)
-        out[f"_pure_{x}"] = extra.map(lambda e, x=x: list(e) == [x])
-    for m in METRICS:
-        out[f"_{m}"] = t[f"{m}_rel_error"].abs()
-    for col in BEYOND_COLUMNS.values():
-        if col in t:
-            out[col] = t[col]
-    return out
-
-
-def regime_bands(table: pd.DataFrame, hw: str, fp: str, coverage: float = COVERAGE, keep: pd.Series | None = None,
-                 frame: pd.DataFrame | None = None) -> dict[str, RegimeBand]:
+def regime_bands(table: pd.DataFrame, hw: str, fp: str, coverage: float = COVERAGE, keep: np.ndarray | None = None,
+                 rows: BandRows | None = None, moe_reason: str | None = None) -> dict[str, RegimeBand]:
     """The band of every regime (:func:`~calorimeter.projection.regimes.band_key`) for a calibration of
-    ``hw``/``fp``, from the table's banded rows (``keep``: only these; ``frame``: :func:`band_frame` of the table,
-    when already built).
+    ``hw``/``fp``, from the table's banded rows (``rows``: :class:`BandRows` of the table, when already built;
+    ``keep``: only these of them; ``moe_reason``: :func:`moe_unseen_reason`, when already built).
 
     The base regimes from this engine's held-out configurations inside their calibration's range: dense host-bound
     with the other GPU types' host-bound rows while it has fewer than :data:`BAND_MIN_CELLS` (host times are fitted
@@ -453,32 +482,34 @@ def regime_bands(table: pd.DataFrame, hw: str, fp: str, coverage: float = COVERA
     measure the model's structure; MoE's only this engine's: :func:`~calorimeter.projection.regimes.engine_own`); a
     dense one with too few such rows from both dense bases together. ``MoE never calibrated`` is always refused, with
     what was measured (:func:`moe_unseen_reason`)."""
-    t = frame if frame is not None else band_frame(table)
-    if keep is not None:
-        t = t[keep.reindex(t.index, fill_value=False)]
-    base = t["base"]
-    own = (t["hardware"] == hw) & (t["fingerprint"] == fp)
-    held = t["design"].isin(HELD_OUT)
+    rows = rows if rows is not None else BandRows.of(table)
+    c = rows.cols
+    keep = keep if keep is not None else np.ones(len(rows.index), dtype=bool)
+    base, in_range = c["base"], c["in_range"] & keep
+    own = keep & (c["hardware"] == hw) & (c["fingerprint"] == fp)
+    held = np.isin(c["design"], HELD_OUT)
+    dense = base != MOE
     out: dict[str, RegimeBand] = {}
     for b in BASE_REGIMES:
-        rows = t[own & held & t["in_range"] & (base == b)]
-        if b == HOST_BOUND and len(rows) < BAND_MIN_CELLS:
-            rows = pd.concat([rows, t[held & t["in_range"] & (base == b) & (t["hardware"] != hw)]])
-        if b != MOE and len(rows) < BAND_MIN_CELLS:
-            rows = t[own & held & t["in_range"] & (base != MOE)]
-        out[b] = _regime_band(rows, coverage, BAND_MIN_CELLS if b != MOE else MIN_REGIME_ROWS, b)
-        scopes = [own] if engine_own(b) else [own, pd.Series(True, index=t.index)]
+        sel = own & held & in_range & (base == b)
+        if b == HOST_BOUND and sel.sum() < BAND_MIN_CELLS:
+            sel = sel | (held & in_range & (base == b) & (c["hardware"] != hw))
+        if b != MOE and sel.sum() < BAND_MIN_CELLS:
+            sel = own & held & in_range & dense
+        out[b] = _regime_band(rows, sel, coverage, BAND_MIN_CELLS if b != MOE else MIN_REGIME_ROWS, b)
+        scopes = [own] if engine_own(b) else [own, keep]
         for x in EXTRAPOLATIONS:
-            has, pure = t[f"_has_{x}"], t[f"_pure_{x}"]
-            tries = [(scope & (base == b) & sel, i == 0) for scope in scopes for i, sel in enumerate((pure, has))]
+            tries = [(scope & (base == b) & which, i == 0) for scope in scopes
+                     for i, which in enumerate((rows.pure[x], rows.has[x]))]
             if b != MOE:
-                tries += [((base != MOE) & sel, i == 0) for i, sel in enumerate((pure, has))]
+                tries += [(keep & dense & which, i == 0) for i, which in enumerate((rows.pure[x], rows.has[x]))]
             for sel_x, is_pure in tries:
-                rb = _regime_band(t[sel_x], coverage, MIN_REGIME_ROWS, x, pure=is_pure)
+                rb = _regime_band(rows, sel_x, coverage, MIN_REGIME_ROWS, x, pure=is_pure)
                 if rb.band:
                     break
             out[band_key(b, x)] = rb
-    out[MOE_UNSEEN] = RegimeBand(reason=moe_unseen_reason(table, f"{hw}/{fp}", coverage))
+    out[MOE_UNSEEN] = RegimeBand(reason=moe_reason if moe_reason is not None else
+                                 moe_unseen_reason(table, f"{hw}/{fp}", coverage))
     return out
 
 
@@ -549,25 +580,25 @@ def add_bands(table: pd.DataFrame, coverage: float = COVERAGE) -> pd.DataFrame:
         if col not in table:
             table[col] = table["cell_id"] if default is None else default
     banded = table["relation"].eq("match") & table["design"].isin(BANDING)
-    regimes = row_regimes(table)
-    frame = band_frame(table)
+    rows = BandRows.of(table)
     floors = {(hw, fp): machine_floor(table, hw, fp, coverage)
               for hw, fp in table.loc[banded, ["hardware", "fingerprint"]].drop_duplicates().itertuples(index=False)}
+    reasons = {k: moe_unseen_reason(table, f"{k[0]}/{k[1]}", coverage) for k in floors}
     for m in METRICS:
         table[f"{m}_band"] = math.nan
         table[f"{m}_covered"] = pd.Series(pd.NA, index=table.index, dtype="object")
     table["band_basis"] = ""
-    same_engine = {k: (table["hardware"] == k[0]) & (table["fingerprint"] == k[1]) for k in floors}
+    c = rows.cols
     for (hw, fp, fold), h in table[banded].groupby(["hardware", "fingerprint", "fold"], sort=False):
-        keep = table["fold"].ne(fold) & ~(same_engine[(hw, fp)] & table["configuration"].isin(set(h["configuration"])))
-        bands = regime_bands(table, hw, fp, coverage, keep, frame)
-        for i in h.index:
-            reg = regime_from_columns(table.loc[i]) if "regime" in table else regime_from_columns(
-                {"regime": "; ".join(regimes[i])})
+        same = ((c["hardware"] == hw) & (c["fingerprint"] == fp)
+                & np.isin(c["configuration"], list(set(h["configuration"]))))
+        bands = regime_bands(table, hw, fp, coverage, (c["fold"] != fold) & ~same, rows, reasons[(hw, fp)])
+        for i, r in zip(h.index, h.to_dict("records"), strict=True):
+            reg = regime_from_columns(r)
             for m in METRICS:
                 ch = choose_band(reg, bands, m, floors[(hw, fp)].get(reg.base))
                 table.at[i, f"{m}_band"] = ch.half
-                e = abs(table.at[i, f"{m}_rel_error"])
+                e = abs(r[f"{m}_rel_error"])
                 table.at[i, f"{m}_covered"] = bool(e <= ch.half) if e == e and ch.half == ch.half else pd.NA
                 if m == "tokens_per_s_per_gpu":
                     table.at[i, "band_basis"] = ch.basis or f"refused: {ch.refused}"
@@ -820,10 +851,10 @@ def apply_validation(cals: dict[str, Calibration], table: pd.DataFrame, coverage
     measured on its held-out cells, and its cross-fingerprint error (:func:`cross_errors`)."""
     if table.empty:
         return
-    frame = band_frame(table)
+    rows = BandRows.of(table)
     for key, cal in cals.items():
         hw, fp = key.split("/", 1)
-        cal.regime_bands = regime_bands(table, hw, fp, coverage, frame=frame)
+        cal.regime_bands = regime_bands(table, hw, fp, coverage, rows=rows)
         cal.machine_spread = machine_floor(table, hw, fp, coverage)
         cal.error_band = dict(cal.regime_bands[GPU_BOUND].band)
         cal.error_band_host_bound = dict(cal.regime_bands[HOST_BOUND].band)
