@@ -928,6 +928,8 @@ def summary_markdown(summary: dict[str, Any], source: str = "") -> str:
                 "an extrapolation's band grows with the doublings beyond the range over those measured):", "",
                 "| regime | tokens/s | energy/token | power | measured on |", "|---|---|---|---|---|"]
         for label, r in b["regimes"].items():
+            if not r["band"] and label not in BASE_REGIMES and r["reason"].startswith("0 held-out rows"):
+                continue  # an extrapolation of a refused or never measured base regime: nothing to add
             if r["band"]:
                 x = f", x{r['factor']:.3g} beyond" if r["factor"] == r["factor"] else ""
                 out.append(f"| {label} | +-{_p(r['band'].get(tm))} | +-{_p(r['band'].get('energy_per_token_j'))} | "
@@ -937,7 +939,7 @@ def summary_markdown(summary: dict[str, Any], source: str = "") -> str:
             else:
                 out.append(f"| {label} | refused | | | {r['reason']} |")
         for base, sp in b["machine_spread"].items():
-            out.append(f"| spread between machines, {base} (the floor of every band) | +-{_p(sp.get(tm))} | "
+            out.append(f"| spread between machines, {base} (the floor of its rows' bands) | +-{_p(sp.get(tm))} | "
                        f"+-{_p(sp.get('energy_per_token_j'))} | +-{_p(sp.get('power_avg_w'))} | configurations "
                        "measured on 2+ machines |")
     return "\n".join(out).strip() + "\n"
