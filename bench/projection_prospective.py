@@ -6,12 +6,14 @@ The leave-one-configuration-out validation (bench/projection_validation.py) scor
 designed with; a rule chosen after seeing them (a band, an idle model) is not tested by it. Here the calibration is
 what a user gets from the committed sources without NEW_SWEEP (``projection.calibration``'s default, with the bands,
 coverage and cross-fingerprint errors of its own validation, as the workflow's ``projection_calibrate`` writes them),
-and every cell of NEW_SWEEP is projected as ``snakemake projection`` would (same calibration choice, its machine's
-host factor where the calibration knows it). Prints per cell: measured, predicted, error, band, whether the
-measured value lies within it, its regime (:mod:`calorimeter.projection.regimes`), the machine class, and a refused
-row's reason (its numbers are still predicted here, to measure what a refusal withholds); then per metric the median
-and largest |error|, mean signed error and coverage over the new cells (with its 90% interval: binomial,
-Clopper-Pearson), and the same per regime, with the median band of the dense GPU-bound cells. Works on cells of any
+and every cell of NEW_SWEEP is projected as ``snakemake projection`` would for the engine that ran it
+(``projection.engine`` = the cell's fingerprint: a calibration of another engine build is ``foreign``, its bands add
+the measured cross-fingerprint error; its machine's host factor where the calibration knows it). Prints per cell:
+measured, predicted, error, band, whether the measured value lies within it, its regime
+(:mod:`calorimeter.projection.regimes`), the machine class, and a refused row's reason (its numbers are still predicted
+here, to measure what a refusal withholds); then per metric the median and largest |error|, mean signed error and
+coverage over the new cells (with its 90% interval: binomial, Clopper-Pearson), and the same per regime, with the
+median band of the dense GPU-bound cells. Works on cells of any
 GPU count (4-GPU cells: their layouts and GPU count against a 1-2 GPU calibration are an extrapolation regime).
 Prints; never asserts. CPU, ~60 s.
 """
@@ -29,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from calorimeter.projection.calibration import calibrate_all, collective_points, machine_of  # noqa: E402
+from calorimeter.projection.fingerprint import KEY_FIELDS, UNRECORDED  # noqa: E402
 from calorimeter.projection.measured import load_measured  # noqa: E402
 from calorimeter.projection.model import Projector  # noqa: E402
 from calorimeter.projection.settings import ProjectionSettings  # noqa: E402
@@ -63,7 +66,9 @@ def main() -> None:
     rows = []
     for _, r in test.runs.iterrows():
         cell = test.cell(r["cell_id"])
-        cal, relation = choose_calibration(cell.hardware, cals)
+        # the engine that ran it: a calibration of another build is foreign (its bands add the cross error)
+        engine = {k: str(r[k]) for k in KEY_FIELDS if isinstance(r.get(k), str) and r[k] != UNRECORDED}
+        cal, relation = choose_calibration(cell.hardware, cals, engine)
         p = Projector(cal, relation=relation, refuse=False).project(cell, machine_of(r))
         row = {"cell_id": r["cell_id"], "calibration": cal.key, "relation": relation, "machine": p["machine"],
                "host_factor": p["host_factor"], "host_bound": p["host_bound"], "extrapolated": p["extrapolated"],
