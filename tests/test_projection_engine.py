@@ -273,3 +273,18 @@ def test_the_doc_block_is_generated_from_the_summary(tmp_path) -> None:
     assert "\nold\n" not in text and text.endswith(f"{DOC_END}\nafter\n") and "Generated from `v.json`" in text
     assert "| dense GPU-bound | 3 | 1 | 2.0% / 5.0% / -1.0% | +-8.0% | 3/3 (46%-100%) |" in text
     assert "| MoE never calibrated | refused | | | no MoE cell |" in text
+
+
+def test_the_committed_doc_block_is_what_its_validation_summary_says() -> None:
+    """docs/projection.md's numbers per regime are generated from a committed validation.json, never typed: the block
+    is exactly what that summary renders to (rerun `python bench/projection_validation.py --from-json <it> --doc
+    docs/projection.md` after a new validation)."""
+    import json
+    import re
+
+    from calorimeter.projection.validation import DOC_BEGIN, DOC_END, summary_markdown
+
+    text = (ROOT / "docs" / "projection.md").read_text()
+    block = text.split(DOC_BEGIN, 1)[1].split(DOC_END, 1)[0]
+    source = re.search(r"Generated from `([^`]+)`", block).group(1)
+    assert block == "\n" + summary_markdown(json.loads((ROOT / source).read_text()), source)
