@@ -186,7 +186,12 @@ def choose_band(regime: Regime, bands: dict[str, RegimeBand], metric: str,
                 machine_floor: dict[str, float] | None = None) -> BandChoice:
     """The widest of the row's regimes' bands for ``metric`` (:meth:`Regime.band_keys`; each scaled by how far the row
     lies out), at least the machine spread of its base regime (``machine_floor``: metric -> half-width); refused where
-    a regime has no band at all (its :attr:`RegimeBand.reason`)."""
+    a regime has no band at all (its :attr:`RegimeBand.reason`; a MoE row of a calibration without MoE cells: that
+    reason alone)."""
+    unseen = bands.get(MOE_UNSEEN)
+    if MOE_UNSEEN in regime.labels and (unseen is None or not unseen.band):  # the reason that matters, alone
+        why = unseen.reason if unseen is not None and unseen.reason else "no measured error"
+        return BandChoice(math.nan, "", f"{MOE_UNSEEN}: {why}")
     half, basis, refused = -math.inf, "", []
     for key, label in regime.band_keys():
         rb = bands.get(key)
