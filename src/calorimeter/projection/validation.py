@@ -173,7 +173,13 @@ def predict_cells(fold: str, cal: Calibration, train: MeasuredSet, test: Measure
                   relation: str = "match", design: str = "loco") -> pd.DataFrame:
     """One error row per held-out cell of ``test``, predicted with ``cal`` (fitted on ``train``); ``design``: which
     kind of fold (:data:`DESIGNS`). Every row is predicted, in every regime (the errors are what the regimes' bands
-    are made of: nothing is refused here)."""
+    are made of: nothing is refused here).
+
+    Raises:
+        ValueError: a design not in :data:`DESIGNS`.
+    """
+    if design not in DESIGNS:
+        raise ValueError(f"design {design!r} is not one of {list(DESIGNS)}")
     proj = Projector(cal, relation=relation, refuse=False)
     train_cells = [train.cell(c) for c in cal.cells if c in set(train.runs.cell_id)]
     tops = feature_tops(train_cells)
