@@ -99,6 +99,59 @@ def categorize_kernel(name: str) -> str:
     return "other"
 
 
+#: ATen operators that are matrix products or attention (CPU ranks' ``gemm_attention``)
+_CPU_GEMM_ATTN = re.compile(r"^aten::(_?(addmm|mm|bmm|baddbmm|addbmm|matmul|linear|addmv|mv|dot|conv\w*|"
+                            r"_scaled_dot_product\w*|scaled_dot_product\w*))$")
+
+
+def categorize_cpu_op(name: str) -> str:
+    """Category of a CPU operator of a profiled step on CPU ranks (its own time: :func:`self_time_events`).
+
+    Rules: gloo/c10d collectives -> the collective in their name, else ``other_comm``; ATen matrix products and
+    attention (``aten::mm``, ``addmm``, ``bmm``, ``linear``, ``scaled_dot_product_*``, ...) -> ``gemm_attention``;
+    norms -> ``normalization``; every other ATen operator (elementwise arithmetic, copies, views, allocation,
+    reductions) -> ``memory_elementwise``; anything else -> ``other``.
+    """
+    n = name.lower()
+    if n.startswith(("gloo:", "c10d::", "nccl:")) or "record_param_comms" in n:
+        for needles, cat in _COLLECTIVES:
+            if any(x in n for x in needles):
+                return cat
+        return "other_comm"
+    if _CPU_GEMM_ATTN.match(n):
+        return "gemm_attention"
+    if any(x in n for x in _NORM):
+        return "normalization"
+    return "memory_elementwise" if n.startswith("aten::") else "other"
+
+
+def self_time_events(events: Sequence[KernelEvent]) -> list[KernelEvent]:
+    """Each event's own time on its thread (``stream``), outside the events nested in it, as pieces named like the
+    event: CPU operators nest (``aten::linear`` calls ``aten::addmm``), so summed durations would count a moment
+    once per nesting level; own times count it once, for the innermost operator running then."""
+    out: list[KernelEvent] = []
+    by_thread: dict[Any, list[KernelEvent]] = {}
+    for ev in events:
+        by_thread.setdefault(ev.stream, []).append(ev)
+    for evs in by_thread.values():
+        children: dict[int, list[tuple[float, float]]] = {}
+        stack: list[int] = []
+        evs = sorted(evs, key=lambda e: (e.start_us, -e.dur_us))
+        for i, ev in enumerate(evs):
+            while stack and evs[stack[-1]].end_us <= ev.start_us:
+                stack.pop()
+            if stack:
+                children.setdefault(stack[-1], []).append((ev.start_us, min(ev.end_us, evs[stack[-1]].end_us)))
+            stack.append(i)
+        for i, ev in enumerate(evs):
+            t = ev.start_us
+            for c0, c1 in merge_intervals(children.get(i, [])) + [(ev.end_us, ev.end_us)]:
+                if c0 > t:
+                    out.append(KernelEvent(ev.name, t, c0 - t, ev.stream, ev.device))
+                t = max(t, c1)
+    return out
+
+
 def merge_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     """Merge overlapping or touching ``(start, end)`` intervals.
 
@@ -299,10 +352,13 @@ def trace_rank(path: str | Path, trace: dict[str, Any] | None = None) -> int | N
 #: Trace events a breakdown counts: kernels and copies (peer copies are the communication of PyTorch's symmetric-memory
 #: tensor parallelism; local copies are GPU work like any kernel).
 TRACE_EVENT_CATEGORIES: tuple[str, ...] = ("kernel", "gpu_memcpy")
+#: The events of a trace without GPU kernels (CPU ranks): the profiler's CPU operators, counted by their own time.
+CPU_EVENT_CATEGORIES: tuple[str, ...] = ("cpu_op",)
 
 
 def breakdown_traces(paths: Iterable[str | Path], cats: Sequence[str] = TRACE_EVENT_CATEGORIES) -> pd.DataFrame:
-    """Kernel breakdown of several traces, one row per (rank, device), ranks in numeric order.
+    """Kernel breakdown of several traces, one row per (rank, device), ranks in numeric order; a trace without GPU
+    kernels (CPU ranks) gives one ``cpu`` row of its CPU operators' own times (:func:`categorize_cpu_op`).
 
     Args:
         paths: Chrome trace files (e.g. ``rank-0.json`` ... ``rank-31.json``).
@@ -316,6 +372,12 @@ def breakdown_traces(paths: Iterable[str | Path], cats: Sequence[str] = TRACE_EV
         trace = load_trace(path)
         events = kernel_events(trace, cats)
         rank = trace_rank(path, trace)
+        if not events:  # CPU ranks: the leaf CPU operators of the profiled step, device "cpu"
+            ops = self_time_events(kernel_events(trace, CPU_EVENT_CATEGORIES))
+            if ops:
+                rows.append({"rank": rank, "device": "cpu", "file": str(path),
+                             **kernel_breakdown(ops, categorize_cpu_op).as_row()})
+                continue
         devices = sorted({ev.device for ev in events}, key=str) or [None]
         for dev in devices:
             evs = [ev for ev in events if dev is None or ev.device == dev]
