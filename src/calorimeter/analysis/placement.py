@@ -80,9 +80,10 @@ def policy_comparison(runs: pd.DataFrame, gpus: pd.DataFrame | None = None) -> p
     """One row per layout and policy (layouts that have a non-default policy only).
 
     Columns: ``layout_id``, ``parallel_label``, ``model``, ``placement``, ``n`` (ok repetitions), ``n_applied``,
-    per metric ``<m>_mean``, ``<m>_ci95_low``, ``<m>_ci95_high``, ``<m>_gain``, ``<m>_gain_ci95_low``,
-    ``<m>_gain_ci95_high`` (relative to default), ``temp_spread_c_mean``, ``clock_spread_mhz_mean``,
-    ``clock_min_gpu_mhz_mean``, ``placement_split``, ``placement_moved``, ``predicted_speedup``.
+    per metric ``<m>_mean``, ``<m>_ci95_low``, ``<m>_ci95_high``, ``<m>_values`` (the repetitions), ``<m>_gain``,
+    ``<m>_gain_ci95_low``, ``<m>_gain_ci95_high`` (relative to default), ``temp_spread_c_mean``,
+    ``clock_spread_mhz_mean``, ``clock_min_gpu_mhz_mean`` (and their ``_values``), ``placement_split``,
+    ``placement_moved``, ``predicted_speedup``.
 
     Cells whose policy fell back (``placement_applied`` false) are counted in ``n`` but not in ``n_applied``; they
     ran the default placement, so they are compared as what they ran: their rows are pooled with ``default``.
@@ -108,12 +109,15 @@ def policy_comparison(runs: pd.DataFrame, gpus: pd.DataFrame | None = None) -> p
             for m in METRICS:
                 vals = pd.to_numeric(p.get(m), errors="coerce").to_numpy(dtype=float) if m in p else np.array([])
                 row[f"{m}_mean"], row[f"{m}_ci95_low"], row[f"{m}_ci95_high"] = mean_ci(vals)
+                row[f"{m}_values"] = [float(v) for v in vals if np.isfinite(v)]
                 ref = pd.to_numeric(base.get(m), errors="coerce").to_numpy(dtype=float) if m in base \
                     else np.array([])
                 gain = relative_gain(vals, ref) if pol != "default" else (0.0, math.nan, math.nan, 0.0)
                 row[f"{m}_gain"], row[f"{m}_gain_ci95_low"], row[f"{m}_gain_ci95_high"], row[f"{m}_gain_dof"] = gain
             for c in ("temp_spread_c", "clock_spread_mhz", "clock_min_gpu_mhz"):
                 row[f"{c}_mean"] = float(pd.to_numeric(p[c], errors="coerce").mean()) if c in p else math.nan
+                row[f"{c}_values"] = [float(v) for v in pd.to_numeric(p[c], errors="coerce").dropna()] if c in p \
+                    else []
             row["placement_split"] = ",".join(sorted(set(p.get("placement_split", pd.Series([""])).astype(str))))
             row["placement_moved"] = bool(p.get("placement_moved", pd.Series([False])).fillna(False).any())
             row["predicted_speedup"] = float(pd.to_numeric(p.get("placement_predicted_speedup"),

@@ -28,12 +28,13 @@ from calorimeter.figures import (
     throttle,
     throughput,
     timeline,
+    training,
 )
-from calorimeter.figures.common import FigureResult, Tables, save, training_only
+from calorimeter.figures.common import FigureResult, Tables, not_drawn_figure, save, training_only, with_machines
 
-#: every figure of the report, by output name, in report order
+#: every figure of the report, by output name, in report order (the study's figures in its order, then the others)
 FIGURES: dict[str, ModuleType] = {m.NAME: m for m in (
-    throughput, fig04_parallelism, fig05_links, fig08_optimization, fig10_kernels, fig13_microbatch, fig15_stages,
+    throughput, training, fig04_parallelism, fig05_links, fig08_optimization, fig10_kernels, fig13_microbatch, fig15_stages,
     fig17_temperature, fig17_sm_clock, scale_compare, timeline, throttle, data_quality, placement)}
 
 
@@ -46,11 +47,19 @@ PROJECTION_FIGURES: dict[str, ModuleType] = {m.NAME: m for m in (projection_vali
 
 def render(name: str, tables: Tables, png: Path, pdf: Path | None = None) -> FigureResult:
     """Draw figure ``name`` (of :data:`FIGURES` or :data:`PROJECTION_FIGURES`) from the tables and save it as PNG
-    (and PDF)."""
+    (and PDF). A figure whose ``needs(tables)`` names what the sweep lacks (GPU telemetry on CPU ranks, kernel
+    traces) is drawn as that sentence alone, without axes, and its result says so (``not_drawn``)."""
     notes: list[str] = []
-    if name in FIGURES and name not in ALL_KINDS:  # training figures never draw a calibration cell as a model
-        tables, notes = training_only(tables)
-    fig, res = {**FIGURES, **PROJECTION_FIGURES}[name].draw(tables)
+    module = {**FIGURES, **PROJECTION_FIGURES}[name]
+    if name in FIGURES:
+        if name not in ALL_KINDS:  # training figures never draw a calibration cell as a model
+            tables, notes = training_only(tables)
+        tables = with_machines(tables)
+    why = module.needs(tables) if hasattr(module, "needs") else ""
+    if why:
+        fig, res = not_drawn_figure(getattr(module, "TITLE", name), why), FigureResult(name, not_drawn=why)
+    else:
+        fig, res = module.draw(tables)
     res.missing = [*res.missing, *notes]
     save(fig, png, pdf)
     return res

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from calorimeter.analysis.repeats import CONFIG_METRICS  # noqa: E402
+from calorimeter.findings.checks import physical_hosts  # noqa: E402
+from calorimeter.findings.preconditions import STEADY  # noqa: E402
+from calorimeter.plan.cell import TRAINING_KINDS  # noqa: E402
 from calorimeter.records.atomic import write_atomic  # noqa: E402
 from calorimeter.records.legacy import config_ids  # noqa: E402
 from calorimeter.telemetry.kernels import CATEGORIES  # noqa: E402
@@ -53,29 +57,101 @@ class FigureResult:
     cells: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     differs: list[str] = field(default_factory=list)  # what the compared cells do not hold fixed (the bottom note)
+    #: why the figure could not be drawn from the sweep's data at all ("" when drawn): the report leaves it out and
+    #: lists it with this reason
+    not_drawn: str = ""
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
         return {"name": self.name, "n_points": self.n_points, "cells": self.cells, "missing": self.missing,
-                "differs": self.differs}
+                "differs": self.differs, "drawn": not self.not_drawn, "not_drawn": self.not_drawn}
 
 
 def config_label(row: pd.Series | dict, short: bool = False) -> str:
     """Label of a cell's parallel layout from its parameters: ``TP4-PP8``, ``EP8-TP1-PP1``, ``TP8-FSDP``, with the
-    ZeRO stage where it is not implied and the node count where it is not one; `` pl-<policy>`` for a placement
-    other than the default; `` r<k>`` for repetition k > 0 (figures that draw every repetition would otherwise show
-    two identical labels)."""
+    ZeRO stage where it is not implied and the node count where it is not one; ``+SP`` where tensor parallelism
+    shards the sequence too; `` LoRA`` for a fine-tuning cell (its layout is the same as full training's);
+    `` pl-<policy>`` for a placement other than the default; `` r<k>`` for repetition k > 0 (figures that draw every
+    repetition would otherwise show two identical labels)."""
     lab = str(row["parallel_label"])
     z = int(row["zero_stage"]) if row.get("zero_stage") == row.get("zero_stage") else None
     if z in (0, 2) and int(row.get("dp") or 1) > 1:
         lab += f"-Z{z}"
     if short:
         lab = lab.replace("TP", "T").replace("PP", "P").replace("EP", "E").replace("-DP", "-D")
+    if _true(row.get("sequence_parallel")) and "+SP" not in lab:
+        lab = re.sub(r"(T(?:P)?\d+)", r"\1+SP", lab, count=1)
+    if str(row.get("kind") or "train") == "lora":
+        lab += " LoRA"
     pl = row.get("placement")
     if isinstance(pl, str) and pl not in ("", "default"):  # the placement knob is part of what a cell compares
         lab += f" pl-{pl}"
     rep = pd.to_numeric(pd.Series([row.get("repeat")]), errors="coerce").fillna(0).iloc[0]
     return lab + (f" r{int(rep)}" if rep > 0 else "")
+
+
+def _true(v: object) -> bool:
+    """A table's boolean (None, NaN and the string ``"False"`` are false)."""
+    return v is not None and v == v and str(v).lower() not in ("false", "0", "")
+
+
+#: the GPU UUID characters a machine's name shows (``GPU-`` and the first 8 hex digits: unique among the machines of
+#: any committed set)
+UUID_PREFIX = 12
+
+
+def cell_machines(tables: Tables) -> pd.Series:
+    """The machine each cell ran on (index ``cell_id``): the runs table's ``machine`` where it has one; else the
+    physical host of its GPUs (cells that share a GPU, by NVML UUID, ran on one machine: hostnames alone do not tell
+    rented or containerised machines apart), named ``<hostname>/<first GPU UUID>`` (several nodes joined by ``+``);
+    else the cell's ``hosts``. Empty where nothing says (a cell without a record)."""
+    runs = tables["runs"]
+    if "machine" in runs.columns and runs["machine"].notna().any():
+        return runs.set_index("cell_id")["machine"].astype(object)
+    out = pd.Series(runs["hosts"].to_numpy(dtype=object) if "hosts" in runs.columns else None,
+                    index=runs["cell_id"], dtype=object)
+    gpus = tables.get("gpus")
+    if gpus is None or gpus.empty or "uuid" not in gpus.columns or "hostname" not in gpus.columns:
+        return out
+    g = gpus[gpus["uuid"].notna() & (gpus["uuid"].astype(str) != "")].copy()
+    if g.empty:
+        return out
+    g["host"] = physical_hosts(g)
+    first = g.groupby("host")["uuid"].agg(lambda u: min(map(str, u))[:UUID_PREFIX])
+    g["name"] = g["hostname"].astype(str) + "/" + g["host"].map(first)
+    names = g.groupby("cell_id")["name"].agg(lambda n: "+".join(dict.fromkeys(sorted(n))))
+    out.loc[out.index.isin(names.index)] = names.reindex(out.index[out.index.isin(names.index)]).to_numpy()
+    return out
+
+
+def with_machines(tables: Tables) -> Tables:
+    """The tables with the runs table's ``machine`` column (:func:`cell_machines`)."""
+    runs = tables.get("runs")
+    if runs is None or runs.empty or "cell_id" not in runs.columns:
+        return tables
+    m = cell_machines(tables)
+    return {**tables, "runs": runs.assign(machine=runs["cell_id"].map(m[~m.index.duplicated()]).to_numpy())}
+
+
+def split_machines(df: pd.DataFrame) -> list[str]:
+    """A note on the drawn configurations whose repetitions ran on more than one machine (their spread includes the
+    machines' difference), empty when none did."""
+    if "machine" not in df.columns:
+        return []
+    split = df[df["machine"].astype(str).str.contains("+", regex=False) & df["machine"].notna()]
+    if split.empty:
+        return []
+    names = sorted({p for m in split["machine"] for p in str(m).split("+")})
+    return [f"{len(split)} of {len(df)} configurations' repetitions ran on {len(names)} machines ({', '.join(names)}): "
+            "their spread includes the machines' difference"]
+
+
+def unsteady(runs: pd.DataFrame) -> pd.Series:
+    """Measured cells whose warm-up was asked to reach a thermally steady window (``warmup: steady``) and hit its cap
+    first: their thermal values are of a window still warming (the findings leave them out of thermal verdicts)."""
+    if "warmup_mode" not in runs.columns or "warmup_reason" not in runs.columns:
+        return pd.Series(False, index=runs.index)
+    return (runs["status"] == "ok") & (runs["warmup_mode"].astype(str) == "steady") & ~STEADY.keep(runs)
 
 
 def data_limits(values: list[np.ndarray], bars: list[tuple[np.ndarray, np.ndarray | None]] = (),
@@ -125,10 +201,12 @@ CUT_NOTE = ("95% intervals cut at the axes (few repetitions give wide t-interval
 
 
 def config_key(row: pd.Series | dict) -> tuple:
-    """Identity of a parallel configuration (everything but optimization and micro-batch; the placement policy is
-    part of it: cells placed differently are different configurations)."""
+    """Identity of a parallel configuration (everything but optimization and micro-batch; the placement policy and
+    the kind are part of it: cells placed differently, and LoRA next to full training, are different
+    configurations)."""
     return (row["model"], row["hardware"], row["world_size"], row["parallel_label"], row["zero_stage"],
-            str(row.get("pp_split") or ""), bool(row.get("sequence_parallel")), str(row.get("placement") or "default"))
+            str(row.get("pp_split") or ""), bool(row.get("sequence_parallel")), str(row.get("placement") or "default"),
+            str(row.get("kind") or "train"))
 
 
 def model_order(df: pd.DataFrame) -> dict[str, int]:
@@ -215,7 +293,8 @@ def note(fig: plt.Figure, missing: list[str], differs: list[str] | None = None) 
 #: parameters a comparison may leave unequal, and how to name them
 COMPARED_PARAMS = {"recompute": "recompute", "overlap": "overlap", "micro_batch": "micro-batch",
                    "global_batch": "global batch", "seq_len": "sequence", "precision": "precision",
-                   "hardware": "hardware", "world_size": "GPUs", "placement": "placement"}
+                   "hardware": "hardware", "world_size": "GPUs", "placement": "placement", "kind": "training",
+                   "machine": "machine"}
 LAYOUT_KNOBS = ("tp", "pp", "dp", "ep", "cp", "sequence_parallel", "zero_stage", "pp_split", "parallel_label")
 
 
@@ -238,12 +317,18 @@ def differs(df: pd.DataFrame, knobs: tuple[str, ...], within: str = "model", max
             vals = g[p].dropna()
             if vals.astype(str).nunique() < 2:
                 continue
+            groups = [(_fmt_value(p, gg[p].iloc[0]),
+                       list(dict.fromkeys(config_label(r, short=True) for _, r in gg.iterrows())))
+                      for _, gg in g.groupby(g[p].astype(str), sort=True)]
+            counts = pd.Series([lab for _, labs in groups for lab in labs]).value_counts()
+            shared = [lab for lab in dict.fromkeys(lab for _, labs in groups for lab in labs) if counts[lab] > 1]
             parts = []
-            for _, gg in g.groupby(g[p].astype(str), sort=True):
-                labs = list(dict.fromkeys(config_label(r, short=True) for _, r in gg.iterrows()))
-                more = f" +{len(labs) - max_labels}" if len(labs) > max_labels else ""
-                parts.append(f"{_fmt_value(p, gg[p].iloc[0])} ({', '.join(labs[:max_labels])}{more})")
-            out.append(f"{key} {name}: " + " / ".join(parts))
+            for value, labs in groups:  # a label under two values would read as a contradiction: said once below
+                own = [lab for lab in labs if counts[lab] == 1]
+                more = f" +{len(own) - max_labels}" if len(own) > max_labels else ""
+                parts.append(f"{value} ({', '.join(own[:max_labels])}{more})" if own else value)
+            within = f"; {name} varies within {', '.join(shared[:max_labels])}" if shared else ""
+            out.append(f"{key} {name}: " + " / ".join(parts) + within)
     return out
 
 
@@ -254,9 +339,58 @@ def status_missing(df: pd.DataFrame) -> list[str]:
 
 
 def empty_axes_message(ax: plt.Axes, text: str) -> None:
-    """Centered message on an axes without data."""
+    """Centered message on an axes without data, which keeps no numeric tick (an empty axis with a -0.04..0.04 or
+    0..1 range reads as a measured zero or a negative temperature)."""
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, color="#555555",
-            gid="empty")
+            gid="empty", wrap=True)
+    ax.set_yticks([])
+    ax.tick_params(axis="y", left=False, right=False, labelleft=False, labelright=False)
+
+
+def not_drawn_figure(title: str, why: str) -> plt.Figure:
+    """The figure of a sweep whose data cannot draw it: its title and why, without axes."""
+    fig = plt.figure(figsize=(7.0, 1.6))
+    fig.text(0.5, 0.68, title, ha="center", va="center", fontsize=10)
+    fig.text(0.5, 0.35, "\n".join(textwrap.wrap(why, 100)), ha="center", va="center", fontsize=8, color="#555555",
+             gid="not_drawn")
+    return fig
+
+
+def _hardware_words(ok: pd.DataFrame) -> str:
+    hw = sorted({str(h) for h in ok["hardware"]}) if "hardware" in ok.columns else []
+    return f" ({', '.join(hw)}{' ranks' if hw == ['cpu'] else ''})" if hw else ""
+
+
+def needs_gpu_telemetry(tables: Tables) -> str:
+    """Why a figure of GPU telemetry cannot be drawn: no measured cell has any ("" when one has, or when no cell
+    was measured: the figure then says so itself)."""
+    runs = tables["runs"]
+    ok = runs[runs["status"] == "ok"] if "status" in runs.columns else runs.iloc[0:0]
+    cols = [c for c in ("temp_avg_c", "power_avg_w", "sm_clock_avg_mhz") if c in ok.columns]
+    if ok.empty or (cols and ok[cols].notna().any().any()):
+        return ""
+    return ("needs GPU telemetry (power, temperature, clocks): no measured cell of this sweep has any"
+            + _hardware_words(ok))
+
+
+def is_cpu(kernels: pd.DataFrame | None) -> bool:
+    """Whether a kernels table holds CPU operators (CPU ranks: the profiler's leaf operators) rather than GPU
+    kernels."""
+    return kernels is not None and not kernels.empty and "device" in kernels.columns and \
+        kernels["device"].astype(str).eq("cpu").all()
+
+
+def needs_kernel_traces(tables: Tables) -> str:
+    """Why a kernel-time figure cannot be drawn: no measured cell has a profiled step with kernel time ("" when
+    one has)."""
+    runs, kernels = tables["runs"], tables.get("kernels")
+    ok = runs[runs["status"] == "ok"] if "status" in runs.columns else runs.iloc[0:0]
+    if ok.empty:
+        return ""
+    if kernels is not None and not kernels.empty and "sum_s" in kernels.columns and \
+            (pd.to_numeric(kernels["sum_s"], errors="coerce") > 0).any():
+        return ""
+    return "needs kernel traces of a profiled step: no measured cell of this sweep has any" + _hardware_words(ok)
 
 
 def group_separators(ax: plt.Axes, bounds: list[int], style: str = "-", lw: float = 0.8) -> None:
@@ -312,6 +446,7 @@ def collapse_repeats(tables: Tables) -> pd.DataFrame:
     ``<metric>_reps`` (the repetitions' values) and ``repeat_cell_ids``; status ``ok`` when any repetition is.
     The runs table as it is when there are no repetitions (or no configs table)."""
     runs = tables["runs"]
+    runs = runs.assign(unsteady_n=unsteady(runs).astype(int)) if not runs.empty else runs
     cfg = tables.get("configs")
     if cfg is None or cfg.empty or runs.empty or "n_planned" not in cfg.columns or (cfg["n_planned"] <= 1).all():
         return runs
@@ -338,6 +473,11 @@ def collapse_repeats(tables: Tables) -> pd.DataFrame:
     out = out.drop(columns=[c for c in [*cols, *peaks_ci] if c in out.columns])
     out = pd.concat([out, pd.DataFrame(cols, index=out.index)], axis=1)
     out.loc[ok, "status"] = "ok"
+    out["unsteady_n"] = out["config_id"].map(good.groupby("config_id")["unsteady_n"].sum()).fillna(0).astype(int)
+    if "machine" in runs.columns:  # the machines of the repetitions (a configuration may span two)
+        joined = good.groupby("config_id")["machine"].agg(
+            lambda m: "+".join(sorted({p for v in m.dropna() for p in str(v).split("+")})) or None)
+        out["machine"] = out["config_id"].map(joined).where(ok, out["machine"])
     return out
 
 
@@ -383,12 +523,13 @@ def interval(df: pd.DataFrame, metric: str, scale: float = 1.0) -> np.ndarray | 
 
 
 def training_only(tables: Tables) -> tuple[Tables, list[str]]:
-    """The tables without cells of other kinds (``thermal-calibration``, ``collectives``: no model, no training
-    metrics), which no training figure draws as a model; and a note naming them."""
+    """The tables without cells that do not train (``thermal-calibration``, ``collectives``: no model, no training
+    metrics), which no training figure draws as a model; and a note naming them. LoRA cells train (fine-tuning): they
+    are drawn, as configurations of their own (:func:`config_key`, :func:`config_label`)."""
     runs = tables.get("runs")
     if runs is None or runs.empty or "kind" not in runs.columns:
         return tables, []
-    other = runs[runs["kind"].fillna("train").astype(str) != "train"]
+    other = runs[~runs["kind"].fillna("train").astype(str).isin(TRAINING_KINDS)]
     if other.empty:
         return tables, []
     drop = set(other["cell_id"])

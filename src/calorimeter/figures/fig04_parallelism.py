@@ -11,6 +11,7 @@ from calorimeter.figures.common import (
     Tables,
     collapse_repeats,
     drawn_cells,
+    needs_gpu_telemetry,
     order_configs,
     prefer,
     smallest,
@@ -18,7 +19,9 @@ from calorimeter.figures.common import (
 from calorimeter.figures.panels import draw_panels
 
 NAME = "fig04_parallelism"
-TABLES = ("runs", "configs")
+TABLES = ("runs", "configs", "gpus")  # gpus: the machine of each cell
+TITLE = "Fig. 4: parallelism sweep"
+needs = needs_gpu_telemetry
 
 
 def select(runs: pd.DataFrame) -> pd.DataFrame:
@@ -31,6 +34,6 @@ def select(runs: pd.DataFrame) -> pd.DataFrame:
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
     df = select(collapse_repeats(tables))
-    fig, missing, diff = draw_panels(df, None, "efficiency", "Samples/(s·MJ)", "Fig. 4: parallelism sweep",
+    fig, missing, diff = draw_panels(df, None, "efficiency", "Samples/(s·MJ)", TITLE,
                                "parallelism configuration", knobs=())
     return fig, FigureResult(NAME, len(df), drawn_cells(df), missing, diff)

@@ -21,6 +21,8 @@ from calorimeter.figures.common import (
     empty_axes_message,
     group_separators,
     hardware_label,
+    is_cpu,
+    needs_kernel_traces,
     note,
     order_configs,
     smallest,
@@ -30,6 +32,8 @@ from calorimeter.telemetry.kernels import CATEGORIES
 
 NAME = "fig10_kernels"
 TABLES = ("runs", "kernels")
+TITLE = "Fig. 10: kernel-time breakdown, without vs. with recomputation"
+needs = needs_kernel_traces
 #: the two bars of a pair: without and with recomputation, named by the overlap setting (the study's labels)
 PAIRS = {False: ("base", "act"), True: ("cc", "cc+act")}
 
@@ -51,16 +55,16 @@ def per_stage_breakdown(kernels: pd.DataFrame, cell_id: str) -> tuple[dict[str, 
     return {c: float(sums.get(c, 0.0)) for c in CATEGORIES}, busy, n
 
 
-def mean_breakdown(kernels: pd.DataFrame, cell_ids: list[str]) -> tuple[dict[str, float], float, int, int]:
+def mean_breakdown(kernels: pd.DataFrame, cell_ids: list[str]) -> tuple[dict[str, float], float, int, list[float]]:
     """:func:`per_stage_breakdown` averaged over repetitions (the cells of one configuration that have a trace):
-    (sums, busy, traced ranks of the first, number of repetitions averaged)."""
+    (sums, busy, traced ranks of the first, each averaged repetition's total summed time)."""
     parts = [per_stage_breakdown(kernels, c) for c in cell_ids]
     parts = [p for p in parts if p[2]]
     if not parts:
-        return {}, float("nan"), 0, 0
+        return {}, float("nan"), 0, []
     sums = {c: float(np.mean([p[0][c] for p in parts])) for c in CATEGORIES}
     busy = float(np.nanmean([p[1] for p in parts])) if any(p[1] == p[1] for p in parts) else float("nan")
-    return sums, busy, parts[0][2], len(parts)
+    return sums, busy, parts[0][2], [float(sum(p[0].values())) for p in parts]
 
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
@@ -72,7 +76,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     if not configs:
         fig, ax = plt.subplots(figsize=(7.0, 5.2))
         empty_axes_message(ax, "no cells with and without recomputation")
-        fig.suptitle("Fig. 10: kernel-time breakdown, without vs. with recomputation", fontsize=10)
+        fig.suptitle(TITLE, fontsize=10)
         note(fig, ["no configuration has a base/act or cc/cc+act cell: nothing to compare"])
         return fig, FigureResult(NAME, 0, [], ["no cells to compare"])
     models = list(dict.fromkeys(k[0][0] for k in configs))
@@ -106,7 +110,8 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
                 if ok.empty:
                     status_band(ax, x, rows["status"].iloc[0])
                     continue
-                sums, busy, n_ranks, n_reps = mean_breakdown(kernels, list(ok["cell_id"]))
+                sums, busy, n_ranks, totals = mean_breakdown(kernels, list(ok["cell_id"]))
+                n_reps = len(totals)
                 if not n_ranks:
                     ax.text(x, 0.02, "no trace", rotation=90, ha="center", va="bottom", fontsize=6,
                             transform=ax.get_xaxis_transform(), gid="notrace")
@@ -121,8 +126,12 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
                                label=CATEGORY_LABELS[c] if c not in seen_cats else None, gid=f"bar:{c}")
                         seen_cats.add(c)
                         bottom += sums[c]
-                if n_reps > 1:
-                    ax.text(x, bottom, f"n={n_reps}", ha="center", va="bottom", fontsize=5, gid="nreps")
+                if n_reps > 1:  # the repetitions' totals (the bar is their mean), then their count above all
+                    ax.plot(np.full(n_reps, x + 0.25), totals, "o", mfc="none", mec="k", ms=3, mew=0.6, lw=0,
+                            label="each repetition (total)" if "reps" not in seen_cats else None, gid="reps")
+                    seen_cats.add("reps")
+                    ax.text(x, max([bottom, *totals, busy if busy == busy else 0.0]) * 1.02, f"n={n_reps}",
+                            ha="center", va="bottom", fontsize=5, gid="nreps")
                 res.n_points += 1
                 if busy == busy:
                     ax.hlines(busy, x - 0.4, x + 0.4, color="k", lw=2,
@@ -138,8 +147,8 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
         ax.set_xticks(np.arange(2 * len(mine)), labels, rotation=90, fontsize=6)
         ax.set_xlim(-0.6, 2 * len(mine) - 0.4)
         ax.tick_params(axis="y", labelsize=7)
-    axs[0][0].set_ylabel("kernel time per stage (s" + (", own axis per model)" if len(models) > 1 else ")"),
-                         fontsize=8)
+    what = "CPU op time" if is_cpu(kernels) else "kernel time"
+    axs[0][0].set_ylabel(f"{what} per stage (s" + (", own axis per model)" if len(models) > 1 else ")"), fontsize=8)
     handles, names = [], []
     for ax in axs[0]:  # every category drawn in any panel
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -151,8 +160,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     if unpaired:
         missing.insert(0, f"{unpaired} of {len(configs)} configuration(s) measured without or with recomputation "
                           "only (\"not in sweep\")")
-    fig.suptitle(f"Fig. 10: kernel-time breakdown, without vs. with recomputation ({hardware_label(df)})",
-                 fontsize=10)
+    fig.suptitle(f"{TITLE} ({hardware_label(df)})", fontsize=10)
     res.missing, res.differs = missing, differs(df, ("recompute", "overlap"))
     bottom = note(fig, missing, res.differs)
     fig.tight_layout(rect=(0, bottom, 1, 0.9))

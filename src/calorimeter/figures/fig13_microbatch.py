@@ -6,11 +6,21 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from calorimeter.figures.common import FigureResult, Tables, collapse_repeats, drawn_cells, order_configs, prefer
+from calorimeter.figures.common import (
+    FigureResult,
+    Tables,
+    collapse_repeats,
+    drawn_cells,
+    needs_gpu_telemetry,
+    order_configs,
+    prefer,
+)
 from calorimeter.figures.panels import draw_panels
 
 NAME = "fig13_microbatch"
-TABLES = ("runs", "configs")
+TABLES = ("runs", "configs", "gpus")  # gpus: the machine of each cell
+TITLE = "Fig. 13: micro-batch sweep"
+needs = needs_gpu_telemetry
 
 
 def select(runs: pd.DataFrame) -> pd.DataFrame:
@@ -23,5 +33,5 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew."""
     df = select(collapse_repeats(tables))
     fig, missing, diff = draw_panels(df, "micro_batch", "efficiency_norm", "Norm. efficiency",
-                               "Fig. 13: micro-batch sweep", "micro-batch size", knobs=("micro_batch",))
+                               TITLE, "micro-batch size", knobs=("micro_batch",))
     return fig, FigureResult(NAME, len(df), drawn_cells(df), missing, diff)

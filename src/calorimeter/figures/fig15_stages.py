@@ -15,6 +15,8 @@ from calorimeter.figures.common import (
     differs,
     empty_axes_message,
     hardware_label,
+    is_cpu,
+    needs_kernel_traces,
     note,
     order_configs,
     prefer,
@@ -24,6 +26,18 @@ from calorimeter.telemetry.kernels import CATEGORIES
 
 NAME = "fig15_stages"
 TABLES = ("runs", "kernels")
+TITLE = "Fig. 15: kernel time per pipeline stage"
+
+
+def needs(tables: Tables) -> str:
+    """Why the sweep cannot draw the figure: no kernel traces, or no cell at the micro-batches it compares."""
+    why = needs_kernel_traces(tables)
+    runs = tables["runs"]
+    ok = runs[runs["status"] == "ok"]
+    if why or ok.empty or ok["micro_batch"].isin((1, 4)).any():
+        return why
+    have = "/".join(map(str, sorted(set(ok["micro_batch"].astype(int)))))
+    return f"needs cells at micro-batch 1 or 4 (the study's comparison): this sweep has micro-batch {have} only"
 
 
 def select(runs: pd.DataFrame, micro_batches: tuple[int, ...] = (1, 4)) -> pd.DataFrame:
@@ -119,7 +133,8 @@ def draw(tables: Tables, micro_batches: tuple[int, ...] = (1, 4),
                 continue
             _draw_stages(ax, layout[(mb, m)], res, seen)
             ax.tick_params(labelleft=True)
-        axes[i, 0].set_ylabel("kernel time (s" + (", own axis per model)" if len(models) > 1 else ")"), fontsize=8)
+        what = "CPU op time" if is_cpu(kernels) else "kernel time"
+        axes[i, 0].set_ylabel(f"{what} (s" + (", own axis per model)" if len(models) > 1 else ")"), fontsize=8)
     for ax in axes[-1]:
         ax.set_xlabel("pipeline stage", fontsize=8)
     handles, names = [], []
@@ -130,8 +145,9 @@ def draw(tables: Tables, micro_batches: tuple[int, ...] = (1, 4),
                 names.append(lab)
     if handles:
         axes[0, -1].legend(handles, names, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    only = f"{df['model'].iloc[0]}, " if len(df) and df["model"].nunique() == 1 else ""
-    fig.suptitle(f"Fig. 15: kernel time per pipeline stage ({only}{hardware_label(df)})", fontsize=10)
+    what = ", ".join(p for p in (df["model"].iloc[0] if len(df) and df["model"].nunique() == 1 else "",
+                                  hardware_label(df)) if p)
+    fig.suptitle(f"{TITLE} ({what})" if what else TITLE, fontsize=10)
     res.differs = differs(df, ("micro_batch",))
     bottom = note(fig, res.missing, res.differs)
     fig.tight_layout(rect=(0, bottom, 1, 1))

@@ -24,6 +24,7 @@ from calorimeter.figures.common import (
     cut_intervals,
     data_limits,
     differs,
+    drawn_cells,
     empty_axes_message,
     finite,
     group_bounds,
@@ -32,16 +33,26 @@ from calorimeter.figures.common import (
     interval,
     note,
     rep_points,
+    split_machines,
     status_band,
     status_missing,
 )
 
-#: (avg column, peak column, y label, scale)
+#: (avg column, extreme column, y label, scale): the peak of temperature and power; the clock's minimum (its peak is
+#: the boost clock, reached whenever a GPU idles: it tells nothing about a configuration)
 PANELS = (
     ("temp_avg_c", "temp_peak_c", "GPU temp. (°C)", 1.0),
     ("power_avg_w", "power_peak_w", "GPU power (W)", 1.0),
-    ("sm_clock_avg_mhz", "sm_clock_peak_mhz", "SM clock (GHz)", 1e-3),
+    ("sm_clock_avg_mhz", "sm_clock_min_mhz", "SM clock (GHz)", 1e-3),
 )
+#: how the extreme column of each panel is named in the legend
+EXTREME_LABELS = {"temp_peak_c": "Peak", "power_peak_w": "Peak", "sm_clock_min_mhz": "Min. (clock)"}
+#: x offset of the efficiency axis's repetition markers (beside the temperature's, not on them)
+EFF_REP_OFFSET = 0.18
+#: parameters whose change between neighbouring cells breaks a line (besides the figure's compared knobs): a line
+#: joins only cells that differ in what the figure compares
+LINE_PARAMS = ("recompute", "overlap", "micro_batch", "global_batch", "seq_len", "precision", "hardware",
+               "world_size", "placement", "kind", "machine")
 #: the narrowest temperature axis (degrees C): the sensor reads whole degrees
 MIN_TEMP_AXIS_C = 6.0
 #: inches per x point, and per model column for its axes' labels
@@ -71,6 +82,48 @@ def unmatched(df: pd.DataFrame, knobs: tuple[str, ...]) -> list[str]:
     return out
 
 
+def normalized_efficiency(df: pd.DataFrame) -> pd.DataFrame:
+    """``efficiency_norm`` (and its repetitions) of the drawn rows: the efficiency over the best drawn
+    configuration's mean of the same model (1 = the best configuration drawn, never a cell left out or one
+    repetition)."""
+    out = df.copy()
+    eff = finite(out["efficiency"]) if "efficiency" in out.columns else np.full(len(out), np.nan)
+    ref = pd.Series(eff, index=out.index).where(out["status"].eq("ok")).groupby(out["model"]).transform("max")
+    out["efficiency_norm"] = eff / ref.to_numpy()
+    for c in ("_ci95_low", "_ci95_high"):
+        if f"efficiency{c}" in out.columns:
+            out[f"efficiency_norm{c}"] = finite(out[f"efficiency{c}"]) / ref.to_numpy()
+    if "efficiency_reps" in out.columns:
+        out["efficiency_norm_reps"] = [[v / r for v in reps] if isinstance(reps, list) and r == r else reps
+                                       for reps, r in zip(out["efficiency_reps"], ref, strict=True)]
+        out["efficiency_norm_n"] = out.get("efficiency_n")
+    return out
+
+
+def line_segments(d: pd.DataFrame, group: list, knobs: tuple[str, ...]) -> list[tuple[int, int]]:
+    """(start, end) of the runs of rows a line may join: same ``group`` key, and equal in every
+    :data:`LINE_PARAMS` the figure does not compare (machines: sharing one)."""
+    def same(a: pd.Series, b: pd.Series) -> bool:
+        for p in LINE_PARAMS:
+            if p in knobs or p not in d.columns:
+                continue
+            va, vb = a[p], b[p]
+            if p == "machine":
+                if isinstance(va, str) and isinstance(vb, str) and not set(va.split("+")) & set(vb.split("+")):
+                    return False
+            elif str(va) != str(vb):
+                return False
+        return True
+
+    out: list[tuple[int, int]] = []
+    for i in range(len(d)):
+        if out and group[i] == group[i - 1] and same(d.iloc[i], d.iloc[i - 1]):
+            out[-1] = (out[-1][0], i + 1)
+        else:
+            out.append((i, i + 1))
+    return out
+
+
 def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_label: str, title: str,
                 xlabel: str, knobs: tuple[str, ...] = ()) -> tuple[plt.Figure, list[str], list[str]]:
     """Draw the panels for ``df`` (already selected and ordered).
@@ -89,6 +142,8 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
     Returns:
         The figure, the list of missing-data notes and the "differs" notes (what the cells do not hold fixed).
     """
+    if efficiency == "efficiency_norm" and len(df):
+        df = normalized_efficiency(df)
     n = len(df)
     if n == 0:
         fig, axes = plt.subplots(3, 1, figsize=(7.0, 6.0))
@@ -125,6 +180,12 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
     eff_all = _series(df, efficiency)
     if ok_all.any() and not np.isfinite(eff_all[ok_all]).any():
         missing.append("efficiency (no energy measured)")
+    missing += split_machines(df)
+    warm = finite(df["unsteady_n"]) if "unsteady_n" in df.columns else np.zeros(n)
+    if np.nansum(warm) > 0:
+        n_cells = len(drawn_cells(df[df["status"] == "ok"]))
+        missing.append(f"{int(np.nansum(warm))} of {n_cells} drawn cells' warm-up hit its cap before a steady window "
+                       "(grey rings): their temperature, power and clock are of a window still warming")
     handles: dict[str, object] = {}
     drawn: list[list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = [[], [], []]  # (avg, peak, avg yerr)
     reps_drawn: list[list[np.ndarray]] = [[], [], []]  # repetitions drawn as points
@@ -134,7 +195,8 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
         m = len(d)
         x = np.arange(m)
         keys = [config_key(r) for _, r in d.iterrows()] if variant is not None else [model] * m
-        segments = group_bounds(keys)
+        segments = line_segments(d, keys, knobs)
+        warm_d = (finite(d["unsteady_n"]) > 0) if "unsteady_n" in d.columns else np.zeros(m, dtype=bool)
         eff = _series(d, efficiency)
         for r, (avg, pk, ylab, scale) in enumerate(PANELS):
             ax = axes[r][c]
@@ -149,32 +211,41 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
                 if rx.size:
                     ax.plot(rx, ry, marker, mfc="none", mec=color, ms=3, mew=0.7, lw=0, gid=f"reps:{metric}")
                     reps_drawn[r].append(ry)
-            for s0, s1 in segments:  # lines are broken between configurations
+            for s0, s1 in segments:  # lines are broken between configurations and wherever another knob changes
                 (la,) = ax.plot(x[s0:s1], a[s0:s1], "o-", color=AVG_COLOR, ms=4, lw=1.2, gid="avg")
-                (lp,) = ax.plot(x[s0:s1], p[s0:s1], "s-", color=PEAK_COLOR, ms=4, lw=1.2, gid="peak")
+                (lp,) = ax.plot(x[s0:s1], p[s0:s1], "s-" if "peak" in pk else "v-", color=PEAK_COLOR, ms=4,
+                                lw=1.2, gid="peak" if "peak" in pk else "min")
             handles.setdefault("Average", la)
-            handles.setdefault("Peak", lp)
+            handles.setdefault(EXTREME_LABELS[pk], lp)
+            if warm_d.any():
+                (lw_,) = ax.plot(x[warm_d], a[warm_d], "o", ms=9, mfc="none", mec="#999999", mew=1.2, lw=0,
+                                 gid="unsteady")
+                handles.setdefault("warm-up capped (not steady)", lw_)
             if c == 0:
                 ax.set_ylabel(ylab, fontsize=8)
             ax.tick_params(labelsize=7)
             if not np.isfinite(a).any() and not np.isfinite(p).any():
-                ax.text(0.02, 0.9, "no telemetry", transform=ax.transAxes, fontsize=6, color="#555555")
+                ax.text(0.02, 0.9, "no telemetry", transform=ax.transAxes, fontsize=6, color="#555555",
+                        gid="notelemetry")
             ax2 = ax.twinx()
             ax2.set_gid(f"efficiency:{avg}:{model}")
             eff_err = interval(d, efficiency)
             if eff_err is not None:
                 ax2.errorbar(x, eff, yerr=eff_err, fmt="none", ecolor=EFF_COLOR, capsize=2, lw=0.8, gid="eff_ci95")
             ex, ey = rep_points(d, efficiency)
-            if ex.size:
-                ax2.plot(ex, ey, "x", color=EFF_COLOR, ms=3, mew=0.6, lw=0, alpha=0.6, gid=f"reps:{efficiency}")
+            if ex.size:  # beside the temperature's repetition markers, not inside them
+                ax2.plot(ex + EFF_REP_OFFSET, ey, "x", color=EFF_COLOR, ms=3, mew=0.6, lw=0, alpha=0.6,
+                         gid=f"reps:{efficiency}")
             for s0, s1 in segments:
-                (le,) = ax2.plot(x[s0:s1], eff[s0:s1], "x-", color=EFF_COLOR, ms=5, lw=1.0, gid="efficiency")
+                (le,) = ax2.plot(x[s0:s1], eff[s0:s1], "x--", color=EFF_COLOR, ms=5, lw=1.0, gid="efficiency")
             handles.setdefault(eff_label, le)
             ax2.tick_params(labelsize=6, colors=EFF_COLOR)
             if np.isfinite(eff).any():
                 lims = data_limits([eff, ey, np.zeros(1)], [(eff, eff_err)], floor=0.0, margin=0.1)
                 ax2.set_ylim(*(lims if lims is not None and lims[1] > 0 else (0.0, 1.0)))
                 cut |= cut_intervals(ax2.get_ylim(), [eff], [eff_err])
+            else:  # no energy: no efficiency scale (a -0.04..0.04 axis would read as a measured zero)
+                ax2.set_yticks([])
             if c == len(models) - 1:
                 ax2.set_ylabel(eff_label + (" (own axis per model)" if len(models) > 1 else ""), fontsize=7,
                                color=EFF_COLOR)
@@ -207,10 +278,13 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
         if lims is not None:
             axes[r][0].set_ylim(*lims)  # shared by the row's models
             cut |= cut_intervals(lims, [a for a, _, _ in drawn[r]], [e for _, _, e in drawn[r]])
+        else:  # nothing measured in this row: no scale (negative temperatures, clocks, powers are not data)
+            axes[r][0].set_yticks([])
     if cut:
         missing.append(CUT_NOTE)
     fig.suptitle(f"{title} ({hardware_label(df)})", fontsize=10)
-    legend_ax.legend(list(handles.values()), list(handles.keys()), loc="center", ncol=3, fontsize=7, frameon=False)
+    legend_ax.legend(list(handles.values()), list(handles.keys()), loc="center", ncol=min(len(handles), 6), fontsize=7,
+                     frameon=False)
     diff = differs(df, knobs)
     bottom = note(fig, missing, diff)
     fig.get_layout_engine().set(rect=(0, bottom, 1, 1 - bottom))

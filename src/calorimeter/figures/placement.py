@@ -1,5 +1,6 @@
-"""Placement policies per layout (beyond the study): throughput and energy per token (mean and 95 % interval over
-repetitions, gain against ``default``), and the per-GPU temperature and SM-clock spread each policy left."""
+"""Placement policies per layout (beyond the study): throughput and energy per token (mean over repetitions, the
+repetitions as points below 4 of them and a 95 % interval from 4, as every figure; gain against ``default`` with
+the Welch interval of the comparison), and the per-GPU temperature and SM-clock spread each policy left."""
 
 from __future__ import annotations
 
@@ -8,10 +9,20 @@ import numpy as np
 import pandas as pd
 
 from calorimeter.analysis.placement import layout_id, policy_comparison
-from calorimeter.figures.common import FigureResult, Tables, empty_axes_message, hardware_label, note
+from calorimeter.figures.common import (
+    MIN_INTERVAL_REPEATS,
+    FigureResult,
+    Tables,
+    hardware_label,
+    not_drawn_figure,
+    note,
+)
 
 NAME = "placement"
 TABLES = ("runs", "gpus")
+TITLE = "Placement policies"
+NOTHING = ("needs a layout measured under more than one placement policy (default and balanced or thermal): this "
+           "sweep has none")
 POLICY_COLORS = {"default": "#bab0ac", "balanced": "#4e79a7", "thermal": "#e15759"}
 PANELS = (
     ("tokens_per_s_per_gpu", "tokens/s per GPU", True),
@@ -30,16 +41,17 @@ def select(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[n > 1]
 
 
+def needs(tables: Tables) -> str:
+    """Why the sweep cannot draw the figure: no layout measured under two placement policies."""
+    return "" if len(select(tables["runs"])) else NOTHING
+
+
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew (``n_points`` = layout x policy bars)."""
     runs, gpus = tables["runs"], tables.get("gpus")
     cmp = policy_comparison(runs, gpus)
-    if cmp.empty:
-        fig, ax = plt.subplots(figsize=(8.0, 3.0))
-        empty_axes_message(ax, "no layout with a placement policy other than default")
-        ax.set_axis_off()  # no data: no meaningless 0-1 axes
-        fig.suptitle("Placement policies: nothing to compare in this sweep", fontsize=9)
-        return fig, FigureResult(NAME, 0, [], ["no cells with placement balanced or thermal"])
+    if cmp.empty:  # render() draws needs() instead; drawn directly, the same sentence
+        return not_drawn_figure(TITLE, NOTHING), FigureResult(NAME, 0, [], [NOTHING], not_drawn=NOTHING)
     fig, axes = plt.subplots(1, 4, figsize=(14.0, 4.2))
     layouts = list(dict.fromkeys(cmp["layout_id"]))
     policies = [p for p in POLICY_COLORS if p in set(cmp["placement"])]
@@ -51,18 +63,22 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
             x = np.arange(len(layouts)) - 0.4 + (j + 0.5) * w
             mean = pd.to_numeric(sub[f"{col}_mean"], errors="coerce").to_numpy(dtype=float)
             ax.bar(x, np.nan_to_num(mean), w, color=POLICY_COLORS[pol], label=pol, gid=f"{col}:{pol}")
+            values = [v if isinstance(v, list) else [] for v in sub.get(f"{col}_values", [[]] * len(sub))]
+            for xi, v in zip(x, values, strict=True):  # as every figure: 2-3 repetitions are points, not a t-interval
+                if 1 < len(v) < MIN_INTERVAL_REPEATS:
+                    ax.plot(np.full(len(v), xi), v, "o", mfc="none", mec="k", ms=3, mew=0.7, lw=0, gid="reps")
             if has_ci:
                 lo = pd.to_numeric(sub[f"{col}_ci95_low"], errors="coerce").to_numpy(dtype=float)
                 hi = pd.to_numeric(sub[f"{col}_ci95_high"], errors="coerce").to_numpy(dtype=float)
-                ok = np.isfinite(lo) & np.isfinite(hi)
+                ok = np.isfinite(lo) & np.isfinite(hi) & (np.array([len(v) for v in values]) >= MIN_INTERVAL_REPEATS)
                 ax.errorbar(x[ok], mean[ok], yerr=[mean[ok] - lo[ok], hi[ok] - mean[ok]], fmt="none", ecolor="k",
-                            capsize=2, lw=0.8)
+                            capsize=2, lw=0.8, gid="ci95")
                 if pol != "default":
                     for xi, (_, r) in zip(x, sub.iterrows(), strict=True):
                         g, gl, gh = r.get(f"{col}_gain"), r.get(f"{col}_gain_ci95_low"), r.get(f"{col}_gain_ci95_high")
                         if g is None or not np.isfinite(g):
                             continue
-                        txt = f"{g:+.1%}" + (f" [{gl:+.1%}, {gh:+.1%}]" if np.isfinite(gl) else " (n=1)")
+                        txt = f"{g:+.1%}" + (f" [{gl:+.1%}, {gh:+.1%}] Welch" if np.isfinite(gl) else " (n=1)")
                         # inside the axes whatever the bar's height: from its foot, on a light box
                         ax.text(xi, 0.03, txt, rotation=90, ha="center", va="bottom", fontsize=6, gid="gain",
                                 transform=ax.get_xaxis_transform(),
@@ -80,7 +96,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     splits = "; ".join(f"{r['placement']}: {r['placement_split'] or 'uniform'}"
                        + (" moved" if r["placement_moved"] else "")
                        for _, r in cmp.drop_duplicates("placement").iterrows())
-    fig.suptitle(f"Placement policies ({hardware_label(runs[runs['status'] == 'ok'])}; {splits})", fontsize=9)
+    fig.suptitle(f"{TITLE} ({hardware_label(runs[runs['status'] == 'ok'])}; {splits})", fontsize=9)
     if "placement_applied" in runs.columns:
         fell = runs[(runs["status"] == "ok") & (runs["placement"].fillna("default") != "default")
                     & (runs["placement_applied"] == False)]  # noqa: E712 - a column of bools

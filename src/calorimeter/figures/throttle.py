@@ -1,5 +1,6 @@
-"""Throttle attribution (beyond the study): share of the measured time each clock-event reason was active,
-(top) per configuration as the mean over its GPUs and (bottom) per GPU of the most throttled cell. Bars: the
+"""Throttle attribution (beyond the study): (top) share of the measured time each clock-event reason was active, per
+cell as the mean over its GPUs; (bottom) how far below its ceiling (the GPU's maximum SM clock) each cell's mean SM
+clock ran, the findings' measure of throttling, which separates cells that all sit at the power cap. Bars: the
 sampled clock-event bitmask; black ticks: NVML's own accumulated time for the reasons it keeps one for (the
 cross-check, independent of the sampling period)."""
 
@@ -16,15 +17,19 @@ from calorimeter.figures.common import (
     config_label,
     empty_axes_message,
     hardware_label,
+    needs_gpu_telemetry,
     note,
     order_configs,
     status_band,
+    unsteady,
 )
-from calorimeter.telemetry.reasons import REASON_NAMES, THROTTLING
+from calorimeter.findings.preconditions import clock_ceiling_mhz
+from calorimeter.telemetry.reasons import REASON_NAMES
 
 NAME = "throttle"
-TABLES = ("runs", "gpus")
-# reasons that slow the clock: THROTTLING (``gpu_idle`` and the settings reasons are shown but not counted)
+TABLES = ("runs", "gpus")  # gpus: the machine of each cell
+TITLE = "Throttle attribution"
+needs = needs_gpu_telemetry
 
 
 def _stack(ax: plt.Axes, x: np.ndarray, frame: pd.DataFrame, reasons: list[str], seen: set[str]) -> None:
@@ -50,7 +55,7 @@ def _stack(ax: plt.Axes, x: np.ndarray, frame: pd.DataFrame, reasons: list[str],
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew (``n_points`` = configurations in the top panel)."""
-    runs, gpus = tables["runs"], tables["gpus"]
+    runs = tables["runs"]
     res = FigureResult(NAME)
     cols = [f"throttle_{r}_frac" for r in REASON_NAMES]
     df = order_configs(runs)
@@ -80,37 +85,44 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
                     transform=ax.get_xaxis_transform(), gid="notelemetry")
     res.cells = list(df["cell_id"])
     res.n_points = len(df)
+    axes[1].sharex(ax)
     ax.set_xticks(x, [f"{r['model']} {config_label(r, short=True)} {r['optimization_label']} mb{r['micro_batch']}"
                       for _, r in df.iterrows()], rotation=90, fontsize=5)
     ax.set_ylabel("time share (mean over GPUs)", fontsize=8)
     ax.set_ylim(0, 1)
     ax.set_xlim(-0.6, len(df) - 0.4)
-    # the most throttled cell, per GPU
+    # how far below its ceiling each cell's clock ran (the findings' measure of throttling): separates cells whose
+    # reason shares are all 1.0
     ax = axes[1]
-    thr = [f"throttle_{r}_frac" for r in THROTTLING if f"throttle_{r}_frac" in df.columns]
-    score = df[thr].apply(pd.to_numeric, errors="coerce").sum(axis=1, min_count=1) if thr else pd.Series(dtype=float)
-    if score.notna().any() and not gpus.empty and "cell_id" in gpus:
-        cid = df.loc[score.fillna(-1).idxmax(), "cell_id"]
-        g = gpus[gpus["cell_id"] == cid].sort_values(["node", "gpu_index"])
-        gx = np.arange(len(g))
-        r_here = [r for r in REASON_NAMES if f"throttle_{r}_frac" in g.columns
-                  and (pd.to_numeric(g[f"throttle_{r}_frac"], errors="coerce").fillna(0) > 0).any()]
-        if r_here:
-            _stack(ax, gx, g, r_here, seen)
-        ax.set_xticks(gx, [f"n{n}:{i}" for n, i in zip(g["node"], g["gpu_index"], strict=True)], rotation=90,
-                      fontsize=5)
-        ax.set_title(f"per GPU: {cid}", fontsize=7)
-        ax.set_ylim(0, 1)
+    clock = pd.to_numeric(df.get("sm_clock_avg_mhz"), errors="coerce") if "sm_clock_avg_mhz" in df else None
+    if clock is not None and clock.notna().any():
+        deficit = (clock_ceiling_mhz(df) - clock).to_numpy(dtype=float)
+        ax.bar(x, np.nan_to_num(deficit), 0.6, color="#9c755f", gid="deficit")
+        warm = unsteady(df).to_numpy()
+        if warm.any():
+            ax.plot(x[warm], np.nan_to_num(deficit[warm]), "v", color="#777777", ms=4, lw=0, gid="unsteady",
+                    label="warm-up hit its cap (not steady)")
+            ax.legend(fontsize=6, frameon=False, loc="upper left")
+        ax.set_ylabel("SM clock below its ceiling\n(MHz, mean over GPUs)", fontsize=8)
+        ax.set_xticks(x, [])
+        ax.set_xlim(-0.6, len(df) - 0.4)
+        ceilings = sorted({f"{h} {c:.0f} MHz" for h, c in zip(df["hardware"], clock_ceiling_mhz(df), strict=True)
+                           if c == c})
+        ax.set_title(f"ceiling: {', '.join(ceilings)} (the GPU's maximum SM clock)", fontsize=7)
     else:
-        empty_axes_message(ax, "no per-GPU reasons")
-    ax.set_ylabel("time share", fontsize=8)
-    ax.set_xlabel("GPU (node:index)", fontsize=8)
+        empty_axes_message(ax, "no SM clock measured")
+        ax.set_xticks([])
+    top_shares = [pd.to_numeric(df[f"throttle_{r}_frac"], errors="coerce") for r in reasons]
+    if any(v.notna().any() and v.dropna().nunique() == 1 for v in top_shares):
+        same = [r for r, v in zip(reasons, top_shares, strict=True) if v.notna().any() and v.dropna().nunique() == 1]
+        res.missing.append(f"{', '.join(same)}: the same share in every cell, it cannot separate them (bottom: how "
+                           "far below its ceiling each cell's clock ran)")
     if seen:
         acc = [ln for ln in axes[0].get_lines() if str(ln.get_gid()).startswith("accumulated:")]
         # the ticks are as wide as a bar; in the legend that would run over their label
         scale = min(1.0, 8.0 / max([ln.get_markersize() for ln in acc] or [8.0]))
         axes[0].legend(fontsize=6, ncol=5, loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False, markerscale=scale)
-    fig.suptitle(f"Throttle attribution ({hardware_label(df)})", fontsize=10)
+    fig.suptitle(f"{TITLE} ({hardware_label(df)})", fontsize=10)
     bottom = note(fig, res.missing)
     fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig, res

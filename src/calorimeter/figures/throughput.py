@@ -8,26 +8,32 @@ import pandas as pd
 
 from calorimeter.figures.common import (
     CUT_NOTE,
+    LAYOUT_KNOBS,
     STATUS_COLORS,
     FigureResult,
     Tables,
     collapse_repeats,
+    config_label,
     cut_intervals,
     data_limits,
+    differs,
     drawn_cells,
     interval,
     note,
     order_configs,
     rep_points,
+    split_machines,
 )
 
 NAME = "throughput"
-TABLES = ("runs", "configs")
+TABLES = ("runs", "configs", "gpus")  # gpus: the machine of each cell
+TITLE = "Throughput per configuration"
 
 
 def cell_label(row: pd.Series) -> str:
-    """x tick label derived from the cell's parameters (never from a lookup table)."""
-    parts = [row["parallel_label"], f"Z{row['zero_stage']}"]
+    """x tick label derived from the cell's parameters (never from a lookup table): the layout as every figure names
+    it (:func:`config_label`: ``+SP``, LoRA, placement), the ZeRO stage, the optimization, micro-batch and GPUs."""
+    parts = [config_label(row), f"Z{row['zero_stage']}"]
     if row["optimization_label"] != "base":
         parts.append(row["optimization_label"])
     parts.append(f"mb{row['micro_batch']}")
@@ -52,14 +58,20 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     tps = df["tokens_per_s_per_gpu"].astype(float)
     low = df[lower_key].astype(float) * (100 if have_mfu else 1)
     err1, err2 = interval(df, "tokens_per_s_per_gpu"), interval(df, lower_key, 100 if have_mfu else 1)
-    ax1.bar(x, tps.fillna(0), color="#4e79a7", yerr=err1, capsize=3, error_kw={"gid": "ci95"})
+    several = "n_repeats" in df.columns and (pd.to_numeric(df["n_repeats"], errors="coerce") > 1).any()
+    ax1.bar(x, tps.fillna(0), color="#4e79a7", yerr=err1, capsize=3, error_kw={"gid": "ci95"},
+            label="mean of the repetitions" if several else "measured")
     ax2.bar(x, low.fillna(0), color="#f28e2b", yerr=err2, capsize=3, error_kw={"gid": "ci95"})
     reps = [rep_points(df, "tokens_per_s_per_gpu"), rep_points(df, lower_key, 100 if have_mfu else 1)]
     for ax, (rx, ry) in zip((ax1, ax2), reps, strict=True):  # 2-3 repetitions: their values, not a t-interval
         if rx.size:
-            ax.plot(rx, ry, "o", mfc="none", mec="k", ms=3, mew=0.7, lw=0, gid="reps")
+            ax.plot(rx, ry, "o", mfc="none", mec="k", ms=3, mew=0.7, lw=0, gid="reps",
+                    label="each repetition" if ax is ax1 else None)
+    legend = several or err1 is not None
+    if legend:  # in the figure's corner, above the model names
+        fig.legend(*ax1.get_legend_handles_labels(), fontsize=6, frameon=False, loc="upper right", ncol=3)
     cut = False
-    for ax, v, e, room, (_, ry) in ((ax1, tps, err1, 0.3, reps[0]), (ax2, low, err2, 0.08, reps[1])):
+    for ax, v, e, room, (_, ry) in ((ax1, tps, err1, 0.4, reps[0]), (ax2, low, err2, 0.08, reps[1])):
         lims = data_limits([np.append(v.to_numpy(dtype=float), 0.0), ry], [(v.to_numpy(dtype=float), e)], floor=0.0,
                            margin=room)  # from zero; long intervals are cut
         if lims is not None:
@@ -91,11 +103,12 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     ax2.set_xticks(x, [cell_label(r) for _, r in df.iterrows()], rotation=90, fontsize=7)
     ax2.set_xlabel("parallel configuration")
     hw = ", ".join(sorted({f"{h} x{w}" for h, w in zip(df["hardware"], df["world_size"], strict=True)}))
-    fig.suptitle(f"Throughput per configuration ({hw})", fontsize=10)
+    fig.suptitle(f"{TITLE} ({hw})", fontsize=10)
     if not have_mfu:
         ax2.text(0.99, 0.95, "MFU n/a: no dense peak for this hardware", transform=ax2.transAxes, ha="right",
                  va="top", fontsize=7)
-    missing = [CUT_NOTE] if cut else []
-    bottom = note(fig, missing)
-    fig.tight_layout(rect=(0, bottom, 1, 1))
-    return fig, FigureResult(NAME, len(df), drawn_cells(df), missing)
+    missing = ([CUT_NOTE] if cut else []) + split_machines(df)
+    diff = [d for d in differs(df, LAYOUT_KNOBS) if " machine: " in d]  # the labels say every other knob
+    bottom = note(fig, missing, diff)
+    fig.tight_layout(rect=(0, bottom, 1, 0.97 if legend else 1))
+    return fig, FigureResult(NAME, len(df), drawn_cells(df), missing, diff)

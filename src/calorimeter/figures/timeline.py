@@ -7,13 +7,23 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from calorimeter.figures.common import REASON_COLORS, FigureResult, Tables, empty_axes_message, note
+from calorimeter.figures.common import (
+    REASON_COLORS,
+    FigureResult,
+    Tables,
+    empty_axes_message,
+    needs_gpu_telemetry,
+    note,
+    unsteady,
+)
 from calorimeter.telemetry.reasons import CLOCK_EVENT_REASON_BITS
 
 NAME = "timeline"
 #: the cell is picked when drawing (the hottest measured): a caption written before cannot name it
 PICKED_AT_RENDER = True
-TABLES = ("runs", "timeseries", "steps")
+TABLES = ("runs", "timeseries", "steps", "gpus")  # gpus: the machine of each cell
+TITLE = "Per-GPU timeline"
+needs = needs_gpu_telemetry
 PHASE_COLORS = {"warmup": "#d9d9d9", "measured": "#ffffff", "profiled": "#e5d8f0"}
 
 
@@ -39,7 +49,7 @@ def draw(tables: Tables, cell_id: str | None = None) -> tuple[plt.Figure, Figure
         for ax in axes:
             empty_axes_message(ax, "no cell with GPU telemetry")
         res.missing.append("GPU telemetry (no ok cell has any)")
-        fig.suptitle("Per-GPU timeline", fontsize=10)
+        fig.suptitle(TITLE, fontsize=10)
         note(fig, res.missing)
         return fig, res
     res.cells = [cid]
@@ -63,8 +73,8 @@ def draw(tables: Tables, cell_id: str | None = None) -> tuple[plt.Figure, Figure
     gpus = list(ts.groupby(["node", "gpu_index"], sort=True))
     cmap = plt.get_cmap("viridis")
     for k, ((node, gi), g) in enumerate(gpus):
-        col = cmap(k / max(len(gpus) - 1, 1))
-        lab = f"n{node}:gpu{gi}" + (f" (r{int(g['rank'].iloc[0])})" if "rank" in g and g["rank"].notna().any()
+        col = cmap(0.85 * k / max(len(gpus) - 1, 1))  # viridis's pale yellow end is lost on the warm-up shading
+        lab = f"n{node}:gpu{gi}" + (f" (rank {int(g['rank'].iloc[0])})" if "rank" in g and g["rank"].notna().any()
                                     else "")
         for ax, c, scale in ((axes[0], "gpu_temp_c", 1), (axes[1], "power_w", 1), (axes[2], "sm_clock_mhz", 1e-3)):
             ax.plot(g["t_rel_s"], g[c] * scale, color=col, lw=0.8, label=lab if ax is axes[0] else None,
@@ -108,7 +118,14 @@ def draw(tables: Tables, cell_id: str | None = None) -> tuple[plt.Figure, Figure
     ax.set_ylim(-0.8, max(len(seen), 1) - 0.2)
     ax.set_xlabel("time since the first step (s)", fontsize=8)
     ax.tick_params(labelsize=7)
-    fig.suptitle(f"Per-GPU timeline: {cid}", fontsize=9)
+    row = runs[runs["cell_id"] == cid]
+    where = f" on {row['machine'].iloc[0]}" if "machine" in row.columns and isinstance(row["machine"].iloc[0], str) \
+        else ""
+    warming = bool(len(row) and unsteady(row).iloc[0])
+    if warming:
+        res.missing.append("the warm-up hit its cap before a thermally steady window: the measured window is still "
+                           f"warming ({row['warmup_reason'].iloc[0]})")
+    fig.suptitle(f"{TITLE}: {cid}{where}" + ("\nnot steady: the warm-up hit its cap" if warming else ""), fontsize=9)
     bottom = note(fig, res.missing)
     fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig, res
