@@ -5,9 +5,9 @@
 #   results/<sweep>/summary.parquet|.csv                                                     = the runs table
 #   results/<sweep>/tables/configs.parquet          one row per configuration: mean and 95% interval over repetitions
 #
-# A cell's tables depend on its run.json only (written last, after steps/telemetry/kernels; under `snakemake
-# figures` on its steps.parquet, see get_cell_record): a new or rerun cell recomputes its own tables, and the sweep
-# tables are re-concatenated.
+# A cell's tables depend on its run.json only (written last, after steps/telemetry/kernels; the same input under
+# `snakemake figures`, see get_cell_record): a new or rerun cell recomputes its own tables, and the sweep tables are
+# re-concatenated.
 
 
 rule plan:

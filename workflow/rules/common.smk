@@ -78,11 +78,20 @@ def cell_paths(cid):
     return CellPaths.of(RESULTS, CELLS[cid].cell.sweep, cid)
 
 
+#: the input a train job asks for under `snakemake figures`: a file no rule makes and none writes, so that no train job
+#: can enter that DAG (Snakemake then reads an existing run.json as a plain input file)
+NO_TRAINING = "figures-train-nothing"
+
+
 def get_placement_inputs(wildcards):
     """The host profiles a train job waits for (a thermal cell: those of the sweep's calibration cells, made by the
-    thermal_profile rule). ancient(): they order the jobs, a later rerun of them never re-measures this cell."""
+    thermal_profile rule). ancient(): they order the jobs, a later rerun of them never re-measures this cell. Under
+    `snakemake figures` a file that never exists: the figures target trains nothing, whatever changed since the
+    records were measured."""
     from calorimeter.plan.placement import prerequisites
 
+    if figures_only():
+        return [str(cell_paths(wildcards.cell).root / NO_TRAINING)]
     cells = [pc.cell for pc in PLAN.runnable]
     return [ancient(str(cell_paths(cid).thermal_profile)) for cid in prerequisites(get_cell(wildcards).cell, cells)]
 
@@ -116,10 +125,10 @@ def table_cell_ids():
 
 
 def get_cell_record(wildcards):
-    """Input of a cell's tables: its run.json (made by train), or under `snakemake figures` its steps.parquet,
-    which is written with run.json but is no rule's output, so that no train job can enter the DAG."""
-    cell = CellPaths.of(RESULTS, wildcards.sweep, wildcards.cell)
-    return str(cell.steps if figures_only() else cell.run_json)
+    """Input of a cell's tables: its run.json (made by train), the same file under every target, so that a plain
+    `snakemake` after `snakemake figures` (or `calorimeter rerun`) finds the tables up to date: a changed set of
+    input files would rebuild every table. Under `snakemake figures` no train job can make it (get_placement_inputs)."""
+    return str(CellPaths.of(RESULTS, wildcards.sweep, wildcards.cell).run_json)
 
 
 def get_cell_table_files(table):

@@ -6,8 +6,25 @@
 # takes seconds where one process per figure took minutes (each paid the imports and the table reads again).
 
 from calorimeter.figures import FIGURES
+from calorimeter.figures.report import ReportPages, not_drawn
 
 FIGURE_TABLES = sorted({t for _module in FIGURES.values() for t in _module.TABLES})
+#: the report's figures in report order (the study's), with the titles its index and first page show
+FIGURE_TITLES = tuple((_name, _module.TITLE) for _name, _module in FIGURES.items())
+#: figures the sweep's data could not draw when they were last drawn (their JSON says why): left out of the report,
+#: which lists them with the reason on its first page
+NOT_DRAWN = not_drawn(sweep_paths(), list(FIGURES))
+
+
+def figure_output(name, ext):
+    """A figure's output file; its PNG in the report (labelled for the report's index in the study's order), unless
+    the sweep's data could not draw it."""
+    path = str(SWEEP_FILES.figure(name, ext))
+    if ext != "png" or name in NOT_DRAWN:
+        return path
+    number = list(FIGURES).index(name) + 1
+    return report(path, caption=f"../report/{name}.rst", category="Figures",
+                  labels={"figure": f"{number:02d}. {FIGURES[name].TITLE}"})
 
 
 rule draw_figures:
@@ -15,17 +32,12 @@ rule draw_figures:
         **{t: str(SWEEP_FILES.table(t)) for t in FIGURE_TABLES},
         compare=compare_runs(),
     output:
-        **{
-            f"{_fig}_{ext}": (
-                report(str(SWEEP_FILES.figure(_fig, "png")), caption=f"../report/{_fig}.rst", category="Figures")
-                if ext == "png"
-                else str(SWEEP_FILES.figure(_fig, ext))
-            )
-            for _fig in FIGURES
-            for ext in ("png", "pdf", "json")
-        },
+        **{f"{_fig}_{ext}": figure_output(_fig, ext) for _fig in FIGURES for ext in ("png", "pdf", "json")},
     params:
         figures=list(FIGURES),
+        # the report's first page and captions (provenance, thumbnails), read when the report is written; an object
+        # Snakemake does not track as a parameter, so it never reruns the job
+        report=ReportPages(RESULTS, SWEEP, FIGURE_TITLES),
         # for the captions: the cells each figure draws (cells_<figure>)
         **{f"cells_{_fig}": figure_params_cells(_fig) for _fig in FIGURES},
     log:

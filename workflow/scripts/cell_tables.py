@@ -15,7 +15,7 @@ from calorimeter.records.paths import CellPaths
 sm = snakemake  # noqa: F821 - injected by Snakemake
 terminal = sys.stderr
 sys.stderr = open(sm.log[0], "w", buffering=1)  # noqa: SIM115
-cell = CellPaths(Path(sm.input[0]).parent)  # from its run.json, or steps.parquet under `snakemake figures`
+cell = CellPaths(Path(sm.input[0]).parent)  # from its run.json
 tables, notes = readable_cell_tables(cell.root)
 for note in notes:
     print(f"calorimeter: damaged record: {note}", file=terminal)
