@@ -34,8 +34,8 @@ from calorimeter.figures.common import FigureResult, Tables, not_drawn_figure, s
 
 #: every figure of the report, by output name, in report order (the study's figures in its order, then the others)
 FIGURES: dict[str, ModuleType] = {m.NAME: m for m in (
-    throughput, training, fig04_parallelism, fig05_links, fig08_optimization, fig10_kernels, fig13_microbatch, fig15_stages,
-    fig17_temperature, fig17_sm_clock, scale_compare, timeline, throttle, data_quality, placement)}
+    throughput, training, fig04_parallelism, fig05_links, fig08_optimization, fig10_kernels, fig13_microbatch,
+    fig15_stages, fig17_temperature, fig17_sm_clock, scale_compare, timeline, throttle, data_quality, placement)}
 
 
 #: figures about every cell of any kind (the data quality of a calibration cell matters too)

@@ -92,6 +92,10 @@ def _rebuild(args: argparse.Namespace) -> int:
 
     ref = Path(args.reference)
     out = Path(args.out) if args.out else Path("results") / "rebuild" / ref.name
+    from calorimeter.projection.engine_speed import is_engine_speed_set
+
+    if is_engine_speed_set(ref) and not args.dry_run:  # a benchmark set: no sweep to rebuild, its figure to draw
+        return _engine_speed_figure(ref, out)
     try:
         steps = plan_rebuild(ref, out, args.cores, args.report)
         if args.dry_run:
@@ -105,6 +109,26 @@ def _rebuild(args: argparse.Namespace) -> int:
     rc = run_rebuild(steps)
     print(f"rebuilt into {out} (the committed {ref} is untouched); check it with: calorimeter compare {ref} {out}")
     return rc
+
+
+def _engine_speed_figure(ref: Path, out: Path) -> int:
+    """Draw the figure of an engine-benchmark set (no sweep tables) into ``out/figures``."""
+    import json
+
+    from calorimeter.figures.common import save
+    from calorimeter.figures.engine_speed import NAME, draw_set
+
+    figures = out / "figures"
+    if (figures / f"{NAME}.png").exists():
+        print(f"error: {figures / NAME}.png exists: remove it or choose another --out (nothing is overwritten)",
+              file=sys.stderr)
+        return 2
+    figures.mkdir(parents=True, exist_ok=True)
+    fig, res = draw_set(ref)
+    save(fig, figures / f"{NAME}.png", figures / f"{NAME}.pdf")
+    (figures / f"{NAME}.json").write_text(json.dumps(res.to_dict(), indent=1) + "\n")
+    print(f"{ref} is an engine-benchmark set (no sweep): drew {figures / NAME}.png ({res.n_points} variants)")
+    return 0
 
 
 def add_rebuild(sub: argparse._SubParsersAction) -> None:
