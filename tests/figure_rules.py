@@ -56,3 +56,43 @@ def texts_off_canvas(fig: plt.Figure, tol_px: float = 1.0) -> list[str]:
     w, h = fig.canvas.get_width_height()
     return [t.get_text() for t, (x0, y0, x1, y1) in visible_texts(fig)
             if x0 < -tol_px or y0 < -tol_px or x1 > w + tol_px or y1 > h + tol_px]
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text.replace("\u2212", "-").replace(",", "").replace("$", "").strip() or "x")
+    except ValueError:
+        return False
+    return True
+
+
+def _has_data(ax: plt.Axes) -> bool:
+    """Whether an axes shows anything measured: a line with a finite point, a bar of non-zero height, an image, a
+    collection with points."""
+    from matplotlib.patches import Rectangle
+
+    for line in ax.get_lines():
+        y = np.asarray(line.get_ydata(), dtype=float)
+        if y.size and np.isfinite(y).any() and not str(line.get_gid() or "").startswith(("band", "zero")):
+            return True
+    for p in ax.patches:
+        if isinstance(p, Rectangle) and p.get_height() not in (0, 0.0) and np.isfinite(p.get_height()) \
+                and not str(p.get_gid() or "").startswith(("band", "nodata")):
+            return True
+    return bool(ax.get_images()) or any(len(c.get_offsets()) for c in ax.collections if hasattr(c, "get_offsets"))
+
+
+def numeric_axes_without_data(fig: plt.Figure) -> list[str]:
+    """Axes that show a numeric value scale (y tick labels that are numbers) but draw nothing measured: an invented
+    axis (a -0.04..0.04 range reads as a measured zero or a negative temperature)."""
+    fig.canvas.draw()
+    out = []
+    for ax in fig.axes:
+        if not ax.get_visible() or not ax.axison:
+            continue
+        labels = [t.get_text() for t in ax.get_yticklabels() if t.get_visible() and t.get_text().strip()]
+        shown = ax.yaxis.get_visible() and any(
+            tick.label1.get_visible() or tick.label2.get_visible() for tick in ax.yaxis.get_major_ticks())
+        if shown and labels and all(_number(t) for t in labels) and not _has_data(ax):
+            out.append(f"{ax.get_title() or ax.get_ylabel() or ax.get_gid() or 'axes'}: {labels[0]}..{labels[-1]}")
+    return out

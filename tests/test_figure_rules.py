@@ -70,7 +70,7 @@ def test_comparisons_say_what_they_do_not_hold_fixed() -> None:
     t = read_tables(REFERENCE / SHIPPED[0] / "tables")
     fig, res = fig04_parallelism.draw(t)
     notes = " ".join(x.get_text() for x in fig.texts if x.get_gid() == "missing")
-    assert "llama3-8b overlap: off (" in notes and "/ on (T2+SP-FSDP, T1-FSDP)" in notes  # +SP: tensor parallelism shards the sequence too
+    assert "llama3-8b overlap: off (" in notes and "/ on (T2+SP-FSDP, T1-FSDP)" in notes
     plt.close(fig)
     # Fig. 8 and 13 say which comparisons the sweep cannot make
     for module, knob in ((fig08_optimization, "overlap"), (fig13_microbatch, "micro-batch")):

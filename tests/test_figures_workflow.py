@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,10 +47,20 @@ def test_figures_target_never_trains_and_renders_every_figure(tmp_path: Path) ->
     for name in FIGURES:
         assert (tmp_path / plan.sweep / "figures" / f"{name}.png").stat().st_size > 5000, name
     assert not list(cdir.glob("*/attempts"))
+    # a plain `snakemake` afterwards has no table to redo: only the cells without a record are trained (and then
+    # tabled), never the tables of the cells `snakemake figures` read (its input set was another file)
+    dry = _snakemake("-n", "--nolock", "--config", f"results_dir={tmp_path}")
+    assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
+    redone = set(re.findall(r"rule cell_tables:.*?wildcards: sweep=[^,\s]+, cell=(\S+)", dry.stdout, re.S))
+    assert redone == {c["cell_id"] for c in cells[3:]}, dry.stdout[-3000:]
     findings = pd.read_csv(tmp_path / plan.sweep / "findings.csv")
     assert len(findings) > 10 and set(findings["verdict"]) <= {"agrees", "partly", "disagrees", "cannot say"}
     report = tmp_path / "report.html"
     r = _snakemake("figures", "--config", f"results_dir={tmp_path}", "--report", str(report))
     assert r.returncode == 0, r.stderr[-3000:]
     assert report.stat().st_size > 50_000
-    assert "findings.html" in report.read_text(errors="replace")  # the report's Findings section
+    html = report.read_text(errors="replace")
+    assert "findings.html" in html  # the report's Findings section
+    # it opens on results: provenance, thumbnails in the study's order, the figures the data cannot draw listed
+    assert "Results of sweep" in html and "data:image/png;base64," in html and "Not drawn from this sweep" in html
+    assert '"figure": "01. Throughput per configuration"' in html
