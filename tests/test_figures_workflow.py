@@ -64,3 +64,12 @@ def test_figures_target_never_trains_and_renders_every_figure(tmp_path: Path) ->
     # it opens on results: provenance, thumbnails in the study's order, the figures the data cannot draw listed
     assert "Results of sweep" in html and "data:image/png;base64," in html and "Not drawn from this sweep" in html
     assert '"figure": "01. Throughput per configuration"' in html
+
+
+def test_a_rebuild_results_folder_gives_no_path_warnings(tmp_path: Path) -> None:
+    """`calorimeter rebuild` runs in its scratch folder with results_dir=.: every projection output was named
+    './{sweep}/...', 23 Snakemake warnings per sweep."""
+    r = _snakemake("figures", "-n", "--nolock", "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"),
+                   "--configfile", str(ROOT / "config" / "config.yaml"), "--config", "results_dir=.")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "starts with './'" not in r.stdout + r.stderr

@@ -21,16 +21,19 @@ PROJ_CALIBRATION = list(PROJ.calibration)
 PROJ_FOLDS = [dict(f) for f in PROJ.validation]
 PROJ_SOURCE_TABLES = ("runs", "kernels", "gpus")
 PROJ_SOURCES = sorted({*PROJ_CALIBRATION, *(s for f in PROJ_FOLDS for s in (*f["train"], *f["test"]))})
+#: the sweep folder pattern, joined as a path (with results_dir=. a text join gave './{sweep}/...', which Snakemake
+#: warns about on every output)
+SWEEP_ROOT = str(SWEEP_FILES.root)
 
 
 rule projection_validate:
     input:
         proj_records(PROJ_SOURCES),
     output:
-        table=f"{RESULTS}/{{sweep}}/projection/validation.parquet",
-        csv=report(f"{RESULTS}/{{sweep}}/projection/validation.csv", caption="../report/projection.rst",
+        table=f"{SWEEP_ROOT}/projection/validation.parquet",
+        csv=report(f"{SWEEP_ROOT}/projection/validation.csv", caption="../report/projection.rst",
                    category="Projection"),
-        summary=f"{RESULTS}/{{sweep}}/projection/validation.json",
+        summary=f"{SWEEP_ROOT}/projection/validation.json",
     params:
         folds=PROJ_FOLDS,
         sources=PROJ_CALIBRATION,
@@ -38,7 +41,7 @@ rule projection_validate:
         coverage=PROJ.coverage,
         model_version=MODEL_VERSION,  # a new projection model refits (Snakemake reruns on changed params)
     log:
-        f"{RESULTS}/{{sweep}}/logs/projection_validate.log",
+        f"{SWEEP_ROOT}/logs/projection_validate.log",
     localrule: True
     conda:
         "../../envs/calorimeter.yaml"
@@ -49,16 +52,16 @@ rule projection_validate:
 rule projection_calibrate:
     input:
         tables=proj_records(PROJ_CALIBRATION),
-        validation=f"{RESULTS}/{{sweep}}/projection/validation.parquet",
+        validation=f"{SWEEP_ROOT}/projection/validation.parquet",
     output:
-        f"{RESULTS}/{{sweep}}/projection/calibration.json",
+        f"{SWEEP_ROOT}/projection/calibration.json",
     params:
         sources=PROJ_CALIBRATION,
         collectives=list(PROJ.collectives),
         coverage=PROJ.coverage,
         model_version=MODEL_VERSION,
     log:
-        f"{RESULTS}/{{sweep}}/logs/projection_calibrate.log",
+        f"{SWEEP_ROOT}/logs/projection_calibrate.log",
     localrule: True
     conda:
         "../../envs/calorimeter.yaml"
@@ -68,17 +71,17 @@ rule projection_calibrate:
 
 rule projection_project:
     input:
-        calibration=f"{RESULTS}/{{sweep}}/projection/calibration.json",
+        calibration=f"{SWEEP_ROOT}/projection/calibration.json",
     output:
-        table=f"{RESULTS}/{{sweep}}/projection/projected.parquet",
-        csv=report(f"{RESULTS}/{{sweep}}/projection/projected.csv", caption="../report/projection.rst",
+        table=f"{SWEEP_ROOT}/projection/projected.parquet",
+        csv=report(f"{SWEEP_ROOT}/projection/projected.csv", caption="../report/projection.rst",
                    category="Projection"),
     params:
         network=PROJ.network,
         engine=PROJ.engine,
         cells=lambda wc: [pc.cell.to_dict() for pc in PLAN.runnable],
     log:
-        f"{RESULTS}/{{sweep}}/logs/projection_project.log",
+        f"{SWEEP_ROOT}/logs/projection_project.log",
     localrule: True
     conda:
         "../../envs/calorimeter.yaml"
@@ -88,28 +91,28 @@ rule projection_project:
 
 rule projection_figures:
     input:
-        validation=f"{RESULTS}/{{sweep}}/projection/validation.parquet",
-        projected=f"{RESULTS}/{{sweep}}/projection/projected.parquet",
-        calibration=f"{RESULTS}/{{sweep}}/projection/calibration.json",
+        validation=f"{SWEEP_ROOT}/projection/validation.parquet",
+        projected=f"{SWEEP_ROOT}/projection/projected.parquet",
+        calibration=f"{SWEEP_ROOT}/projection/calibration.json",
         measured=[f"{s}/tables/runs.parquet" for s in PROJ_CALIBRATION if not glob.glob(f"{s}/*/engine_speed.jsonl")],
         # the newest committed prospective check (cells measured after the model was fixed), drawn beside the folds
         prospective=sorted(glob.glob("results/reference/projection-validation-*/prospective.csv"))[-1:],
     output:
-        validation=report(f"{RESULTS}/{{sweep}}/figures/projection_validation.png",
+        validation=report(f"{SWEEP_ROOT}/figures/projection_validation.png",
                           caption="../report/projection_validation.rst", category="Projection"),
-        validation_pdf=f"{RESULTS}/{{sweep}}/figures/projection_validation.pdf",
-        projected=report(f"{RESULTS}/{{sweep}}/figures/projection.png", caption="../report/projection.rst",
+        validation_pdf=f"{SWEEP_ROOT}/figures/projection_validation.pdf",
+        projected=report(f"{SWEEP_ROOT}/figures/projection.png", caption="../report/projection.rst",
                          category="Projection"),
-        projected_pdf=f"{RESULTS}/{{sweep}}/figures/projection.pdf",
-        study=[report(f"{RESULTS}/{{sweep}}/figures/projected_{_fig}.png", caption="../report/projected_study.rst",
+        projected_pdf=f"{SWEEP_ROOT}/figures/projection.pdf",
+        study=[report(f"{SWEEP_ROOT}/figures/projected_{_fig}.png", caption="../report/projected_study.rst",
                       category="Projection") for _fig in figures_for(PLAN_DICTS)],
-        json=f"{RESULTS}/{{sweep}}/figures/projection.json",
+        json=f"{SWEEP_ROOT}/figures/projection.json",
     params:
         network=PROJ.network,
         engine=PROJ.engine,
         study_figures=figures_for(PLAN_DICTS),
     log:
-        f"{RESULTS}/{{sweep}}/logs/projection_figures.log",
+        f"{SWEEP_ROOT}/logs/projection_figures.log",
     localrule: True
     conda:
         "../../envs/calorimeter.yaml"
@@ -119,10 +122,10 @@ rule projection_figures:
 
 rule projection:
     input:
-        f"{RESULTS}/{SWEEP}/projection/projected.parquet",
-        f"{RESULTS}/{SWEEP}/projection/validation.json",
-        f"{RESULTS}/{SWEEP}/figures/projection_validation.png",
-        f"{RESULTS}/{SWEEP}/figures/projection.png",
+        f"{sweep_paths().root}/projection/projected.parquet",
+        f"{sweep_paths().root}/projection/validation.json",
+        f"{sweep_paths().root}/figures/projection_validation.png",
+        f"{sweep_paths().root}/figures/projection.png",
     localrule: True
 
 
@@ -137,7 +140,7 @@ from pathlib import Path
 from calorimeter.projection.cost import CALIBRATION_FILE, TIMING_FILE, committed_set
 from calorimeter.reproduce.study import STUDY_SWEEPS, outputs as study_outputs
 
-STUDY_OUT = f"{RESULTS}/study-projected"
+STUDY_OUT = str(Path(RESULTS) / "study-projected")  # a path join: never "./study-projected"
 STUDY_SET = committed_set()
 
 
@@ -155,7 +158,7 @@ rule study_projection:
         figures=[report(str(p), caption="../report/projected_study.rst", category="Projected study")
                  for p in study_outputs(STUDY_OUT) if p.suffix == ".png"],
     log:
-        f"{RESULTS}/logs/study_projection.log",
+        str(Path(RESULTS) / "logs" / "study_projection.log"),
     localrule: True
     conda:
         "../../envs/calorimeter.yaml"

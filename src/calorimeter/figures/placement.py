@@ -71,8 +71,9 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
                 lo = pd.to_numeric(sub[f"{col}_ci95_low"], errors="coerce").to_numpy(dtype=float)
                 hi = pd.to_numeric(sub[f"{col}_ci95_high"], errors="coerce").to_numpy(dtype=float)
                 ok = np.isfinite(lo) & np.isfinite(hi) & (np.array([len(v) for v in values]) >= MIN_INTERVAL_REPEATS)
-                ax.errorbar(x[ok], mean[ok], yerr=[mean[ok] - lo[ok], hi[ok] - mean[ok]], fmt="none", ecolor="k",
-                            capsize=2, lw=0.8, gid="ci95")
+                if ok.any():
+                    ax.errorbar(x[ok], mean[ok], yerr=[mean[ok] - lo[ok], hi[ok] - mean[ok]], fmt="none",
+                                ecolor="k", capsize=2, lw=0.8, gid="ci95")
                 if pol != "default":
                     for xi, (_, r) in zip(x, sub.iterrows(), strict=True):
                         g, gl, gh = r.get(f"{col}_gain"), r.get(f"{col}_gain_ci95_low"), r.get(f"{col}_gain_ci95_high")
