@@ -281,7 +281,7 @@ def note(fig: plt.Figure, missing: list[str], differs: list[str] | None = None) 
         lines.append("not drawn / missing: " + "; ".join(dict.fromkeys(missing)))
     if not lines:
         return 0.01
-    width = max(40, int(fig.get_figwidth() * 72 / (NOTE_FONTSIZE * 0.55)))
+    width = max(40, int(fig.get_figwidth() * 72 / (NOTE_FONTSIZE * 0.6)))
     wrapped = [w for line in lines for w in textwrap.wrap(line, width)]
     if len(wrapped) > NOTE_LINES:
         wrapped = wrapped[:NOTE_LINES - 1] + [f"... ({len(wrapped) - NOTE_LINES + 1} more lines in the figure's JSON)"]

@@ -144,6 +144,7 @@ def thumbnail(png: Path) -> str:
     except (OSError, ValueError, SyntaxError):
         return ""
     img.thumbnail((THUMB_PX, 4 * THUMB_PX))
+    img = img.convert("RGB").quantize(colors=64)  # a thumbnail: 64 colours keep it a few kB
     buf = io.BytesIO()
     img.save(buf, format="PNG", optimize=True)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
