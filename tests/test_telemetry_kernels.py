@@ -162,3 +162,24 @@ def test_copies_count_as_communication_in_the_strict_view() -> None:
     # strict: both copies (and the HtoD copy [500,510)) are communication, all of them exposed
     assert strict.compute_s == pytest.approx(240e-6) and strict.comm_exposed_s == pytest.approx(180e-6)
     assert strict.union_s["other_comm"] == pytest.approx(60e-6)
+
+
+def test_cpu_ranks_break_down_their_operators_by_own_time(tmp_path: Path) -> None:
+    """A trace without GPU kernels (CPU ranks): nested CPU operators count once each moment, for the innermost one
+    (a sum of durations counted aten::linear and the aten::addmm inside it twice); gloo collectives are
+    communication."""
+    ev = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 0, "dur": 10, "tid": 1, "pid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 1, "dur": 7, "tid": 1, "pid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "ts": 2, "dur": 1, "tid": 1, "pid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "gloo:all_reduce", "ts": 12, "dur": 4, "tid": 1, "pid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "ts": 5, "dur": 2, "tid": 2, "pid": 1},  # another thread
+    ]
+    p = tmp_path / "rank-0.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    row = breakdown_traces([p]).iloc[0]
+    assert row["device"] == "cpu"
+    assert row["gemm_attention_sum_s"] == pytest.approx(9e-6)  # addmm's own 6 us + linear's own 3 us
+    assert row["memory_elementwise_sum_s"] == pytest.approx(3e-6)  # copy_ 1 us + mul 2 us (its own thread)
+    assert row["all_reduce_sum_s"] == pytest.approx(4e-6)
+    assert row["busy_s"] == pytest.approx(14e-6)  # 0-10 and 12-16 us: nothing counted twice
