@@ -137,7 +137,8 @@ def test_heatmap_scales_keep_states_apart_and_average_like_cells() -> None:
     ims = [ax.get_images()[0] for ax in fig.axes if ax.get_images()]
     lims = {im.norm.vmin for im in ims}, {im.norm.vmax for im in ims}
     assert len(lims[0]) == len(lims[1]) == 1 and max(lims[1]) - min(lims[0]) >= 10
-    assert any("per-GPU avg. (6 widest cells)" in t.get_text() for ax in fig.axes for t in ax.get_yticklabels())
+    assert any("per-GPU avg. GPU-6e4fcbbf+GPU-84549a26 (6 widest cells)" in t.get_text() for ax in fig.axes
+               for t in ax.get_yticklabels())  # one average row per machine (its GPUs by UUID)
     plt.close(fig)
     fig, _ = _draw("fig05_links", REF / "h200x8-2026-11-21" / "h200x8-parallelism")
     im = fig.axes[0].get_images()[0]
@@ -200,14 +201,15 @@ def test_two_machines_and_unsteady_windows_are_named(tmp_path: Path) -> None:
     data_quality said "nothing to report"."""
     fig, res = _render("fig17_temperature", STEADY2, tmp_path)
     rows = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    assert sum(r.startswith("per-GPU avg. vm/GPU-") for r in rows) == 2  # one average row per machine
-    assert all("@vm/GPU-" in r for r in rows if not r.startswith("per-GPU avg."))
+    assert sum(r.startswith("per-GPU avg. GPU-") for r in rows) == 2  # one average row per machine
+    assert all("@GPU-" in r for r in rows if not r.startswith("per-GPU avg."))
     assert any(r.endswith("†") for r in rows) and any("warm-up hit its cap" in m for m in res.missing)
     fig, res = _render("fig04_parallelism", STEADY2, tmp_path)
     assert _by_gid(fig, "unsteady") and any("machine:" in d for d in res.differs)
     fig, res = _render("data_quality", STEADY2, tmp_path)
     notes = next(t.get_text() for t in fig.axes[1].texts if t.get_gid() == "notes")
-    assert "14 of 27 measured cells" in notes and "machines: vm/GPU-d304091b (16 cells), vm/GPU-244893c0 (11" in notes
+    assert "14 of 27 measured cells" in notes
+    assert "machines: GPU-d304091b+GPU-de4479a4 (16 cells), GPU-244893c0+" in notes
 
 
 def test_link_volumes_are_per_iteration(tmp_path: Path) -> None:
@@ -314,12 +316,13 @@ def test_report_pages_name_the_set_machines_repetitions_and_steady_share(tmp_pat
     from calorimeter.records.paths import SweepPaths
 
     text = provenance(SweepPaths.of(STEADY2.parent, STEADY2.name))
-    for part in ("set ``findings-steady-2026-11-26``", "measured 2026-11-2", "2 machines (vm/GPU-d304091b: 16 cells",
+    for part in ("set ``findings-steady-2026-11-26``", "measured 2026-11-2",
+                 "2 machines (GPU-d304091b+GPU-de4479a4: 16",
                  "9 configurations measured, 3 repetitions each", "13 of 27 measured windows thermally steady"):
         assert part in text, part
     pages = ReportPages(str(STEADY2.parent), STEADY2.name, tuple((n, m.TITLE) for n, m in FIGURES.items()))
     first = pages.first_page()  # no figures drawn in the committed set: provenance and findings only
-    assert first.startswith("Sweep ``h200x2-findings-steady``") and "3 agree, 1 partly, 0 disagree" in first
+    assert first.startswith("Sweep ``h200x2-findings-steady``") and "0 agree, 0 partly, 0 disagree, 22 cannot" in first
 
 
 def test_small_items(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from calorimeter.figures import (
     timeline,
     training,
 )
-from calorimeter.figures.common import FigureResult, Tables, not_drawn_figure, save, training_only, with_machines
+from calorimeter.figures.common import FigureResult, Tables, not_drawn_figure, save, training_only
 
 #: every figure of the report, by output name, in report order (the study's figures in its order, then the others)
 FIGURES: dict[str, ModuleType] = {m.NAME: m for m in (
@@ -51,10 +51,8 @@ def render(name: str, tables: Tables, png: Path, pdf: Path | None = None) -> Fig
     traces) is drawn as that sentence alone, without axes, and its result says so (``not_drawn``)."""
     notes: list[str] = []
     module = {**FIGURES, **PROJECTION_FIGURES}[name]
-    if name in FIGURES:
-        if name not in ALL_KINDS:  # training figures never draw a calibration cell as a model
-            tables, notes = training_only(tables)
-        tables = with_machines(tables)
+    if name in FIGURES and name not in ALL_KINDS:  # training figures never draw a calibration cell as a model
+        tables, notes = training_only(tables)
     why = module.needs(tables) if hasattr(module, "needs") else ""
     if why:
         fig, res = not_drawn_figure(getattr(module, "TITLE", name), why), FigureResult(name, not_drawn=why)

@@ -16,11 +16,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from calorimeter.analysis.repeats import CONFIG_METRICS  # noqa: E402
-from calorimeter.findings.checks import physical_hosts  # noqa: E402
 from calorimeter.findings.preconditions import STEADY  # noqa: E402
 from calorimeter.plan.cell import TRAINING_KINDS  # noqa: E402
 from calorimeter.records.atomic import write_atomic  # noqa: E402
-from calorimeter.records.legacy import config_ids  # noqa: E402
+from calorimeter.records.legacy import add_machines, config_ids  # noqa: E402
+from calorimeter.records.provenance import machine_label  # noqa: E402
 from calorimeter.telemetry.kernels import CATEGORIES  # noqa: E402
 from calorimeter.telemetry.reasons import REASON_NAMES  # noqa: E402
 
@@ -95,37 +95,26 @@ def _true(v: object) -> bool:
     return v is not None and v == v and str(v).lower() not in ("false", "0", "")
 
 
-#: the GPU UUID characters a machine's name shows (``GPU-`` and the first 8 hex digits: unique among the machines of
-#: any committed set)
-UUID_PREFIX = 12
+#: joins the machines of a configuration whose repetitions ran on several (a machine's own name joins its GPUs
+#: with ``+``)
+MACHINES_JOIN = " & "
 
 
 def cell_machines(tables: Tables) -> pd.Series:
-    """The machine each cell ran on (index ``cell_id``): the runs table's ``machine`` where it has one; else the
-    physical host of its GPUs (cells that share a GPU, by NVML UUID, ran on one machine: hostnames alone do not tell
-    rented or containerised machines apart), named ``<hostname>/<first GPU UUID>`` (several nodes joined by ``+``);
-    else the cell's ``hosts``. Empty where nothing says (a cell without a record)."""
-    runs = tables["runs"]
-    if "machine" in runs.columns and runs["machine"].notna().any():
-        return runs.set_index("cell_id")["machine"].astype(object)
-    out = pd.Series(runs["hosts"].to_numpy(dtype=object) if "hosts" in runs.columns else None,
-                    index=runs["cell_id"], dtype=object)
-    gpus = tables.get("gpus")
-    if gpus is None or gpus.empty or "uuid" not in gpus.columns or "hostname" not in gpus.columns:
-        return out
-    g = gpus[gpus["uuid"].notna() & (gpus["uuid"].astype(str) != "")].copy()
-    if g.empty:
-        return out
-    g["host"] = physical_hosts(g)
-    first = g.groupby("host")["uuid"].agg(lambda u: min(map(str, u))[:UUID_PREFIX])
-    g["name"] = g["hostname"].astype(str) + "/" + g["host"].map(first)
-    names = g.groupby("cell_id")["name"].agg(lambda n: "+".join(dict.fromkeys(sorted(n))))
-    out.loc[out.index.isin(names.index)] = names.reindex(out.index[out.index.isin(names.index)]).to_numpy()
-    return out
+    """The machine each cell ran on (index ``cell_id``), named for the reader: the runs table's ``machine`` (its GPUs'
+    NVML UUIDs, :func:`calorimeter.records.provenance.machine_id`; from the ``gpus`` table for tables written before
+    the column) shortened by :func:`~calorimeter.records.provenance.machine_label`; else the cell's ``hosts`` (CPU
+    ranks); empty where nothing says (a cell without a record)."""
+    runs = add_machines(tables["runs"], tables.get("gpus"))
+    ids = runs["machine"].fillna("").astype(str)
+    hosts = runs["hosts"].astype(object) if "hosts" in runs.columns else pd.Series(None, index=runs.index)
+    named = ids.map(lambda m: machine_label(m) if m else None).where(ids != "", hosts)
+    return pd.Series(named.to_numpy(dtype=object), index=runs["cell_id"])
 
 
 def with_machines(tables: Tables) -> Tables:
-    """The tables with the runs table's ``machine`` column (:func:`cell_machines`)."""
+    """The tables with the runs table's ``machine`` column named for the reader (:func:`cell_machines`; applying it
+    twice changes nothing)."""
     runs = tables.get("runs")
     if runs is None or runs.empty or "cell_id" not in runs.columns:
         return tables
@@ -138,10 +127,10 @@ def split_machines(df: pd.DataFrame) -> list[str]:
     machines' difference), empty when none did."""
     if "machine" not in df.columns:
         return []
-    split = df[df["machine"].astype(str).str.contains("+", regex=False) & df["machine"].notna()]
+    split = df[df["machine"].astype(str).str.contains(MACHINES_JOIN, regex=False) & df["machine"].notna()]
     if split.empty:
         return []
-    names = sorted({p for m in split["machine"] for p in str(m).split("+")})
+    names = sorted({p for m in split["machine"] for p in str(m).split(MACHINES_JOIN)})
     return [f"{len(split)} of {len(df)} configurations' repetitions ran on {len(names)} machines ({', '.join(names)}): "
             "their spread includes the machines' difference"]
 
@@ -445,7 +434,7 @@ def collapse_repeats(tables: Tables) -> pd.DataFrame:
     maximum), with ``<metric>_ci95_low``/``_high`` (the ``configs`` table's intervals), ``<metric>_n`` and
     ``<metric>_reps`` (the repetitions' values) and ``repeat_cell_ids``; status ``ok`` when any repetition is.
     The runs table as it is when there are no repetitions (or no configs table)."""
-    runs = tables["runs"]
+    runs = with_machines(tables)["runs"]
     runs = runs.assign(unsteady_n=unsteady(runs).astype(int)) if not runs.empty else runs
     cfg = tables.get("configs")
     if cfg is None or cfg.empty or runs.empty or "n_planned" not in cfg.columns or (cfg["n_planned"] <= 1).all():
@@ -476,7 +465,8 @@ def collapse_repeats(tables: Tables) -> pd.DataFrame:
     out["unsteady_n"] = out["config_id"].map(good.groupby("config_id")["unsteady_n"].sum()).fillna(0).astype(int)
     if "machine" in runs.columns:  # the machines of the repetitions (a configuration may span two)
         joined = good.groupby("config_id")["machine"].agg(
-            lambda m: "+".join(sorted({p for v in m.dropna() for p in str(v).split("+")})) or None)
+            lambda m: MACHINES_JOIN.join(sorted({p for v in m.dropna() for p in str(v).split(MACHINES_JOIN)}))
+            or None)
         out["machine"] = out["config_id"].map(joined).where(ok, out["machine"])
     return out
 

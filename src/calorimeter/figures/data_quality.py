@@ -25,6 +25,7 @@ from calorimeter.figures.common import (
     order_configs,
     status_band,
     unsteady,
+    with_machines,
 )
 
 NAME = "data_quality"
@@ -63,7 +64,7 @@ def _summary(df: pd.DataFrame, warm: np.ndarray) -> list[str]:
 
 def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     """The figure (left open) and what it drew (``n_points`` = cells in the top panel)."""
-    df = order_configs(tables["runs"])
+    df = order_configs(with_machines(tables)["runs"])
     if df.empty or "data_quality" not in df.columns:
         fig, ax = plt.subplots(figsize=(8.0, 3.0))
         why = "no cells" if df.empty else "no data-quality columns (tables built before they existed)"

@@ -30,6 +30,7 @@ from calorimeter.figures.common import (
     prefer,
     smallest,
     unsteady,
+    with_machines,
 )
 
 #: a volume is drawn on a log scale only if its positive values span at least this factor
@@ -177,7 +178,8 @@ def draw_heatmaps(runs: pd.DataFrame, gpus: pd.DataFrame, panels: list[Panel], n
     n_avg = (len(set(mm for mm in machines if mm)) if several else 1) if avg_row else 0
     nrows = len(rows) + n_avg
     height = max(2.6, 0.16 * nrows + 2.0)
-    labels_w = 0.07 * max([len(lab) for lab in ylabels] or [10])
+    avg_names = [f"per-GPU avg. {mm} (00 widest cells)" for mm in set(machines) if mm] if avg_row else []
+    labels_w = 0.07 * max([len(lab) for lab in ylabels + avg_names] or [10])
     fig, axes = plt.subplots(nprow, ncols, figsize=(ncols * (4.4 + labels_w), nprow * height), squeeze=False)
     flat = axes.ravel()
     for ax in flat[len(panels):]:
@@ -294,7 +296,7 @@ def draw_heatmaps(runs: pd.DataFrame, gpus: pd.DataFrame, panels: list[Panel], n
     res.differs = differs(rows.drop(columns=["machine"], errors="ignore"), ())  # machines: named on the rows
     if several:
         res.differs.append(f"machine: {len(set(mm for mm in machines if mm))} machines, each row names its own "
-                           "(@<host>/<first GPU UUID>); a GPU index is a position on that machine")
+                           "(@ its GPUs' UUIDs); a GPU index is a position on that machine")
     bottom = note(fig, res.missing, res.differs)
     fig.tight_layout(rect=(0, bottom, 1, top))
     return fig, res
@@ -306,7 +308,7 @@ def heatmap_figure(name: str, panels: list[Panel], title: str, avg_row: bool = F
     """The ``draw(tables)`` of a heatmap figure (reads the ``runs`` and ``gpus`` tables); see ``draw_heatmaps``."""
 
     def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
-        return draw_heatmaps(tables["runs"], tables["gpus"], panels, name, title, avg_row, ncols, notes)
+        return draw_heatmaps(with_machines(tables)["runs"], tables["gpus"], panels, name, title, avg_row, ncols, notes)
 
     draw.__doc__ = f"{title}: the heatmaps (left open) and what they drew."
     return draw

@@ -18,6 +18,7 @@ from calorimeter.figures.common import (
     COMPARED_PARAMS,
     CUT_NOTE,
     EFF_COLOR,
+    MACHINES_JOIN,
     PEAK_COLOR,
     config_key,
     config_label,
@@ -109,7 +110,8 @@ def line_segments(d: pd.DataFrame, group: list, knobs: tuple[str, ...]) -> list[
                 continue
             va, vb = a[p], b[p]
             if p == "machine":
-                if isinstance(va, str) and isinstance(vb, str) and not set(va.split("+")) & set(vb.split("+")):
+                if isinstance(va, str) and isinstance(vb, str) and \
+                        not set(va.split(MACHINES_JOIN)) & set(vb.split(MACHINES_JOIN)):
                     return False
             elif str(va) != str(vb):
                 return False
@@ -246,7 +248,7 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
                 cut |= cut_intervals(ax2.get_ylim(), [eff], [eff_err])
             else:  # no energy: no efficiency scale (a -0.04..0.04 axis would read as a measured zero)
                 ax2.set_yticks([])
-            if c == len(models) - 1:
+            if c == len(models) - 1 and r == 1:  # once, on the middle row: the three rows share its meaning
                 ax2.set_ylabel(eff_label + (" (own axis per model)" if len(models) > 1 else ""), fontsize=7,
                                color=EFF_COLOR)
             for j, st in enumerate(d["status"]):

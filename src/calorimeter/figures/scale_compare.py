@@ -159,7 +159,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
             res.missing.append(f"{ylab.format(unit=unit)} (no telemetry)")
     if np.isfinite(finite(means["tokens_per_s"]) if len(means) else np.array([])).any():
         lo, hi = axes[0].get_ylim()
-        axes[0].set_ylim(lo, hi + 0.45 * (hi - lo))  # room for the labels above the bars
+        axes[0].set_ylim(lo, hi + 0.7 * (hi - lo))  # room for the labels above the bars
     axes[0].legend(fontsize=7, frameon=False, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=min(len(names), 3))
     axes[-1].set_xticks(np.arange(len(models)), models, fontsize=8)
     fig.suptitle(f"{TITLE}: {' vs. '.join(map(str, sweeps))}\nbars: each system's configuration with the highest "

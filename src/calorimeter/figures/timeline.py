@@ -15,6 +15,7 @@ from calorimeter.figures.common import (
     needs_gpu_telemetry,
     note,
     unsteady,
+    with_machines,
 )
 from calorimeter.telemetry.reasons import CLOCK_EVENT_REASON_BITS
 
@@ -118,9 +119,10 @@ def draw(tables: Tables, cell_id: str | None = None) -> tuple[plt.Figure, Figure
     ax.set_ylim(-0.8, max(len(seen), 1) - 0.2)
     ax.set_xlabel("time since the first step (s)", fontsize=8)
     ax.tick_params(labelsize=7)
-    row = runs[runs["cell_id"] == cid]
-    where = f" on {row['machine'].iloc[0]}" if "machine" in row.columns and isinstance(row["machine"].iloc[0], str) \
-        else ""
+    row = with_machines(tables)["runs"].query("cell_id == @cid")
+    machine = str(row["machine"].iloc[0]) if len(row) and isinstance(row["machine"].iloc[0], str) else ""
+    gpu_ids = machine.split("+")
+    where = f" on {gpu_ids[0]} +{len(gpu_ids) - 1} GPUs" if len(gpu_ids) > 2 else f" on {machine}" if machine else ""
     warming = bool(len(row) and unsteady(row).iloc[0])
     if warming:
         res.missing.append("the warm-up hit its cap before a thermally steady window: the measured window is still "

@@ -63,8 +63,9 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     df = order_configs(collapse_repeats(tables))
     res = FigureResult(NAME, len(df), drawn_cells(df))
     models = list(dict.fromkeys(df["model"])) if len(df) else []
-    fig = plt.figure(figsize=(max(8.0, 0.45 * len(df) + 3, 4.2 * len(models)), 9.0), layout="constrained")
-    gs = fig.add_gridspec(3, max(len(models), 1), height_ratios=[1.1, 1, 1])
+    tick_in = 0.06 * max([len(f"{r['model']} {label(r)}") for _, r in df.iterrows()] or [10])  # rotated labels
+    fig = plt.figure(figsize=(max(8.0, 0.45 * len(df) + 3, 4.2 * len(models)), 7.5 + tick_in), layout="constrained")
+    gs = fig.add_gridspec(3, max(len(models), 1), height_ratios=[1.1 + tick_in / 2.5, 1, 1])
     ax_t = fig.add_subplot(gs[0, :])
     if df.empty:
         empty_axes_message(ax_t, "no cells")
@@ -91,7 +92,9 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
     cmap = plt.get_cmap("tab10")
     for c, model in enumerate(models):
         d = df[(df["model"] == model) & ok]
-        ax_l, ax_d = fig.add_subplot(gs[1, c]), fig.add_subplot(gs[2, c])
+        ax_d = fig.add_subplot(gs[2, c])
+        ax_l = fig.add_subplot(gs[1, c], sharex=ax_d)
+        ax_l.tick_params(labelbottom=False)  # the steps are read on the panel below
         ax_l.set_title(model, fontsize=8, fontweight="bold")
         drew = False
         for k, (_, r) in enumerate(d.iterrows()):
