@@ -165,6 +165,21 @@ def get_cell_records():
     return [str(cell_paths(cid).run_json) for cid in CELLS]
 
 
+def figure_output(name, ext):
+    """A figure's output file; its PNG in the report (labelled for the report's index in the study's order), unless
+    the sweep's data could not draw it when it was last drawn (its JSON says why; the report's first page lists it
+    with the reason)."""
+    from calorimeter.figures import FIGURES
+    from calorimeter.figures.report import not_drawn
+
+    path = str(SWEEP_FILES.figure(name, ext))
+    if ext != "png" or name in not_drawn(sweep_paths(), [name]):
+        return path
+    number = list(FIGURES).index(name) + 1
+    return report(path, caption=f"../report/{name}.rst", category="Figures",
+                  labels={"figure": f"{number:02d}. {FIGURES[name].TITLE}"})
+
+
 def get_final_outputs():
     """Targets of the default target: the tables, every figure (calorimeter.figures.FIGURES); with
     `study_projection` the study's sweeps projected (rules/projection.smk, rule study_projection)."""

@@ -6,25 +6,11 @@
 # takes seconds where one process per figure took minutes (each paid the imports and the table reads again).
 
 from calorimeter.figures import FIGURES
-from calorimeter.figures.report import ReportPages, not_drawn
+from calorimeter.figures.report import ReportPages
 
 FIGURE_TABLES = sorted({t for _module in FIGURES.values() for t in _module.TABLES})
 #: the report's figures in report order (the study's), with the titles its index and first page show
 FIGURE_TITLES = tuple((_name, _module.TITLE) for _name, _module in FIGURES.items())
-#: figures the sweep's data could not draw when they were last drawn (their JSON says why): left out of the report,
-#: which lists them with the reason on its first page
-NOT_DRAWN = not_drawn(sweep_paths(), list(FIGURES))
-
-
-def figure_output(name, ext):
-    """A figure's output file; its PNG in the report (labelled for the report's index in the study's order), unless
-    the sweep's data could not draw it."""
-    path = str(SWEEP_FILES.figure(name, ext))
-    if ext != "png" or name in NOT_DRAWN:
-        return path
-    number = list(FIGURES).index(name) + 1
-    return report(path, caption=f"../report/{name}.rst", category="Figures",
-                  labels={"figure": f"{number:02d}. {FIGURES[name].TITLE}"})
 
 
 rule draw_figures:
