@@ -65,7 +65,7 @@ def test_a_set_compared_with_itself_is_reproduced(tmp_path: Path, capsys: pytest
     assert set(counts["verdict"]) == {REPRODUCED} and counts.loc["all", REPRODUCED] == 30
     assert (df["interval_verdict"] == AGREES).all()
     out = capsys.readouterr().out
-    assert "throughput: reproduced (4 reproduced" in out  # the LoRA configuration feeds no figure
+    assert "throughput: reproduced (5 reproduced" in out  # LoRA trains: its configuration is drawn, and compared
     assert "REPRODUCED: written" in out and "llama3-8b" not in out  # --summary: no row of a configuration
     assert (tmp_path / "o" / "compare.png").stat().st_size > 10_000
     assert "Reproduction check" in (tmp_path / "o" / "compare.html").read_text()
