@@ -363,8 +363,8 @@ def needs_gpu_telemetry(tables: Tables) -> str:
 
 
 def is_cpu(kernels: pd.DataFrame | None) -> bool:
-    """Whether a kernels table holds CPU operators (CPU ranks: the profiler's leaf operators) rather than GPU
-    kernels."""
+    """Whether a kernels table holds CPU operators (CPU ranks: the profiler's operators by their own time) rather
+    than GPU kernels."""
     return kernels is not None and not kernels.empty and "device" in kernels.columns and \
         kernels["device"].astype(str).eq("cpu").all()
 
@@ -432,8 +432,10 @@ def collapse_repeats(tables: Tables) -> pd.DataFrame:
     """The runs table with one row per configuration where the sweep repeats cells: the first repetition's row, its
     metrics replaced by the mean over the configuration's ok repetitions (peaks, :data:`PEAK_METRICS`: their
     maximum), with ``<metric>_ci95_low``/``_high`` (the ``configs`` table's intervals), ``<metric>_n`` and
-    ``<metric>_reps`` (the repetitions' values) and ``repeat_cell_ids``; status ``ok`` when any repetition is.
-    The runs table as it is when there are no repetitions (or no configs table)."""
+    ``<metric>_reps`` (the repetitions' values) and ``repeat_cell_ids``; status ``ok`` when any repetition is;
+    ``machine``: the machines of its repetitions (joined by :data:`MACHINES_JOIN`), ``unsteady_n``: how many of them
+    hit the warm-up cap before a steady window. The runs table (with ``machine`` and ``unsteady_n``) when there are no
+    repetitions (or no configs table)."""
     runs = with_machines(tables)["runs"]
     runs = runs.assign(unsteady_n=unsteady(runs).astype(int)) if not runs.empty else runs
     cfg = tables.get("configs")
