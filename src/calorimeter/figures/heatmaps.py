@@ -144,8 +144,10 @@ def _avg_rows(m: np.ndarray, used: np.ndarray, machines: list[str | None]) -> li
     for suffix, mine in groups:
         width = used.sum(axis=1)
         widest = mine & (width == width[mine].max()) if mine.any() else mine
-        with np.errstate(all="ignore"):
-            avg = np.nanmean(m[widest], axis=0) if np.isfinite(m[widest]).any() else np.full(m.shape[1], np.nan)
+        sub = m[widest]
+        fin = np.isfinite(sub)
+        n = fin.sum(axis=0)  # a GPU no cell measured stays NaN (no empty-mean warning)
+        avg = np.where(n > 0, np.where(fin, sub, 0.0).sum(axis=0) / np.maximum(n, 1), np.nan)
         k = int(widest.sum())
         out.append((f"per-GPU avg.{suffix} ({k} widest cell{'s' if k != 1 else ''})", avg, k))
     return out
