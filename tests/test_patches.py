@@ -15,7 +15,7 @@ import pytest
 
 from calorimeter.cli import main
 from calorimeter.records import patches
-from calorimeter.records.provenance import git_patch
+from calorimeter.records.provenance import DIFF_OPTIONS, diff_pathspec, git_text
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "results" / "reference"
@@ -89,7 +89,8 @@ def test_a_recipe_rebuilds_a_patch_of_newer_files_on_older_git_metadata(tmp_path
     (node / "a.py").write_text("A = 2\n")
     (node / "new.py").write_text("NEW = 1\n")
     (node / "z.sh").write_text("tar czf out.tgz --exclude=x .\n")
-    data = git_patch(node).encode()  # the patch as a record writes it
+    # the patch as the records these recipes recover wrote it: tracked files only (records now add untracked ones)
+    data = git_text(["diff", "HEAD", *DIFF_OPTIONS, *diff_pathspec()], node).encode()
     store = tmp_path / "store"
     store.mkdir()
     edit = patches.file_chunks(data.decode())

@@ -63,6 +63,27 @@ def test_modified_tree_keeps_its_patch_which_gives_back_the_code(repo: Path, tmp
     assert (clone / "engine.py").read_text() == "STEPS = 5  # measured with this\n"
 
 
+def test_a_new_untracked_file_is_in_the_patch_and_measurements_are_not(repo: Path, tmp_path: Path) -> None:
+    """A run from a tree with a new, not yet committed config or module keeps it: the patch adds the file, so that
+    commit + patch give it back; an untracked file under results/ (a measurement) neither dirties the tree nor
+    enters the patch."""
+    (repo / "results" / "reference" / "new-set").mkdir(parents=True)
+    (repo / "results" / "reference" / "new-set" / "run.json").write_text("{}")
+    assert git_state()["dirty"] is False
+    (repo / "config").mkdir()
+    (repo / "config" / "sweep.yaml").write_text("sweep: new\n")
+    cell, rec = _write(tmp_path)
+    git = rec["provenance"]["git"]
+    assert git["dirty"] is True and git["patch"] == PATCH_NAME
+    patch = (cell.root / PATCH_NAME).read_bytes()
+    assert b"config/sweep.yaml" in patch and b"run.json" not in patch
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    _git(clone, "checkout", "-q", git["commit"])
+    subprocess.run(["git", "apply", str(cell.root / PATCH_NAME)], cwd=clone, check=True)
+    assert (clone / "config" / "sweep.yaml").read_text() == "sweep: new\n"
+
+
 def test_clean_tree_has_no_patch(repo: Path, tmp_path: Path) -> None:
     cell, rec = _write(tmp_path)
     assert rec["provenance"]["git"]["dirty"] is False and "patch" not in rec["provenance"]["git"]

@@ -27,19 +27,6 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
-def git_state(repo: Path | None = None) -> dict[str, Any]:
-    """Commit and dirtiness of the working tree the workflow runs from (None outside git)."""
-    cwd = str(repo or Path.cwd())
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                                    capture_output=True, text=True, timeout=10).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-    return {"commit": commit, "dirty": dirty}
-
-
 #: the file, in a cell folder and its attempt folder, holding ``git diff HEAD`` of a run from a modified tree
 PATCH_NAME = "source.patch"
 
@@ -69,16 +56,41 @@ def git_text(args: list[str], repo: Path | None = None) -> str:
 
 
 def git_patch(repo: Path | None = None) -> str | None:
-    """``git diff HEAD`` of the tracked files (binary changes included) outside :data:`PATCH_EXCLUDES`: what a
-    modified tree adds to its commit's code.
+    """``git diff HEAD`` of the tracked files (binary changes included) outside :data:`PATCH_EXCLUDES`, followed by
+    each untracked file that git does not ignore as a new file (``git diff --no-index /dev/null FILE``): what a
+    modified tree adds to its commit's code, so that ``git apply`` on the commit gives it back.
 
-    None outside git; an empty string for a clean tree. Untracked files are not in it (``git status`` does not call
-    them a modification either).
+    None outside git; an empty string for a clean tree.
     """
     try:
-        return git_text(["diff", "HEAD", *DIFF_OPTIONS, *diff_pathspec()], repo)
+        tracked = git_text(["diff", "HEAD", *DIFF_OPTIONS, *diff_pathspec()], repo)
+        untracked = git_text(["ls-files", "--others", "--exclude-standard", "-z", *diff_pathspec()], repo)
     except (OSError, subprocess.SubprocessError):
         return None
+    new = []
+    for name in sorted(f for f in untracked.split("\0") if f):
+        # --no-index exits 1 when the two sides differ, which a new file always does
+        r = subprocess.run(["git", "diff", "--no-index", *DIFF_OPTIONS, "--", "/dev/null", name],
+                           cwd=str(repo or Path.cwd()), capture_output=True, text=True, timeout=120)
+        if r.returncode not in (0, 1):
+            return None
+        new.append(r.stdout)
+    return tracked + "".join(new)
+
+
+def git_state(repo: Path | None = None) -> dict[str, Any]:
+    """Commit and dirtiness of the working tree the workflow runs from (None outside git): a tree is dirty when,
+    outside :data:`PATCH_EXCLUDES` (the measurements), a tracked file changed or an untracked file that git does not
+    ignore lies in it (a new config or module is code the run used): exactly when :func:`git_patch` is not empty."""
+    cwd = str(repo or Path.cwd())
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", *diff_pathspec()],
+                                    cwd=cwd, capture_output=True, text=True, timeout=10).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": dirty}
 
 
 def cpu_model() -> str:
