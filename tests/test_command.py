@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -156,3 +157,18 @@ def test_steady_warmup_is_decided_from_the_temperature_after_the_command() -> No
         3, "cap (3 steps or 180 s) before steady")
     n, reason, _ = steady_warmup(cell, steps, [(t / 10, 40.0 + t / 10) for t in range(600)])
     assert (n, reason) == (12, "never steady within the command's steps")
+
+
+@pytest.mark.parametrize(("drift_c_per_min", "amplitude_c", "steady"), [(0.0, 1.0, True), (4.0, 0.0, False),
+                                                                       (0.5, 1.0, True)])
+def test_command_cells_apply_the_drift_rule(drift_c_per_min: float, amplitude_c: float, steady: bool) -> None:
+    """A +-1 °C plateau and a 0.5 °C/min drift are steady at the first step with 30 s of readings behind it; a
+    4 °C/min ramp (1.3 °C over the planned 20 s) never is."""
+    from calorimeter.command.run import steady_warmup
+
+    cell = _cell(warmup="steady", warmup_steps=2, warmup_max_steps=100, warmup_max_s=1000.0, measured_min_s=20.0)
+    steps = [LoggedStep(i, 2.0 * i, 2.0 * (i + 1)) for i in range(40)]  # 2 s steps from t = 0
+    t = np.arange(-60.0, 80.0, 0.05)
+    temps = np.round(60 + amplitude_c * np.sin(2 * np.pi * t / 8.0) + drift_c_per_min * t / 60)
+    n, reason, _ = steady_warmup(cell, steps, list(zip(t, temps, strict=True)))
+    assert (n, reason) == ((2, "steady") if steady else (40, "never steady within the command's steps"))

@@ -40,6 +40,7 @@ from calorimeter.records.paths import TABLE_NAMES, CellPaths
 from calorimeter.records.provenance import machine_id
 from calorimeter.records.run_record import RunRecord, read_run_record
 from calorimeter.telemetry.kernels import CATEGORIES, COMM_CATEGORIES
+from calorimeter.records.steadiness import FIT_MIN_S, SENSOR_RESOLUTION_C, is_steady
 
 METRIC_KEYS = ("iteration_time_s", "iteration_time_std_s", "samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
                "tflops_per_gpu", "model_tflops_per_gpu", "mfu_full", "mfu_causal", "hfu", "measured_steps")
@@ -50,7 +51,8 @@ PARAM_KEYS = ("cell_id", "config_id", "repeat", "sweep", "kind", "model", "hardw
 #: run-row columns derived from telemetry and kernels (NaN where not measured)
 TELEMETRY_KEYS = (
     "n_gpus", "energy_per_iteration_j", "energy_per_token_j", "efficiency", "energy_source",
-    "power_avg_w", "power_peak_w", "power_total_avg_w", "temp_avg_c", "temp_peak_c", "hbm_temp_avg_c",
+    "power_avg_w", "power_peak_w", "power_total_avg_w", "temp_avg_c", "temp_peak_c", "temp_drift_c",
+    "temp_slope_c_per_min", "hbm_temp_avg_c",
     "hbm_temp_peak_c", "sm_clock_avg_mhz", "sm_clock_peak_mhz", "sm_clock_min_mhz", *THROTTLE_COLUMNS,
     *THROTTLE_COUNTER_COLUMNS, *(f"{c}_total" for c in LINK_COUNTERS), "kernel_busy_s", "comm_frac",
     "exposed_comm_frac", *QUALITY_COLUMNS, "data_quality",
@@ -409,6 +411,10 @@ def efficiency_metrics(row: dict[str, Any], gpus: pd.DataFrame) -> dict[str, Any
             out[col] = _over_gpus(gpus[col], "max")
     if "sm_clock_min_mhz" in gpus.columns:
         out["sm_clock_min_mhz"] = _over_gpus(gpus["sm_clock_min_mhz"], "min")
+    drift = pd.to_numeric(gpus.get("temp_drift_c", pd.Series(np.nan, index=gpus.index)), errors="coerce")
+    if drift.notna().all() and not drift.empty:  # the GPU that drifted most, and its slope
+        out["temp_drift_c"] = float(drift.max())
+        out["temp_slope_c_per_min"] = float(pd.to_numeric(gpus["temp_slope_c_per_min"]).loc[drift.idxmax()])
     out["power_total_avg_w"] = _over_gpus(gpus["power_avg_w"], "sum")
     for c in LINK_COUNTERS:
         if c in gpus.columns:
@@ -435,6 +441,26 @@ def efficiency_metrics(row: dict[str, Any], gpus: pd.DataFrame) -> dict[str, Any
     out.update(energy_metrics(out["energy_per_iteration_j"], row.get("global_batch"), row.get("seq_len"),
                               row.get("samples_per_s")))
     return out
+
+
+def thermal_steadiness(row: dict[str, Any], gpus: pd.DataFrame) -> tuple[bool, str]:
+    """Whether the measured window is thermally steady (:mod:`calorimeter.records.steadiness`): every GPU's
+    temperature drift over it below the sensor's resolution (``row["temp_drift_c"]``, from
+    :func:`efficiency_metrics`), and a note where that could not be judged from the telemetry: a GPU whose readings
+    do not cover the fit is not steady; a cell without GPU temperature telemetry has its warm-up's flag
+    (``warmup_reason == "steady"``, judged by the runtime rule of its time), and says so."""
+    drift = row.get("temp_drift_c", float("nan"))
+    if drift == drift:
+        return is_steady(drift), ""
+    has_temps = not gpus.empty and "temp_drift_c" in gpus.columns and "temp_avg_c" in gpus.columns and bool(
+        pd.to_numeric(gpus["temp_avg_c"], errors="coerce").notna().any())
+    if has_temps:
+        return False, (f"not thermally steady: a GPU's temperature readings do not cover the {FIT_MIN_S:g} s fit "
+                       "of its drift")
+    flag = str(row.get("warmup_reason", "")) == "steady"
+    note = ("thermally_steady from the warm-up's flag (no GPU temperature telemetry to judge the window's drift "
+            f"against {SENSOR_RESOLUTION_C:g} °C)") if row.get("warmup_mode") == "steady" else ""
+    return flag, note
 
 
 def kernel_metrics(kernels: pd.DataFrame) -> dict[str, float]:
@@ -563,6 +589,9 @@ def cell_tables(cell_dir: str | Path, record: RunRecord | None = None, skip: Col
     if kern_raw is None and record.ok:
         notes.append("no kernel trace")
     row.update(efficiency_metrics(row, gpus))
+    row["thermally_steady"], note = thermal_steadiness(row, gpus)
+    if note:
+        notes.append(note)
     row.update(kernel_metrics(kern))
     row["data_notes"] = "; ".join(notes)
     steps_out = steps_frame(steps, ranks, samples, gpu_map) if steps is not None else pd.DataFrame()

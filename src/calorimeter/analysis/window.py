@@ -22,6 +22,8 @@ the benchmarks and the tests use these definitions and no others.
 * **Energy**: from the GPU's energy counter (the increase over the window, interpolated at the edges, summed over the
   counter's segments: see :mod:`calorimeter.telemetry.counters` for glitches and resets) and from the trapezoid of
   power; each with the seconds it covers.
+* **Thermal steadiness**: the die temperature's least-squares slope over the window extended back to 30 s where
+  shorter, and the drift it implies over the window (:mod:`calorimeter.records.steadiness`).
 * **Throttle share**: from the sampled clock-event bitmask (each sample holds until the next one, over covered
   intervals only) and, where the driver keeps it, from its accumulated time per reason (the counter's increase over
   the window / the seconds covered), which does not depend on the sampling period.
@@ -40,6 +42,7 @@ from calorimeter.telemetry.counters import CounterTrace, counter_trace, infer_co
 from calorimeter.telemetry.reasons import ACCUMULATED_REASON_FIELDS, CLOCK_EVENT_REASON_BITS, REASON_NAMES
 from calorimeter.telemetry.reasons import accumulated_column as _acc_col
 from calorimeter.telemetry.schema import GPU_COUNTERS
+from calorimeter.records.steadiness import drift_c, fit_begin, lsq_slope_c_per_min
 
 #: a column must cover at least this share of a window to be summarised
 MIN_COVERAGE = 0.9
@@ -314,6 +317,13 @@ class GpuSamples:
         """Peak (or minimum) of a column over the window (NaN if not covered)."""
         return peak(*self.series(col), begin, end, how)
 
+    def temperature_drift(self, begin: float, end: float) -> tuple[float, float]:
+        """(slope in °C/min, drift in °C) of the die temperature over the measured window ``[begin, end]``: the
+        least-squares slope over the window extended back to :data:`calorimeter.records.steadiness.FIT_MIN_S`
+        where shorter, and the change it implies over the window (NaN where the readings do not cover the fit)."""
+        slope = lsq_slope_c_per_min(*self.series("gpu_temp_c"), fit_begin(begin, end), end)
+        return slope, drift_c(slope, end - begin)
+
     def power_window(self, begin: float, end: float) -> tuple[float, float] | None:
         """The window clipped to the power samples, or None if they do not cover it."""
         pcol = self.power_column()
@@ -411,7 +421,8 @@ class GpuSamples:
 
         Returns:
             ``power_source``, ``power_avg_w``, ``power_peak_w``, ``<gauge>_avg_<unit>``, ``<gauge>_peak_<unit>``
-            (``sm_clock_min_mhz`` too); ``energy_counter_j`` (counter increase over ``energy_window_s``, the span
+            (``sm_clock_min_mhz`` too); ``temp_slope_c_per_min`` and ``temp_drift_c``
+            (:meth:`temperature_drift`); ``energy_counter_j`` (counter increase over ``energy_window_s``, the span
             both energy estimates cover, excluding a reset's cut) with ``energy_counter_s`` (the seconds it
             covers), ``energy_trapezoid_j`` (trapezoid of power over ``energy_window_s``), ``energy_rel_diff`` =
             relative difference of the mean powers they give; the link byte totals; the throttle shares; and the
@@ -427,6 +438,7 @@ class GpuSamples:
             row[f"{prefix}_peak_{unit}"] = self.peak(col, begin, end)
             if prefix == "sm_clock":
                 row["sm_clock_min_mhz"] = self.peak(col, begin, end, "min")
+        row["temp_slope_c_per_min"], row["temp_drift_c"] = self.temperature_drift(begin, end)
         wp = self.power_window(begin, end)
         energy = self.counter("energy_j")
         we = None

@@ -13,7 +13,8 @@ command is what torchrun would start on each rank (``python -m torchtitan.train 
 
 With ``warmup: fixed`` (and on CPU ranks) the first ``warmup_steps`` logged steps are the warm-up; with ``warmup:
 steady`` on GPUs the warm-up ends, after the command ran, at the first step after which every GPU's temperature was
-steady (:func:`steady_warmup`, the engine's rule applied to the node sampler's readings). Every later step is
+steady (:func:`steady_warmup`, the engine's rule applied to the node sampler's readings: the slope over
+``steady_window_s`` times the planned measured duration below 1 °C). Every later step is
 measured (the command decides how many it runs; ``CALORIMETER_STEPS`` says how many the cell expects). A cell that
 declares its ``model`` gets FLOPs, MFU and tokens/s by the same formulas as the engine's cells (a step log's
 ``tokens`` must then equal ``global_batch x seq_len``); the energy and power windows come from the measured steps'
@@ -42,7 +43,8 @@ from calorimeter.plan.models import get_model
 from calorimeter.records.metrics import step_times_s, throughput_metrics
 from calorimeter.records.progress import ProgressWriter
 from calorimeter.records.rank import RankContext, RankResult
-from calorimeter.train.steady import slope_c_per_min, temperature_source
+from calorimeter.records.steadiness import slope_c_per_min
+from calorimeter.train.steady import steady_enough, temperature_source
 
 #: console lines of a failed command kept in the error
 TAIL_LINES = 20
@@ -153,10 +155,11 @@ def phases(cell: Cell, steps: list[LoggedStep], warmup_steps: int | None = None)
 def steady_warmup(cell: Cell, steps: list[LoggedStep], readings: list[tuple[float, float]]
                   ) -> tuple[int, str, float]:
     """Warm-up steps of a ``warmup: steady`` command cell, decided after the command ran (its length is its own):
-    the first step after which this GPU's temperature slope over ``steady_window_s`` is at most
-    ``steady_slope_c_per_min`` (at least ``warmup_steps`` steps), capped at ``warmup_max_steps`` steps and
-    ``warmup_max_s`` seconds after the first step began, as the engine's cells decide while they run
-    (:mod:`calorimeter.train.steady`).
+    the first step after which this GPU's temperature slope over ``steady_window_s`` times the planned measured
+    duration (``measured_min_s``, or ``measured_steps`` at this step's time) is below the sensor's 1 °C, and at most
+    ``steady_slope_c_per_min`` where that is set (at least ``warmup_steps`` steps), capped at ``warmup_max_steps``
+    steps and ``warmup_max_s`` seconds after the first step began, as the engine's cells decide while they run
+    (:func:`calorimeter.train.steady.steady_enough`).
 
     Returns:
         (warm-up steps, reason, the slope at the boundary in °C/min (NaN where too early)).
@@ -171,7 +174,7 @@ def steady_warmup(cell: Cell, steps: list[LoggedStep], readings: list[tuple[floa
         slope = slope_c_per_min([r for r in readings if r[0] <= s.t_end_s], s.t_end_s, cell.steady_window_s)
         if n >= cell.warmup_max_steps or s.t_end_s - t0 >= cell.warmup_max_s:
             return n, f"cap ({cell.warmup_max_steps} steps or {cell.warmup_max_s:g} s) before steady", slope
-        if n >= cell.warmup_steps and abs(slope) <= cell.steady_slope_c_per_min:
+        if n >= cell.warmup_steps and steady_enough(cell, slope, s.time_s)[0]:
             return n, "steady", slope
     return len(steps), "never steady within the command's steps", slope
 

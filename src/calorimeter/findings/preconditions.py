@@ -3,8 +3,12 @@
 A finding compares only cells that meet its preconditions; when none (or no comparison) is left, the finding says
 *cannot say* and which precondition the cells failed, with counts. The preconditions:
 
-* :data:`STEADY`: the measured window is thermally steady (``warmup: steady`` reached its slope criterion); a
-  thermal claim read from a transient window measures how far the warm-up got, not the configuration.
+* :data:`STEADY`: the measured window is thermally steady, judged on the window itself from the telemetry (the
+  runs table's ``thermally_steady``, :mod:`calorimeter.records.steadiness`): for every GPU, the temperature drift
+  that its least-squares slope (fitted over the window extended back to 30 s) implies over the window is below the
+  sensor's resolution of 1 °C. A thermal claim read from a transient window measures how far the warm-up got, not
+  the configuration. Tables written before the column (per-cell tables layout 6) have only the warm-up's runtime
+  flag (``warmup_reason == "steady"``), and the precondition's name says when it was used.
 * :data:`POWER_CAPPED`: the GPUs sit at the power cap (NVML's software power-cap reason set for at least
   :data:`POWER_CAP_MIN_FRAC` of the window) and their mean SM clock is below the ceiling by more than
   :data:`CEILING_MARGIN_MHZ`: only there can a configuration move the clock (a cell at the ceiling has nothing to
@@ -36,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from calorimeter.findings.select import column
+from calorimeter.records.steadiness import FIT_MIN_S, SENSOR_RESOLUTION_C
 
 #: time share with NVML's software power cap reason set (new and old column names)
 POWER_CAP = ("throttle_sw_power_cap_frac", "throttle_sw_power_cap")
@@ -63,10 +68,17 @@ class Precondition:
     keep: Callable[[pd.DataFrame], pd.Series]
 
 
-def _steady(d: pd.DataFrame) -> pd.Series:
+def _runtime_flag(d: pd.DataFrame) -> pd.Series:
     if "warmup_reason" not in d.columns:
         return pd.Series(False, index=d.index)
     return d["warmup_reason"].astype(str).eq("steady")
+
+
+def _steady(d: pd.DataFrame) -> pd.Series:
+    if "thermally_steady" not in d.columns:
+        return _runtime_flag(d)
+    judged = d["thermally_steady"]
+    return judged.where(judged.notna(), _runtime_flag(d)).astype(bool)
 
 
 def clock_ceiling_mhz(d: pd.DataFrame) -> pd.Series:
@@ -91,7 +103,9 @@ def _real_model(d: pd.DataFrame) -> pd.Series:
     return ~d["model"].astype(str).str.startswith("tiny") if "model" in d.columns else pd.Series(True, index=d.index)
 
 
-STEADY = Precondition("a steady measured window (warmup: steady reached)", _steady)
+STEADY = Precondition(f"a thermally steady measured window (every GPU's temperature drift over it, from its "
+                      f"least-squares slope over >= {FIT_MIN_S:g} s, below the sensor's {SENSOR_RESOLUTION_C:g} °C; "
+                      "tables without it: the warm-up's steady flag)", _steady)
 POWER_CAPPED = Precondition(f"GPUs at the power cap (>= {POWER_CAP_MIN_FRAC:.0%} of the window) and their mean SM "
                             f"clock >= {CEILING_MARGIN_MHZ:g} MHz below the ceiling", _power_capped)
 BELOW_POWER_CAP = Precondition(f"GPUs below the power cap (its reason set < {POWER_CAP_MIN_FRAC:.0%} of the window: at "

@@ -28,15 +28,17 @@ class Cell:
         micro_batch: sequences per micro-batch per data-parallel rank.
         global_batch: sequences per optimizer step over all data-parallel ranks.
         seq_len: tokens per sequence.
-        warmup: ``steady``: warm up until the GPU die temperature is steady (slope over ``steady_window_s`` at most
-            ``steady_slope_c_per_min``), at least ``warmup_steps`` steps and at most ``warmup_max_steps`` steps and
-            ``warmup_max_s`` seconds; ``fixed``: exactly ``warmup_steps`` steps. Ranks without a GPU temperature (CPU)
-            use ``fixed``, and the record says so (:mod:`calorimeter.train.steady`).
+        warmup: ``steady``: warm up until the GPU die temperature is steady (every GPU's slope over
+            ``steady_window_s`` times the planned measured duration below the sensor's 1 °C, and at most
+            ``steady_slope_c_per_min`` where set), at least ``warmup_steps`` steps and at most ``warmup_max_steps``
+            steps and ``warmup_max_s`` seconds; ``fixed``: exactly ``warmup_steps`` steps. Ranks without a GPU
+            temperature (CPU) use ``fixed``, and the record says so (:mod:`calorimeter.train.steady`).
         warmup_steps: steps run before measuring (``fixed``), or the least (``steady``).
         warmup_max_steps: ``steady``: the most warm-up steps.
         warmup_max_s: ``steady``: the longest warm-up in seconds.
         steady_window_s: ``steady``: the temperature slope is fitted over this many seconds.
-        steady_slope_c_per_min: ``steady``: the warm-up ends when every GPU's slope is at most this (°C/min).
+        steady_slope_c_per_min: ``steady``: an extra cap (°C/min) every GPU's slope must also meet, or None (the
+            drift rule alone).
         measured_steps: steps timed and recorded as measured (the least on GPUs, see ``measured_min_s``).
         measured_min_s: on GPUs, measure at least this long (steps from the slowest rank's last warm-up step).
         precision: ``bf16`` or ``fp32``.
@@ -82,8 +84,8 @@ class Cell:
     warmup_steps: int = 2
     warmup_max_steps: int = 100
     warmup_max_s: float = 180.0
-    steady_window_s: float = 20.0
-    steady_slope_c_per_min: float = 1.0
+    steady_window_s: float = 30.0
+    steady_slope_c_per_min: float | None = None
     measured_steps: int = 5
     measured_min_s: float = 20.0
     precision: str = "fp32"

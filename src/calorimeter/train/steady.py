@@ -3,12 +3,16 @@ given duration and step count, decided by all ranks together.
 
 A careful experimenter does not measure a cold GPU: the die heats for tens of seconds under load (on H200s 63% of the
 rise came within 4-5 s and 90% within 5-22 s), and the clock, the power and the step time follow it. So with
-``warmup: steady`` a cell warms up until the least-squares slope of each rank's GPU temperature over the last
-``steady_window_s`` seconds is at most ``steady_slope_c_per_min`` (and at least ``warmup_steps`` steps ran), capped at
-``warmup_max_steps`` steps and ``warmup_max_s`` seconds. Then it measures ``max(measured_steps, ceil(measured_min_s /
-step time))`` steps, the step time being the slowest rank's last warm-up step. Every rank takes part in each decision
-(one small all-reduce per warm-up step and one after the warm-up, none inside the measured window), so all ranks stop
-at the same step.
+``warmup: steady`` a cell warms up until the temperature will not move measurably over the window it is about to
+measure (:mod:`calorimeter.records.steadiness`, the same definition the analysis judges the measured window by): for
+every rank's GPU, the least-squares slope over the last ``steady_window_s`` seconds times the planned measured
+duration (the measured steps below at the slowest rank's last step time) is below the sensor's resolution, 1 °C;
+where ``steady_slope_c_per_min`` is set, every slope must also be at most that (an extra cap; configs written for
+the older slope-only rule keep meaning what they did while the planned measured duration is shorter than 60 s
+divided by it, where the cap implies the drift rule). At least ``warmup_steps`` steps run, and the warm-up is capped
+at ``warmup_max_steps`` steps and ``warmup_max_s`` seconds. Then it measures ``max(measured_steps, ceil(measured_min_s / step time))`` steps, the step
+time being the slowest rank's last warm-up step. Every rank takes part in each decision (one small all-reduce per
+warm-up step and one after the warm-up, none inside the measured window), so all ranks stop at the same step.
 
 The temperature comes from the node sampler's stream (every 50 ms, no extra NVML traffic) where it runs, else from
 NVML directly once per step. Without a GPU temperature (CPU ranks) the warm-up is the fixed ``warmup_steps`` and the
@@ -31,21 +35,28 @@ import numpy as np
 from calorimeter.plan.cell import Cell
 from calorimeter.records.paths import RunPaths
 from calorimeter.records.provenance import device_info
+from calorimeter.records.steadiness import SENSOR_RESOLUTION_C, Readings, drift_c, is_steady, slope_c_per_min
 from calorimeter.telemetry.streamio import read_stream
 
-#: (time_s, temperature_c) readings of this rank's GPU, oldest first
-Readings = list[tuple[float, float]]
 TemperatureSource = Callable[[], Readings]
+#: a slope that could not be fitted yet (too early), as a number the ranks' all-reduce can take
+_UNFITTED = 1e9
 
 
-def slope_c_per_min(readings: Readings, now_s: float, window_s: float) -> float:
-    """Least-squares slope of the readings of the last ``window_s`` seconds, in °C per minute; NaN unless they span
-    at least 90% of the window (the warm-up has not lasted that long yet) with three readings or more."""
-    r = np.asarray([x for x in readings if x[0] >= now_s - window_s], dtype=np.float64).reshape(-1, 2)
-    if len(r) < 3 or r[-1, 0] - r[0, 0] < 0.9 * window_s:
-        return float("nan")
-    t = r[:, 0] - r[:, 0].mean()
-    return float((t * (r[:, 1] - r[:, 1].mean())).sum() / (t * t).sum() * 60.0)
+def measured_steps_for(cell: Cell, step_s: float) -> int:
+    """Steps measured after a warm-up whose slowest last step took ``step_s``: at least ``measured_steps``, and enough
+    for ``measured_min_s`` (none when it is 0 or the step time is unknown)."""
+    need = math.ceil(cell.measured_min_s / step_s) if cell.measured_min_s > 0 and step_s > 0 else 0
+    return max(cell.measured_steps, need)
+
+
+def steady_enough(cell: Cell, slope_c_per_min: float, step_s: float) -> tuple[bool, float]:
+    """(whether to stop warming up, the drift in °C) for the largest |slope| over the GPUs, at the slowest rank's
+    step time: the drift over the planned measured duration below the sensor's resolution, and the slope within
+    ``steady_slope_c_per_min`` where that is set. A slope not fitted yet (NaN) is not steady."""
+    drift = drift_c(slope_c_per_min, measured_steps_for(cell, step_s) * step_s)
+    cap = cell.steady_slope_c_per_min
+    return is_steady(drift) and (cap is None or abs(slope_c_per_min) <= cap), drift
 
 
 def sampler_stream_source(out_dir: Path, nvml_index: int) -> TemperatureSource:
@@ -141,6 +152,8 @@ class SteadyState:
     profile_steps: int = 0
     steps: int = 0
     slope: float = float("nan")
+    max_slope: float = float("nan")
+    drift: float = float("nan")
     reason: str = ""
     warmup_s: float = 0.0
     measured: int = 0
@@ -182,10 +195,13 @@ class SteadyState:
             return True
         now = time.time()
         self.slope = slope_c_per_min(self.source() if self.source else [], now, c.steady_window_s)
-        steady = 1.0 if abs(self.slope) <= c.steady_slope_c_per_min else 0.0  # NaN (too early) is not steady
         capped = 1.0 if self.steps >= c.warmup_max_steps or now - self._started_s >= c.warmup_max_s else 0.0
-        agreed = self.agree_min(np.array([steady, 1.0 - capped]))  # min over ranks; 1 - min(1 - x) = max(x)
-        all_steady, any_capped = bool(agreed[0]), not bool(agreed[1])
+        local = abs(self.slope) if self.slope == self.slope else _UNFITTED
+        # the largest over ranks (minus the minimum of the negatives): |slope|, capped, the last step's time
+        agreed = -self.agree_min(np.array([-local, -capped, -self.step_times[-1]]))
+        self.max_slope = float(agreed[0]) if agreed[0] < _UNFITTED else float("nan")
+        any_capped = bool(agreed[1] == 1.0)
+        all_steady, self.drift = steady_enough(c, self.max_slope, float(agreed[2]))
         if any_capped:
             self.reason = (f"cap ({c.warmup_max_steps} steps or {c.warmup_max_s:g} s) before steady"
                            if not all_steady else "steady")
@@ -204,16 +220,17 @@ class SteadyState:
         if not self._has_temperature or c.measured_min_s <= 0:
             return c.measured_steps
         last = self.step_times[-1] if self.step_times else 0.0
-        slowest = -float(self.agree_min(np.array([-last]))[0])
-        need = math.ceil(c.measured_min_s / slowest) if slowest > 0 else 0
-        return max(c.measured_steps, need)
+        return measured_steps_for(c, -float(self.agree_min(np.array([-last]))[0]))
 
     def record(self) -> dict[str, Any]:
         """What was decided and why (goes into the rank's result and the cell's record)."""
         c = self.cell
         return {"mode": c.warmup, "mode_used": self.mode_used, "reason": self.reason, "steps": self.steps,
                 "seconds": self.warmup_s, "final_slope_c_per_min": None if math.isnan(self.slope) else self.slope,
-                "slope_threshold_c_per_min": c.steady_slope_c_per_min, "window_s": c.steady_window_s,
+                "final_max_slope_c_per_min": None if math.isnan(self.max_slope) else self.max_slope,
+                "final_drift_c": None if math.isnan(self.drift) else self.drift,
+                "drift_threshold_c": SENSOR_RESOLUTION_C, "slope_threshold_c_per_min": c.steady_slope_c_per_min,
+                "window_s": c.steady_window_s,
                 "max_steps": c.warmup_max_steps, "max_s": c.warmup_max_s, "temperature_source": self.source_note,
                 "measured_steps": self.measured, "measured_min_s": c.measured_min_s}
 
