@@ -23,6 +23,9 @@ COLUMNS = (  # header, how a row's value is written
     ("share at the power cap", lambda r: f"{100 * r['throttle_sw_power_cap_frac']:.0f}%"),
     ("warm-up end", lambda r: f"{r['warmup_reason']} ({r['warmup_s']:.0f} s; last slope "
                               f"{r['warmup_final_slope_c_per_min']:+.1f} degC/min)"),
+    ("measured window: largest drift (its slope)", lambda r: f"{r['temp_drift_c']:.2f} degC "
+                                                             f"({r['temp_slope_c_per_min']:+.1f} degC/min): "
+                                                             f"{'steady' if r['thermally_steady'] else 'not steady'}"),
 )
 
 

@@ -354,9 +354,12 @@ def test_clock_findings_need_steady_windows() -> None:
                     "deep_pp_throttles_more"):
         sc = SCENARIOS[finding]
         t = sc.build(sc.agrees, sc.n)
-        t["runs"]["warmup_reason"] = "cap (100 steps or 40 s) before steady"
+        t["runs"]["thermally_steady"] = False  # the windows drifted by 1 degC or more, whatever the warm-up's flag
         r = verdict_of(t, finding)
-        assert r["verdict"] == CANNOT_SAY and "steady" in r["why"], finding
+        assert r["verdict"] == CANNOT_SAY and "thermally steady" in r["why"], finding
+        t["runs"]["thermally_steady"] = True  # steady windows after a warm-up that hit its cap count
+        t["runs"]["warmup_reason"] = "cap (100 steps or 40 s) before steady"
+        assert verdict_of(t, finding)["verdict"] == AGREES, finding
 
 
 def test_recompute_in_data_parallel_layouts_needs_dp_2_or_more() -> None:

@@ -33,7 +33,9 @@ def test_measurement_settings_reach_the_cell_and_are_validated() -> None:
                                {"model": "tiny-llama", "warmup": "steady", "warmup_max_s": 60}]})
     gpt, llama = (pc.cell for pc in plan.cells)
     assert (gpt.warmup, gpt.steady_slope_c_per_min, gpt.measured_min_s) == ("fixed", 0.5, 0)
-    assert (llama.warmup, llama.warmup_max_s, llama.steady_slope_c_per_min) == ("steady", 60, 1.0)
+    # the slope cap is optional (the drift rule alone by default), the fit 30 s
+    assert (llama.warmup, llama.warmup_max_s, llama.steady_slope_c_per_min, llama.steady_window_s) == (
+        "steady", 60, None, 30.0)
     # run lengths are not part of the id: the same configuration with another warm-up is the same cell
     with pytest.raises(ConfigError, match="share the id"):
         make_plan({**CPU, "grid": [{"model": "tiny-gpt", "warmup": ["steady", "fixed"]}]})

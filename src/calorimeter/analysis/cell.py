@@ -39,8 +39,8 @@ from calorimeter.records.metrics import energy_metrics
 from calorimeter.records.paths import TABLE_NAMES, CellPaths
 from calorimeter.records.provenance import machine_id
 from calorimeter.records.run_record import RunRecord, read_run_record
-from calorimeter.telemetry.kernels import CATEGORIES, COMM_CATEGORIES
 from calorimeter.records.steadiness import FIT_MIN_S, SENSOR_RESOLUTION_C, is_steady
+from calorimeter.telemetry.kernels import CATEGORIES, COMM_CATEGORIES
 
 METRIC_KEYS = ("iteration_time_s", "iteration_time_std_s", "samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
                "tflops_per_gpu", "model_tflops_per_gpu", "mfu_full", "mfu_causal", "hfu", "measured_steps")

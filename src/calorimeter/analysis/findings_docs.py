@@ -16,6 +16,8 @@ rewritten by ``python -m calorimeter.analysis.reevaluate results/reference --mar
   machines of every committed set, the unit those claims need;
 * ``findings-reach`` (docs/findings.md): the smallest effect each verdict needs on the measured noise
   (:mod:`calorimeter.findings.reach`);
+* ``findings-steady`` (docs/findings.md): per set, how many measured GPU cells are thermally steady by the drift over
+  their measured window (the precondition) and how many by the warm-up's runtime flag;
 * ``findings-set`` (a set README): the verdicts of the sweeps under that README's folder.
 """
 
@@ -117,6 +119,7 @@ class Generated:
     root: Path
     machines: pd.DataFrame = field(default_factory=pd.DataFrame)
     reach: pd.DataFrame = field(default_factory=pd.DataFrame)
+    sets: dict[str, dict[str, pd.DataFrame]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, changes: list[Change], root: Path, config_dir: Path | None = None) -> Generated:
@@ -124,7 +127,7 @@ class Generated:
         sets = all_sets(root)
         pooled = pooled_tables(sets)
         machines = pd.DataFrame([evaluate_one(f, pooled) for f in FINDINGS if f.id in MACHINE_FINDINGS])
-        return cls(changes, root, machines, reach_table(sets, machines))
+        return cls(changes, root, machines, reach_table(sets, machines), sets)
 
     def rows(self) -> pd.DataFrame:
         """Every set's findings rows with a ``set`` column (relative to the root)."""
@@ -143,7 +146,7 @@ class Generated:
             return {"findings-summary": self.summary, "findings-tally": self.tally_table,
                     "findings-catalogue": catalogue_table,
                     "findings-verdicts": self.verdicts, "findings-machines": self.machine_table,
-                    "findings-reach": self.reach_markdown}[key]()
+                    "findings-reach": self.reach_markdown, "findings-steady": self.steady_table}[key]()
         except KeyError:
             raise KeyError(f"{file}: unknown generated region {key!r}") from None
 
@@ -205,6 +208,16 @@ class Generated:
                          f"{_cell(r['disagrees'])} | {_cell(r['partly'])} |")
         return "\n".join(lines) + "\n"
 
+    def steady_table(self) -> str:
+        lines = ["| set | measured on GPUs | with `warmup: steady` | runtime flag steady | thermally steady (drift < 1 "
+                 "degC) | largest drift over the GPUs (degC), median (range) |", "|---|---|---|---|---|---|"]
+        for name, t in self.sets.items():
+            if meets(t["runs"], GPU).any():
+                lines.append(f"| `{name}` | {_steady_counts(t['runs'])} |")
+        pooled = pooled_tables(self.sets)["runs"]
+        lines.append(f"| all, each measured cell once | {_steady_counts(pooled)} |")
+        return "\n".join(lines) + "\n"
+
     def set_region(self, folder: Path) -> str:
         mine = [ch for ch in self.changes if folder.resolve() in ch.folder.resolve().parents]
         if not mine:
@@ -226,6 +239,22 @@ class Generated:
                            f"{_cell(secondary_reading(r))} |")
             out.append("")
         return "\n".join(out)
+
+
+def _steady_counts(runs: pd.DataFrame) -> str:
+    """The cells of a runs table measured on GPUs: how many, with a steady warm-up, flagged steady at run time,
+    thermally steady (:data:`STEADY`), and the spread of their largest drift, as Markdown cells."""
+    ok = runs[meets(runs, GPU)]
+
+    def col(c: str) -> pd.Series:
+        return ok[c] if c in ok.columns else pd.Series("", index=ok.index)
+
+    drift = pd.to_numeric(col("temp_drift_c"), errors="coerce").dropna()
+    spread = (f"{drift.median():.2f} ({drift.min():.2f}-{drift.max():.2f})" if len(drift)
+              else "none (no telemetry, or none covering a 30 s fit)")
+    counts = (len(ok), int(col("warmup_mode").eq("steady").sum()),
+              int(col("warmup_reason").astype(str).eq("steady").sum()), int(meets(ok, STEADY).sum()))
+    return " | ".join(str(c) for c in counts) + f" | {spread}"
 
 
 def claim_text(f: Finding) -> str:

@@ -38,11 +38,11 @@ import numpy as np
 import pandas as pd
 
 from calorimeter.records.legacy import upgrade_samples
+from calorimeter.records.steadiness import drift_c, fit_begin, lsq_slope_c_per_min
 from calorimeter.telemetry.counters import CounterTrace, counter_trace, infer_counter_width
 from calorimeter.telemetry.reasons import ACCUMULATED_REASON_FIELDS, CLOCK_EVENT_REASON_BITS, REASON_NAMES
 from calorimeter.telemetry.reasons import accumulated_column as _acc_col
 from calorimeter.telemetry.schema import GPU_COUNTERS
-from calorimeter.records.steadiness import drift_c, fit_begin, lsq_slope_c_per_min
 
 #: a column must cover at least this share of a window to be summarised
 MIN_COVERAGE = 0.9

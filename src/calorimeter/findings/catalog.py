@@ -47,7 +47,7 @@ from calorimeter.findings.stats import Claim
 from calorimeter.plan.models import CATALOGUE
 
 #: the catalogue's version, written into every ``findings.csv``
-CATALOG_VERSION = 5
+CATALOG_VERSION = 6
 #: what each version changed (docs/findings.md has the verdicts each change moved)
 CATALOG_CHANGES = {
     1: "the first catalogue (findings.csv without a catalog_version column)",
@@ -66,6 +66,10 @@ CATALOG_CHANGES = {
        "windows for every clock comparison, GPU-bound on both sides of every comparison, deep pipeline pp >= 4, "
        "data parallel dp >= 2); definitions registered beside the study's wording (the dense compute share is the "
        "study's GEMM/attention class; LoRA's number is the study's efficiency, not tokens per joule)",
+    6: "a steady window is judged on the measured window itself from the telemetry (every GPU's temperature drift "
+       "over it, from its least-squares slope over >= 30 s, below the sensor's 1 degC), no longer by the warm-up's "
+       "runtime flag (a 15 s slope <= 1 degC/min, which four GPUs on their plateau met 2% of the time and which "
+       "did not select steadier windows); changed after the 4-GPU sweep 4A showed the flaw",
 }
 
 __all__ = ["CATALOG_CHANGES", "CATALOG_VERSION", "FINDINGS", "NOISE", "Definition", "Evidence", "Finding", "Tables",
