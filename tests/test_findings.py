@@ -331,7 +331,7 @@ def test_shipped_findings_sweeps_2x_h200_and_1x_h100() -> None:
     t["compare"] = read_tables(ref / "h100x1-findings" / "tables")["runs"]
     df = evaluate(t).set_index("finding")
     assert (df["verdict"] == CANNOT_SAY).all()
-    assert "23 of 23 measured cell(s) fail: a steady" in df.loc["microbatch_raises_peak_temp", "why"]
+    assert "23 of 23 measured cell(s) fail: a thermally steady" in df.loc["microbatch_raises_peak_temp", "why"]
     fsdp = df.loc["microbatch_speeds_up_fsdp"]  # mb 1 -> 4 measured once each side at a common repetition
     assert fsdp["direction"] == AGREES and math.isnan(fsdp["ci95_low"])
     ratio = df.loc["h100_scale_out_wins_compute_bound"]

@@ -25,10 +25,15 @@ def _findings(runs: pd.DataFrame, compare: pd.DataFrame) -> pd.DataFrame:
     return evaluate(t).set_index("finding")
 
 
+def _before_kind(path: Path) -> pd.DataFrame:
+    """A committed runs table as it was written before the ``kind`` column (these sets were, until they were
+    re-tabled for the per-cell tables layout 6)."""
+    return pd.read_parquet(path).drop(columns="kind")
+
+
 def test_findings_do_not_depend_on_which_sweep_was_rebuilt() -> None:
-    h200 = pd.read_parquet(SET / "h200x2-findings" / "tables" / "runs.parquet")
-    h100 = pd.read_parquet(SET / "h100x1-findings" / "tables" / "runs.parquet")
-    assert "kind" not in h100.columns  # the committed table that predates the column
+    h200 = _before_kind(SET / "h200x2-findings" / "tables" / "runs.parquet")
+    h100 = _before_kind(SET / "h100x1-findings" / "tables" / "runs.parquet")
     rebuilt_h200 = h200.assign(kind="train")  # what today's code writes for the H200 sweep
     as_committed = _findings(upgrade_runs(h200), upgrade_runs(h100))
     h200_first = _findings(upgrade_runs(rebuilt_h200), upgrade_runs(h100))
@@ -62,8 +67,7 @@ def test_every_committed_runs_table_reads_with_todays_parameters(table: Path) ->
 
 
 def test_an_old_table_without_kind_keeps_its_calibration_cell_apart() -> None:
-    old = pd.read_parquet(ROOT / "results/reference/h200x2-placement-2026-11-23/h200x2-placement/tables/runs.parquet")
-    assert "kind" not in old.columns
+    old = _before_kind(ROOT / "results/reference/h200x2-placement-2026-11-23/h200x2-placement/tables/runs.parquet")
     kinds = upgrade_runs(old).set_index("cell_id")["kind"]
     assert kinds["thermal-calibration_h200-1x2"] == "thermal-calibration"
     assert set(kinds.drop("thermal-calibration_h200-1x2")) == {"train"}
