@@ -18,7 +18,7 @@ time_s, gpu_index, gpu_temp_c) and steps (``steps.parquet``: phase, t_begin_s, t
   and how many cells are thermally steady by the drift.
 
 Usage: PYTHONPATH=src python bench/steady_criterion.py [results/reference] [--sets SUBSTRING ...]
-Takes about a minute for every committed set on one core.
+Takes about ten seconds for every committed set on one core.
 """
 
 from __future__ import annotations

@@ -52,10 +52,9 @@ PARAM_KEYS = ("cell_id", "config_id", "repeat", "sweep", "kind", "model", "hardw
 TELEMETRY_KEYS = (
     "n_gpus", "energy_per_iteration_j", "energy_per_token_j", "efficiency", "energy_source",
     "power_avg_w", "power_peak_w", "power_total_avg_w", "temp_avg_c", "temp_peak_c", "temp_drift_c",
-    "temp_slope_c_per_min", "hbm_temp_avg_c",
-    "hbm_temp_peak_c", "sm_clock_avg_mhz", "sm_clock_peak_mhz", "sm_clock_min_mhz", *THROTTLE_COLUMNS,
-    *THROTTLE_COUNTER_COLUMNS, *(f"{c}_total" for c in LINK_COUNTERS), "kernel_busy_s", "comm_frac",
-    "exposed_comm_frac", *QUALITY_COLUMNS, "data_quality",
+    "temp_slope_c_per_min", "hbm_temp_avg_c", "hbm_temp_peak_c", "sm_clock_avg_mhz", "sm_clock_peak_mhz",
+    "sm_clock_min_mhz", *THROTTLE_COLUMNS, *THROTTLE_COUNTER_COLUMNS, *(f"{c}_total" for c in LINK_COUNTERS),
+    "kernel_busy_s", "comm_frac", "exposed_comm_frac", *QUALITY_COLUMNS, "data_quality",
 )  # fmt: skip
 #: run-row quality columns summed over the cell's GPUs (the fractions take the minimum)
 _QUALITY_SUMS = tuple(c for c in QUALITY_COLUMNS if not c.endswith("_frac"))
@@ -392,6 +391,8 @@ def efficiency_metrics(row: dict[str, Any], gpus: pd.DataFrame) -> dict[str, Any
     * averages and throttle shares: mean over GPUs of the per-GPU values; peaks: max over GPUs (min for the SM
       clock minimum); each NaN unless every GPU of the cell has the value (a GPU whose samples do not cover the
       window is not silently left out);
+    * thermal steadiness: the largest temperature drift over the GPUs (``temp_drift_c``, NaN unless every GPU has
+      one) and that GPU's slope (:meth:`calorimeter.analysis.window.GpuSamples.temperature_drift`);
     * data quality: counts summed over GPUs, coverage fractions the minimum over GPUs, ``data_quality`` poor when
       any GPU's is.
     """

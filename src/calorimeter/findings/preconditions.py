@@ -7,8 +7,8 @@ A finding compares only cells that meet its preconditions; when none (or no comp
   runs table's ``thermally_steady``, :mod:`calorimeter.records.steadiness`): for every GPU, the temperature drift
   that its least-squares slope (fitted over the window extended back to 30 s) implies over the window is below the
   sensor's resolution of 1 °C. A thermal claim read from a transient window measures how far the warm-up got, not
-  the configuration. Tables written before the column (per-cell tables layout 6) have only the warm-up's runtime
-  flag (``warmup_reason == "steady"``), and the precondition's name says when it was used.
+  the configuration. Tables written before the column (per-cell tables layout 6), and cells without GPU temperature
+  telemetry, have only the warm-up's runtime flag (``warmup_reason == "steady"``); the precondition's name says so.
 * :data:`POWER_CAPPED`: the GPUs sit at the power cap (NVML's software power-cap reason set for at least
   :data:`POWER_CAP_MIN_FRAC` of the window) and their mean SM clock is below the ceiling by more than
   :data:`CEILING_MARGIN_MHZ`: only there can a configuration move the clock (a cell at the ceiling has nothing to
