@@ -11,7 +11,7 @@ import pytest
 from calorimeter.analysis.cell import thermal_steadiness
 from calorimeter.analysis.window import GpuSamples
 from calorimeter.findings.preconditions import STEADY, meets
-from calorimeter.records.steadiness import FIT_MIN_S, fit_begin
+from calorimeter.records.steadiness import FIT_MIN_S, drift_c, fit_begin, is_steady
 
 
 def samples(drift_c_per_min: float, amplitude_c: float = 1.0, start_s: float = 0.0) -> GpuSamples:
@@ -25,13 +25,21 @@ def samples(drift_c_per_min: float, amplitude_c: float = 1.0, start_s: float = 0
 
 @pytest.mark.parametrize(("drift_c_per_min", "amplitude_c", "steady"), [
     (0.0, 1.0, True),  # a plateau swinging +-1 degC, no drift
-    (4.0, 0.0, False),  # a 4 degC/min ramp: 1.3 degC over 20 s
-    (0.5, 1.0, True),  # a slow 0.5 degC/min drift: 0.17 degC over 20 s
+    (4.0, 0.0, False),  # a 4 degC/min ramp: 2 degC over 30 s
+    (3.0, 0.0, False),  # 3 degC/min: 1 degC over the 20 s window, but 1.5 over the 30 s it is judged on
+    (0.5, 1.0, True),  # a slow 0.5 degC/min drift: 0.25 degC over 30 s
 ])
 def test_plateau_ramp_and_slow_drift(drift_c_per_min: float, amplitude_c: float, steady: bool) -> None:
     slope, drift = samples(drift_c_per_min, amplitude_c).temperature_drift(75.0, 95.0)
     assert (drift < 1.0) is steady
-    assert slope == pytest.approx(drift_c_per_min, abs=1.0) and drift == pytest.approx(abs(slope) * 20 / 60)
+    assert slope == pytest.approx(drift_c_per_min, abs=1.0) and drift == pytest.approx(abs(slope) * 30 / 60)
+
+
+def test_a_short_window_of_a_heating_gpu_is_not_steady() -> None:
+    """A 1.6 s window at 17 degC/min drifts 0.45 degC inside itself, yet the die is 8 degC warmer half a minute
+    later: the drift is judged over at least 30 s."""
+    assert drift_c(17.0, 1.6) == pytest.approx(17.0 * 30 / 60) and not is_steady(drift_c(17.0, 1.6))
+    assert drift_c(1.0, 90.0) == pytest.approx(1.5)  # a window longer than 30 s is judged over itself
 
 
 def test_a_short_window_is_fitted_over_30_s_and_sees_the_warm_up_before_it() -> None:

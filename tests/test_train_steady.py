@@ -159,8 +159,14 @@ def test_the_plateau_defeats_a_15_s_slope_threshold_but_not_the_drift_rule(clock
 
 
 def test_a_slope_cap_kept_from_older_configs_still_applies(clock: Clock) -> None:
-    """4 °C/min is 0.7 °C over a 10.5 s measured window (steady by the drift rule) but above a 1 °C/min cap."""
-    temps = plateau(clock.now, 0.0, drift_c_per_min=4.0)
+    """1.8 °C/min is 0.9 °C over the 30 s a window is judged on at least (steady by the drift rule) but above a
+    1 °C/min cap."""
+    t0 = clock.now
+
+    def temps(now: float) -> list[tuple[float, float]]:  # a sensor finer than whole degrees: no rounding steps
+        t = np.arange(t0 - 60.0, now, 0.05)
+        return list(zip(t, 60 + 1.8 * (t - t0) / 60, strict=True))
+
     s = SteadyState(cell(warmup_max_s=60.0, measured_min_s=10.0), lambda: temps(clock.now), "fake")
     run(s, clock, step_s=1.5)
     assert s.reason == "steady"

@@ -3,7 +3,7 @@ it (:mod:`calorimeter.train.steady`, :mod:`calorimeter.command.run`) and for the
 afterwards (:mod:`calorimeter.analysis.window`, the runs table's ``thermally_steady``).
 
 A window is **thermally steady** when, for every GPU, the temperature drift that its least-squares slope implies over
-the measured window, ``|slope| x measured duration``, is below the temperature sensor's resolution
+the measured window, ``|slope| x max(measured duration, 30 s)``, is below the temperature sensor's resolution
 (:data:`SENSOR_RESOLUTION_C`: NVML reports whole degrees). The slope is fitted over at least :data:`FIT_MIN_S`
 seconds: the analysis over the measured window extended back to that length where it is shorter, the warm-up over its
 last ``steady_window_s`` seconds against the measured duration it plans.
@@ -58,8 +58,11 @@ def fit_begin(begin_s: float, end_s: float) -> float:
 
 
 def drift_c(slope_c_per_min: float, duration_s: float) -> float:
-    """The temperature change a slope implies over ``duration_s`` seconds, °C (absolute; NaN with the slope)."""
-    return abs(slope_c_per_min) * duration_s / 60.0
+    """The temperature change a slope implies over the measured window, °C (absolute; NaN with the slope), the
+    window counted at least :data:`FIT_MIN_S` long: a short window of a GPU still heating is a snapshot of a
+    transient, not a steady state (a 1.6 s window at 17 °C/min drifts 0.5 °C, yet the die is 8 °C warmer half a
+    minute later), so the drift is judged over no less than the span its slope was fitted on."""
+    return abs(slope_c_per_min) * max(duration_s, FIT_MIN_S) / 60.0
 
 
 def is_steady(drift: float) -> bool:
