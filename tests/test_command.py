@@ -3,7 +3,9 @@ the step-log protocol or a trainer's console log."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +140,56 @@ def test_a_torchrun_style_script_on_two_cpu_ranks(tmp_path: Path) -> None:
     assert len(read_step_log(run.root / "command" / "steps-rank1.jsonl")) == 6
     tables = cell_tables(paths.root)
     assert len(tables.runs) == 1 and tables.runs.iloc[0]["kind"] == "command"
+    # recorded as what it is: its own command launched by calorimeter, not the engine's defaults
+    cell = rec["cell"]
+    assert cell["engine"] == "command" and cell["zero_stage"] is None and cell["tp"] is None
+    assert cell["grad_accum"] is None and cell["parallel_label"] is None and pd.isna(tables.runs.iloc[0]["zero_stage"])
+    cmd = rec["command"]
+    assert cmd["command"] == pc.cell.command and "torchrun's environment" in cmd["launcher"]
+    digest = hashlib.sha256(script.read_bytes()).hexdigest()
+    assert [(f["path"], f["sha256"], f["from"]) for f in cmd["files"]] == [
+        ("tests/fixtures/command/ddp_steps.py", digest, "command line")], cmd["files"]
+    assert cmd["packages"]["torch"] == version("torch"), cmd["packages"]  # the script imported torch
+    assert cmd["python_processes"] == 1 and "calorimeter" not in cmd["packages"]
+
+
+@pytest.mark.integration
+def test_a_hung_command_ends_failed_at_its_time_limit_once_with_its_output(tmp_path: Path) -> None:
+    """A command that never reaches its first step, on 2 CPU ranks with a 1-minute limit: the cell ends failed
+    (class timeout) at its limit, once (one attempt, never requeued), every rank's output in the record and in
+    `calorimeter status`."""
+    import time
+
+    from conftest import run_cli
+
+    from calorimeter.launch.run import run_cell
+    from calorimeter.launch.settings import launcher_settings
+    from calorimeter.plan.plan import plan_file
+    from calorimeter.records.paths import CellPaths
+
+    f = tmp_path / "s.yaml"
+    f.write_text(f"sweep: hung\nresults_dir: {tmp_path / 'r'}\nhardware: cpu\ntelemetry: {{enabled: false}}\n"
+                 "launcher: {timeout_min: 1}\ngrid:\n  - {kind: command, label: hung, gpus_per_node: 2, "
+                 "command: 'echo rank $RANK waits for a peer that never comes; sleep 600'}\n")
+    plan = plan_file(f)
+    pc = plan.cells[0]
+    paths = CellPaths.of(plan.results_dir, "hung", pc.cell.cell_id)
+    t0 = time.time()
+    rec = run_cell(pc.cell, launcher_settings(plan.config), paths, pc.estimates)
+    took = time.time() - t0
+    assert (rec["status"], rec["failure_class"]) == ("failed", "timeout"), rec["reason"]
+    assert rec["reason"].startswith("rank 0: time limit of 1 min reached after "), rec["reason"]
+    assert 30 < took < 90, took  # at the limit (warned 15 s before it), not after requeues
+    assert len(list(paths.attempts.iterdir())) == 1 and paths.run_json.is_file()
+    events = [json.loads(line) for line in (paths.root / "latest" / "requeues.jsonl").read_text().splitlines()]
+    assert [(e["why"], e["requeued"]) for e in events] == [("time limit", False)]
+    outputs = {o["rank"]: o for o in rec["evidence"]["rank_output"]}
+    assert [o["rank"] for o in rec["evidence"]["rank_output"]] == [0, 1]
+    assert outputs[0]["status"] == "timeout" and outputs[1]["status"] == "no result"
+    for r in (0, 1):
+        assert f"rank {r} waits for a peer that never comes" in outputs[r]["stdout"], outputs[r]
+    table = run_cli("status", str(f)).stdout
+    assert "failed" in table and "timeout" in table and "rank 1 waits for a peer that never comes" in table, table
 
 
 def test_steady_warmup_is_decided_from_the_temperature_after_the_command() -> None:

@@ -1,8 +1,8 @@
 """A rank that dies ends its cell within 60 s on CPU ranks (local launcher, DeepSpeed + gloo), named in the record
 (class peer_died, rank and host), with no complete-looking record, and `calorimeter rerun --failed` selects exactly
-those cells. Three real deaths (SIGKILL): before the rendezvous, in a training step, while the results are
-written; and a silent peer (SIGSTOP: a frozen process, as a host lost without a connection reset looks to its
-peers), found by its stale heartbeat.
+those cells. Three real deaths (SIGKILL): as the rank starts, before it has announced itself (only its process is
+there to watch), in a training step, while the results are written; and a silent peer (SIGSTOP: a frozen process,
+as a host lost without a connection reset looks to its peers), found by its stale heartbeat.
 bench/fail_fast.py measures the time to fail over repeated runs."""
 
 from __future__ import annotations
@@ -93,10 +93,16 @@ def test_a_dead_rank_ends_its_cell_fast_and_rerun_selects_exactly_those_cells(tm
     folders = dict(zip(CELLS, cell_folders(plan), strict=True))
     pcs = dict(zip(CELLS, plan.cells, strict=True))
 
-    # 1. rank 1 killed before it joins the process group (rank 0 waits in the rendezvous: was 602 s)
+    # 1. rank 1 killed as it starts, before it announces itself (no alive file: the launcher sees its process end;
+    # rank 0 waits in the rendezvous: was 626 s); `calorimeter status` shows each rank's last lines
     t0 = time.time()
-    _check_dead_peer(folders["rendezvous"], _run_cell(cfg, ids["rendezvous"],
-                                                      f"{ids['rendezvous']}=kill-at:rendezvous@1"), t0)
+    rec = _check_dead_peer(folders["rendezvous"], _run_cell(cfg, ids["rendezvous"],
+                                                            f"{ids['rendezvous']}=kill-at:start@1"), t0)
+    assert "before the rank announced itself" in rec["reason"], rec["reason"]
+    assert [o["rank"] for o in rec["evidence"]["rank_output"]] == [1, 0]  # the rank that died first
+    table = run_cli("status", str(cfg)).stdout
+    assert f"    rank 1 on {os.uname().nodename} (no result): CALORIMETER_TEST_FAULTS: rank 1 kills itself at start" \
+        in table, table
 
     # 2. rank 1 killed (SIGKILL from outside) while the ranks train: rank 0 waits in a collective
     proc = _run_cell(cfg, ids["step"])

@@ -1,4 +1,5 @@
-"""calorimeter on a real SLURM cluster: `snakemake --profile slurm` end to end, typed as a cluster user types it.
+"""calorimeter on a real SLURM cluster: `snakemake --profile profiles/slurm` end to end, typed as a cluster user types
+it.
 
 A session fixture starts a two-node SLURM 22.05 on this host (munge, MariaDB + slurmdbd for sacct, slurmctld, one
 slurmd per node in its own UTS + mount namespace, 4 fake GPUs per node; tests/slurm/up.sh, installing Debian's
@@ -8,24 +9,28 @@ so every rerun also proves that finished cells are left alone:
 
 1. a small sweep through the profile; one of its cells run locally gives the same cell and status;
 2. a job cancelled mid-run (scancel): the rerun submits only that cell;
-3. a job hitting its time limit is requeued (submitit checkpointing) and completes;
+3. a job hitting its time limit ends `failed (timeout)` once: never requeued (a cell restarts from scratch and
+   would hit it again) nor resubmitted, its ranks' output in `calorimeter status`;
 4. an injected OOM ends `oom` and is never resubmitted;
 5. the Snakemake process killed mid-sweep: the rerun re-attaches to the running jobs, no duplicates (sacct);
 6. finished cells' files keep their checksums through all of the above; a changed value reruns only its cell;
 7. a second sweep runs 2x1 and 2x2 cells on two nodes: ranks placed node by node, one sampler per node, node and
    hostname columns in the tables;
-8. a two-node job hitting its time limit is requeued with every setting of its task (telemetry included) and
-   completes.
+8. a two-node job preempted (its ranks get USR2 early in the run, as at a preemption notice) is requeued with every
+   setting of its task (telemetry included) and completes.
 9. a node set DOWN while a two-node cell runs: SLURM fails the job (NODE_FAIL) and requeues it; the launcher waits
    for that one job in its attempt (Snakemake's retry never submits a second copy beside it); then the requeued
    run's rank on node2 is killed: srun ends the step, the record names rank 1 on node2 (peer_died) within 60 s,
    and Snakemake's retry (a second job, after the first ended) completes the cell although node1's slurmd (the
    batch host's) is killed while it runs (SLURM then holds the job COMPLETING; the launcher records it within a
-   minute of the ranks' results). The bound on a requeued job that waits for a lost node is tested in
-   test_slurm_unit.py.
+   minute of the ranks' results).
+10. a node lost for good (set DOWN, then drained, while a two-node cell runs): SLURM requeues the job, which waits
+   for a node; after ``launcher.node_lost_wait_s`` the launcher cancels it and the cell is recorded `failed
+   (node_lost)` naming node2, with the command that reruns it; nothing is resubmitted.
 
 ``calorimeter status`` and ``calorimeter rerun`` are checked inside scenarios 2 (running, then failed transient;
-``rerun --failed -- --profile slurm`` trains only that cell), 4 (``rerun --oom --dry-run``), 5 (jobs left by a
+``rerun --failed -- --profile profiles/slurm`` trains only that cell), 3 and 10 (failed, with each rank's output or
+the lost node), 4 (``rerun --oom --dry-run``), 5 (jobs left by a
 killed Snakemake), 6 (``rerun --cells --no-run`` keeps the record byte for byte in its attempt) and 7 (rank 0's
 progress file on a two-node cell), so that they add no cell of their own.
 
@@ -36,7 +41,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 import shutil
@@ -60,10 +64,9 @@ from calorimeter.records.provenance import cpu_model
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 
 SLURM_DIR = os.environ.get("CALORIMETER_SLURM_DIR", "/tmp/calorimeter-slurm")
+#: the project's SLURM profile, by its path (the bare name `slurm` is a site's own profile)
+PROFILE = "profiles/slurm"
 TIMINGS: dict[str, float] = {}
-#: seconds the job of one small cell ran (sacct Elapsed): one rank (scenario 1), two nodes (scenario 7). The
-#: time-limit scenarios size their limit from it (see time_limit); defaults for a scenario run on its own.
-RUN_S = {"one rank": 20.0, "two nodes": 30.0}
 
 # One block per cell, so that each cell can be picked (and changed) on its own.
 CELLS = {
@@ -78,8 +81,9 @@ CELLS = {
     # two nodes (the multi-node sweep)
     "M": {"model": "tiny-gpt", "nodes": 2, "gpus_per_node": 1, "zero_stage": 1},                      # 2x1
     "N": {"model": "tiny-llama", "nodes": 2, "gpus_per_node": 2, "zero_stage": 1, "global_batch": 4},  # 2x2
-    "R": {"model": "tiny-gpt", "nodes": 2, "gpus_per_node": 1, "zero_stage": 0},  # 2 nodes, hits its time limit
+    "R": {"model": "tiny-gpt", "nodes": 2, "gpus_per_node": 1, "zero_stage": 0},  # 2 nodes, preempted
     "L": {"model": "tiny-gpt", "nodes": 2, "gpus_per_node": 1, "zero_stage": 0, "seq_len": 24},  # node set DOWN
+    "K": {"model": "tiny-gpt", "nodes": 2, "gpus_per_node": 1, "zero_stage": 0, "seq_len": 40},  # node lost for good
 }
 DEFAULTS = {"global_batch": 2, "micro_batch": 1, "warmup_steps": 1, "measured_steps": 2, "seq_len": 32, "lr": 0.003}
 
@@ -220,8 +224,8 @@ def _checksums(d: Path) -> dict[str, str]:
 
 def snakemake(*args: str, faults: str | None = None, profile: bool = True, timeout: float = 900
               ) -> subprocess.CompletedProcess:
-    """``snakemake --profile slurm ...`` from the repository root, exactly as a cluster user types it."""
-    prof = ["--profile", "slurm"] if profile else []
+    """``snakemake --profile profiles/slurm ...`` from the repository root, exactly as a cluster user types it."""
+    prof = ["--profile", PROFILE] if profile else []
     return subprocess.run([sys.executable, "-m", "snakemake", *prof, *args], cwd=ROOT, env=subprocess_env(faults),
                           capture_output=True, text=True, timeout=timeout)
 
@@ -229,7 +233,7 @@ def snakemake(*args: str, faults: str | None = None, profile: bool = True, timeo
 def snakemake_bg(log: Path, *args: str, faults: str | None = None) -> subprocess.Popen:
     """Snakemake in its own session (so that it and its job scripts can be killed together, like a lost login)."""
     with log.open("w") as fh:
-        return subprocess.Popen([sys.executable, "-m", "snakemake", "--profile", "slurm", *args], cwd=ROOT,
+        return subprocess.Popen([sys.executable, "-m", "snakemake", "--profile", PROFILE, *args], cwd=ROOT,
                                 env=subprocess_env(faults), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -261,29 +265,6 @@ def wait_for_jobs(s: Sweep, letters: str, states: set[str], timeout: float = 300
     raise AssertionError(f"jobs of {letters} not in {states} after {timeout} s; snakemake's log ends:\n{tail()}")
 
 
-def time_limit(run_s: float) -> tuple[int, int]:
-    """(``timeout_min``, first-run sleep in s) for a scenario whose requeued run must complete.
-
-    SLURM sends USR2 10 s (``signal_delay_s``) before the limit, checking limits every 30 s: a run is signalled
-    between ``timeout - 40 s`` and ``timeout - 10 s`` after its start. The requeued run must end before that, so the
-    limit grows with how long a cell's job takes on this machine (1 minute on an idle CI machine, more when the
-    machine is shared), with room for the requeued run to take twice as long as the measured one (a 2-core CI
-    machine ran out of a 1.25x margin on two nodes); the first run sleeps past its limit. At least 2 minutes: with
-    a 1-minute limit slurmctld's 30 s limit check can send USR2 in the same second as the kill (seen in the full
-    suite: "Caught signal SIGUSR2 ... timed-out" at 04:44:31, "CANCELLED AT 04:44:31 DUE TO TIME LIMIT").
-    """
-    timeout_min = max(2, math.ceil((2 * run_s + 40) / 60))
-    return timeout_min, 60 * timeout_min + 60
-
-
-def _elapsed_s(rec: dict) -> float:
-    """sacct's Elapsed of a record's job in seconds (``[D-]HH:MM:SS``)."""
-    text = str(rec["evidence"]["slurm"].get("elapsed") or "0:0:0")
-    days, _, hms = text.rpartition("-")
-    h, m, sec = (int(x) for x in hms.split(":"))
-    return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
-
-
 def status(cfg: Path) -> dict[str, dict]:
     """``calorimeter status <sweep> --json``: cell id -> its status."""
     r = run_cli("status", str(cfg), "--json")
@@ -313,7 +294,6 @@ def test_1_sweep_through_the_profile_matches_a_local_run(sweep: Sweep) -> None:
     r = snakemake("--configfile", str(cfg), timeout=900)
     assert r.returncode == 0, ok(r)
     TIMINGS["1 sweep (3 cells)"] = time.time() - t0
-    RUN_S["one rank"] = _elapsed_s(sweep.record("A"))
     for x in "ABC":
         rec = sweep.record(x)
         assert rec["status"] == "ok" and rec["failure_class"] == "ok", rec["reason"]
@@ -381,7 +361,7 @@ def test_2_cancelled_job_then_rerun_submits_only_that_cell(sweep: Sweep) -> None
     assert r.returncode == 0, ok(r)
     assert planned_trains(r) == {sweep.ids["D"]}, ok(r)
     # ... and `calorimeter rerun --failed` through the profile trains it (then the tables and figures)
-    r = run_cli("rerun", str(cfg), "--failed", "--", "--profile", "slurm", timeout=900)
+    r = run_cli("rerun", str(cfg), "--failed", "--", "--profile", PROFILE, timeout=900)
     assert r.returncode == 0, ok(r)
     assert planned_trains(r) == {sweep.ids["D"]} and f"  {sweep.ids['D']}  failed (transient)" in r.stdout, ok(r)
     assert sweep.record("D")["status"] == "ok"
@@ -401,34 +381,37 @@ def test_4_injected_oom_is_recorded_and_never_resubmitted(sweep: Sweep) -> None:
     r = snakemake("--configfile", str(cfg), "-n")
     assert r.returncode == 0 and planned_trains(r) == set(), ok(r)
     # the OOM cell is what `calorimeter rerun --oom` would run, and only it
-    r = run_cli("rerun", str(cfg), "--oom", "--dry-run", "--", "--profile", "slurm")
+    r = run_cli("rerun", str(cfg), "--oom", "--dry-run", "--", "--profile", PROFILE)
     assert r.returncode == 0, ok(r)
     assert re.findall(r"^  (\S+)  oom", r.stdout, re.M) == [sweep.ids["E"]], ok(r)
-    assert "snakemake " + str(sweep.cell_dir("E") / "run.json") in r.stdout and "--profile slurm" in r.stdout
+    assert "snakemake " + str(sweep.cell_dir("E") / "run.json") in r.stdout and f"--profile {PROFILE}" in r.stdout
     assert sweep.jobs()["E"] == 1
     sweep.snapshot("E")
 
 
-def test_3_time_limit_requeues_and_completes(sweep: Sweep) -> None:
+def test_3_time_limit_ends_the_cell_failed_once_with_its_output(sweep: Sweep) -> None:
     t0 = time.time()
-    # A short limit (1 minute on an idle machine, see time_limit) with USR2 10 s before it; the cell sleeps
-    # through its first run only, and the requeued run must end before SLURM's next limit check.
-    limit, sleep_s = time_limit(RUN_S["one rank"])
-    cfg = sweep.write("ABCDEF", launcher={"timeout_min": limit, "signal_delay_s": 10}, telemetry={"enabled": False})
-    r = snakemake("--configfile", str(cfg), faults=f"{sweep.ids['F']}=sleep-first:{sleep_s}",
-                  timeout=240 * limit + 300)
-    assert r.returncode == 0, ok(r)
-    TIMINGS["3 time limit + requeue"] = time.time() - t0
+    # A 2-minute limit with USR2 10 s before it; the cell never reaches its first step. A cell restarts from scratch,
+    # so a time limit is not requeued (it would be hit again): rank 0 records the time-out, the cell is failed
+    # (timeout) in one job and one run, and never resubmitted.
+    cfg = sweep.write("ABCDEF", launcher={"timeout_min": 2, "signal_delay_s": 10}, telemetry={"enabled": False})
+    r = snakemake("--configfile", str(cfg), faults=f"{sweep.ids['F']}=sleep:600", timeout=900)
+    assert r.returncode == 0, ok(r)  # a deterministic failure is a record: the rule succeeds
+    TIMINGS["3 time limit, failed once"] = time.time() - t0
     rec = sweep.record("F")
-    assert rec["status"] == "ok", rec["reason"]
+    assert (rec["status"], rec["failure_class"]) == ("failed", "timeout"), rec["reason"]
+    assert rec["reason"].startswith("rank 0: time limit of 2 min reached after "), rec["reason"]
     slurm = rec["evidence"]["slurm"]
-    assert slurm["runs"] >= 2 and slurm["history"][0]["State"] == "REQUEUED", slurm["history"]
-    assert rec["provenance"]["launcher"]["requeues"] >= 1
-    assert any(e["requeued"] for e in rec["evidence"]["requeues"])
-    assert sweep.jobs()["F"] == 1  # requeued, not resubmitted: the same job id
-    assert rec["evidence"]["rank_restart"] == {"0": slurm["runs"] - 1}  # the results are the last run's
-    err = "".join(p.read_text() for p in (sweep.cell_dir("F") / "latest" / "submitit").glob("*_0_log.err"))
-    assert "SIGUSR2" in err and "DUE TO JOB REQUEUE" in err  # the first run's log is kept (open-mode append)
+    assert slurm["runs"] == 1 and rec["provenance"]["launcher"]["requeues"] == 0, slurm["history"]
+    assert [(e["why"], e["requeued"]) for e in rec["evidence"]["requeues"]] == [("time limit", False)]
+    assert sweep.jobs()["F"] == 1
+    # every rank's output, in the record and in `calorimeter status`: the sleeping rank says what it does
+    st = status(cfg)[sweep.ids["F"]]
+    assert (st["state"], st["failure_class"]) == ("failed", "timeout"), st
+    assert any("sleeps 600 s" in line for o in st["rank_output"] for line in o["stdout"]), st["rank_output"]
+    assert "rank 0 on node" in run_cli("status", str(cfg)).stdout
+    r = snakemake("--configfile", str(cfg), "-n")
+    assert r.returncode == 0 and planned_trains(r) == set(), ok(r)  # never resubmitted
     sweep.assert_unchanged()
     sweep.snapshot("F")
 
@@ -451,7 +434,7 @@ def test_5_killed_snakemake_reattaches_without_duplicates(sweep: Sweep) -> None:
     for x in "GH":
         c = st[sweep.ids[x]]
         assert c["state"] in ("running", "queued") and c["job_id"] == jobs[x], c
-    assert all(st[sweep.ids[x]]["state"] == "ok" for x in "ABCDF")
+    assert all(st[sweep.ids[x]]["state"] == "ok" for x in "ABCD") and st[sweep.ids["F"]]["state"] == "failed"
     r = snakemake("--configfile", str(cfg), "--unlock")
     assert r.returncode == 0, ok(r)
     r = snakemake("--configfile", str(cfg), faults=faults)
@@ -480,7 +463,7 @@ def test_6_finished_cells_keep_their_files_and_a_changed_value_reruns_only_its_c
     sweep.assert_unchanged()
     assert set(sweep.checksums) == set("ABCDEFGH")
     # `calorimeter rerun --cells`: B's record moves into its attempt (every byte kept), and only B would run
-    r = run_cli("rerun", str(cfg), "--cells", sweep.ids["B"], "--no-run", "--", "--profile", "slurm")
+    r = run_cli("rerun", str(cfg), "--cells", sweep.ids["B"], "--no-run", "--", "--profile", PROFILE)
     assert r.returncode == 0, ok(r)
     attempt = next((sweep.cell_dir("B") / "attempts").iterdir())
     now_cell, now_attempt = _checksums(sweep.cell_dir("B")), _checksums(attempt)
@@ -519,7 +502,6 @@ def test_7_two_node_cells_place_ranks_node_by_node_with_one_sampler_per_node(mul
     r = snakemake("--configfile", str(cfg))
     assert r.returncode == 0, ok(r)
     TIMINGS["7 two-node sweep (2x1, 2x2)"] = time.time() - t0
-    RUN_S["two nodes"] = _elapsed_s(multinode.record("M"))
     for x, gpn in (("M", 1), ("N", 2)):
         rec = multinode.record(x)
         assert rec["status"] == "ok", rec["reason"]
@@ -552,29 +534,35 @@ def test_7_two_node_cells_place_ranks_node_by_node_with_one_sampler_per_node(mul
     multinode.snapshot("MN")
 
 
-def test_8_two_node_requeue_keeps_every_setting_and_completes(multinode: Sweep) -> None:
+def test_8_two_node_preemption_requeues_keeping_every_setting_and_completes(multinode: Sweep) -> None:
     import pickle
 
     t0 = time.time()
-    # As scenario 3 on two nodes: a short limit, USR2 10 s before it, the first run sleeps. The telemetry block
-    # differs from the defaults in every key, so that a requeued task rebuilt with defaults would show.
+    # A preemption notice (USR2 to the job's ranks, early in the run): rank 0 checkpoints and the same job is
+    # requeued. The telemetry block differs from the defaults in every key, so that a requeued task rebuilt with
+    # defaults would show. The ranks hold before training until the requeued run is up.
     telemetry = {"enabled": True, "period_ms": 250, "profile_steps": 0, "profile_all_ranks": True}
-    limit, sleep_s = time_limit(RUN_S["two nodes"])
-    cfg = multinode.write("MNR", launcher={"timeout_min": limit, "signal_delay_s": 10, "max_requeues": 2},
-                          telemetry=telemetry)
+    hold = multinode.tmp / "hold-R"
+    hold.write_text("")
+    cfg = multinode.write("MNR", launcher={"max_requeues": 2}, telemetry=telemetry)
     proc = snakemake_bg(multinode.tmp / "phase8.log", "--configfile", str(cfg),
-                        faults=f"{multinode.ids['R']}=sleep-first:{sleep_s}")
+                        faults=f"{multinode.ids['R']}=hold:{hold}")
     try:
-        wait_for_jobs(multinode, "R", {"RUNNING"}, proc=proc, log=multinode.tmp / "phase8.log")
+        jid = wait_for_jobs(multinode, "R", {"RUNNING"}, proc=proc, log=multinode.tmp / "phase8.log")["R"]
+        _until(lambda: len(_alive(multinode, "R", 0)) == 2, proc, multinode.tmp / "phase8.log")
         submitted = next((multinode.cell_dir("R") / "latest" / "submitit").glob("*_submitted.pkl"))
         original = submitted.read_bytes()  # submitit overwrites it with the requeued task at the checkpoint
-        rc = proc.wait(timeout=240 * limit + 300)
+        subprocess.run(["scancel", "--signal=USR2", jid], check=True)
+        _until(lambda: len(_alive(multinode, "R", 1)) == 2, proc, multinode.tmp / "phase8.log")
+        hold.unlink()
+        rc = proc.wait(timeout=600)
     finally:
+        hold.unlink(missing_ok=True)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     log = (multinode.tmp / "phase8.log").read_text()
     assert rc == 0, log[-6000:]
-    TIMINGS["8 two-node time limit + requeue"] = time.time() - t0
+    TIMINGS["8 two-node preemption + requeue"] = time.time() - t0
     rec = multinode.record("R")
     assert rec["status"] == "ok", rec["reason"]
     slurm = rec["evidence"]["slurm"]
@@ -582,6 +570,7 @@ def test_8_two_node_requeue_keeps_every_setting_and_completes(multinode: Sweep) 
     assert slurm["nodelist"] == "node[1-2]" and rec["provenance"]["hosts"] == ["node1", "node2"]
     assert multinode.jobs()["R"] == 1  # requeued, not resubmitted
     assert rec["evidence"]["rank_restart"] == {"0": slurm["runs"] - 1, "1": slurm["runs"] - 1}
+    assert [(e["why"], e["requeued"]) for e in rec["evidence"]["requeues"]][0] == ("preemption", True)
     # every setting of the task survives the requeue: only the requeue count differs
     before = vars(pickle.loads(original).function)
     after = vars(pickle.loads(submitted.read_bytes()).function)
@@ -595,6 +584,22 @@ def test_8_two_node_requeue_keeps_every_setting_and_completes(multinode: Sweep) 
     multinode.assert_unchanged()
 
 
+def _alive(s: Sweep, x: str, restart: int) -> list[dict]:
+    """The alive files of cell ``x``'s newest attempt written by run ``restart`` of its job."""
+    staging = sorted(s.cell_dir(x).glob("attempts/*/staging"))
+    found = [json.loads(f.read_text()) for f in sorted(staging[-1].glob("alive-*.json"))] if staging else []
+    return [a for a in found if a.get("restart") == restart]
+
+
+def _until(what, proc: subprocess.Popen, log: Path, limit_s: float = 180):
+    """``what()`` once it is true; fails (with Snakemake's log) when Snakemake ended or after ``limit_s``."""
+    deadline = time.time() + limit_s
+    while not (got := what()):
+        assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.5)
+    return got
+
+
 def test_9_node_down_then_a_nodes_rank_killed_one_copy_at_a_time(multinode: Sweep) -> None:
     t0 = time.time()
     hold = multinode.tmp / "hold-L"
@@ -603,18 +608,15 @@ def test_9_node_down_then_a_nodes_rank_killed_one_copy_at_a_time(multinode: Swee
     proc = snakemake_bg(multinode.tmp / "phase9.log", "--configfile", str(cfg),
                         faults=f"{multinode.ids['L']}=hold:{hold}")
     staging = lambda: sorted(multinode.cell_dir("L").glob("attempts/*/staging"))  # noqa: E731
-    tail = lambda: (multinode.tmp / "phase9.log").read_text()[-3000:]  # noqa: E731
+    log = multinode.tmp / "phase9.log"
+    tail = lambda: log.read_text()[-3000:]  # noqa: E731
 
     def alive(restart: int) -> list[dict]:
-        found = [json.loads(f.read_text()) for f in sorted(staging()[-1].glob("alive-*.json"))] if staging() else []
-        return found if [a.get("restart") for a in found] == [restart, restart] else []
+        found = _alive(multinode, "L", restart)
+        return found if len(found) == 2 else []
 
     def until(what, limit_s: float = 180):
-        deadline = time.time() + limit_s
-        while not (got := what()):
-            assert time.time() < deadline and proc.poll() is None, tail()
-            time.sleep(0.5)
-        return got
+        return _until(what, proc, log, limit_s)
 
     try:
         first = wait_for_jobs(multinode, "L", {"RUNNING"}, proc=proc, log=multinode.tmp / "phase9.log")["L"]
@@ -669,3 +671,44 @@ def test_9_node_down_then_a_nodes_rank_killed_one_copy_at_a_time(multinode: Swee
     print(f"\nnode DOWN: requeued run up {requeued_s:.0f} s after; node2's rank killed: cell ended (peer_died) "
           f"{ended_s:.1f} s after; the retry completed it with node1's slurmd killed, recorded {completing_s:.0f} s "
           "after its ranks' results")
+
+
+def test_10_a_node_lost_for_good_ends_the_cell_failed_within_the_bound_naming_it(multinode: Sweep) -> None:
+    t0 = time.time()
+    hold = multinode.tmp / "hold-K"
+    hold.write_text("")
+    wait_s = 20
+    cfg = multinode.write("K", launcher={"node_lost_wait_s": wait_s})
+    log = multinode.tmp / "phase10.log"
+    proc = snakemake_bg(log, "--configfile", str(cfg), faults=f"{multinode.ids['K']}=hold:{hold}")
+    try:
+        wait_for_jobs(multinode, "K", {"RUNNING"}, proc=proc, log=log)
+        _until(lambda: len(_alive(multinode, "K", 0)) == 2, proc, log)  # both ranks up, held before training
+        # node2 fails (DOWN: NODE_FAIL, SLURM requeues the job) and stays out (drained: it never takes the job again)
+        t_lost = time.time()
+        subprocess.run(["scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=calorimeter-test-lost"],
+                       check=True)
+        subprocess.run(["scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=calorimeter-test-lost"],
+                       check=True)
+        closed = _until(lambda: list(multinode.cell_dir("K").glob("run.json")), proc, log, wait_s + 120)[0]
+        ended_s = closed.stat().st_mtime - t_lost
+        rc = proc.wait(timeout=300)
+    finally:
+        hold.unlink(missing_ok=True)
+        subprocess.run(["scontrol", "update", "NodeName=node2", "State=RESUME"], capture_output=True)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == 0, log.read_text()[-4000:]  # recorded: the rule succeeds, nothing is submitted again
+    TIMINGS["10 node lost for good"] = time.time() - t0
+    rec = multinode.record("K")
+    assert (rec["status"], rec["failure_class"]) == ("failed", "node_lost"), rec["reason"]
+    assert rec["reason"].startswith("node node2 (drain"), rec["reason"]
+    assert f"calorimeter rerun {cfg} --failed" in rec["reason"], rec["reason"]
+    lost = rec["evidence"]["launcher_cancelled"]["node_lost"]
+    assert [n["node"] for n in lost["nodes"]] == ["node2"] and lost["waited_s"] >= wait_s, lost
+    assert ended_s < wait_s + 60, ended_s  # the bound, plus SLURM's requeue and the record
+    assert multinode.jobs()["K"] == 1
+    st = status(cfg)[multinode.ids["K"]]
+    assert (st["state"], st["failure_class"]) == ("failed", "node_lost") and "node2" in st["reason"], st
+    print(f"\nnode lost for good: the cell ended failed (node_lost) {ended_s:.0f} s after node2 went DOWN "
+          f"(bound {wait_s} s)")

@@ -45,7 +45,8 @@ def test_sbatch_parameters_come_from_the_cell_and_the_profile(monkeypatch: pytes
     assert kind == "slurm"
     assert (p["nodes"], p["ntasks_per_node"], p["gpus_per_node"], p["cpus_per_task"]) == (2, 8, 8, 8)
     assert p["job_name"] == _cell().cell_id and p["constraint"] == "H200"  # constraint auto: the hardware's tag
-    assert p["partition"] == "gpu" and p["qos"] == "high" and p["mem"] == "524288M" and "account" not in p
+    # GB = 10^9 bytes, as everywhere in the project; SLURM's M is 2^20 bytes
+    assert p["partition"] == "gpu" and p["qos"] == "high" and p["mem"] == "488282M" and "account" not in p
     assert p["additional_parameters"]["open-mode"] == "append"
     _, p = executor_parameters(_cell(), _settings({"executor": "slurm", "slurm": {"gpus_as_gres": True,
                                                                                          "constraint": None}}))
@@ -119,7 +120,12 @@ def test_open_attempt_only_for_the_same_cell(tmp_path: Path) -> None:
     ({"qos": "high"}, lambda s, p: p["qos"] == "high"),
     ({"constraint": "h100&ib"}, lambda s, p: p["constraint"] == "h100&ib"),
     ({"mem_mb": 64000}, lambda s, p: p["mem"] == "64000M"),
-    ({"mem_mib": 1024}, lambda s, p: p["mem"] == "1074M"),
+    ({"mem_mib": 1024}, lambda s, p: p["mem"] == "1024M"),
+    ({"mem": "64G"}, lambda s, p: p["mem"] == "64000M"),  # as Snakemake reads it into mem_mb, sent as the plugin does
+    ({"mem": "64G", "mem_mb": 64000, "mem_mib": 61036}, lambda s, p: p["mem"] == "64000M"),  # Snakemake gives all
+    ({"runtime": "4h"}, lambda s, p: p["time"] == 240),
+    ({"slurm_extra": "'--qos=long --mail-type=ALL'"},  # the plugin's documented quoted form, not evaluated
+     lambda s, p: p["additional_parameters"]["qos"] == "long" and p["additional_parameters"]["mail-type"] == "ALL"),
     ({"mem_mb_per_cpu": 4000}, lambda s, p: p["additional_parameters"]["mem-per-cpu"] == "4000M" and "mem" not in p),
     ({"slurm_extra": "--exclusive --reservation=x --nice 10"},
      lambda s, p: p["exclusive"] and p["additional_parameters"]["reservation"] == "x"
@@ -158,6 +164,8 @@ def test_the_slurm_plugins_resource_names_are_honoured(monkeypatch: pytest.Monke
     ({"gres": "nvme:1"}, ["GPUs only"]),
     ({"slurm_extra": "-C h100"}, ["long options"]),
     ({"mem_mb": 1000, "mem_mb_per_cpu": 100}, ["give one"]),
+    ({"mem": "lots"}, ["mem", "not a size"]),
+    ({"runtime": "soon"}, ["runtime", "not a time"]),
 ])
 def test_unknown_or_refused_resources_are_named(resources: dict, words: list[str]) -> None:
     from calorimeter.plan.config import ConfigError
@@ -289,7 +297,8 @@ def test_slurm_wait_decisions_bound_a_lost_node_and_never_run_two_copies() -> No
     from calorimeter.launch.watch import slurm_decision
 
     COMPLETING_GRACE_S, FAILED_RANK_GRACE_S = watch.COMPLETING_GRACE_S, watch.FAILED_RANK_GRACE_S  # noqa: N806
-    REQUEUED_PENDING_MAX_S = watch.REQUEUED_PENDING_MAX_S  # noqa: N806
+    WAIT_S = 40.0  # noqa: N806 - launcher.node_lost_wait_s
+    assert watch.NODE_LOST_WAIT_S <= 600  # the default: at most 10 minutes
 
     now = 10_000.0
     ok = [{"rank": 0, "status": "ok", "t_end_s": now - 1}, {"rank": 1, "status": "ok", "t_end_s": now - 1}]
@@ -300,10 +309,11 @@ def test_slurm_wait_decisions_bound_a_lost_node_and_never_run_two_copies() -> No
     # ... and in the seconds before the requeue, while SLURM kills the run (COMPLETING, sacct already NODE_FAIL)
     assert slurm_decision(True, "COMPLETING", [], 2, now, now - 5)[0] == "wait"
     assert slurm_decision(True, "COMPLETING", [], 2, now, None)[0] == "return"  # an ordinary end
-    assert slurm_decision(True, "COMPLETING", [], 2, now, now - REQUEUED_PENDING_MAX_S - 1)[0] == "cancel"
-    # ... but not while SLURM waits for the lost node
-    action, why = slurm_decision(False, "PENDING", [], 2, now, now - REQUEUED_PENDING_MAX_S - 1)
-    assert action == "cancel" and "waiting for a lost node" in why
+    assert slurm_decision(True, "COMPLETING", [], 2, now, now - WAIT_S - 1, WAIT_S)[0] == "node_lost"
+    # ... but not for longer than the bound while SLURM waits for a node to replace the lost one
+    assert slurm_decision(False, "PENDING", [], 2, now, now - WAIT_S + 1, WAIT_S)[0] == "wait"
+    action, why = slurm_decision(False, "PENDING", [], 2, now, now - WAIT_S - 1, WAIT_S)
+    assert action == "node_lost" and "no node took the lost one's place" in why and "node_lost_wait_s" in why
     # a rank failed (its peer's node is gone) and SLURM has not noticed: the job is ended after the grace
     failed = [{"rank": 0, "status": "failed", "error": "Connection reset by peer", "t_end_s": now - 5}]
     assert slurm_decision(False, "RUNNING", failed, 2, now, None)[0] == "wait"
@@ -334,6 +344,32 @@ def test_a_job_cancelled_by_the_launcher_is_classed_by_its_cause(tmp_path: Path)
     rec = build_record(cell, ranks, {"executor": "slurm"}, None, {"slurm": {"state": "CANCELLED"},
                                                                     "launcher_cancelled": {"why": "rank 1 failed"}})
     assert (rec["status"], rec["failure_class"]) == ("failed", "failed")
+    # a node lost for good: failed (never resubmitted into the same wait), naming the node and the rerun command
+    lost = {"why": "still PENDING", "job_id": "42", "rerun": "calorimeter rerun s.yaml --failed",
+            "node_lost": {"job_id": "42", "nodelist": "node[1-2]", "waited_s": 301.0,
+                          "nodes": [{"node": "node2", "state": "down*", "reason": "Not responding"}]}}
+    rec = build_record(cell, [], {"executor": "slurm"}, None, {"slurm": {"state": "CANCELLED by 0"},
+                                                                 "launcher_cancelled": lost})
+    assert (rec["status"], rec["failure_class"]) == ("failed", "node_lost"), rec["reason"]
+    assert rec["reason"].startswith("node node2 (down*: Not responding) lost: SLURM failed job 42 (NODE_FAIL)")
+    assert "within 301 s" in rec["reason"] and rec["reason"].endswith("rerun with: calorimeter rerun s.yaml --failed")
+
+
+def test_lost_nodes_are_the_failed_runs_nodes_sinfo_says_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from calorimeter.launch import slurm as slurm_cli
+
+    calls = []
+    monkeypatch.setattr(slurm_cli, "sacct_records", lambda job_id, steps=False: [
+        {"State": "NODE_FAIL", "NodeList": "node[1-2]"}, {"State": "PENDING", "NodeList": "None assigned"}])
+
+    def run(cmd, timeout=30):
+        calls.append(cmd)
+        return "node1|idle|none\nnode2|drained|calorimeter-test\nnode3|down*|Not responding\n"
+
+    monkeypatch.setattr(slurm_cli, "_run", run)
+    lost = slurm_cli.lost_nodes("42")
+    assert [n["node"] for n in lost["nodes"]] == ["node2", "node3"] and lost["nodelist"] == "node[1-2]"
+    assert calls[0][-2:] == ["-n", "node[1-2]"]
 
 
 @pytest.mark.parametrize(("states", "dones"), [
@@ -560,3 +596,79 @@ def test_a_rank_that_starts_after_its_peer_died_never_waits_for_it(tmp_path: Pat
     requeued = subprocess.run([sys.executable, "-c", code, str(attempt.root), "1"], capture_output=True, text=True,
                               env=env, timeout=60)  # a later run of a requeued job is not stopped by an old death
     assert requeued.returncode == 0 and requeued.stdout.strip() == "joins", requeued.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the plugin's documented forms, read by Snakemake itself from a profile
+
+#: snakemake-executor-plugin-slurm's documented resource forms (docs/further.md and README of the plugin: "mem,
+#: mem_mb: memory a cluster node must provide (mem: string with unit, mem_mb: int)", "runtime: the walltime per job
+#: in minutes", slurm_extra="'--qos=long --mail-type=ALL --mail-user=<your email>'", slurm_extra: "'--nice=150'",
+#: mem_mb_per_cpu, cpus_per_task, gpu + gpu_model + cpus_per_gpu, gres="gpu:rtx3090:2", constraint, clusters), one
+#: rule each, and what the plugin would send for them
+PLUGIN_FORMS = {
+    "a": ({"mem": "64G", "slurm_extra": "\"'--qos=long --mail-type=ALL --mail-user=me@example.org'\"",
+           "runtime": "\"4h\""},
+          {"mem": "64000M", "qos": "long", "time": 240, "mail-type": "ALL", "mail-user": "me@example.org"}),
+    "b": ({"slurm_partition": "compute", "runtime": 120, "mem_mb": 8000, "cpus_per_task": 4},
+          {"partition": "compute", "time": 120, "mem": "8000M", "cpus_per_task": 4}),
+    "c": ({"mem_mb_per_cpu": 1800, "slurm_extra": "\"'--nice=150'\"", "cpus_per_task": 40},
+          {"mem-per-cpu": "1800M", "nice": "150", "cpus_per_task": 40}),
+    "d": ({"gpu": 2, "gpu_model": "\"a100\"", "cpus_per_gpu": 8}, {"gpus_per_node": "a100:2", "cpus_per_task": 8}),
+    "e": ({"gres": "\"gpu:rtx3090:2\""}, {"gres": "gpu:rtx3090:2"}),
+    "f": ({"constraint": "\"h100\"", "clusters": "\"cluster1,cluster2\"", "slurm_extra": "--mail-type=ALL"},
+          {"constraint": "h100", "clusters": "cluster1,cluster2", "mail-type": "ALL"}),
+}
+
+
+@pytest.mark.integration
+def test_the_plugins_documented_resource_forms_through_snakemakes_own_profile_reading(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profile with the plugin's documented forms, read by Snakemake (units, quoting, evaluation): the resources
+    each rule gets become the sbatch parameters the plugin would send."""
+    import subprocess
+    import sys
+
+    # each rule's resources as Snakemake evaluated them, turned into launcher settings while the DAG is built (a
+    # dry run: a params function sees the job's resources)
+    rules = "".join(f"""
+rule {r}:
+    output: "{r}.out"
+    params: settings=settings("{r}")
+    localrule: True
+    shell: "true"
+""" for r in PLUGIN_FORMS)
+    (tmp_path / "Snakefile").write_text(f"""import json
+from calorimeter.launch.settings import explicit_train_resources, launcher_settings
+from calorimeter.plan.config import validate_config
+
+def settings(rule):
+    def dump(wildcards, resources):
+        s = launcher_settings(validate_config({{"launcher": {{"executor": "slurm"}}}}), dict(resources.items()),
+                              explicit_train_resources(workflow, rule))
+        json.dump(s, open(rule + ".json", "w"))
+        return ""
+    return dump
+{rules}
+rule all:
+    input: {[f"{r}.out" for r in PLUGIN_FORMS]}
+    default_target: True
+""")
+    profile = tmp_path / "site"
+    profile.mkdir()
+    lines = ["default-resources:", "  slurm_account: proj", "set-resources:"]
+    for r, (res, _) in PLUGIN_FORMS.items():
+        lines += [f"  {r}:", *(f"    {k}: {v}" for k, v in res.items())]
+    (profile / "config.yaml").write_text("\n".join(lines) + "\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--profile", str(profile), "-c1", "-n"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    monkeypatch.setattr(submit.slurm_cli, "available", lambda: True)
+    monkeypatch.setattr(submit.slurm_cli, "node_cpus", lambda partition=None: None)
+    for rule, (_, want) in PLUGIN_FORMS.items():
+        s = json.loads((tmp_path / f"{rule}.json").read_text())
+        _, p = executor_parameters(_cell(gpus_per_node=2), s)
+        sent = {**p, **p["additional_parameters"]}
+        assert {k: sent.get(k) for k in want} == want, (rule, p)
+        assert p["account"] == "proj"  # default-resources reach rule train too

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from calorimeter.analysis.cell import METRIC_KEYS, PARAM_KEYS, TELEMETRY_KEYS
+from calorimeter.plan.cell import as_recorded
 from calorimeter.records.atomic import write_atomic, write_parquet_atomic
 from calorimeter.records.legacy import add_machines, upgrade_plan_cell, upgrade_runs
 from calorimeter.records.paths import TABLE_NAMES
@@ -46,7 +47,8 @@ def concat_cell_tables(paths: Iterable[str | Path], notes: list[str] | None = No
 
 def plan_row(cell: dict[str, Any]) -> dict[str, Any]:
     """Row of a cell that has no record: its parameters and plan status (pruned / not_run) with reasons."""
-    row = {k: cell.get(k) for k in PARAM_KEYS}
+    shown = as_recorded(cell)
+    row = {k: shown.get(k) for k in PARAM_KEYS}
     row["config_id"] = row["config_id"] or row["cell_id"]
     row["repeat"] = int(row["repeat"] or 0)
     row["kind"] = row["kind"] or "train"
@@ -78,6 +80,7 @@ def runs_table(plan_cells: list[dict[str, Any]], cell_runs: pd.DataFrame) -> pd.
 
 def _with_plan_params(row: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
     """A cell's own run row; parameters it lacks (a damaged record's row has none) come from the plan."""
+    cell = as_recorded(cell)
     missing = {k: cell.get(k) for k in PARAM_KEYS if row.get(k) is None or (isinstance(row.get(k), float)
                                                                              and row.get(k) != row.get(k))}
     return {**row, **missing} if missing else row

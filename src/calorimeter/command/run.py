@@ -36,10 +36,19 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from calorimeter.command.provenance import (
+    COMMAND_DIR,
+    PROVENANCE_JSON,
+    command_line_files,
+    command_provenance,
+    file_entry,
+    hook_env,
+)
 from calorimeter.command.steplog import STEP_LOG_ENV, ConsoleParser, LoggedStep, StepLogWriter, read_step_log
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES, accelerator_of
 from calorimeter.plan.models import get_model
+from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.metrics import step_times_s, throughput_metrics
 from calorimeter.records.progress import ProgressWriter
 from calorimeter.records.rank import RankContext, RankResult
@@ -226,7 +235,7 @@ def run_command(ctx: RankContext) -> RankResult:
     if not cell.command:
         raise ValueError(f"{cell.cell_id}: kind command needs `command`")
     rank, world, local_rank = ctx.rank.rank, ctx.rank.world_size, ctx.rank.local_rank
-    folder = Path(run_dir) / "command"
+    folder = Path(run_dir) / COMMAND_DIR
     folder.mkdir(parents=True, exist_ok=True)
     step_log = folder / f"steps-rank{rank}.jsonl"
     step_log.unlink(missing_ok=True)
@@ -242,12 +251,19 @@ def run_command(ctx: RankContext) -> RankResult:
     t0 = time.time()
     parser = ConsoleParser(fmt, t0) if fmt != "jsonl" else None
     tail = _StepLogTail(step_log, report) if parser is None else None
+    env = command_env(cell, rank, world, local_rank, step_log)
+    imports, named = folder / "imports", None
+    if rank == 0:  # what the command runs: the files it names now, what its Python processes imported at the end
+        env = hook_env(env, imports)
+        named = [file_entry(p, Path.cwd(), "command line") for p in command_line_files(cell.command, env, Path.cwd())]
     try:
-        rc, last = run_process(cell.command, command_env(cell, rank, world, local_rank, step_log),
-                               folder / f"console-rank{rank}.log", parser, report)
+        rc, last = run_process(cell.command, env, folder / f"console-rank{rank}.log", parser, report)
     finally:
         if tail is not None:
             tail.close()
+        if rank == 0:
+            write_json_atomic(folder / PROVENANCE_JSON,
+                              command_provenance(cell.command, env, Path.cwd(), imports, named))
     if rc != 0:
         raise RuntimeError(f"the command exited with status {rc} on rank {rank}; its last lines:\n" + "\n".join(last))
     steps = parser.steps if parser is not None else read_step_log(step_log)

@@ -26,6 +26,8 @@ Faults, applied after the process group is up and before training:
 Rank deaths (SIGKILL of the rank's own process, as the kernel's OOM killer or an operator would; ``@<rank>``
 picks the rank, default 1; only on the first run of a job):
 
+``kill-at:start@<rank>``
+    as the rank starts, before it announces itself (no alive file: only its process is there to watch);
 ``kill-at:rendezvous@<rank>``
     before the rank joins the process group (its peers wait in the rendezvous);
 ``kill-after:<s>@<rank>``
@@ -87,7 +89,8 @@ def _target(arg: str) -> tuple[str, int]:
 
 
 def kill_point(cell_id: str, rank: int, restart: int, point: str) -> None:
-    """SIGKILL this rank at ``point`` (``rendezvous`` or ``result``) when a ``kill-at`` fault says so."""
+    """SIGKILL this rank at ``point`` (``start``, ``rendezvous``, ``step`` or ``result``) when a ``kill-at`` fault
+    says so."""
     if restart:
         return
     for fault in faults_for(cell_id):

@@ -9,13 +9,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from calorimeter.command.provenance import COMMAND_DIR, PROVENANCE_JSON
+from calorimeter.launch.output import describe_outputs, first_failed_first
 from calorimeter.launch.space import DISK_FULL, FIXED_BYTES, RECORD_ERROR, DiskSpaceError, free_bytes, is_disk_full
 from calorimeter.launch.submit import CellConfigError, LaunchOutcome, launch_cell
 from calorimeter.launch.watch import heartbeat_death, peer_death, srun_death
 from calorimeter.placement.apply import placement_record
 from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.kinds import get_kind
-from calorimeter.records.atomic import write_atomic, write_json_atomic
+from calorimeter.records.atomic import read_json_object, write_atomic, write_json_atomic
 from calorimeter.records.paths import CellPaths, record_files, results_relative
 from calorimeter.records.record import TransientCellError, build_record, steps_frame, write_cell_record
 from calorimeter.telemetry.collect import collect_telemetry
@@ -25,38 +27,53 @@ log = logging.getLogger(__name__)
 __all__ = ["CellConfigError", "TransientCellError", "run_cell"]
 
 
-def _evidence(outcome: LaunchOutcome) -> dict[str, Any]:
+def _evidence(outcome: LaunchOutcome, sweep_file: str | None = None) -> dict[str, Any]:
     """What the launcher saw besides the ranks' own results: SLURM's state and exit code, requeues, log tails."""
     ev: dict[str, Any] = {"launcher_error": outcome.launcher_error, "reattached": outcome.reattached,
-                          "requeues": outcome.requeues, "log_tail": outcome.log_tail,
+                          "requeues": outcome.requeues, "rank_output": outcome.rank_output,
                           "rank_status": {str(r.get("rank")): r.get("status") for r in outcome.rank_results},
                           "rank_restart": {str(r.get("rank")): r.get("restart") for r in outcome.rank_results}}
     if outcome.slurm is not None:
         ev["slurm"] = outcome.slurm
     death = peer_death(outcome.attempt)
     if death is None and outcome.executor == "slurm":  # SLURM's own account of the rank that went first
-        # srun's own stderr (in the batch step's log) first: the launcher's error holds a cut tail of it
-        texts = [*("\n".join(lines) for lines in outcome.log_tail.values()), outcome.launcher_error or ""]
+        # srun's own stderr (in the batch step's log, rank 0's) first: the launcher's error holds a cut tail of it
+        texts = [*("\n".join(o["stderr"]) for o in outcome.rank_output), outcome.launcher_error or ""]
         with_result = {int(r.get("rank", -1)) for r in outcome.rank_results}
         death = heartbeat_death(outcome.attempt, with_result) or srun_death(texts, with_result)
     if death is not None:
         ev["peer_died"] = death
     with contextlib.suppress(OSError, ValueError):
         ev["launcher_cancelled"] = json.loads((outcome.attempt.root / "launcher_cancelled.json").read_text())
+        if sweep_file and ev["launcher_cancelled"].get("node_lost") is not None:
+            ev["launcher_cancelled"]["rerun"] = f"calorimeter rerun {sweep_file} --failed"
     return ev
 
 
-def _record(cell: Cell, outcome: LaunchOutcome, estimates: dict[str, Any] | None) -> dict[str, Any]:
+def _record(cell: Cell, outcome: LaunchOutcome, estimates: dict[str, Any] | None,
+            settings: dict[str, Any]) -> dict[str, Any]:
     launch = {"executor": outcome.executor, "job_id": outcome.job_id, "attempt": outcome.attempt.name,
               "launcher_error": outcome.launcher_error, "wall_time_s": outcome.wall_time_s,
               "reattached": outcome.reattached,
               "submitit_folder": results_relative(outcome.attempt.submitit, outcome.attempt.root.parents[1]),
               "requeues": len([e for e in outcome.requeues if e.get("requeued")])}
-    record = build_record(cell, outcome.rank_results, launch, estimates, _evidence(outcome))
+    record = build_record(cell, outcome.rank_results, launch, estimates,
+                          _evidence(outcome, settings.get("sweep_file")))
+    record["evidence"]["rank_output"] = first_failed_first(outcome.rank_output, record["reason"],
+                                                           outcome.rank_results)
     placement = placement_record(outcome.rank_results)
     if placement is not None:
         record["placement"] = placement
+    if cell.kind == "command":  # what it ran: the command, its files' hashes, the packages it imported
+        record["command"] = read_json_object(outcome.attempt.run(_restart(outcome)).root / COMMAND_DIR /
+                                             PROVENANCE_JSON) or {
+            "command": cell.command, "note": "rank 0 wrote no provenance (it ended before its command did)"}
     return record
+
+
+def _restart(outcome: LaunchOutcome) -> int:
+    """The job's run the results come from (its last)."""
+    return max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)
 
 
 def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: dict[str, Any] | None = None
@@ -76,7 +93,7 @@ def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: 
         CellConfigError: the cell cannot be submitted as configured; nothing was submitted.
     """
     outcome = launch_cell(cell, settings, paths)
-    record = _record(cell, outcome, estimates)
+    record = _record(cell, outcome, estimates, settings)
     if record["status"] == "transient" and outcome.ended_unwatched:
         # The job we re-attached to had already ended without a result while nobody watched: close that attempt
         # and run the cell again now rather than failing the rule for an outcome nobody waited for.
@@ -84,10 +101,11 @@ def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: 
         log.warning("cell %s: re-attached attempt %s ended %s (%s); submitting a new attempt", cell.cell_id,
                     outcome.attempt.name, record["status"], record["reason"])
         outcome = launch_cell(cell, settings, paths)
-        record = _record(cell, outcome, estimates)
+        record = _record(cell, outcome, estimates, settings)
     if record["status"] == "transient":
         _blame_full_disk(outcome, record)
         write_json_atomic(outcome.attempt.run_json, record)
+        _log_outputs(cell, record)
         raise TransientCellError(f"cell {cell.cell_id}: transient: {record['reason']} "
                                  f"(evidence in {outcome.attempt.run_json})")
     _write_record(cell, outcome, paths, record)
@@ -95,7 +113,16 @@ def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: 
     log.info("cell %s: %s %s", cell.cell_id, record["status"],
              f"{m.get('iteration_time_s', float('nan')):.3f} s/iter, {m.get('tokens_per_s_per_gpu', 0):.0f} "
              "tokens/s/GPU" if m else f"({record['failure_class']}) {record['reason']}")
+    if record["status"] != "ok":
+        _log_outputs(cell, record)
     return record
+
+
+def _log_outputs(cell: Cell, record: dict[str, Any]) -> None:
+    """Every rank's last lines in the cell's log, the rank the reason names first."""
+    outputs = record.get("evidence", {}).get("rank_output") or []
+    if outputs:
+        log.warning("cell %s: each rank's last lines:\n%s", cell.cell_id, "\n".join(describe_outputs(outputs, 5)))
 
 
 def _write_record(cell: Cell, outcome: LaunchOutcome, paths: CellPaths, record: dict[str, Any]) -> None:
@@ -161,9 +188,8 @@ def _collect_telemetry(outcome: LaunchOutcome, paths: CellPaths, record: dict[st
 
     A failure here never loses the measurement: it is logged and noted in the record.
     """
-    restart = max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)
     try:
-        return collect_telemetry(outcome.attempt.run(restart), paths, outcome.rank_results)
+        return collect_telemetry(outcome.attempt.run(_restart(outcome)), paths, outcome.rank_results)
     except Exception as e:  # noqa: BLE001
         if is_disk_full(e):
             raise
@@ -177,8 +203,7 @@ def _collect_kind_outputs(cell: Cell, outcome: LaunchOutcome, paths: CellPaths) 
     folder, atomically and before run.json; the attempt keeps its own copies."""
     import shutil
 
-    restart = max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)
-    run_dir = outcome.attempt.run(restart).root
+    run_dir = outcome.attempt.run(_restart(outcome)).root
     copied = []
     for name in get_kind(cell.kind).outputs:
         src = run_dir / name

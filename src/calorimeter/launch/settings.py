@@ -11,23 +11,27 @@ Built once per launch, from the validated sweep config (schema defaults already 
    resource                      setting
    ============================  ====================================================
    ``launcher``                  ``launcher.executor`` (``local``, ``slurm``, ``auto``)
-   ``runtime``                   ``launcher.timeout_min`` (SLURM ``--time``, minutes)
+   ``runtime``                   ``launcher.timeout_min`` (SLURM ``--time``, minutes; or ``4h``, ``90m``)
    ``cpus_per_task``             ``launcher.cpus_per_task``
    ``slurm_partition``           ``--partition``
    ``slurm_account``             ``--account``
    ``slurm_qos``                 ``--qos``
    ``slurm_constraint``          ``--constraint`` (``auto``: the hardware profile's tag)
-   ``slurm_mem_gb``              ``--mem`` in GB
+   ``slurm_mem_gb``              ``--mem`` in GB of 10^9 bytes (sent in MiB, rounded up)
    ``slurm_exclusive``           ``--exclusive`` (0/1)
    ``slurm_gpus_as_gres``        ``--gres=gpu:N`` instead of ``--gpus-per-node=N`` (0/1)
    ``max_requeues``              ``launcher.max_requeues``
    ``signal_delay_s``            ``launcher.signal_delay_s``
    ``poll_s``                    ``launcher.poll_s``
+   ``node_lost_wait_s``          ``launcher.node_lost_wait_s``
    ============================  ====================================================
 
-The Snakemake SLURM executor plugin's names are accepted too (docs/slurm.md): ``qos`` and ``constraint`` (as
-``slurm_qos``, ``slurm_constraint``), ``mem_mb``/``mem_mib`` (``--mem``), ``mem_mb_per_cpu`` (``--mem-per-cpu``),
-``slurm_extra`` (its sbatch options: ``--exclusive`` and ``--name=value`` pairs), ``gpu``/``gres``/``gpu_model``
+The Snakemake SLURM executor plugin's names are accepted too, with its units (docs/slurm.md): ``qos`` and
+``constraint`` (as ``slurm_qos``, ``slurm_constraint``), ``mem`` (a size with its unit, ``64G``: Snakemake's
+``mem_mb``, 10^6 bytes each), ``mem_mb`` (sent as the plugin sends it, ``--mem=<mem_mb>M``, which SLURM counts in
+MiB), ``mem_mib`` (``--mem=<mem_mib>M``), ``mem_mb_per_cpu`` (``--mem-per-cpu``), ``slurm_extra`` (its sbatch
+options: ``--exclusive`` and ``--name=value`` pairs, also in the plugin's documented quoted form
+``"'--qos=long --mail-type=ALL'"``), ``gpu``/``gres``/``gpu_model``
 (the GPU type; the count must be the cell's), ``cpus_per_gpu`` (= ``cpus_per_task``: one task per GPU) and
 ``clusters``/``cluster``/``slurm_cluster``. What the cell decides (``nodes``, ``tasks``, ``tasks_per_node``,
 ``mpi``, ``tasks_per_gpu``) and what calorimeter does its own way (``slurm_logfile``, ``slurm_job_submit``) is
@@ -44,6 +48,7 @@ cell is.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 from calorimeter.placement.apply import placement_settings
@@ -68,6 +73,7 @@ LAUNCHER_RESOURCES = {
     "max_requeues": "max_requeues",
     "signal_delay_s": "signal_delay_s",
     "poll_s": "poll_s",
+    "node_lost_wait_s": "node_lost_wait_s",
 }
 #: the SLURM executor plugin's names that mean one of calorimeter's
 PLUGIN_ALIASES = {"qos": "slurm_qos", "constraint": "slurm_constraint", "cpus_per_gpu": "cpus_per_task"}
@@ -89,7 +95,7 @@ REFUSED_RESOURCES = {
 #: the plugin's names of its cluster option
 _CLUSTER_NAMES = ("clusters", "cluster", "slurm_cluster")
 _BOOL = {"exclusive", "gpus_as_gres"}
-_INT = {"timeout_min", "cpus_per_task", "max_requeues", "signal_delay_s", "poll_s"}
+_INT = {"timeout_min", "cpus_per_task", "max_requeues", "signal_delay_s", "poll_s", "node_lost_wait_s"}
 
 
 def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None = None,
@@ -116,7 +122,7 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
     for res, key in LAUNCHER_RESOURCES.items():
         v = (resources or {}).get(res)
         if v is not None and str(v) != "":
-            out[key] = _number(res, v, int) if key in _INT else str(v)
+            out[key] = _minutes(res, v) if res == "runtime" else _number(res, v, int) if key in _INT else str(v)
     for res, key in SLURM_RESOURCES.items():
         v = (resources or {}).get(res)
         if v is None or str(v) == "":
@@ -128,6 +134,7 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
         else:
             out["slurm"][key] = None if str(v).lower() in ("none", "null") else str(v)
     out["telemetry"] = copy.deepcopy(config["telemetry"])
+    out["sweep_file"] = config.get("_source")  # for the commands a record tells its reader to run
 
     out["placement"] = placement_settings(config)
     return out
@@ -138,8 +145,8 @@ def _plugin_resources(resources: dict[str, Any], explicit: set[str] | None, out:
     calorimeter name), Snakemake's implicit ones dropped, refused and unknown names raised (module docstring)."""
     given = set(resources) if explicit is None else {k for k in resources if k in explicit or
                                                      k not in SNAKEMAKE_RESOURCES | WORKFLOW_RESOURCES}
-    known = sorted({*LAUNCHER_RESOURCES, *SLURM_RESOURCES, *PLUGIN_ALIASES, "mem_mb", "mem_mib", "mem_mb_per_cpu",
-                    "slurm_extra", "gpu", "gres", "gpu_model", *_CLUSTER_NAMES})
+    known = sorted({*LAUNCHER_RESOURCES, *SLURM_RESOURCES, *PLUGIN_ALIASES, "mem", "mem_mb", "mem_mib",
+                    "mem_mb_per_cpu", "slurm_extra", "gpu", "gres", "gpu_model", *_CLUSTER_NAMES})
     where = "resource {} of rule train (profile or --set-resources)"
     kept: dict[str, Any] = {}
     slurm = out["slurm"]
@@ -151,9 +158,11 @@ def _plugin_resources(resources: dict[str, Any], explicit: set[str] | None, out:
             kept[name] = value
         elif name in PLUGIN_ALIASES:
             kept[PLUGIN_ALIASES[name]] = value
-        elif name in ("mem_mb", "mem_mib"):
-            mb = _number(name, value, float) * (1.048576 if name == "mem_mib" else 1.0)
-            kept["slurm_mem_gb"] = mb / 1024  # as --mem=<mb>M
+        elif name in ("mem", "mem_mb", "mem_mib"):
+            # one of them, in this order (Snakemake gives all three for one): the plugin's --mem <mem_mb>, which
+            # SLURM reads as MiB, so the same request as the plugin's
+            if name == next(n for n in ("mem_mb", "mem", "mem_mib") if n in given):
+                slurm["mem_mib"] = _megabytes(value) if name == "mem" else _number(name, value, float)
         elif name == "mem_mb_per_cpu":
             slurm["extra"]["mem-per-cpu"] = f"{int(_number(name, value, float))}M"
         elif name == "slurm_extra":
@@ -169,10 +178,39 @@ def _plugin_resources(resources: dict[str, Any], explicit: set[str] | None, out:
         else:
             raise ConfigError(f"{where.format(short(name))}: unknown{suggest(name, known) or ''}; known: "
                               f"{', '.join(known)} (docs/slurm.md)")
-    if "mem-per-cpu" in slurm["extra"] and ("slurm_mem_gb" in kept or slurm.get("mem_gb")):
+    if "mem-per-cpu" in slurm["extra"] and ("slurm_mem_gb" in kept or slurm.get("mem_gb") or slurm.get("mem_mib")):
         raise ConfigError("resources mem_mb and mem_mb_per_cpu of rule train: give one (sbatch refuses --mem with "
                           "--mem-per-cpu)")
     return kept
+
+
+def _megabytes(value: Any) -> float:
+    """The plugin's ``mem`` (``64G``, ``500MB``, a plain number of MB) in MB of 10^6 bytes, as Snakemake reads it
+    into ``mem_mb`` (rounded up, by the same library)."""
+    from humanfriendly import InvalidSize, parse_size
+
+    text = str(value).strip().strip("'\"")
+    if text.isdecimal():
+        return float(text)
+    try:
+        return float(max(math.ceil(parse_size(text) / 1e6), 1))
+    except InvalidSize:
+        raise ConfigError(f"resource mem of rule train (profile or --set-resources): {short(value)} is not a size "
+                          "(e.g. 64G, 500MB, 1.5TB)") from None
+
+
+def _minutes(resource: str, value: Any) -> int:
+    """``runtime`` in minutes: a number, or a time span as Snakemake reads it (``4h``, ``90m``, ``1d``)."""
+    from humanfriendly import InvalidTimespan, parse_timespan
+
+    text = str(value).strip().strip("'\"")
+    if isinstance(value, (int, float)) or text.isdecimal():
+        return _number(resource, value, int)
+    try:
+        return max(int(round(parse_timespan(text)) / 60), 1)
+    except InvalidTimespan:
+        raise ConfigError(f"resource {resource} of rule train (profile or --set-resources): {short(value)} is not "
+                          "a time (minutes, or e.g. 4h, 90m)") from None
 
 
 def _slurm_extra(text: str, slurm: dict[str, Any], where: str) -> None:
@@ -180,6 +218,10 @@ def _slurm_extra(text: str, slurm: dict[str, Any], where: str) -> None:
     import shlex
 
     words = shlex.split(text)
+    if len(words) == 1 and " " in words[0].strip():
+        # the plugin's documented form "'--qos=long --mail-type=ALL'" read without Snakemake's evaluation, which
+        # takes the quotes off: one quoted string of options
+        words = shlex.split(words[0])
     i = 0
     while i < len(words):
         w = words[i]
@@ -250,8 +292,6 @@ def train_resources_from_env() -> set[str] | None:
 
 def _number(resource: str, value: Any, kind: type) -> Any:
     """A profile resource as a finite non-negative int or float, or a ConfigError naming it."""
-    import math
-
     try:
         x = kind(value) if kind is float or isinstance(value, int) else int(str(value).strip())
     except (TypeError, ValueError):

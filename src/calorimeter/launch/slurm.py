@@ -112,3 +112,24 @@ def node_cpus(partition: str | None = None) -> int | None:
     out = _run(["sinfo", "-h", "-N", "-o", "%c", *(["-p", partition] if partition else [])])
     counts = [int(x) for x in (out or "").split() if x.strip().isdigit()]
     return min(counts) if counts else None
+
+
+#: sinfo's states of a node that cannot run a job (``*``: not responding)
+_LOST_STATES = ("down", "drain", "drained", "draining", "fail", "failing", "no_respond", "unknown")
+
+
+def lost_nodes(job_id: str) -> dict[str, Any]:
+    """The nodes a job lost: of the nodes its run that ended NODE_FAIL had (sacct), those sinfo says cannot run a
+    job now (down, drained, failing, not responding), each with its state and SLURM's reason; ``nodelist`` is that
+    run's node list (all of them, where sinfo names none)."""
+    runs = [r for r in sacct_records(job_id) if base_state(r["State"]) == "NODE_FAIL"]
+    nodelist = runs[-1]["NodeList"] if runs else ""
+    nodes = []
+    out = _run(["sinfo", "-h", "-N", "-o", "%N|%T|%E", *(["-n", nodelist] if nodelist else [])]) or ""
+    for line in out.splitlines():
+        name, _, rest = line.strip().partition("|")
+        state, _, reason = rest.partition("|")
+        lost = state.endswith("*") or state.rstrip("*~#%$@^-+").lower() in _LOST_STATES
+        if name and lost and name not in [n["node"] for n in nodes]:
+            nodes.append({"node": name, "state": state, "reason": reason})
+    return {"job_id": str(job_id), "nodelist": nodelist, "nodes": nodes}

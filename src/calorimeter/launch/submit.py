@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import socket
@@ -28,11 +29,12 @@ from typing import Any
 import submitit
 
 from calorimeter.launch import slurm as slurm_cli
+from calorimeter.launch.output import rank_outputs
 from calorimeter.launch.sbatch import SbatchValueError, check_sbatch_parameters
 from calorimeter.launch.snapshot import with_snapshot
 from calorimeter.launch.space import check_free_space
 from calorimeter.launch.task import CellTask
-from calorimeter.launch.watch import PeerWatch, slurm_decision, stop_ranks
+from calorimeter.launch.watch import NODE_LOST_WAIT_S, PeerWatch, local_ranks, slurm_decision, stop_ranks
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES, accelerator_of
 from calorimeter.records.atomic import write_json_atomic
@@ -62,7 +64,8 @@ class LaunchOutcome:
     ended_unwatched: bool = False
     slurm: dict[str, Any] | None = None
     requeues: list[dict[str, Any]] = field(default_factory=list)
-    log_tail: dict[str, list[str]] = field(default_factory=dict)
+    #: every rank's output tail (:func:`calorimeter.launch.output.rank_outputs`)
+    rank_output: list[dict[str, Any]] = field(default_factory=list)
 
 
 def resolve_executor(name: str) -> str:
@@ -91,9 +94,12 @@ def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict
     if kind == "local":
         if cell.nodes != 1:
             raise CellConfigError(f"cell {cell.cell_id} needs {cell.nodes} nodes; the local executor runs one node "
-                                  "(use launcher.executor: slurm, e.g. snakemake --profile slurm)")
+                                  "(use launcher.executor: slurm, e.g. snakemake --profile profiles/slurm)")
+        # the controller warns rank 0 this long before the limit (rank 0 then records the time-out): never later
+        # than a quarter of the limit, so that a short limit is warned too
+        delay_s = min(int(launcher["signal_delay_s"]), max(15, timeout_min * 60 // 4))
         return kind, dict(tasks_per_node=cell.gpus_per_node, gpus_per_node=gpus, timeout_min=timeout_min,
-                          setup=env_setup)
+                          signal_delay_s=delay_s, setup=env_setup)
     if kind != "slurm":
         raise CellConfigError(f"launcher.executor: unknown executor {kind!r} (local, slurm, auto)")
     if not slurm_cli.available():
@@ -124,8 +130,10 @@ def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict
             params[key] = str(s[key])
     if constraint:
         params["constraint"] = str(constraint)
-    if s.get("mem_gb"):
-        params["mem"] = f"{max(1, round(float(s['mem_gb']) * 1024))}M"
+    if s.get("mem_mib"):  # the plugin's names (mem_mb, mem, mem_mib): as the plugin sends them
+        params["mem"] = f"{max(1, math.ceil(float(s['mem_mib'])))}M"
+    elif s.get("mem_gb"):  # GB = 10^9 bytes; SLURM's M is 2^20 bytes
+        params["mem"] = f"{max(1, math.ceil(float(s['mem_gb']) * 1e9 / 2**20))}M"
     if s.get("exclusive"):
         params["exclusive"] = True
     try:
@@ -220,14 +228,18 @@ def _current_results(attempt: AttemptPaths) -> list[dict[str, Any]]:
 
 
 def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None, watch: PeerWatch | None = None,
-          slurm: tuple[AttemptPaths, int] | None = None) -> dict[str, Any] | None:
+          slurm: tuple[AttemptPaths, int] | None = None, node_lost_wait_s: float = NODE_LOST_WAIT_S
+          ) -> dict[str, Any] | None:
     """Block until the job is done, forcing a state check (sacct) at least every ``poll_s`` seconds; ``progress``
     logs the running cell's steps meanwhile; ``watch`` checks the ranks of this host every second: when one died
-    without a result, the job is cancelled at once and that death is returned (:mod:`calorimeter.launch.watch`).
-    For a SLURM job (``slurm``: its attempt and world size), :func:`calorimeter.launch.watch.slurm_decision` bounds
-    the wait: a job SLURM requeued is waited for (one copy only), but not while it waits for a lost node; a job
-    whose ranks failed while SLURM has not noticed a lost node, or that hangs COMPLETING after every rank's result,
-    is not waited for."""
+    without a result, the job is cancelled at once and that death is returned (:mod:`calorimeter.launch.watch`);
+    when rank 0 of a local job recorded its time limit, the other ranks are stopped at once (they would only wait
+    for the local limit's kill). For a SLURM job (``slurm``: its attempt and world size),
+    :func:`calorimeter.launch.watch.slurm_decision` bounds the wait: a job SLURM requeued is waited for (one copy
+    only), but not for more than ``node_lost_wait_s`` while it waits for a lost node (then it is cancelled, and
+    ``launcher_cancelled.json`` names the node: :func:`calorimeter.launch.slurm.lost_nodes`); a job whose ranks
+    failed while SLURM has not noticed a lost node, or that hangs COMPLETING after every rank's result, is not
+    waited for."""
     last = start = time.time()
     ran = False
     waiting_since: float | None = None
@@ -246,12 +258,15 @@ def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None,
             elif live not in AFTER_A_RUN:
                 waiting_since = None
             action, why = slurm_decision(done, live, _current_results(attempt), world_size, time.time(),
-                                         waiting_since)
-            if action == "cancel":
+                                         waiting_since, node_lost_wait_s)
+            if action in ("cancel", "node_lost"):
                 log.warning("job %s: %s: cancelling it", job.job_id, why)
+                lost = slurm_cli.lost_nodes(str(job.job_id)) if action == "node_lost" else None
                 job.cancel(check=False)
-                write_json_atomic(attempt.root / "launcher_cancelled.json", {"job_id": str(job.job_id), "why": why,
-                                                                            "time_s": time.time()})
+                write_json_atomic(attempt.root / "launcher_cancelled.json", {
+                    "job_id": str(job.job_id), "why": why, "time_s": time.time(),
+                    **({"node_lost": {**lost, "waited_s": time.time() - (waiting_since or time.time())}}
+                       if lost is not None else {})})
                 return None
             if action == "return":
                 return watch.check() if watch is not None else None
@@ -259,9 +274,11 @@ def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None,
         if done:
             return watch.check() if watch is not None else None
         death = watch.check() if watch is not None else None
-        if death is not None:
-            log.warning("cell %s: %s", job.paths.folder, describe_death(death))
-            stop_ranks(watch.attempt)
+        limit = death is None and watch is not None and watch.processes is not None and watch.at_time_limit()
+        if death is not None or limit:  # a dead rank, or a local job whose rank 0 recorded its time limit
+            log.warning("cell %s: %s", job.paths.folder, describe_death(death) if death is not None else
+                        "time limit reached: stopping the ranks")
+            stop_ranks(watch.attempt, processes=watch.processes)
             job.cancel(check=False)
             deadline = time.time() + 30.0
             while not job.done(force_check=True) and time.time() < deadline:
@@ -301,23 +318,6 @@ def _collect(attempt: AttemptPaths) -> list[dict[str, Any]]:
         else:
             results.append(r)
     return sorted(results, key=lambda r: int(r.get("rank", 0)))
-
-
-#: the checkout this code runs from (``<root>/src/calorimeter/launch``): log lines name its files relative to it
-_CHECKOUT = str(Path(__file__).resolve().parents[3]) + os.sep
-
-
-def _log_tails(attempt: AttemptPaths, job_id: str, lines: int = 15) -> dict[str, list[str]]:
-    """Last lines of each rank's submitit stderr (the evidence of a failure); the project's own files are named
-    relative to the checkout (a record must not carry the machine's path to it)."""
-    out = {}
-    for f in sorted(attempt.submitit.glob(f"{job_id}_*_log.err")):
-        try:
-            text = f.read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        out[f.name] = [t.replace(_CHECKOUT, "")[-400:] for t in text[-lines:]]
-    return out
 
 
 def _requeue_events(attempt: AttemptPaths) -> list[dict[str, Any]]:
@@ -383,8 +383,12 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
     _link_latest(paths, attempt)
     error = None
     try:
-        death = _wait(job, float(settings["poll_s"]), ProgressLog(attempt, cell.cell_id), PeerWatch(attempt),
-                      (attempt, cell.world_size) if kind == "slurm" else None)
+        # a local job's ranks are this host's processes under its controller (pid = job id): watched from the start
+        processes = (lambda: local_ranks(int(job.job_id))) if kind == "local" else None
+        death = _wait(job, float(settings["poll_s"]), ProgressLog(attempt, cell.cell_id),
+                      PeerWatch(attempt, processes=processes, world_size=cell.world_size),
+                      (attempt, cell.world_size) if kind == "slurm" else None,
+                      float(settings.get("node_lost_wait_s", NODE_LOST_WAIT_S)))
         if death is not None:  # never wait for the dead rank's result (submitit would, 15 s)
             error = f"peer died: {describe_death(death)}"
         else:
@@ -393,5 +397,8 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
         error = f"{type(e).__name__}: {str(e).strip()[-2000:]}"
     job_id = str(job.job_id)
     evidence = slurm_cli.final_evidence(job_id) if kind == "slurm" else None
-    return LaunchOutcome(attempt, job_id, kind, _collect(attempt), error, time.time() - t0, reattached,
-                         ended_unwatched, evidence, _requeue_events(attempt), _log_tails(attempt, job_id))
+    results = _collect(attempt)
+    return LaunchOutcome(attempt, job_id, kind, results, error, time.time() - t0, reattached, ended_unwatched,
+                         evidence, _requeue_events(attempt),
+                         rank_outputs(attempt, job_id, cell.world_size, results,
+                                      socket.gethostname() if kind == "local" else None))

@@ -38,14 +38,16 @@ class CellTask(submitit.helpers.Checkpointable):
     A rank that fails writes its error and exits the process at once, so that its peers' collectives fail fast
     instead of hanging until the communication timeout.
 
-    Preemption and time limits (SLURM sends USR2 ``signal_delay_s`` before the limit; a peer that gets it relays
-    it to rank 0: :mod:`calorimeter.launch.warning`): submitit calls :meth:`checkpoint` on rank 0, which logs the
-    event in the attempt's ``requeues.jsonl`` and hands back this same task with ``requeues + 1`` (every setting
-    kept); submitit then requeues the job (same job id). The requeued
-    job restarts the cell from scratch: a measurement is short, and a restarted measurement must not mix two runs.
-    Every rank result carries ``restart`` (SLURM_RESTART_COUNT), so the collector keeps only the last run's results
-    and sets the interrupted run's files aside. Past ``max_requeues``, :meth:`checkpoint` returns None: submitit
-    stops requeuing and rank 0 records ``timeout`` (or ``preempted``).
+    Preemption and time limits (USR2: SLURM sends it ``signal_delay_s`` before the limit or on a preemption notice,
+    and a peer that gets it relays it to rank 0, :mod:`calorimeter.launch.warning`; submitit's local controller sends
+    it before the local limit): submitit calls :meth:`checkpoint` on rank 0, which logs the event in the attempt's
+    ``requeues.jsonl``. A cell restarts from scratch when requeued (a measurement is short, and a restarted
+    measurement must not mix two runs), so it keeps no progress across a requeue: a time limit (a local job's, or
+    SLURM's, :func:`time_limit_reached`) would only be hit again, and is never requeued; rank 0 records ``timeout``
+    (the record: failed, class ``timeout``, once). A preemption hands back this same task with ``requeues + 1``
+    (every setting kept); submitit then requeues the job (same job id). Every rank result carries ``restart``
+    (SLURM_RESTART_COUNT), so the collector keeps only the last run's results and sets the interrupted run's files
+    aside. Past ``max_requeues``, :meth:`checkpoint` returns None and rank 0 records ``preempted``.
 
     Attributes:
         cell: ``Cell.to_dict()`` of the cell.
@@ -78,6 +80,8 @@ class CellTask(submitit.helpers.Checkpointable):
         rank = job.global_rank
         out: dict[str, Any] = {"t_start_s": t0, "pid": os.getpid(), "restart": restart, "requeues": self.requeues,
                                "job_id": job.job_id, "rank": rank}
+        _RUN_START_S[0] = t0
+        kill_point(cell.cell_id, rank, restart, "start")
         announce(attempt, rank, restart)  # first: the launcher watches this pid (calorimeter.launch.watch)
         leave_if_a_peer_died(attempt, rank, restart)  # it started after a peer's death was recorded: nothing to join
         relay_warning(attempt, rank, restart)  # SLURM's time-limit warning reaches rank 0 via any peer
@@ -110,12 +114,16 @@ class CellTask(submitit.helpers.Checkpointable):
             if out.get("status") == "ok":
                 _teardown(destroy=False)  # every rank done before the node's sampler stops
             stop_cell_sampler(sampler)
-        except UncompletedJobError as e:
-            # Raised by submitit's USR2 handler on rank 0 when the job is not requeued any more.
+        except UncompletedJobError:
+            # Raised by submitit's USR2 handler on rank 0 when the job is not requeued (any more).
             elapsed = time.time() - t0
-            near_limit = elapsed + int(self.settings["signal_delay_s"]) + 90 >= int(self.settings["timeout_min"]) * 60
-            out.update(status="timeout" if near_limit else "preempted", error=str(e).strip(),
-                       elapsed_s=elapsed)
+            if time_limit_reached(self.settings, elapsed):
+                out.update(status="timeout", elapsed_s=elapsed, error=(
+                    f"time limit of {int(self.settings['timeout_min'])} min reached after {elapsed:.0f} s "
+                    "(not requeued: the cell would restart from scratch and hit it again)"))
+            else:
+                out.update(status="preempted", elapsed_s=elapsed, error=(
+                    f"preempted {self.requeues + 1} times (launcher.max_requeues {self.settings['max_requeues']})"))
         except Exception as e:  # noqa: BLE001 - every failure is recorded, then the rank exits
             out.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
         out["t_end_s"] = time.time()
@@ -129,13 +137,16 @@ class CellTask(submitit.helpers.Checkpointable):
         return {"rank": rank, "status": out["status"], "restart": restart}
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission | None:
-        """Called by submitit on rank 0 on preemption or time limit: requeue this task (``requeues + 1``, every
-        setting kept), or None past ``max_requeues``."""
+        """Called by submitit on rank 0 on a preemption or the time limit: requeue this task after a preemption
+        (``requeues + 1``, every setting kept); None at the time limit, or past ``max_requeues``."""
         attempt = AttemptPaths(Path(self.attempt_dir))
         max_requeues = int(self.settings["max_requeues"])
-        requeue = self.requeues < max_requeues
+        elapsed = time.time() - (_RUN_START_S[0] or time.time())
+        time_limit = time_limit_reached(self.settings, elapsed)
+        requeue = not time_limit and self.requeues < max_requeues
         event = {"time_s": time.time(), "job_id": submitit.JobEnvironment().job_id, "restart": self.restart_count(),
                  "requeues": self.requeues, "max_requeues": max_requeues, "requeued": requeue,
+                 "why": "time limit" if time_limit else "preemption", "elapsed_s": elapsed,
                  "host": os.uname().nodename}
         try:
             with attempt.requeues.open("a") as f:
@@ -149,6 +160,21 @@ class CellTask(submitit.helpers.Checkpointable):
     def requeued(self) -> CellTask:
         """This task, requeued once more."""
         return dataclasses.replace(self, requeues=self.requeues + 1)
+
+
+#: when this process's run of the task began (``time.time()``), for :meth:`CellTask.checkpoint`
+_RUN_START_S: list[float | None] = [None]
+#: a USR2 this close to the time limit (beyond ``signal_delay_s``: SLURM checks limits about every 30 s, a loaded
+#: host delivers late) is the limit's warning, not a preemption
+LIMIT_MARGIN_S = 90
+
+
+def time_limit_reached(settings: dict[str, Any], elapsed_s: float) -> bool:
+    """Whether a USR2 ``elapsed_s`` into a run is the time limit's warning (a local job's always is: nothing
+    preempts it) rather than a preemption."""
+    if os.environ.get("SUBMITIT_EXECUTOR") == "local":
+        return True
+    return elapsed_s + int(settings["signal_delay_s"]) + LIMIT_MARGIN_S >= int(settings["timeout_min"]) * 60
 
 
 def run_kind(ctx: RankContext) -> RankResult:

@@ -3,12 +3,16 @@
 Every rank writes ``alive-<rank>.json`` (pid, host, start time) into the attempt's staging folder as its very first
 act, before torch is imported. While the launcher waits for the job, :class:`PeerWatch` checks each rank of its own
 host: a rank whose process is gone (or a zombie) without having written its result died (killed, OOM-killed, a
-segfault). The first such death is written to ``peer_died.json`` (the rank, host, pid and times: the evidence of
-which rank went first); the other ranks of the host get :data:`GRACE_S` to end by themselves (a broken connection
+segfault). A local job's ranks are also watched as the processes the launcher started (:func:`local_ranks`: the
+submitit tasks under the job's controller, each with its rank in its environment), from the moment they exist: a
+rank that dies before it has written its alive file (while Python starts or imports) is found the same way, and so
+is one whose process was gone before the launcher ever saw it (its peers were seen :data:`NEVER_SEEN_S` ago). The
+first such death is written to ``peer_died.json`` (the rank, host, pid and times: the evidence of which rank went
+first); the other ranks of the host get :data:`GRACE_S` to end by themselves (a broken connection
 fails their collective at once) and are then killed (one waiting in the rendezvous would wait for the store
 timeout; submitit's tasks ignore SIGTERM); the job is cancelled, and the record's class is ``peer_died``. Without
-this, a rank killed before the rendezvous held its cell for the store timeout (602 s), and one killed mid-training
-made the launcher wait 15 s for the dead rank's result.
+this, a rank killed before the rendezvous held its cell for the store timeout (602 s; 626 s for one killed before
+its alive file), and one killed mid-training made the launcher wait 15 s for the dead rank's result.
 
 Ranks on other hosts (SLURM) are watched by SLURM itself: their step runs with ``srun --kill-on-bad-exit=1``, so a
 rank that dies ends the step (:func:`calorimeter.launch.submit.executor_parameters`). A rank that goes silent
@@ -31,6 +35,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +113,62 @@ def process_gone(pid: int) -> bool:
 
 
 
+#: a rank of a local job whose process the launcher never saw while its peers' ran this long died before it was seen
+#: (the controller starts every rank at once, within milliseconds)
+NEVER_SEEN_S = 5.0
+#: the environment variable in which submitit's local controller gives each task its rank
+_LOCAL_RANK_ENV = b"SUBMITIT_LOCAL_GLOBALID="
+
+
+def _children() -> dict[int, list[int]]:
+    """parent pid -> pids of its children, for every process of this host (``/proc/<pid>/stat``)."""
+    out: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[-1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        out.setdefault(ppid, []).append(int(entry.name))
+    return out
+
+
+def _local_task_rank(pid: int) -> int | None:
+    """The rank of a running submitit task of a local job (None for any other process, or one that has ended)."""
+    try:
+        if b"submitit" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return None
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for var in env:
+        if var.startswith(_LOCAL_RANK_ENV):
+            try:
+                return int(var[len(_LOCAL_RANK_ENV):])
+            except ValueError:
+                return None
+    return None
+
+
+def local_ranks(root_pid: int) -> dict[int, int]:
+    """rank -> pid of every live rank of the local job whose controller (or the shell that starts it) is
+    ``root_pid``: the submitit tasks among its descendants (a rank's own children, such as a command's processes,
+    are not ranks)."""
+    children = _children()
+    ranks: dict[int, int] = {}
+    todo = list(children.get(root_pid, []))
+    while todo:
+        pid = todo.pop()
+        rank = _local_task_rank(pid)
+        if rank is not None:
+            if not process_gone(pid):
+                ranks[rank] = pid
+        else:
+            todo.extend(children.get(pid, []))
+    return ranks
+
+
 def peer_death(attempt: AttemptPaths) -> dict[str, Any] | None:
     """The first rank death recorded for this attempt (``peer_died.json``), if any."""
     return read_json_object(attempt.root / PEER_DIED)
@@ -127,11 +188,53 @@ def leave_if_a_peer_died(attempt: AttemptPaths, rank: int, restart: int) -> None
 
 
 class PeerWatch:
-    """Checks the ranks of this host for one that died without a result (module docstring)."""
+    """Checks the ranks of this host for one that died without a result (module docstring).
 
-    def __init__(self, attempt: AttemptPaths, host: str | None = None):
+    Args:
+        attempt: the attempt's folder.
+        host: this host's name.
+        processes: for a local job, the ranks it runs now (rank -> pid; :func:`local_ranks` of its controller).
+        world_size: the job's ranks (with ``processes``: a rank never seen running is found too).
+    """
+
+    def __init__(self, attempt: AttemptPaths, host: str | None = None,
+                 processes: Callable[[], dict[int, int]] | None = None, world_size: int = 0):
         self.attempt = attempt
         self.host = host or socket.gethostname()
+        self.processes = processes
+        self.world_size = world_size
+        #: rank -> (pid, when it was first seen) of every rank process seen so far
+        self.seen: dict[int, tuple[int, float]] = {}
+        self._first_seen_s: float | None = None
+
+    def pids(self) -> dict[int, int]:
+        """rank -> pid of the rank processes seen running (what :func:`stop_ranks` stops besides the announced)."""
+        return {rank: pid for rank, (pid, _) in self.seen.items() if not process_gone(pid)}
+
+    def at_time_limit(self) -> bool:
+        """Whether a rank of this attempt recorded the time limit (its peers then end with the job)."""
+        return any((read_json_object(f) or {}).get("status") == "timeout" for f in self.attempt.rank_jsons())
+
+    def _process_deaths(self, requeued_s: float | None) -> list[dict[str, Any]]:
+        """The ranks whose process this launcher saw end (or never saw) without a result."""
+        if self.processes is None:
+            return []
+        now = time.time()
+        live = self.processes()
+        for rank, pid in live.items():
+            if self.seen.get(rank, (None, 0.0))[0] != pid:
+                self.seen[rank] = (pid, now)
+        if live and self._first_seen_s is None:
+            self._first_seen_s = now
+        dead = [{"rank": rank, "host": self.host, "pid": pid, "restart": 0, "t_start_s": t, "source": "process",
+                 "how": "its process ended"}
+                for rank, (pid, t) in self.seen.items() if rank not in live or process_gone(pid)]
+        if self._first_seen_s is not None and now - self._first_seen_s > NEVER_SEEN_S:
+            dead += [{"rank": rank, "host": self.host, "pid": None, "restart": 0, "t_start_s": self._first_seen_s,
+                      "source": "process", "how": "its process ended before the launcher saw it run"}
+                     for rank in range(self.world_size) if rank not in self.seen]
+        return [d for d in dead if not self.attempt.rank_json(d["rank"]).exists()
+                and not (requeued_s is not None and requeued_s >= d["t_start_s"])]
 
     def _last_requeue_s(self) -> float | None:
         return _last_requeue(self.attempt)
@@ -141,6 +244,8 @@ class PeerWatch:
         known = peer_death(self.attempt)
         if known is not None:
             return known
+        if self.at_time_limit():
+            return None  # rank 0 hit the time limit: the other ranks are ended with the job, not dead peers
         dead = []
         requeued_s = self._last_requeue_s()
         beats: list[tuple[float, dict[str, Any]]] = []
@@ -161,12 +266,16 @@ class PeerWatch:
                 dead.append(a)
         latest = max((int(a.get("restart") or 0) for _, a in beats), default=0)
         dead = [a for a in dead if int(a.get("restart") or 0) == latest]
+        announced = {int(a["rank"]) for a in dead}
+        dead += [d for d in self._process_deaths(requeued_s) if d["rank"] not in announced]
         if not dead:
             return self._silent([b for b in beats if int(b[1].get("restart") or 0) == latest])
         first = min(dead, key=lambda a: float(a.get("t_start_s") or 0))  # one poll: all seen at once
         death = {"rank": first["rank"], "host": first["host"], "pid": first["pid"], "restart": first.get("restart"),
                  "t_start_s": first.get("t_start_s"), "t_detected_s": time.time(),
                  "ranks_dead": sorted(int(a["rank"]) for a in dead)}
+        if int(first["rank"]) not in announced:  # found as a process: it never wrote its alive file
+            death.update(source="process", how=first["how"] + " before the rank announced itself")
         write_json_atomic(self.attempt.root / PEER_DIED, death)
         return death
 
@@ -202,17 +311,23 @@ def _ranks_of_host(attempt: AttemptPaths, host: str) -> dict[int, int]:
     return live
 
 
-def stop_ranks(attempt: AttemptPaths, grace_s: float = GRACE_S, host: str | None = None) -> list[int]:
+def stop_ranks(attempt: AttemptPaths, grace_s: float = GRACE_S, host: str | None = None,
+               processes: Callable[[], dict[int, int]] | None = None) -> list[int]:
     """SIGKILL the ranks of this host that still run ``grace_s`` seconds from now; the ranks killed.
 
     The ranks are read again after the grace: one that announced itself meanwhile (it started after its peer died)
     is stopped too. One that announces itself later still finds ``peer_died.json``, written before this is called,
-    and leaves by itself (:func:`leave_if_a_peer_died`)."""
+    and leaves by itself (:func:`leave_if_a_peer_died`). ``processes`` (a local job's ranks, rank -> pid) adds the
+    ranks that have not announced themselves yet."""
     host = host or socket.gethostname()
+
+    def ranks() -> dict[int, int]:
+        return {**(processes() if processes is not None else {}), **_ranks_of_host(attempt, host)}
+
     deadline = time.time() + grace_s
-    while time.time() < deadline and any(not process_gone(p) for p in _ranks_of_host(attempt, host).values()):
+    while time.time() < deadline and any(not process_gone(p) for p in ranks().values()):
         time.sleep(0.1)
-    live = _ranks_of_host(attempt, host)
+    live = ranks()
     killed = []
     for rank, pid in sorted(live.items()):
         if not process_gone(pid):
@@ -262,15 +377,15 @@ def _last_requeue(attempt: AttemptPaths) -> float | None:
 FAILED_RANK_GRACE_S = 30.0
 #: every rank wrote its result and the job has been COMPLETING this long (a stopped slurmd holds it there): done
 COMPLETING_GRACE_S = 10.0
-#: a job SLURM requeued (node failure) that has not started again after this long (waiting for a lost node): end it
-REQUEUED_PENDING_MAX_S = 120.0
-#: environment variable overriding :data:`REQUEUED_PENDING_MAX_S` (seconds; the SLURM tests shorten it)
-REQUEUE_WAIT_ENV = "CALORIMETER_REQUEUE_WAIT_S"
+#: the default of ``launcher.node_lost_wait_s``: how long a job SLURM requeued after a node failure may wait for a node
+NODE_LOST_WAIT_S = 300.0
 
 
 def slurm_decision(done: bool, live_state: str | None, results: list[dict[str, Any]], world_size: int,
-                   now: float, waiting_since: float | None) -> tuple[str, str]:
-    """What the launcher does with a SLURM job it waits for: (``wait`` | ``return`` | ``cancel``, why).
+                   now: float, waiting_since: float | None, node_lost_wait_s: float = NODE_LOST_WAIT_S
+                   ) -> tuple[str, str]:
+    """What the launcher does with a SLURM job it waits for: (``wait`` | ``return`` | ``cancel`` | ``node_lost``,
+    why); ``node_lost`` cancels it too.
 
     Args:
         done: submitit's view: the job reached a terminal state.
@@ -279,20 +394,22 @@ def slurm_decision(done: bool, live_state: str | None, results: list[dict[str, A
         world_size: ranks of the cell.
         now: the time.
         waiting_since: when the job was first seen ending (COMPLETING) or waiting again after a run that ended
-            NODE_FAIL (SLURM requeues it after a node failure), else None (a requeue after a preemption or time
-            limit waits in the queue as long as it must).
+            NODE_FAIL (SLURM requeues it after a node failure), else None (a requeue after a preemption waits in
+            the queue as long as it must).
+        node_lost_wait_s: how long a job requeued after a node failure may wait (``launcher.node_lost_wait_s``).
 
     Exactly one copy of a cell runs: a job SLURM requeued (after NODE_FAIL) is waited for, never resubmitted beside
-    it, but not for longer than :data:`REQUEUED_PENDING_MAX_S` (then it is cancelled, and only then may a retry
-    submit the cell again). That includes the seconds between the node failure and the requeue, while SLURM kills
-    the run's processes (COMPLETING, up to KillWait) and sacct already says NODE_FAIL: returning then let a retry
-    submit a second job while SLURM started the requeued one (seen in CI).
+    it, but not for longer than ``node_lost_wait_s`` (then it is cancelled, ``node_lost``: the cell is recorded
+    failed naming the node, since a retry would only wait for the same missing node). That includes the seconds
+    between the node failure and the requeue, while SLURM kills the run's processes (COMPLETING, up to KillWait)
+    and sacct already says NODE_FAIL: returning then let a retry submit a second job while SLURM started the
+    requeued one (seen in CI).
     """
     if waiting_since is not None and live_state in job_states.AFTER_A_RUN:
-        bound = float(os.environ.get(REQUEUE_WAIT_ENV) or REQUEUED_PENDING_MAX_S)
-        if now - waiting_since > bound:
-            return "cancel", (f"requeued by SLURM after a node failure and still {live_state} after {bound:.0f} s "
-                              "(waiting for a lost node?)")
+        if now - waiting_since > node_lost_wait_s:
+            return "node_lost", (f"requeued by SLURM after a node failure and still {live_state} after "
+                                 f"{node_lost_wait_s:.0f} s (launcher.node_lost_wait_s): no node took the lost one's "
+                                 "place")
         return "wait", f"requeued by SLURM ({live_state})"
     if done and live_state in (*job_states.RESTARTING, "RUNNING"):  # the run ended (NODE_FAIL); SLURM runs it again
         return "wait", f"requeued by SLURM ({live_state})"

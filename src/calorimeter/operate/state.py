@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,8 @@ class CellStatus:
     record: RunRecord | None = None
     #: a ``planned`` cell whose record ``calorimeter rerun`` set aside: that record's state (ok, oom, failed)
     aside_state: str | None = None
+    #: every rank's output tail, the rank the reason names first (a record's ``evidence.rank_output``)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able (the record itself left out)."""
@@ -75,7 +77,7 @@ class CellStatus:
                 "reason": self.reason, "job_id": self.job_id, "executor": self.executor, "attempts": self.attempts,
                 "elapsed_s": self.elapsed_s, "restart": self.restart,
                 "progress": self.progress.to_dict() if self.progress is not None else None, "note": self.note,
-                "set_aside_state": self.aside_state}
+                "set_aside_state": self.aside_state, "rank_output": self.outputs}
 
 
 def list_attempts(cell: CellPaths) -> list[AttemptPaths]:
@@ -115,6 +117,7 @@ def _record_status(cs: CellStatus, rec: RunRecord) -> None:
     cs.executor = launch.get("executor")
     cs.elapsed_s = launch.get("wall_time_s")
     cs.record = rec
+    cs.outputs = rec.rank_output if rec.status != "ok" else []
 
 
 def _open_attempt(cs: CellStatus, attempt: AttemptPaths, job: dict[str, Any], now: float,

@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from calorimeter.launch.output import describe_outputs
 from calorimeter.operate.eta import Eta, estimate, format_duration, n_cells
 from calorimeter.operate.state import STATES, CellStatus, cell_status, open_job_ids, slurm_view
 from calorimeter.plan.plan import Plan, make_plan
@@ -64,6 +65,8 @@ def _detail(cs: CellStatus) -> str:
 
 
 COLUMNS = ("cell", "state", "class", "job", "att", "elapsed", "progress / reason")
+#: a failed cell's last lines shown per rank
+OUTPUT_LINES = 2
 
 
 def format_table(st: SweepStatus, states: set[str] | None = None) -> str:
@@ -75,7 +78,13 @@ def format_table(st: SweepStatus, states: set[str] | None = None) -> str:
     rows = [tuple("" if v is None else v for v in r) for r in rows]
     widths = [max([len(COLUMNS[i]), *(len(r[i]) for r in rows)]) for i in range(len(COLUMNS) - 1)]
     fmt = lambda r: "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[-1]  # noqa: E731
-    lines = [fmt(COLUMNS), *(fmt(r) for r in rows)]
+    shown = [cs for cs in st.cells if not states or cs.state in states]
+    lines = [fmt(COLUMNS)]
+    for r, cs in zip(rows, shown, strict=True):
+        lines.append(fmt(r))
+        # a cell that did not end ok: what each rank printed last, the rank the reason names first
+        lines.extend(line if len(line) <= 160 else line[:157] + "..."
+                     for line in describe_outputs(cs.outputs, OUTPUT_LINES, "    "))
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.time_s))
     counts = ", ".join(f"{n} {s}" for s, n in st.counts.items())
     lines.append(f"sweep {st.plan.sweep} at {when}: {n_cells(len(st.cells))}: {counts}")

@@ -205,6 +205,11 @@ class Cell:
                  optimization_label=self.optimization_label)
         return d
 
+    def recorded(self) -> dict[str, Any]:
+        """The cell as its record and tables describe it: :meth:`to_dict` (the parameters, which decide when it
+        reruns), for a ``command`` cell seen through :func:`as_recorded`."""
+        return as_recorded(self.to_dict())
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Cell:
         """Inverse of :meth:`to_dict` (derived keys are ignored)."""
@@ -220,6 +225,25 @@ _FIELDS = fields(Cell)
 TRAINING_KINDS = ("train", "lora")
 #: fields of one kind only, left out of ``to_dict`` when unset
 _OMITTED_WHEN_UNSET = ("command", "label", "log_format")
+
+
+#: what a ``command`` cell's own trainer decides, not calorimeter: the parallel layout, optimizer sharding, data, seed
+#: and learning rate (and the values derived from them)
+COMMAND_DECIDES = ("tp", "pp", "ep", "cp", "sequence_parallel", "zero_stage", "recompute", "recompute_layers",
+                   "overlap", "pp_split", "lora_rank", "dataset", "seed", "lr", "dp", "grad_accum", "parallel_label",
+                   "optimization_label")
+#: the ``engine`` of a ``command`` cell: its own command, launched by calorimeter (what it runs: the record's
+#: ``command`` section)
+COMMAND_ENGINE = "command"
+
+
+def as_recorded(d: dict[str, Any]) -> dict[str, Any]:
+    """A cell's parameters (``Cell.to_dict()`` or a plan's row of them) as records and tables show them: a
+    ``command`` cell says what it is, ``engine: command``, and None for what its command decides
+    (:data:`COMMAND_DECIDES`), never the engine's defaults; any other cell as it is."""
+    if d.get("kind") != "command":
+        return d
+    return {**d, **dict.fromkeys((k for k in COMMAND_DECIDES if k in d), None), "engine": COMMAND_ENGINE}
 
 
 def _slug(path: str) -> str:

@@ -72,6 +72,20 @@ def describe_death(death: dict[str, Any]) -> str:
             + "; the other ranks were stopped")
 
 
+def describe_node_loss(cancelled: dict[str, Any]) -> str:
+    """The reason of a cell whose job lost a node and found none to run it again (``launcher_cancelled.json``, with
+    ``rerun``: the command that reruns the sweep's failed cells)."""
+    lost = cancelled.get("node_lost") or {}
+    nodes = [n["node"] + (f" ({n['state']}" + (f": {n['reason']}" if n.get("reason") else "") + ")")
+             for n in lost.get("nodes") or []]
+    named = (f"node {', '.join(nodes)}" if len(nodes) == 1 else f"nodes {', '.join(nodes)}") if nodes else (
+        f"a node of {lost.get('nodelist') or 'its job'} (SLURM does not say which)")
+    return (f"{named} lost: SLURM failed job {lost.get('job_id') or cancelled.get('job_id')} (NODE_FAIL) and "
+            f"requeued it, and no node took its place within {float(lost.get('waited_s') or 0):.0f} s "
+            "(launcher.node_lost_wait_s); the job was cancelled. Bring the node back or change the cell, then rerun "
+            f"with: {cancelled.get('rerun') or 'calorimeter rerun <sweep file> --failed'}")
+
+
 def classify_attempt(rank_results: list[dict[str, Any]], world_size: int, launcher_error: str | None = None,
                      slurm_state: str | None = None, peer_died: dict[str, Any] | None = None
                      ) -> tuple[str, str, str]:
@@ -82,12 +96,13 @@ def classify_attempt(rank_results: list[dict[str, Any]], world_size: int, launch
 
     1. every rank ok -> ok;
     2. a rank ran out of memory, or SLURM's OUT_OF_MEMORY (host memory) -> oom;
-    3. the time limit was hit after every allowed requeue (a rank says ``timeout``, or SLURM's TIMEOUT) ->
-       failed / timeout: the cell needs a longer ``timeout_min``, resubmitting it as is would only repeat this;
+    3. the time limit was hit (a rank says ``timeout``, or SLURM's TIMEOUT) -> failed / timeout: a cell restarts
+       from scratch, so it needs a longer ``timeout_min``; resubmitting it as is would only repeat this;
     4. SLURM says NODE_FAIL, CANCELLED, PREEMPTED, BOOT_FAIL, ... -> transient, whatever the ranks wrote (peers of
        a killed rank fail on broken connections);
     5. the launcher saw a rank die without a result (``peer_died``, :mod:`calorimeter.launch.watch`) -> transient /
-       ``peer_died``, naming that rank and its host (its peers' broken connections are consequences);
+       ``peer_died``, naming that rank and its host (its peers' broken connections are consequences), unless a rank
+       had already failed with a deterministic error (the death then followed it: srun ended the others);
     6. the first rank to fail names a communication timeout, a lost peer or a kill -> transient, class
        ``comm_timeout``, ``peer_died``, ``killed`` or ``node_fail`` (:func:`transient_class`); any other error
        -> failed (deterministic: the same cell would fail again);
@@ -104,8 +119,9 @@ def classify_attempt(rank_results: list[dict[str, Any]], world_size: int, launch
         return "oom", "oom", "SLURM OUT_OF_MEMORY: the job exceeded its host memory (--mem)"
     timeouts = [r for r in rank_results if r.get("status") == "timeout"]
     if timeouts or state == "TIMEOUT":
-        why = timeouts[0].get("error") if timeouts else "SLURM TIMEOUT"
-        return "failed", "timeout", f"time limit hit and not requeued any more ({why}); raise launcher.timeout_min"
+        why = (f"rank {timeouts[0].get('rank')}: {timeouts[0].get('error')}" if timeouts else
+               "SLURM ended the job at its time limit (TIMEOUT)")
+        return "failed", "timeout", f"{why}; raise launcher.timeout_min (or the profile's runtime) and rerun"
     if state in job_states.TRANSIENT:
         klass = job_states.STATE_CLASSES.get(state, "transient")
         return "transient", klass, (f"SLURM {state}" + (f"; launcher: {launcher_error}" if launcher_error
@@ -113,9 +129,11 @@ def classify_attempt(rank_results: list[dict[str, Any]], world_size: int, launch
     preempted = [r for r in rank_results if r.get("status") == "preempted"]
     if preempted:
         return "transient", "transient", f"preempted too often: {preempted[0].get('error')}"
-    if peer_died:
-        return "transient", "peer_died", describe_death(peer_died)
     failed = sorted((r for r in rank_results if r.get("status") == "failed"), key=lambda r: r.get("t_end_s", 0))
+    failed_before = failed and not _is_transient_error(failed[0].get("error")) and float(
+        failed[0].get("t_end_s") or 0) <= float((peer_died or {}).get("t_detected_s") or math.inf)
+    if peer_died and not failed_before:
+        return "transient", "peer_died", describe_death(peer_died)
     if failed:
         # The first rank to fail is the cause; its peers then fail on broken connections.
         first = failed[0]
@@ -155,7 +173,9 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
     status, failure_class, reason = classify_attempt(rank_results, cell.world_size, launch.get("launcher_error"),
                                                      slurm_state, (evidence or {}).get("peer_died"))
     cancelled = (evidence or {}).get("launcher_cancelled")
-    if status == "transient" and cancelled:  # the launcher ended a job SLURM would have held (a lost node)
+    if status == "transient" and cancelled and cancelled.get("node_lost") is not None:
+        status, failure_class, reason = "failed", "node_lost", describe_node_loss(cancelled)
+    elif status == "transient" and cancelled:  # the launcher ended a job SLURM would have held (a lost node)
         failed = sorted((r for r in rank_results if r.get("status") == "failed"), key=lambda r: r.get("t_end_s", 0))
         failure_class = transient_class(failed[0].get("error")) if failed else "node_fail"
         if failed and not _is_transient_error(failed[0].get("error")):  # a deterministic error ended it
@@ -171,7 +191,7 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
         "status": status,
         "failure_class": failure_class,
         "reason": reason,
-        "cell": cell.to_dict(),
+        "cell": cell.recorded(),  # a command cell as what it is, not with the engine's defaults
         "model": get_model(cell.model).to_dict() if cell.kind in TRAINING_KINDS or (
             cell.kind == "command" and cell.model != "-") else None,  # a command cell may declare its model
         "hardware": profile.to_dict() if profile else {"name": cell.hardware},

@@ -6,8 +6,13 @@ file, checks that it is a cell record, brings older names up to date (:func:`cal
 so ``results/reference/`` records read like new ones) and gives the parts every reader uses as typed fields, each
 with the default an older or a failed record implies. ``data`` keeps the upgraded object for whatever no field names.
 
-Version history: 1 (every record so far; records before ``schema_version`` existed are read as 1: their differences
-are names, which the upgrade handles).
+Version history: 1 (records before ``schema_version`` existed are read as 1: their differences are names, which the
+upgrade handles); 2 (2026-11-27): only additions and one correction, so a version-1 record reads as before: a
+``command`` cell's ``cell`` says ``engine: command`` and None for what its command decides (layout, ZeRO stage,
+data, seed, learning rate: :data:`calorimeter.plan.cell.COMMAND_DECIDES`; version 1 gave the engine's defaults), and
+its record has a ``command`` section (the command, how it was launched, the files it ran with their SHA-256, the
+packages it imported); ``evidence.rank_output`` holds every rank's output tail (the rank the reason names first)
+instead of ``evidence.log_tail``; failure classes ``node_lost`` and a ``timeout`` that was never requeued.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 from calorimeter.records.legacy import upgrade_record
 
 #: the run.json format written today
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class RecordError(ValueError):
@@ -113,6 +118,17 @@ class RunRecord:
         """What the launcher recorded: executor, job_id, attempt, wall_time_s, reattached, ..."""
         value = self.provenance.get("launcher")
         return value if isinstance(value, dict) else {}
+
+    @property
+    def command(self) -> dict[str, Any]:
+        """A ``command`` cell's command, launcher, files (with SHA-256) and packages (empty before version 2)."""
+        return _mapping(self.data, "command")
+
+    @property
+    def rank_output(self) -> list[dict[str, Any]]:
+        """Every rank's output tail, the rank the reason names first (``evidence.rank_output``; empty before
+        version 2)."""
+        return list(_mapping(self.data, "evidence").get("rank_output") or [])
 
     @property
     def ranks(self) -> list[dict[str, Any]]:
