@@ -56,7 +56,7 @@ import yaml
 from conftest import ROOT, run_cli, subprocess_env
 
 from calorimeter.plan.plan import plan_file
-from calorimeter.records.paths import THERMAL_PROFILE_JSON
+from calorimeter.records.paths import THERMAL_PROFILE_JSON, SweepPaths
 from calorimeter.records.provenance import cpu_model
 
 # The scenarios share one local cluster and build on each other: `make test`'s pytest-xdist workers run one test file
@@ -262,7 +262,23 @@ def wait_for_jobs(s: Sweep, letters: str, states: set[str], timeout: float = 300
         if len(ids) == len(letters):
             return ids
         time.sleep(0.5)
-    raise AssertionError(f"jobs of {letters} not in {states} after {timeout} s; snakemake's log ends:\n{tail()}")
+    raise AssertionError(f"jobs of {letters} not in {states} after {timeout} s\n{_where(s, letters)}\n"
+                         f"snakemake's log ends:\n{tail()}")
+
+
+def _where(s: Sweep, letters: str) -> str:
+    """Where each cell's submission stands, for a scenario that waited in vain: its attempts (an attempt without
+    job.json: submission under way, sbatch not answered), its train log's end (the script started? submitted?), and
+    the queue."""
+    out = []
+    for x in letters:
+        atts = sorted(p.name + ("" if (p / "job.json").exists() else " (no job.json)")
+                      for p in s.cell_dir(x).glob("attempts/*"))
+        train_log = SweepPaths.of(s.results, s.name).log(f"train/{s.ids[x]}")
+        log_end = train_log.read_text()[-1500:] if train_log.is_file() else "(no train log: the job never started)"
+        out.append(f"cell {x} ({s.ids[x]}): attempts {atts or 'none'}; train log:\n{log_end}")
+    queue = subprocess.run(["squeue", "-o", "%i %j %T %r"], capture_output=True, text=True, timeout=30)
+    return "\n".join(out) + f"\nsqueue:\n{queue.stdout}{queue.stderr}"
 
 
 def status(cfg: Path) -> dict[str, dict]:

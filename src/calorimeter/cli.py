@@ -317,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     rr = sub.add_parser("rerun", help="rerun the failed, OOM or chosen cells of a sweep and nothing else (their "
                         "records are set aside into their attempt folder, never deleted)",
                         epilog="arguments after -- go to snakemake, e.g. calorimeter rerun config/sweeps/x.yaml "
-                        "--failed -- --profile slurm")
+                        "--failed -- --profile profiles/slurm")
     rr.add_argument("sweep")
     rr.add_argument("--failed", action="store_true", help="cells that failed (any class) or were interrupted")
     rr.add_argument("--oom", action="store_true", help="cells that ran out of memory")

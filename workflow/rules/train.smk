@@ -1,9 +1,9 @@
 # ---- train: one job per planned cell, launched through submitit (local processes or SLURM) ----
 #
 # A local rule in every mode: on a cluster it submits the cell's job through submitit and waits (submitit owns
-# requeue on preemption/time limit; see docs/slurm.md). Site settings (partition, account, QoS, constraint, time)
-# come from the profile's resources for this rule (slurm/config.yaml), never from here. Launcher settings are not
-# params, so moving a sweep to another executor, partition or site never re-measures finished cells.
+# requeue on preemption; see docs/slurm.md). Site settings (partition, account, QoS, constraint, time) come from the
+# profile's resources for this rule (profiles/slurm/config.yaml), never from here. Launcher settings are not params,
+# so moving a sweep to another executor, partition or site never re-measures finished cells.
 
 
 rule train:

@@ -5,7 +5,8 @@ Built once per launch, from the validated sweep config (schema defaults already 
 
 1. the schema defaults of ``launcher`` (``src/calorimeter/plan/config.schema.yaml``);
 2. the sweep's ``launcher:`` block (study settings, e.g. ``timeout_min``, ``launcher.slurm.exclusive``);
-3. the resources of rule ``train`` as set by a Snakemake profile (site settings, ``slurm/config.yaml``):
+3. the resources of rule ``train`` as set by a Snakemake profile (site settings: ``profiles/slurm/config.yaml``, or a
+   site profile under it):
 
    ============================  ====================================================
    resource                      setting

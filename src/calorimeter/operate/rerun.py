@@ -13,7 +13,7 @@
    else can enter the DAG: a record's only producer is its cell's train job), then ``snakemake figures``, which
    rebuilds the tables and figures from the records that exist and never trains.
 
-Arguments after ``--`` go to both Snakemake calls (``-- --profile slurm``).
+Arguments after ``--`` go to both Snakemake calls (``-- --profile profiles/slurm``).
 """
 
 from __future__ import annotations
