@@ -7,9 +7,11 @@ runs: each run's time, then min / median / max.
 
 Each run is one 2-rank tiny-gpt cell (DeepSpeed, gloo) through the local launcher (``calorimeter run-cell``). The
 kill time is the dead rank's own timestamp (fault hooks ``kill-at``, printed to its log) or the moment this script
-sends SIGKILL to rank 1: ``unannounced``, as soon as rank 1's process exists (found under the run-cell process by
-its submitit rank), before it has written its alive file (checked after the kill: a run where it had is an error);
-``step``, after rank 0 logged 3 steps. A run passes when its record names rank 1 with class ``peer_died``.
+sends SIGKILL to rank 1: ``unannounced``, ``--start-s`` (0.5 s) after rank 1's process appeared (found under the
+run-cell process by its submitit rank), while Python starts and imports, before it has written its alive file
+(checked after the kill: a run where it had is an error; ``--start-s 0`` kills it at birth, before the launcher can
+have seen it: the record then names no pid); ``step``, after rank 0 logged 3 steps. A run passes when its record
+names rank 1 with class ``peer_died``.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def _rank_pid(root: int, rank: int) -> int | None:
     return local_ranks(root).get(rank)
 
 
-def _one(cfg: Path, cell_id: str, scenario: str) -> tuple[float, str]:
+def _one(cfg: Path, cell_id: str, scenario: str, start_s: float = 0.5) -> tuple[float, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH"))
                                                         if p)}  # keep an offline node's wheels (/tmp/site)
     if scenario in ("rendezvous", "result"):
@@ -74,6 +76,7 @@ def _one(cfg: Path, cell_id: str, scenario: str) -> tuple[float, str]:
                 if proc.poll() is not None:
                     raise RuntimeError(f"run-cell ended (exit {proc.returncode}) before rank 1 started")
                 time.sleep(0.01)
+            time.sleep(start_s)
             t_kill = time.time()
             os.kill(pid, signal.SIGKILL)
             if list(cells.glob("attempts/*/staging/alive-1.json")):
@@ -99,6 +102,8 @@ def _one(cfg: Path, cell_id: str, scenario: str) -> tuple[float, str]:
     if rec["failure_class"] != "peer_died" or not rec["reason"].startswith("rank 1 "):
         raise RuntimeError(f"{cell_id}: the record does not name rank 1 as dead: {rec['failure_class']}: "
                            f"{rec['reason']}")
+    if scenario == "unannounced" and "(pid " in rec["reason"] and f"(pid {pid})" not in rec["reason"]:
+        raise RuntimeError(f"{cell_id}: the record names another pid than the killed {pid}: {rec['reason']}")
     return (attempt / "run.json").stat().st_mtime - t_kill, f"{rec['failure_class']}: {rec['reason']}"
 
 
@@ -108,6 +113,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--hardware", default="cpu", help="cpu (gloo) or auto (the GPUs of this node, NCCL)")
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, of {', '.join(SCENARIOS)}")
+    p.add_argument("--start-s", type=float, default=0.5,
+                   help="unannounced: seconds after rank 1's process appeared (0: at once)")
     args = p.parse_args()
     scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = sorted(set(scenarios) - set(SCENARIOS))
@@ -119,7 +126,7 @@ def main() -> None:
     for scenario in scenarios:
         times = []
         for cell_id in ids[scenario]:
-            s, why = _one(cfg, cell_id, scenario)
+            s, why = _one(cfg, cell_id, scenario, args.start_s)
             times.append(s)
             print(f"  {scenario:<11} {s:6.2f} s  {why[:110]}", flush=True)
         print(f"{scenario:<11} kill to record over {len(times)} runs: {', '.join(f'{t:.1f}' for t in times)} s; "

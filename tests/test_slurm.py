@@ -696,7 +696,8 @@ def test_10_a_node_lost_for_good_ends_the_cell_failed_within_the_bound_naming_it
     wait_s = 20
     cfg = multinode.write("K", launcher={"node_lost_wait_s": wait_s})
     log = multinode.tmp / "phase10.log"
-    proc = snakemake_bg(log, "--configfile", str(cfg), faults=f"{multinode.ids['K']}=hold:{hold}")
+    proc = snakemake_bg(log, str(multinode.cell_dir("K") / "run.json"), "--configfile", str(cfg),
+                        faults=f"{multinode.ids['K']}=hold:{hold}")  # the record only: no tables, no figures
     try:
         wait_for_jobs(multinode, "K", {"RUNNING"}, proc=proc, log=log)
         _until(lambda: len(_alive(multinode, "K", 0)) == 2, proc, log)  # both ranks up, held before training

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -596,6 +597,57 @@ def test_a_rank_that_starts_after_its_peer_died_never_waits_for_it(tmp_path: Pat
     requeued = subprocess.run([sys.executable, "-c", code, str(attempt.root), "1"], capture_output=True, text=True,
                               env=env, timeout=60)  # a later run of a requeued job is not stopped by an old death
     assert requeued.returncode == 0 and requeued.stdout.strip() == "joins", requeued.stderr
+
+
+def test_a_local_jobs_rank_processes_are_watched_before_they_announce_themselves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher finds a local job's ranks among the processes it started (submitit tasks, their rank in their
+    environment), so a rank that dies before its alive file is named with its pid; a rank never seen while its peers
+    ran is named without one; a rank that wrote its result, or a time limit, is no death."""
+    import subprocess
+    import sys
+
+    from calorimeter.launch import watch
+    from calorimeter.launch.watch import PEER_DIED, PeerWatch, local_ranks
+
+    attempt = AttemptPaths(tmp_path / "a")
+    attempt.staging.mkdir(parents=True)
+
+    def task(rank: int) -> subprocess.Popen:  # "submitit" in the cmdline and the rank in the environment, as a task's
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "submitit"],
+                                env={**os.environ, "SUBMITIT_LOCAL_GLOBALID": str(rank)})
+
+    tasks = {r: task(r) for r in (0, 1)}
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # not a rank
+    try:
+        assert local_ranks(os.getpid()) == {0: tasks[0].pid, 1: tasks[1].pid}
+        w = PeerWatch(attempt, host="h", processes=lambda: local_ranks(os.getpid()), world_size=2)
+        assert w.check() is None
+        tasks[1].kill()
+        tasks[1].wait()
+        death = w.check()
+        assert (death["rank"], death["pid"], death["host"], death["source"]) == (1, tasks[1].pid, "h", "process")
+        assert "the rank had not announced itself" in death["how"] and (attempt.root / PEER_DIED).is_file()
+        # rank 1 never seen running while rank 0 ran NEVER_SEEN_S: dead, pid unknown
+        (attempt.root / PEER_DIED).unlink()
+        monkeypatch.setattr(watch, "NEVER_SEEN_S", 0.2)
+        w = PeerWatch(attempt, host="h", processes=lambda: {0: tasks[0].pid}, world_size=2)
+        assert w.check() is None
+        time.sleep(0.3)
+        death = w.check()
+        assert (death["rank"], death["pid"]) == (1, None) and "before the launcher saw it" in death["how"]
+        # a rank that ended with its result is no death, nor are the ranks of a job at its time limit
+        (attempt.root / PEER_DIED).unlink()
+        (attempt.staging / "rank-1.json").write_text(json.dumps({"rank": 1, "status": "ok"}))
+        assert PeerWatch(attempt, host="h", processes=lambda: {0: tasks[0].pid}, world_size=2).check() is None
+        (attempt.staging / "rank-1.json").write_text(json.dumps({"rank": 1, "status": "timeout"}))
+        tasks[0].kill()
+        w = PeerWatch(attempt, host="h", processes=lambda: {}, world_size=2)
+        w.seen = {0: (tasks[0].pid, time.time())}
+        assert w.check() is None and w.at_time_limit()
+    finally:
+        for t in (*tasks.values(), other):
+            t.kill()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -207,10 +207,6 @@ class PeerWatch:
         self.seen: dict[int, tuple[int, float]] = {}
         self._first_seen_s: float | None = None
 
-    def pids(self) -> dict[int, int]:
-        """rank -> pid of the rank processes seen running (what :func:`stop_ranks` stops besides the announced)."""
-        return {rank: pid for rank, (pid, _) in self.seen.items() if not process_gone(pid)}
-
     def at_time_limit(self) -> bool:
         """Whether a rank of this attempt recorded the time limit (its peers then end with the job)."""
         return any((read_json_object(f) or {}).get("status") == "timeout" for f in self.attempt.rank_jsons())
@@ -231,7 +227,7 @@ class PeerWatch:
                 for rank, (pid, t) in self.seen.items() if rank not in live or process_gone(pid)]
         if self._first_seen_s is not None and now - self._first_seen_s > NEVER_SEEN_S:
             dead += [{"rank": rank, "host": self.host, "pid": None, "restart": 0, "t_start_s": self._first_seen_s,
-                      "source": "process", "how": "its process ended before the launcher saw it run"}
+                      "source": "process", "how": "its process ended before the launcher saw it, pid unknown"}
                      for rank in range(self.world_size) if rank not in self.seen]
         return [d for d in dead if not self.attempt.rank_json(d["rank"]).exists()
                 and not (requeued_s is not None and requeued_s >= d["t_start_s"])]
@@ -275,7 +271,7 @@ class PeerWatch:
                  "t_start_s": first.get("t_start_s"), "t_detected_s": time.time(),
                  "ranks_dead": sorted(int(a["rank"]) for a in dead)}
         if int(first["rank"]) not in announced:  # found as a process: it never wrote its alive file
-            death.update(source="process", how=first["how"] + " before the rank announced itself")
+            death.update(source="process", how=first["how"] + "; the rank had not announced itself")
         write_json_atomic(self.attempt.root / PEER_DIED, death)
         return death
 
