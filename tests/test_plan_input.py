@@ -378,7 +378,7 @@ def test_figures_are_drawn_without_the_damaged_records(tmp_path: Path) -> None:
                        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, capture_output=True, text=True,
                        timeout=900)
     out = r.stdout + r.stderr
-    assert r.returncode == 0 and set(re.findall(r"^Job \d+: train (\S+)$", out, re.M)) == {bad_json.name}, out[-3000:]
+    assert r.returncode == 0 and set(re.findall(r"^Job \d+: train (\S+)", out, re.M)) == {bad_json.name}, out[-3000:]
 
 
 @pytest.mark.integration

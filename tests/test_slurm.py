@@ -239,7 +239,7 @@ def snakemake_bg(log: Path, *args: str, faults: str | None = None) -> subprocess
 
 def planned_trains(r: subprocess.CompletedProcess) -> set[str]:
     """Cell ids a dry run would train."""
-    return set(re.findall(r"^Job \d+: train (\S+)$", r.stdout + r.stderr, re.M))
+    return set(re.findall(r"^Job \d+: train (\S+)", r.stdout + r.stderr, re.M))
 
 
 def wait_for_jobs(s: Sweep, letters: str, states: set[str], timeout: float = 300,
