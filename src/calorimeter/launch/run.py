@@ -28,7 +28,8 @@ __all__ = ["CellConfigError", "TransientCellError", "run_cell"]
 
 
 def _evidence(outcome: LaunchOutcome, sweep_file: str | None = None) -> dict[str, Any]:
-    """What the launcher saw besides the ranks' own results: SLURM's state and exit code, requeues, log tails."""
+    """What the launcher saw besides the ranks' own results: SLURM's state and exit code, requeues, every rank's
+    output tail, the rank that died first, why the launcher ended the job."""
     ev: dict[str, Any] = {"launcher_error": outcome.launcher_error, "reattached": outcome.reattached,
                           "requeues": outcome.requeues, "rank_output": outcome.rank_output,
                           "rank_status": {str(r.get("rank")): r.get("status") for r in outcome.rank_results},
