@@ -86,6 +86,20 @@ def test_failure_classes(ranks: list, state: str, want: tuple) -> None:
     assert (status, failure_class) == want, reason
 
 
+def test_a_death_after_a_deterministic_failure_is_its_consequence() -> None:
+    """srun ends the other ranks when one fails: the failure names the cell, not the ranks srun killed; a death seen
+    before the first failure (or a failure that names a lost peer) is the cause."""
+    death = {"rank": 1, "host": "node2", "pid": 5, "t_detected_s": 11.0}
+    bug = [{"rank": 0, "status": "failed", "error": "ValueError: bad shape", "t_end_s": 10.0}]
+    assert classify_attempt(bug, 2, None, "FAILED", {k: v for k, v in death.items() if k != "t_detected_s"})[:2] == (
+        "failed", "failed")  # srun's own account (no detection time): the failure came first
+    assert classify_attempt(bug, 2, None, None, death)[:2] == ("failed", "failed")
+    assert classify_attempt([dict(bug[0], t_end_s=12.0)], 2, None, None, death)[:2] == ("transient", "peer_died")
+    reset = [{"rank": 0, "status": "failed", "error": "RuntimeError: Connection reset by peer", "t_end_s": 10.0}]
+    status, klass, reason = classify_attempt(reset, 2, None, None, death)
+    assert (status, klass) == ("transient", "peer_died") and reason.startswith("rank 1 on host node2 (pid 5)")
+
+
 def test_fault_injection_is_matched_by_cell_glob(monkeypatch: pytest.MonkeyPatch) -> None:
     assert faults.faults_for("tiny-gpt_cpu-1x1", "tiny-gpt*=oom,*=sleep-first:3,x=fail") == ["oom", "sleep-first:3"]
     monkeypatch.setenv(faults.ENV, "tiny-gpt*=oom")
