@@ -14,7 +14,8 @@ their shard; MoE experts are drawn by global index). Three checks per layout, ag
 
 Three rank groups: 1 rank (references), 2 ranks (tp2, tp2+SP, pp2, dp2, ZeRO-3, tp2+ZeRO-3, MoE ep1/ep2 with overlap
 on and off/tp2/tp2+SP/pp2; tp2+SP with the ring-overlapped linears of ``overlap``, plain, with full recomputation and
-with ZeRO-3), 4 ranks (tp2 x pp2 with SP, also with overlap; tp2 x dp2 ZeRO-3 with SP; MoE tp2 x ep2 with and
+with ZeRO-3; pp2 with DeepSpeed's DualPipeV schedule), 4 ranks (tp2 x pp2 with SP, also with overlap and with
+DualPipeV; tp2 x dp2 ZeRO-3 with SP; MoE tp2 x ep2 with and
 without SP, pp2 x ep2 with full recomputation, tp2 x pp2 with SP; the MoE tp2 + SP cells run with overlap on, so
 their attention linears are ring-overlapped too).
 """
@@ -67,6 +68,9 @@ TWO = {  # (tp, pp, dp) on 2 ranks
     # overlap ("cc") with SP: the sequence all-gathers / reduce-scatters run as rings under the GEMMs
     # (train.tp_overlap); GPT has biases (column bias on the gathered rows, row bias on the shard), full recompute
     # reruns the rings in backward, ZeRO-3 gathers the ring layers' weights through their own modules.
+    # DeepSpeed's DualPipeV schedule (two stages a rank in a V): 4 micro-batches of 1 (>= 2 pp)
+    "llama-pp2-dualpipev": Cell(model="tiny-llama", gpus_per_node=2, pp=2, pp_schedule="dualpipev",
+                                **{**BASE, "micro_batch": 1}),
     "llama-tp2-sp-ov": Cell(model="tiny-llama", gpus_per_node=2, tp=2, sequence_parallel=True, overlap=True,
                             **BASE),
     "gpt-tp2-sp-full-ov": Cell(model="tiny-gpt", gpus_per_node=2, tp=2, sequence_parallel=True, recompute="full",
@@ -87,6 +91,8 @@ FOUR = {
                              **BASE),
     "moe-tp2-pp2-sp": Cell(model="tiny-mixtral", gpus_per_node=4, tp=2, pp=2, sequence_parallel=True, overlap=True,
                            **BASE),
+    "gpt-tp2-pp2-sp-dualpipev": Cell(model="tiny-gpt", gpus_per_node=4, tp=2, pp=2, sequence_parallel=True,
+                                     pp_schedule="dualpipev", **{**BASE, "micro_batch": 1}),
     "llama-tp2-pp2-sp-ov": Cell(model="tiny-llama", gpus_per_node=4, tp=2, pp=2, sequence_parallel=True,
                                 overlap=True, **BASE),
 }
@@ -97,6 +103,7 @@ PAIRS = [
     ("moe-tp2-sp", "moe"), ("moe-tp2-ep2", "moe-ep1"), ("moe-tp2-ep2-sp", "moe-ep1"), ("moe-pp2", "moe"),
     ("moe-pp2-ep2-full", "moe-ep1"), ("moe-tp2-pp2-sp", "moe"), ("llama-tp2-sp-ov", "llama"),
     ("gpt-tp2-sp-full-ov", "gpt"), ("llama-tp2-z3-sp-ov", "llama"), ("llama-tp2-pp2-sp-ov", "llama"),
+    ("llama-pp2-dualpipev", "llama"), ("gpt-tp2-pp2-sp-dualpipev", "gpt"),
 ]
 
 
@@ -162,3 +169,9 @@ def test_tensor_parallel_ranks_hold_shards(runs: dict[str, list[dict[str, Any]]]
     assert full / 2 < tp[0]["parameters_on_rank"] < 0.52 * full
     four = runs["llama-tp2-pp2-sp"]
     assert [(r["stage"], r["tp_rank"]) for r in four] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_dualpipev_cells_ran_deepspeeds_dualpipev_engine(runs: dict[str, list[dict[str, Any]]]) -> None:
+    assert {r["engine"]["pipeline_engine"] for r in runs["llama-pp2-dualpipev"]} == {"DualPipeVEngine"}
+    assert {r["engine"]["pipeline_engine"] for r in runs["gpt-tp2-pp2-sp-dualpipev"]} == {"DualPipeVEngine"}
+    assert {r["engine"]["pipeline_engine"] for r in runs["llama-pp2"]} == {"PipelineEngine"}

@@ -42,6 +42,37 @@ def test_zero_and_overlap(stage: int, overlap: bool) -> None:
         assert "stage3_prefetch_bucket_size" not in zero
 
 
+def test_bucket_and_prefetch_knobs() -> None:
+    zero = ds_config(_cell(zero_stage=3, overlap=True, bucket_elements=200_000_000), CPU)["zero_optimization"]
+    # the bucket replaces both buckets and, with overlap on, the prefetch
+    assert (zero["reduce_bucket_size"], zero["allgather_bucket_size"], zero["stage3_prefetch_bucket_size"]) == (
+        200_000_000, 200_000_000, 200_000_000)
+    zero = ds_config(_cell(zero_stage=3, overlap=False, prefetch_elements=50_000_000), CPU)["zero_optimization"]
+    assert (zero["reduce_bucket_size"], zero["stage3_prefetch_bucket_size"]) == (BUCKET_ELEMENTS, 50_000_000)
+    with pytest.raises(ValueError, match="prefetch_elements is ZeRO-3's parameter prefetch; zero_stage is 1"):
+        ds_config(_cell(prefetch_elements=0), CPU)
+
+
+def test_dualpipev_refusals() -> None:
+    assert ds_config(_cell(pp=2, pp_schedule="dualpipev", micro_batch=1, global_batch=8), CPU)[
+        "gradient_accumulation_steps"] == 4
+    with pytest.raises(ValueError, match=r"DualPipeV needs at least 2 pp = 4 micro-batches a step, the cell has 2"):
+        ds_config(_cell(pp=2, pp_schedule="dualpipev", micro_batch=1, global_batch=4), CPU)
+    with pytest.raises(ValueError, match=r"every rank needs at least 2 layers, not \[1, 1, 1, 1\]"):
+        ds_config(_cell(pp=4, pp_schedule="dualpipev", micro_batch=1, global_batch=8), CPU)
+    with pytest.raises(ValueError, match="pp_schedule dualpipev needs pp > 1"):
+        ds_config(_cell(pp_schedule="dualpipev"), CPU)
+
+
+def test_dualpipev_virtual_stages() -> None:
+    from calorimeter.train.models import dualpipev_block_counts, stage_layer_counts
+
+    # rank r holds virtual stages r and 2 pp - 1 - r: rank 0 the embedding's and the output's
+    assert dualpipev_block_counts([4, 4, 4, 4]) == [2, 2, 2, 2, 2, 2, 2, 2]
+    assert dualpipev_block_counts([3, 5, 6, 2]) == [2, 3, 3, 1, 1, 3, 2, 1]
+    assert stage_layer_counts(dualpipev_block_counts([2, 6])) == [2, 3, 3, 2]
+
+
 def test_precision_bf16_only_on_cuda() -> None:
     assert ds_config(_cell(precision="bf16"), GPU)["bf16"]["enabled"]
     assert not ds_config(_cell(precision="bf16"), CPU)["bf16"]["enabled"]

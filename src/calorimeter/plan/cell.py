@@ -58,9 +58,16 @@ class Cell:
         label: kind ``command``: a short name of the command, part of the cell id (``fsdp2``, ``torchtitan``).
         log_format: kind ``command``: how its steps are read: ``jsonl`` (the step-log protocol), ``torchtitan`` or
             ``megatron`` (their console logs).
+        pp_schedule: pipeline schedule with pp > 1: None (DeepSpeed's 1F1B) or ``dualpipev`` (DeepSpeed's
+            DualPipeV: two stages a rank in a V, half the 1F1B bubble; needs ``grad_accum >= 2 pp``).
+        bucket_elements: DeepSpeed's gradient reduce and all-gather bucket size in elements (None: the engine's
+            default, ``calorimeter.train.engine.BUCKET_ELEMENTS``).
+        prefetch_elements: ZeRO-3 parameter prefetch in elements (None: the engine's default, the bucket size with
+            ``overlap`` on, 0 without).
 
-    The ``command`` fields are left out of :meth:`to_dict` when unset, so cells of other kinds keep the
-    parameters (and the rerun trigger) they had before the kind existed.
+    The ``command`` fields and the engine knobs ``pp_schedule``, ``bucket_elements`` and ``prefetch_elements`` are
+    left out of :meth:`to_dict` when unset, so cells that do not set them keep the parameters (and the rerun
+    trigger) they had before the fields existed.
     """
 
     sweep: str
@@ -101,6 +108,9 @@ class Cell:
     command: str | None = None
     label: str | None = None
     log_format: str | None = None
+    pp_schedule: str | None = None
+    bucket_elements: int | None = None
+    prefetch_elements: int | None = None
 
     @property
     def world_size(self) -> int:
@@ -168,12 +178,19 @@ class Cell:
             par += "-sp"
         if self.pp_split:
             par += "-split" + ".".join(str(n) for n in self.pp_split)
+        if self.pp_schedule:
+            par += f"-{self.pp_schedule}"
+        zero = f"z{self.zero_stage}"
+        if self.bucket_elements is not None:
+            zero += f"-bk{_elements(self.bucket_elements)}"
+        if self.prefetch_elements is not None:
+            zero += f"-pf{_elements(self.prefetch_elements)}"
         rc = self.recompute if self.recompute_layers is None else f"{self.recompute}{self.recompute_layers}"
         parts = [
             self.model,
             f"{self.hardware}-{self.nodes}x{self.gpus_per_node}",
             par,
-            f"z{self.zero_stage}",
+            zero,
             f"rc-{rc}",
             "ov-on" if self.overlap else "ov-off",
             f"mb{self.micro_batch}-gb{self.global_batch}-s{self.seq_len}",
@@ -223,8 +240,16 @@ class Cell:
 _FIELDS = fields(Cell)
 #: kinds that train the cell's model with its layout (the others are calibrations without a model)
 TRAINING_KINDS = ("train", "lora")
-#: fields of one kind only, left out of ``to_dict`` when unset
-_OMITTED_WHEN_UNSET = ("command", "label", "log_format")
+#: fields of one kind only, and engine knobs newer than the records, left out of ``to_dict`` when unset
+_OMITTED_WHEN_UNSET = ("command", "label", "log_format", "pp_schedule", "bucket_elements", "prefetch_elements")
+
+
+def _elements(n: int) -> str:
+    """An element count in an id, exactly: ``5e8``, ``25e6``, ``0``, ``123456789``."""
+    k = 0
+    while n and n % 10 ** (k + 1) == 0:
+        k += 1
+    return f"{n // 10 ** k}e{k}" if k >= 3 else str(n)
 
 
 #: what a ``command`` cell's own trainer decides, not calorimeter: the parallel layout, optimizer sharding, data, seed

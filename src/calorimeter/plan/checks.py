@@ -65,6 +65,28 @@ def engine_reasons(cell: Cell, m: ModelSpec) -> list[str]:
         r.append("DeepSpeed MoE does not support ZeRO-3 by design (use zero_stage 1 or 2)")
     if cell.cp > 1:  # the engine has tensor, pipeline, data (ZeRO) and expert parallelism, not context parallelism
         r.append(f"context parallelism (cp={cell.cp}) is not implemented")
+    r += schedule_reasons(cell, m)
+    if cell.prefetch_elements is not None and cell.zero_stage != 3:
+        r.append(f"prefetch_elements is ZeRO-3's parameter prefetch; zero_stage is {cell.zero_stage}")
+    return r
+
+
+def schedule_reasons(cell: Cell, m: ModelSpec) -> list[str]:
+    """Why a cell's ``pp_schedule`` cannot run (DeepSpeed's ``DualPipeVEngine`` asserts the batch condition)."""
+    if not cell.pp_schedule:
+        return []
+    r: list[str] = []
+    if cell.pp == 1:
+        r.append(f"pp_schedule {cell.pp_schedule} needs pp > 1")
+        return r
+    if cell.grad_accum and cell.grad_accum < 2 * cell.pp:
+        r.append(f"DualPipeV needs at least 2 pp = {2 * cell.pp} micro-batches a step, the cell has "
+                 f"{cell.grad_accum} (global_batch / (micro_batch x dp)): raise global_batch")
+    blocks = cell.pp_split or [m.num_layers // cell.pp] * cell.pp
+    if min(blocks) < 2:
+        r.append(f"DualPipeV holds two stages a rank: every rank needs at least 2 layers, not {list(blocks)}")
+    if cell.placement != "default":
+        r.append(f"placement {cell.placement} decides a split of pp stages, DualPipeV cuts each in two: use default")
     return r
 
 

@@ -26,7 +26,7 @@ AXES = ("kind", "model", "hardware", "nodes", "gpus_per_node", "parallel", "tp",
         "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch", "seq_len",
         "warmup", "warmup_steps", "warmup_max_steps", "warmup_max_s", "steady_window_s", "steady_slope_c_per_min",
         "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr", "placement", "command", "label",
-        "log_format", "lora_rank")
+        "log_format", "lora_rank", "pp_schedule", "bucket_elements", "prefetch_elements")
 CELL_FIELDS = {f.name for f in fields(Cell)}
 #: the model field of cells whose kind trains nothing
 NO_MODEL = "-"
@@ -98,6 +98,8 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str, source: str 
             raise ConfigError(f"{at('dataset')}: neither {prefix}.json nor {prefix}.idx describes {prefix}.bin")
     if values.get("pp_split") is not None:
         values["pp_split"] = tuple(values["pp_split"])
+    if values.get("pp_schedule") == "1f1b":  # the default schedule: the cell (and its id) as before the knob
+        values.pop("pp_schedule")
     kwargs = {k: v for k, v in values.items() if k in CELL_FIELDS and v is not None}
     return Cell(sweep=sweep, model=model.name if model else NO_MODEL, hardware=profile.name,
                 nodes=values.pop("nodes", 1) or 1,

@@ -19,7 +19,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import deepspeed  # noqa: E402
-from deepspeed.pipe import LayerSpec, PipelineModule  # noqa: E402
+from deepspeed.pipe import DualPipeVModule, LayerSpec, PipelineModule  # noqa: E402
 
 from calorimeter.plan.cell import Cell  # noqa: E402
 from calorimeter.plan.checks import engine_reasons  # noqa: E402
@@ -28,6 +28,7 @@ from calorimeter.train.kernels import AttentionShape, Kernels, choose_kernels  #
 from calorimeter.train.models import (  # noqa: E402
     CausalLM,
     LayerDef,
+    dualpipev_block_counts,
     layer_defs,
     loss_function,
     stage_layer_counts,
@@ -42,7 +43,8 @@ from calorimeter.train.parallel import (  # noqa: E402
 from calorimeter.train.tp_overlap import tp_overlap_mode  # noqa: E402
 
 BUCKET_ELEMENTS = 500_000_000
-"""Gradient reduce / all-gather bucket size in elements (DeepSpeed's default), the same with overlap on or off."""
+"""Gradient reduce / all-gather bucket size in elements (DeepSpeed's default), the same with overlap on or off; a
+cell's ``bucket_elements`` replaces it (and the ZeRO-3 prefetch of ``overlap``, unless ``prefetch_elements`` is set)."""
 ADAM_BETAS = (0.9, 0.95)
 WEIGHT_DECAY = 0.1
 GRADIENT_CLIPPING = 1.0
@@ -108,15 +110,17 @@ def ds_config(cell: Cell, device: torch.device) -> dict[str, Any]:
     reasons = refusal_reasons(cell, spec)
     if reasons:
         raise ValueError(f"{cell.cell_id}: " + "; ".join(reasons))
+    bucket = BUCKET_ELEMENTS if cell.bucket_elements is None else cell.bucket_elements
     zero: dict[str, Any] = {
         "stage": cell.zero_stage,
         "overlap_comm": cell.overlap,
-        "reduce_bucket_size": BUCKET_ELEMENTS,
-        "allgather_bucket_size": BUCKET_ELEMENTS,
+        "reduce_bucket_size": bucket,
+        "allgather_bucket_size": bucket,
         "contiguous_gradients": contiguous_gradients(cell, spec),
     }
     if cell.zero_stage == 3:
-        zero["stage3_prefetch_bucket_size"] = BUCKET_ELEMENTS if cell.overlap else 0
+        zero["stage3_prefetch_bucket_size"] = (cell.prefetch_elements if cell.prefetch_elements is not None
+                                               else bucket if cell.overlap else 0)
     extra: dict[str, Any] = {}
     if cell.pp > 1:
         # DeepSpeed's default splits every activation sent between stages over the tp ranks and all-gathers it on
@@ -217,6 +221,13 @@ class ExplicitPipelineModule(PipelineModule):
         self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])
 
 
+class ExplicitDualPipeVModule(DualPipeVModule, ExplicitPipelineModule):
+    """DeepSpeed's ``DualPipeVModule`` (``2 pp`` virtual stages, rank ``r`` holding ``r`` and ``2 pp - 1 - r``) with
+    explicit layers per virtual stage: its ``_partition_layers`` doubles the stage count, then the explicit
+    partition above cuts the layer list into ``2 pp`` parts. ``deepspeed.initialize`` runs it with
+    ``DualPipeVEngine`` (``DualPipeVSchedule``)."""
+
+
 def _local_parameter_count(module: torch.nn.Module) -> int:
     total = 0
     for p in module.parameters():
@@ -236,7 +247,9 @@ def build_engine(cell: Cell, spec: ModelSpec | None, device: torch.device,
     ``torch.distributed`` must already be initialised (the launcher does it). pp=1 builds a :class:`CausalLM`
     (under ``deepspeed.zero.Init`` for ZeRO-3, so no rank ever holds the full model); pp>1 builds an
     :class:`ExplicitPipelineModule` whose stages hold ``[embedding + blocks]``, ``[blocks]``..., ``[blocks +
-    output]`` with blocks split by ``cell.pp_split`` or evenly.
+    output]`` with blocks split by ``cell.pp_split`` or evenly; with ``pp_schedule: dualpipev`` each rank's blocks
+    are cut into two virtual stages (:func:`calorimeter.train.models.dualpipev_block_counts`) run by DeepSpeed's
+    DualPipeV engine.
 
     Args:
         cell: the cell (cp must be 1). tp > 1 builds Megatron-core tensor-parallel layers (and process groups, in
@@ -277,12 +290,15 @@ def build_engine(cell: Cell, spec: ModelSpec | None, device: torch.device,
         from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 
         specs = [_SeededLayerSpec(d) for d in defs]
-        method = _EXPLICIT + ",".join(str(n) for n in stage_layer_counts(blocks))
+        dualpipev = cell.pp_schedule == "dualpipev"
+        parts = stage_layer_counts(dualpipev_block_counts(blocks) if dualpipev else blocks)
+        method = _EXPLICIT + ",".join(str(n) for n in parts)
         # Axes (pipe, data, model): tp innermost, then dp, then pp -- Megatron's tp-cp-ep-dp-pp order.
         topology = PipeModelDataParallelTopology(num_pp=cell.pp, num_mp=cell.tp, num_dp=cell.dp)
+        module_cls = ExplicitDualPipeVModule if dualpipev else ExplicitPipelineModule
         with torch.device(device):
-            model = ExplicitPipelineModule(specs, topology=topology, loss_fn=loss_fn, partition_method=method,
-                                           activation_checkpoint_interval=0)
+            model = module_cls(specs, topology=topology, loss_fn=loss_fn, partition_method=method,
+                               activation_checkpoint_interval=0)
     elif cell.zero_stage == 3 and not par.enabled:
         # No dtype argument: DeepSpeed 0.19.8 parses `dtype or fp16 if fp16_supported else ...` so that on CPU an
         # explicit dtype is ignored (bf16 wins). Without it, zero.Init takes bf16/fp32 from the config, correctly.
@@ -298,7 +314,9 @@ def build_engine(cell: Cell, spec: ModelSpec | None, device: torch.device,
 
     optimizer = make_optimizer(model, cell.lr, device)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config, mpu=mpu)
+    info = engine_record(cell, par, kern, kernel_info)
     if cell.pp > 1:
+        info["pipeline_engine"] = type(engine).__name__  # PipelineEngine (1F1B) or DualPipeVEngine
         grid = engine.grid
         dp_rank, dp_size, dp_group = (grid.get_data_parallel_rank(), grid.get_data_parallel_world_size(),
                                       grid.get_data_parallel_group())
@@ -316,7 +334,7 @@ def build_engine(cell: Cell, spec: ModelSpec | None, device: torch.device,
                        dp_group=dp_group, tp_rank=tp_rank, stage=stage, num_stages=num_stages,
                        parameters_on_rank=_local_parameter_count(model),
                        parameters_model=_full_parameter_count(model), config=config, kernels=kern,
-                       engine_info=engine_record(cell, par, kern, kernel_info))
+                       engine_info=info)
 
 
 def tp_config(cell: Cell) -> TPConfig:

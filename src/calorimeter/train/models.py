@@ -55,6 +55,15 @@ def stage_layer_counts(block_counts: Sequence[int]) -> list[int]:
     return counts
 
 
+def dualpipev_block_counts(block_counts: Sequence[int]) -> list[int]:
+    """Blocks per virtual stage of DeepSpeed's DualPipeV, in model order: rank ``r`` of ``pp`` holds virtual stage
+    ``r`` (the first half of its blocks, rounded up) and ``2 pp - 1 - r`` (the rest), so rank 0 holds the embedding's
+    stage and the output's."""
+    counts = list(block_counts)
+    first = [n - n // 2 for n in counts]
+    return first + [n // 2 for n in reversed(counts)]
+
+
 def block_recompute_modes(
     block_counts: Sequence[int], recompute: str = "none", recompute_layers: int | None = None
 ) -> list[str]:

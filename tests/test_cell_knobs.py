@@ -1,0 +1,41 @@
+"""Engine knobs newer than the records (pipeline schedule, ZeRO buckets): in a cell's id and parameters only when set,
+so every cell that does not set them keeps its id, its parameters and its rerun trigger."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from calorimeter.plan.cell import Cell
+from calorimeter.plan.plan import plan_file
+
+BASE = dict(sweep="s", model="llama3-8b-8l", hardware="h100", nodes=1, gpus_per_node=4, seq_len=8192,
+            global_batch=32, precision="bf16")
+
+
+def test_unset_knobs_leave_ids_and_parameters_as_they_were() -> None:
+    plain = Cell(**BASE, pp=4)
+    assert plain.cell_id == "llama3-8b-8l_h100-1x4_tp1-pp4-dp1_z1_rc-none_ov-off_mb1-gb32-s8192"
+    d = plain.to_dict()
+    assert not {"pp_schedule", "bucket_elements", "prefetch_elements"} & set(d)
+    assert Cell.from_dict(d) == plain
+    knobs = Cell(**BASE, pp=4, pp_schedule="dualpipev")
+    assert knobs.cell_id == "llama3-8b-8l_h100-1x4_tp1-pp4-dp1-dualpipev_z1_rc-none_ov-off_mb1-gb32-s8192"
+    z3 = Cell(**BASE, zero_stage=3, bucket_elements=200_000_000, prefetch_elements=25_000_000)
+    assert "_z3-bk2e8-pf25e6_" in z3.cell_id
+    assert Cell.from_dict(z3.to_dict()) == z3
+
+
+def test_a_sweep_sets_the_knobs_and_1f1b_is_the_default(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text("sweep: s\nhardware: h100\nmemory_check: false\n"
+                 "defaults: {model: llama3-8b-8l, gpus_per_node: 4, seq_len: 8192, global_batch: 32}\ngrid:\n"
+                 "  - {parallel: {pp: 4}, pp_schedule: [1f1b, dualpipev]}\n"
+                 "  - {zero_stage: 3, prefetch_elements: [0, 100000000], bucket_elements: 200000000}\n"
+                 "  - {pp: 4, pp_schedule: dualpipev, global_batch: 4}\n")
+    cells = {pc.cell.cell_id: pc for pc in plan_file(f).cells}
+    pp = [c for c in cells if "pp4" in c and "gb32" in c]
+    assert sorted(pp) == ["llama3-8b-8l_h100-1x4_tp1-pp4-dp1-dualpipev_z1_rc-none_ov-off_mb1-gb32-s8192",
+                          "llama3-8b-8l_h100-1x4_tp1-pp4-dp1_z1_rc-none_ov-off_mb1-gb32-s8192"]
+    assert sum("_z3-bk2e8-pf" in c for c in cells) == 2
+    small = next(pc for c, pc in cells.items() if "gb4" in c)
+    assert small.status == "pruned" and "DualPipeV needs at least 2 pp = 8 micro-batches" in " ".join(small.reasons)
