@@ -15,7 +15,7 @@ their shard; MoE experts are drawn by global index). Three checks per layout, ag
 Three rank groups: 1 rank (references), 2 ranks (tp2, tp2+SP, pp2, dp2, ZeRO-3, tp2+ZeRO-3, MoE ep1/ep2 with overlap
 on and off/tp2/tp2+SP/pp2; tp2+SP with the ring-overlapped linears of ``overlap``, plain, with full recomputation and
 with ZeRO-3; pp2 with DeepSpeed's DualPipeV schedule), 4 ranks (tp2 x pp2 with SP, also with overlap and with
-DualPipeV; tp2 x dp2 ZeRO-3 with SP; MoE tp2 x ep2 with and
+DualPipeV; tp4 + SP with overlap; tp2 x dp2 ZeRO-3 with SP; MoE tp2 x ep2 with and
 without SP, pp2 x ep2 with full recomputation, tp2 x pp2 with SP; the MoE tp2 + SP cells run with overlap on, so
 their attention linears are ring-overlapped too).
 """
@@ -91,6 +91,8 @@ FOUR = {
                              **BASE),
     "moe-tp2-pp2-sp": Cell(model="tiny-mixtral", gpus_per_node=4, tp=2, pp=2, sequence_parallel=True, overlap=True,
                            **BASE),
+    # tp4 + SP with the overlapped linears: three ring hops per collective (tiny-gpt: 4 heads, 4 groups)
+    "gpt-tp4-sp-ov": Cell(model="tiny-gpt", gpus_per_node=4, tp=4, sequence_parallel=True, overlap=True, **BASE),
     "gpt-tp2-pp2-sp-dualpipev": Cell(model="tiny-gpt", gpus_per_node=4, tp=2, pp=2, sequence_parallel=True,
                                      pp_schedule="dualpipev", **{**BASE, "micro_batch": 1}),
     "llama-tp2-pp2-sp-ov": Cell(model="tiny-llama", gpus_per_node=4, tp=2, pp=2, sequence_parallel=True,
@@ -103,7 +105,7 @@ PAIRS = [
     ("moe-tp2-sp", "moe"), ("moe-tp2-ep2", "moe-ep1"), ("moe-tp2-ep2-sp", "moe-ep1"), ("moe-pp2", "moe"),
     ("moe-pp2-ep2-full", "moe-ep1"), ("moe-tp2-pp2-sp", "moe"), ("llama-tp2-sp-ov", "llama"),
     ("gpt-tp2-sp-full-ov", "gpt"), ("llama-tp2-z3-sp-ov", "llama"), ("llama-tp2-pp2-sp-ov", "llama"),
-    ("llama-pp2-dualpipev", "llama"), ("gpt-tp2-pp2-sp-dualpipev", "gpt"),
+    ("llama-pp2-dualpipev", "llama"), ("gpt-tp2-pp2-sp-dualpipev", "gpt"), ("gpt-tp4-sp-ov", "gpt"),
 ]
 
 
