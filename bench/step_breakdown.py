@@ -29,16 +29,29 @@ def breakdown(sweep_dir: Path, match: str = "") -> pd.DataFrame:
     tables = sweep_dir / "tables"
     kernels = pd.read_parquet(tables / "kernels.parquet")
     runs = pd.read_parquet(tables / "runs.parquet", columns=["cell_id", "iteration_time_s"])
+    df = rank_breakdown(kernels, runs)
+    if match:
+        df = df[df.cell_id.str.contains(match, regex=False)]
+    return df.set_index(["cell_id", "rank"])[COLUMNS].sort_index()
+
+
+def rank_breakdown(kernels: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`breakdown` of a kernels and a runs table (``cell_id``, ``iteration_time_s``), one row per (cell,
+    traced rank), with the pipeline's point-to-point time (``send_recv_s``: transfers and the waits for the
+    neighbouring stage, its bubble included) beside the columns of :data:`COLUMNS`."""
     per_rank = (kernels.groupby(["cell_id", "rank"], as_index=False)
                 .first()[["cell_id", "rank", "n_kernels", "busy_s", "compute_s", "comm_s", "comm_exposed_s",
                           "span_s"]])
-    df = per_rank.merge(runs, on="cell_id", how="left").rename(columns={"iteration_time_s": "step_s"})
-    if match:
-        df = df[df.cell_id.str.contains(match, regex=False)]
+    p2p = (kernels[kernels.category == "send_recv"].groupby(["cell_id", "rank"], as_index=False)["union_s"].sum()
+           .rename(columns={"union_s": "send_recv_s"}))
+    df = (per_rank.merge(p2p, on=["cell_id", "rank"], how="left")
+          .merge(runs[["cell_id", "iteration_time_s"]], on="cell_id", how="left")
+          .rename(columns={"iteration_time_s": "step_s"}))
+    df["send_recv_s"] = df.send_recv_s.fillna(0.0)
     df["idle_prof_s"] = df.span_s - df.busy_s
     df["idle_min_s"] = (df.step_s - df.busy_s).clip(lower=0.0)
     df["idle_min_pct"] = 100.0 * df.idle_min_s / df.step_s
-    return df.set_index(["cell_id", "rank"])[COLUMNS].sort_index()
+    return df
 
 
 def main(argv: list[str] | None = None) -> int:

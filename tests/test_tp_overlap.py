@@ -1,6 +1,7 @@
 """The ring-overlapped sequence-parallel linears compute exactly what all-gather/reduce-scatter + GEMM compute.
 
-Every rank of a gloo group (2 and 3 ranks: one and two ring hops; the symmetric-memory wiring at 2 and 4; the ring at 4 in the full-model check) holds the same full tensors (float64), runs the
+Every rank of a gloo group (2 and 3 ranks: one and two ring hops; the symmetric-memory wiring at 2 and 4 ranks; the
+ring at 4 in the full-model check) holds the same full tensors (float64), runs the
 ring functions on its shards with autograd, and compares its output shard and its gradient shards with the plain
 computation on the full tensors. The full-model check (losses, every gradient, tp2/tp2 x pp2/tp2 + ZeRO-3 with
 overlap on) is in tests/test_parallel_equivalence.py.
