@@ -2,8 +2,8 @@
 # The 4-GPU layout-efficiency runs on one 4x H100 or 4x H200 node (kind nvidia-h100-x4 or nvidia-h200-x4), one run
 # per device call of at most 10 minutes; every cell's records reach $OUT while the run goes (a run cut short keeps
 # the cells done, in the config's order):
-#   bash bench/gpu/layouts.sh GPU RUN [SECONDS]      GPU: h100 | h200 (the node's); RUN: a | b | c
-# The sequence (about 25 minutes of device time; A and B first, C when time is left):
+#   bash bench/gpu/layouts.sh GPU RUN [SECONDS]      GPU: h100 | h200 (the node's); RUN: a | b | c | d
+# The sequence (about 25 minutes of device time for 1-3; 4 when time is left):
 #   1. bash bench/gpu/layouts.sh h100 a 500   global batch 32: ZeRO-1 dp4, torchtitan (FSDP2 + compile), TP4+SP
 #      with symmetric-memory TP overlap, PP4 balanced 1F1B, PP4 DualPipeV, PP4 uniform, TP4+SP without overlap
 #      (~8 min of cells + ~40 s of wheel installs on a fresh machine): the layout targets (TP4+SP >= 0.85x, PP4
@@ -13,6 +13,8 @@
 #   3. bash bench/gpu/layouts.sh h100 c 540   global batch 32: ZeRO-1 dp4 again (run-to-run noise with run 1),
 #      ZeRO-3 dp4 with prefetch, TP2-DP2+SP overlap, TP2-PP2+SP and PP2-DP2 with DualPipeV, torchtitan TP4 async
 #      and PP4 ZBV (~9 min).
+#   4. bash bench/gpu/layouts.sh h100 d 330   global batch 32: ZeRO-1 dp4, Megatron-core's trainer at dp4, PP4 with
+#      interleaved 1F1B (2 chunks a rank) and TP4+SP (~5 min; its tensor-parallel path never ran on CPU ranks).
 # Each run is its own sweep (config/reference/<gpu>x4-layouts-<run>.yaml), with its own baseline: every ratio of its
 # table is a same-run ratio. Needs .whl/ (or .whlxz/) with the offline wheels (bench/gpu/setup_offline.sh),
 # liger-kernel among them, and the peers' wheels: `pip download --no-deps --only-binary=:all: --python-version 3.12
@@ -23,7 +25,7 @@
 # on any machine from the records (`python bench/layout_efficiency.py <unpacked>/<gpu>x4-layouts-<run>`).
 set -u
 GPU=$1 RUN=$2 BUDGET=${3:-520}
-case "$GPU:$RUN" in h100:[abc]|h200:[abc]) ;; *) echo "usage: $0 h100|h200 a|b|c [SECONDS]" >&2; exit 2 ;; esac
+case "$GPU:$RUN" in h100:[abcd]|h200:[abcd]) ;; *) echo "usage: $0 h100|h200 a|b|c|d [SECONDS]" >&2; exit 2 ;; esac
 NAME=${GPU}x4-layouts-$RUN
 NGPU=$(nvidia-smi -L | wc -l)
 [ "$NGPU" = 4 ] || { echo "$NAME needs 4 GPUs, this node has $NGPU" >&2; exit 2; }

@@ -1,5 +1,6 @@
-"""bench/peers/titan_llama3.py: the layout it asks torchtitan for, and text that every data-parallel rank can read
-(one document sharded over 4 ranks left 3 of them without data: the peer never reached its first step)."""
+"""The peers' layouts: bench/peers/titan_llama3.py (what it asks torchtitan for, and text that every data-parallel
+rank can read: one document sharded over 4 ranks left 3 of them without data, and the peer never reached its first
+step) and bench/peers/megatron_gpt.py (what Megatron-core is asked for)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,17 @@ SPEC = {"num_attention_heads": 32, "num_query_groups": 8}
 
 
 @functools.cache
-def _peer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("titan_llama3_peer", ROOT / "bench" / "peers" / "titan_llama3.py")
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"{name}_peer", ROOT / "bench" / "peers" / f"{name}.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def _peer() -> ModuleType:
+    return _load("titan_llama3")
 
 
 def _args(*argv: str):
@@ -82,3 +87,19 @@ def test_every_data_parallel_rank_gets_documents_longer_than_a_window(tmp_path: 
     lengths = [len(ids) for ids in (e.ids for e in tok.encode_batch(docs[:4]))]
     assert min(lengths) > 8192 + 1, lengths  # a window of the reference cells spans at most two documents
     assert p._assets(128256) == (tok_dir, data_dir)  # made once per rank
+
+
+def test_megatron_layouts() -> None:
+    mg = _load("megatron_gpt")
+    spec = {**SPEC, "num_layers": 16}
+    assert mg.layout(mg.parse([]), 4, spec, 1, 32) == {"dp": 4, "micro_batches": 8}
+    assert mg.layout(mg.parse(["--pp", "4", "--vpp", "2"]), 4, spec, 1, 32) == {"dp": 1, "micro_batches": 32}
+    assert mg.layout(mg.parse(["--tp", "2", "--sp"]), 4, spec, 1, 8) == {"dp": 2, "micro_batches": 4}
+    refused = {("--vpp", "2"): "--vpp needs --pp > 1", ("--sp",): "--sp needs --tp > 1",
+               ("--pp", "4", "--vpp", "8"): "16 layers do not split into pp 4 x vpp 8",
+               ("--tp", "3"): "does not divide the 4 ranks"}
+    for argv, why in refused.items():
+        with pytest.raises(SystemExit, match=why):
+            mg.layout(mg.parse(list(argv)), 4, spec, 1, 32)
+    with pytest.raises(SystemExit, match=r"interleaved 1F1B needs micro-batches a step \(6\) to be a multiple of pp 4"):
+        mg.layout(mg.parse(["--pp", "4", "--vpp", "2"]), 4, spec, 1, 6)
