@@ -62,6 +62,9 @@ def test_dualpipev_refusals() -> None:
         ds_config(_cell(pp=4, pp_schedule="dualpipev", micro_batch=1, global_batch=8), CPU)
     with pytest.raises(ValueError, match="pp_schedule dualpipev needs pp > 1"):
         ds_config(_cell(pp_schedule="dualpipev"), CPU)
+    with pytest.raises(ValueError, match="recompute_layers counts the first blocks of a stage"):
+        ds_config(_cell(pp=2, pp_schedule="dualpipev", micro_batch=1, global_batch=8, recompute="full",
+                        recompute_layers=1), CPU)
 
 
 def test_dualpipev_virtual_stages() -> None:

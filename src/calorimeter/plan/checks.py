@@ -87,6 +87,9 @@ def schedule_reasons(cell: Cell, m: ModelSpec) -> list[str]:
         r.append(f"DualPipeV holds two stages a rank: every rank needs at least 2 layers, not {list(blocks)}")
     if cell.placement != "default":
         r.append(f"placement {cell.placement} decides a split of pp stages, DualPipeV cuts each in two: use default")
+    if cell.recompute_layers is not None:
+        r.append("recompute_layers counts the first blocks of a stage; a DualPipeV rank's blocks are two stages: "
+                 "recompute every block (full) or none")
     return r
 
 
