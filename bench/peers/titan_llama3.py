@@ -246,7 +246,7 @@ def trainer_class(step_log: bool) -> type:
 
     step_stall_s = float(os.environ.get("TITAN_STEP_STALL_S", STEP_STALL_S))
     tokens = int(os.environ["CALORIMETER_GLOBAL_BATCH"]) * int(os.environ["CALORIMETER_SEQ_LEN"])
-    log = StepLogWriter() if step_log else StepLogWriter(None)
+    log = StepLogWriter() if step_log else None  # (StepLogWriter(None) would take CALORIMETER_STEP_LOG too)
 
     class CellTrainer(Trainer):
         def __init__(self, *a: Any, **kw: Any) -> None:
@@ -275,7 +275,8 @@ def trainer_class(step_log: bool) -> type:
                 extra["loss"] = self.cell_loss
             if cuda:
                 extra["max_memory_bytes"] = torch.cuda.max_memory_allocated(self.device)
-            log.step(self.step, t0, t1, **extra)
+            if log is not None:
+                log.step(self.step, t0, t1, **extra)
 
     return CellTrainer
 
