@@ -17,9 +17,12 @@
 #      interleaved 1F1B (2 chunks a rank) and TP4+SP (~5 min; its tensor-parallel path never ran on CPU ranks).
 # Each run is its own sweep (config/reference/<gpu>x4-layouts-<run>.yaml), with its own baseline: every ratio of its
 # table is a same-run ratio. Needs .whl/ (or .whlxz/) with the offline wheels (bench/gpu/setup_offline.sh),
-# liger-kernel among them, and the peers' wheels: `pip download --no-deps --only-binary=:all: --python-version 3.12
-# -d .whl torchtitan==0.2.2 torchdata datasets` plus what those need that the node lacks (datasets: dill, xxhash,
-# multiprocess, pyarrow, fsspec, huggingface-hub; transformers for compiled FSDP2). Results in $OUT:
+# liger-kernel among them, and the torchtitan peer's: what `pip install torchtitan==0.2.2 'datasets<4.8' torchdata`
+# adds to the CPU environment (2026-11-27, Python 3.11 here; download them for the node with `pip download --no-deps
+# --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d .whl NAME...`): torchtitan torchdata
+# datasets dill multiprocess xxhash fsspec huggingface_hub aiohttp aiohappyeyeballs aiosignal frozenlist multidict
+# propcache yarl tensorboard tensorboard_data_server grpcio absl_py protobuf markdown werkzeug tomli (less what the
+# node has: `python3 -m pip list` there). Results in $OUT:
 # <gpu>x4-layouts-<run>.tar.gz (the cells' records, as run_reference.sh keeps them), .log (one line per cell),
 # .snakemake.log, and <gpu>x4-layouts-<run>.txt: bench/layout_efficiency.py's table and verdicts of the run, remade
 # on any machine from the records (`python bench/layout_efficiency.py <unpacked>/<gpu>x4-layouts-<run>`).
