@@ -1,7 +1,7 @@
 """The ring-overlapped sequence-parallel linears compute exactly what all-gather/reduce-scatter + GEMM compute.
 
-Every rank of a gloo group (2 and 3 ranks: one and two ring hops; the symmetric-memory wiring at 2 and 4 ranks; the
-ring at 4 in the full-model check) holds the same full tensors (float64), runs the
+Every rank of a gloo group (2 and 3 ranks: one and two ring hops; the ring at 4 ranks is in the full-model check, and
+nothing of the symmetric-memory wiring depends on the group's size) holds the same full tensors (float64), runs the
 ring functions on its shards with autograd, and compares its output shard and its gradient shards with the plain
 computation on the full tensors. The full-model check (losses, every gradient, tp2/tp2 x pp2/tp2 + ZeRO-3 with
 overlap on) is in tests/test_parallel_equivalence.py.
@@ -84,7 +84,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize(("mode", "tp"), [("ring", 2), ("ring", 3), ("symm_mem", 2), ("symm_mem", 4)])
+@pytest.mark.parametrize(("mode", "tp"), [("ring", 2), ("ring", 3), ("symm_mem", 2)])
 def test_overlapped_linears_match_collectives_and_gemm(tmp_path: Path, mode: str, tp: int) -> None:
     """The ring, and the symmetric-memory path's wiring (on gloo: PyTorch's reference of the fused ops)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
