@@ -59,7 +59,7 @@ class Cell:
         log_format: kind ``command``: how its steps are read: ``jsonl`` (the step-log protocol), ``torchtitan`` or
             ``megatron`` (their console logs).
         pp_schedule: pipeline schedule with pp > 1: None (DeepSpeed's 1F1B) or ``dualpipev`` (DeepSpeed's
-            DualPipeV: two stages a rank in a V, half the 1F1B bubble; needs ``grad_accum >= 2 pp``).
+            DualPipeV: two stages a rank in a V, to fill the 1F1B bubble; needs ``grad_accum >= 2 pp``).
         bucket_elements: DeepSpeed's gradient reduce and all-gather bucket size in elements (None: the engine's
             default, ``calorimeter.train.engine.BUCKET_ELEMENTS``).
         prefetch_elements: ZeRO-3 parameter prefetch in elements (None: the engine's default, the bucket size with
