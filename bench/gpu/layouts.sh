@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# The 4-GPU layout-efficiency runs on one 4x H100 or 4x H200 node (kind nvidia-h100-x4 or nvidia-h200-x4), one run
-# per device call of at most 10 minutes; every cell's records reach $OUT while the run goes (a run cut short keeps
-# the cells done, in the config's order):
+# The 4-GPU layout-efficiency runs on one 4x H100 or 4x H200 node, one run per command of at most 10 minutes; every
+# cell's records reach $OUT while the run goes (a run cut short keeps the cells done, in the config's order):
 #   bash bench/gpu/layouts.sh GPU RUN [SECONDS]      GPU: h100 | h200 (the node's); RUN: a | b | c | d
-# The sequence (about 25 minutes of device time for 1-3; 4 when time is left):
+# The sequence (about 25 minutes of the node for 1-3; 4 when time is left):
 #   1. bash bench/gpu/layouts.sh h100 a 500   global batch 32: ZeRO-1 dp4, torchtitan (FSDP2 + compile), TP4+SP
 #      with symmetric-memory TP overlap, PP4 balanced 1F1B, PP4 DualPipeV, PP4 uniform, TP4+SP without overlap
 #      (~8 min of cells + ~40 s of wheel installs on a fresh machine): the layout targets (TP4+SP >= 0.85x, PP4
