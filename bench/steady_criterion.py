@@ -9,7 +9,7 @@ time_s, gpu_index, gpu_temp_c) and steps (``steps.parquet``: phase, t_begin_s, t
   plateau): the share of time at which every GPU's least-squares slope over the last 15 s is at most 1 °C/min (the
   rule the sets were measured with), the same over 30 s at most 1 and at most 2 °C/min, the median over that time
   of the largest |slope| over the GPUs, and the share of time the drift rule holds (the largest 30 s |slope| x the
-  cell's measured duration below 1 °C);
+  cell's measured duration, at least 30 s, below 1 °C: :func:`calorimeter.records.steadiness.drift_c`);
 * **the drift rule replayed on the warm-up** (its runtime side, :func:`calorimeter.train.steady.steady_enough` with
   the cell's measured settings and a 30 s fit): after which warm-up step it would have ended the warm-up, in seconds
   from the warm-up's start, or not within the recorded warm-up;
@@ -17,14 +17,17 @@ time_s, gpu_index, gpu_temp_c) and steps (``steps.parquet``: phase, t_begin_s, t
   fit over the measured window extended back to 30 s, split by what the runtime flag said (``steady`` or ``cap``),
   and how many cells are thermally steady by the drift.
 
-Usage: PYTHONPATH=src python bench/steady_criterion.py [results/reference] [--sets SUBSTRING ...]
-Takes about ten seconds for every committed set on one core.
+Usage: PYTHONPATH=src python bench/steady_criterion.py [results/reference] [--sets SUBSTRING ...] [--doc FILE]
+prints one row per set; ``--doc docs/findings.md`` also rewrites that file's table (between
+``<!-- BEGIN bench/steady_criterion.py ... -->`` and ``<!-- END bench/steady_criterion.py -->``: the sets of
+:data:`DOC_SETS` and all sets, fewer columns). Takes about ten seconds for every committed set on one core.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +39,7 @@ from calorimeter.analysis.cell import cell_gpu_map, gpu_samples, normalize_telem
 from calorimeter.plan.cell import Cell as PlannedCell
 from calorimeter.records.paths import CellPaths
 from calorimeter.records.run_record import read_run_record
-from calorimeter.records.steadiness import is_steady, lsq_slope_c_per_min
+from calorimeter.records.steadiness import drift_c, is_steady, lsq_slope_c_per_min
 from calorimeter.train.steady import steady_enough
 
 #: the plateau starts this long after the warm-up began (the H200 dies reach 90% of their rise within 5-22 s)
@@ -47,6 +50,12 @@ GRID_S = 0.5
 WINDOWS_S = (15.0, 30.0)
 #: the fit window of the drift rule replayed on the warm-up (the new default ``steady_window_s``)
 REPLAY_WINDOW_S = 30.0
+#: the sets docs/findings.md shows (besides all sets together)
+DOC_SETS = ("h200x4-findings-depth-2026-11-27g/h200x4-findings-depth",
+            "findings-steady-2026-11-26/h200x2-findings-steady", "findings-steady-2026-11-25/h100x1-findings-steady")
+#: the table's place in a document
+DOC_REGION = re.compile(r"(?P<begin>( *)<!-- BEGIN bench/steady_criterion.py[^\n]*-->\n).*?"
+                        r"(?P<end>\2<!-- END bench/steady_criterion.py -->)", re.S)
 
 
 @dataclass
@@ -115,7 +124,7 @@ def shares(cells: list[Cell]) -> dict[str, float]:
     """The plateau shares (pooled over the cells' plateau times) and medians."""
     s15 = np.concatenate([c.max_slope[15.0] for c in cells])
     s30 = np.concatenate([c.max_slope[30.0] for c in cells])
-    drift = np.concatenate([c.max_slope[30.0] * c.measured_s / 60.0 for c in cells])
+    drift = np.concatenate([drift_c(c.max_slope[30.0], c.measured_s) for c in cells])
     s15, drift, s30 = s15[~np.isnan(s15)], drift[~np.isnan(s30)], s30[~np.isnan(s30)]
     nan = float("nan")
     return {"15 s <= 1": float(np.mean(s15 <= 1.0)) if s15.size else nan,
@@ -143,11 +152,47 @@ def row(name: str, cells: list[Cell]) -> str:
             f"{_range([c.warmup_s for c in cells])} | {len(replayed)} of {len(cells)}: {_range(replayed)} |")
 
 
+def doc_row(name: str, cells: list[Cell]) -> str:
+    """The row of docs/findings.md's table: fewer columns than :func:`row`."""
+    sh = shares(cells)
+    by = {f: [c.window_slope for c in cells if c.flag == f] for f in ("steady", "cap")}
+    return (f"| {name} | {len(cells)} | {100 * sh['15 s <= 1']:.0f}% ({sh['median 15 s']:.1f}) | "
+            f"{100 * sh['30 s <= 1']:.0f}% / {100 * sh['30 s <= 2']:.0f}% ({sh['median 30 s']:.1f}) | "
+            f"{100 * sh['drift < 1 degC']:.0f}% | {_range(by['steady']) if by['steady'] else 'none'} | "
+            f"{_range(by['cap']) if by['cap'] else 'none'} | {sum(c.steady for c in cells)} of {len(cells)} |")
+
+
+def doc_table(sweeps: list[Sweep]) -> str:
+    """docs/findings.md's table: the :data:`DOC_SETS` and all sets."""
+    lines = ["| set | steady warm-up cells | plateau time: every GPU's 15 s slope <= 1 degC/min (median of the "
+             "largest) | 30 s slope <= 1 / <= 2 degC/min (median) | 30 s slope x max(measured duration, 30 s) < 1 "
+             "degC | measured-window slope (degC/min), cells flagged steady | flagged cap | thermally steady |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [doc_row(f"`{s.name}`", s.cells) for name in DOC_SETS for s in sweeps if s.name == name]
+    lines.append(doc_row(f"all {len(sweeps)} sets with steady warm-ups", [c for s in sweeps for c in s.cells]))
+    return "\n".join(lines) + "\n"
+
+
+def write_doc(path: Path, table: str) -> None:
+    """Replace the table between the document's markers (indented as the markers are)."""
+    text = path.read_text()
+    m = DOC_REGION.search(text)
+    if m is None:
+        raise SystemExit(f"{path}: no <!-- BEGIN bench/steady_criterion.py --> ... <!-- END ... --> region")
+    indent = m.group(2)
+    body = "".join(f"{indent}{line}\n" for line in table.splitlines())
+    path.write_text(text[:m.start()] + m.group("begin") + body + m.group("end") + text[m.end():])
+    print(f"wrote the table of {path}", file=sys.stderr)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", type=Path, nargs="?", default=Path("results/reference"))
     ap.add_argument("--sets", nargs="*", default=[], help="only sweeps whose path contains one of these")
+    ap.add_argument("--doc", type=Path, help="also rewrite this document's table (docs/findings.md)")
     args = ap.parse_args()
+    if args.doc and args.sets:
+        ap.error("--doc needs every set (its last row is all sets together): leave out --sets")
     sweeps = []
     for plan in sorted(args.root.rglob("plan.json")):
         name = plan.parent.relative_to(args.root).as_posix()
@@ -160,14 +205,16 @@ def main() -> None:
             print(f"{name}: {len(cells)} cells", file=sys.stderr, flush=True)
     print("| set | steady warm-up cells | plateau time: all 15 s slopes <= 1 degC/min | median max 15 s slope | "
           "plateau time: all 30 s slopes <= 1 | 30 s <= 2 | median max 30 s slope | drift rule (30 s slope x "
-          "measured duration < 1 degC) | measured-window max slope (degC/min), runtime flag steady: n, median "
-          "(range) | flag cap: n, median (range) | thermally steady (drift < 1 degC) | recorded warm-up (s), "
+          "max(measured duration, 30 s) < 1 degC) | measured-window max slope (degC/min), runtime flag steady: n, "
+          "median (range) | flag cap: n, median (range) | thermally steady (drift < 1 degC) | recorded warm-up (s), "
           "median (range) | drift rule replayed: ends within the recorded warm-up, after (s) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in sweeps:
         print(row(f"`{s.name}`", s.cells))
     if len(sweeps) > 1:
         print(row(f"all {len(sweeps)} sets", [c for s in sweeps for c in s.cells]))
+    if args.doc:
+        write_doc(args.doc, doc_table(sweeps))
 
 
 if __name__ == "__main__":

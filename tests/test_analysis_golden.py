@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "analysis"))
 import builders  # noqa: E402
 
 from calorimeter.analysis.cell import cell_tables, write_cell_tables  # noqa: E402
-from calorimeter.analysis.tables import concat_cell_tables, runs_table  # noqa: E402
+from calorimeter.analysis.tables import add_normalized_efficiency, concat_cell_tables, runs_table  # noqa: E402
 from calorimeter.analysis.window import hold_shares, time_average  # noqa: E402
 from calorimeter.records.paths import CellPaths  # noqa: E402
 
@@ -122,6 +122,17 @@ def test_sweep_runs_table_keeps_oom_pruned_and_not_run_and_normalizes(tmp_path: 
     # iteration 2 s: energy per iteration doubles and samples/s halves -> efficiency / 4
     assert runs.loc[1, "efficiency_norm"] == pytest.approx(0.25)
     assert runs.loc[2:, "efficiency"].isna().all() and math.isnan(runs.loc[2, "iteration_time_s"])
+
+
+def test_efficiency_is_normalised_by_the_best_configurations_mean_never_one_repetition() -> None:
+    """Configuration a (repetitions 1 and 3: mean 2) would be the "1" by its fast repetition; b's one cell (2.5) is the
+    best configuration; a failed cell and another model do not count; each sweep on its own."""
+    runs = pd.DataFrame({
+        "sweep": ["s", "s", "s", "s", "s", "t"], "model": ["m", "m", "m", "m", "n", "m"],
+        "cell_id": ["a", "a_r1", "b", "c", "d", "a"], "config_id": ["a", "a", "b", "c", "d", "a"],
+        "status": ["ok", "ok", "ok", "failed", "ok", "ok"], "efficiency": [1.0, 3.0, 2.5, 9.0, 4.0, 5.0]})
+    norm = add_normalized_efficiency(runs)["efficiency_norm"]
+    assert list(norm) == pytest.approx([0.4, 1.2, 1.0, 3.6, 1.0, 1.0])
 
 
 def test_cell_without_telemetry_has_nan_not_zero(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from calorimeter.reproduce.compare import (
     machine_difference,
 )
 from calorimeter.reproduce.metrics import metrics_with_floors
-from calorimeter.reproduce.noise import NOISE_FILE, Noise, build, load_noise, same
+from calorimeter.reproduce.noise import NOISE_FILE, Noise, build, load_noise, same, thermal_of, thermal_regime
 from calorimeter.reproduce.sources import load_source
 
 REF = ROOT / "results" / "reference"
@@ -61,7 +61,14 @@ def test_a_slower_copy_is_never_called_reproduced(tmp_path: Path, sweep: Path, s
 def test_a_set_compared_with_itself_is_reproduced(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     rc, df, counts = _run(tmp_path, STEADY1, regressed_copy(STEADY1, tmp_path / "copy", 1.0), "--summary")
     assert rc == 0 and set(df["verdict"]) == {REPRODUCED} and len(df) == 5 * 6  # LoRA is training: compared
-    assert (df["machine_difference"] == 0).all() and (df["noise_regime"] == "gpu-bound, steady").all()
+    assert (df["machine_difference"] == 0).all()
+    # judged by the noise of thermally steady windows, but the one configuration with a repetition whose window drifted
+    runs = pd.read_parquet(STEADY1 / "tables" / "runs.parquet")
+    drifted = set(runs.loc[runs["thermally_steady"].eq(False) & runs["status"].eq("ok"), "config_id"])
+    assert len(drifted) == 1
+    regime = df.set_index("config_id")["noise_regime"]
+    assert (regime[list(drifted)] == "gpu-bound, transient").all()
+    assert (regime.drop(list(drifted)) == "gpu-bound, steady").all()
     assert set(counts["verdict"]) == {REPRODUCED} and counts.loc["all", REPRODUCED] == 30
     assert (df["interval_verdict"] == AGREES).all()
     out = capsys.readouterr().out
@@ -83,17 +90,19 @@ def test_noise_wider_than_the_floor_cannot_tell_and_exits_3(tmp_path: Path) -> N
 
 
 def test_the_h100_reproduction_per_figure_and_with_a_wider_floor(tmp_path: Path) -> None:
-    """One run each on two H100 machines: the machines' spread in the committed sets hides a 3% throughput difference
-    (cannot tell), the cooler host's peak temperature is not reproduced; asked about 4%, the throughput figure is
-    reproduced."""
+    """One run each on two H100 machines after fixed warm-ups (transient windows): the machines' spread of transient
+    windows in the committed sets hides a 3% throughput difference and the cooler host's 7 degC (cannot tell), one
+    configuration's 4.6% lower power is not reproduced; asked about 7%, the throughput figure is reproduced."""
     rc, df, counts = _run(tmp_path, H100, H100_REPRO)
     assert rc == 1 and (df["machine_difference"] == 2).all()
+    assert (df["noise_regime"] == "gpu-bound, transient").all()
     assert counts.loc["throughput", "verdict"] == CANNOT_TELL
-    assert counts.loc["fig17_temperature", "verdict"] == NOT_REPRODUCED
-    rc, df, counts = _run(tmp_path, H100, H100_REPRO, "--floor", f"{THROUGHPUT}=0.04")
+    assert counts.loc["fig17_temperature", "verdict"] == CANNOT_TELL
+    assert set(df.loc[df["verdict"] == NOT_REPRODUCED, "metric"]) == {"power_avg_w"}
+    rc, df, counts = _run(tmp_path, H100, H100_REPRO, "--floor", f"{THROUGHPUT}=0.07")
     assert counts.loc["throughput", "verdict"] == REPRODUCED and counts.loc["throughput", REPRODUCED] == 5
     thr = df[df["metric"] == THROUGHPUT]
-    assert (thr["noise_half_width"] <= 0.04).all() and (thr["difference"].abs() <= 0.04).all()
+    assert (thr["noise_half_width"] <= 0.07).all() and (thr["difference"].abs() <= 0.07).all()
     assert thr["figures"].str.contains("throughput").all() and thr["figures"].str.contains("scale_compare").all()
 
 
@@ -109,13 +118,14 @@ def test_a_missing_cell_fails_unless_the_reproduction_is_a_subset(tmp_path: Path
 
 def test_two_committed_placement_runs_on_two_machines() -> None:
     """The same placement sweep measured an hour apart on two 2x H200 machines: with the machines' spread of the
-    committed sets no 3% difference can be seen (cannot tell), the wide-floored peak power is reproduced; the
+    committed sets no 3% difference in throughput or energy can be seen (cannot tell), the average power (within
+    0.2% and 1.0%) and the wide-floored peak power are reproduced; the
     calibration cell is not a training cell, and the run that never ran its thermal cells has no counterpart."""
     res = compare(load_source(REF / "h200x2-placement-2026-11-23b-call1"),
                   load_source(REF / "h200x2-placement-2026-11-23b"))
     measured = res[res["verdict"] != NOT_COMPARABLE]
     assert (measured["machine_difference"] == 2).all()
-    assert set(measured[measured["verdict"] == REPRODUCED]["metric"]) == {"power_peak_w"}
+    assert set(measured[measured["verdict"] == REPRODUCED]["metric"]) == {"power_avg_w", "power_peak_w"}
     assert set(measured["verdict"]) == {REPRODUCED, CANNOT_TELL}
     nc = res[res["verdict"] == NOT_COMPARABLE]["reason"]
     assert nc.str.contains("thermal-calibration cell").any() and nc.str.startswith("not in the reference").any()
@@ -156,7 +166,7 @@ def test_machines_add_their_spread_and_its_degrees_of_freedom() -> None:
     first, second = (2 / 3 - 2 * 0.5) * 0.01**2, 2 * 0.0004  # Welch-Satterthwaite between the two pooled estimates
     assert dof2 == pytest.approx((first + second) ** 2 / (first**2 / 20 + second**2 / 8)) and dof2 < 20
     assert n.difference(1, 1, 2.0)[0] > n.difference(30, 30, 2.0)[0] > se0  # repetitions do not remove the machines
-    no_machines = Noise(*[getattr(n, f) for f in ("metric", "bound", "warmup", "scale", "repetition_sd",
+    no_machines = Noise(*[getattr(n, f) for f in ("metric", "bound", "thermal", "scale", "repetition_sd",
                                                    "repetition_dof", "repetition_groups")], math.nan, 0, 0, math.nan)
     assert math.isnan(no_machines.difference(3, 3, 2.0)[0]) and no_machines.difference(3, 3, 0.0)[1] == 20
     assert machine_difference({"a": 1.0}, {"b": 1.0}) == 2.0
@@ -194,4 +204,15 @@ def test_the_noise_model_is_the_committed_sets_noise() -> None:
     model = load_noise()
     gpu = model.get(THROUGHPUT, "gpu-bound", "steady")
     host = model.get(THROUGHPUT, "host-bound", "steady")
-    assert gpu.repetition_dof >= 20 and gpu.repetition_sd < host.repetition_sd  # the host sets a host-bound pace
+    assert gpu.repetition_dof >= 15 and gpu.repetition_sd < host.repetition_sd  # the host sets a host-bound pace
+    for metric in (THROUGHPUT, "temp_avg_c"):  # thermally steady windows repeat more closely than transient ones
+        assert model.get(metric, "gpu-bound", "steady").repetition_sd < \
+            model.get(metric, "gpu-bound", "transient").repetition_sd
+
+
+def test_the_regime_is_the_windows_thermal_state_or_the_warm_up_for_older_tables() -> None:
+    runs = pd.DataFrame({"warmup_mode": ["steady", "steady", "fixed"], "thermally_steady": [True, False, True]})
+    assert list(thermal_of(runs)) == ["steady", "transient", "steady"]  # the window, whatever the warm-up
+    assert list(thermal_of(runs.drop(columns="thermally_steady"))) == ["steady", "steady", "transient"]
+    assert list(thermal_of(runs.drop(columns=["thermally_steady", "warmup_mode"]))) == ["transient"] * 3
+    assert thermal_regime(["steady", "steady"]) == "steady" and thermal_regime(["steady", "transient"]) == "transient"

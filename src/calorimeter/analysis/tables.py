@@ -1,7 +1,8 @@
 """The sweep's aggregated store: each table concatenates the per-cell tables (``cells/<id>/cell_tables/``).
 
 * ``runs``: one row per cell of the plan (ok, oom, failed from the record; pruned and not-run cells from the plan
-  with their reasons), with ``efficiency_norm`` = efficiency / the best efficiency of the same model in the sweep;
+  with their reasons), with ``efficiency_norm`` = efficiency / the best configuration's mean efficiency of the same
+  model in the sweep (:func:`best_configuration_efficiency`, which the figures normalise by too);
 * ``gpus``: one row per cell x GPU; ``steps``: per cell, rank and step; ``kernels``: per cell, traced rank and
   kernel category; ``timeseries``: downsampled per-GPU telemetry.
 
@@ -20,7 +21,7 @@ import pandas as pd
 from calorimeter.analysis.cell import METRIC_KEYS, PARAM_KEYS, TELEMETRY_KEYS
 from calorimeter.plan.cell import as_recorded
 from calorimeter.records.atomic import write_atomic, write_parquet_atomic
-from calorimeter.records.legacy import add_machines, upgrade_plan_cell, upgrade_runs
+from calorimeter.records.legacy import add_machines, config_ids, upgrade_plan_cell, upgrade_runs
 from calorimeter.records.paths import TABLE_NAMES
 
 
@@ -86,16 +87,32 @@ def _with_plan_params(row: dict[str, Any], cell: dict[str, Any]) -> dict[str, An
     return {**row, **missing} if missing else row
 
 
+def best_configuration_efficiency(df: pd.DataFrame) -> pd.Series:
+    """Per row, the efficiency the study's "Norm. Efficiency" divides by: among the ok rows of ``df`` of the same
+    model (and sweep), each configuration's mean efficiency over its repetitions (rows sharing a ``config_id``; a row
+    that already stands for a configuration's mean is its own), the largest of those means; NaN where none is > 0.
+
+    ``df`` is the set a best configuration may come from: every cell of the sweep for the runs table, the drawn
+    configurations for a figure. The reference is a configuration's mean, never one repetition, so a configuration's
+    repetitions scatter about their normalised mean and the best configuration's mean is 1."""
+    eff = pd.to_numeric(df["efficiency"], errors="coerce") if "efficiency" in df.columns else \
+        pd.Series(float("nan"), index=df.index)
+    if "status" in df.columns:
+        eff = eff.where(df["status"].eq("ok"))
+    keys = [df[k] for k in ("sweep", "model") if k in df.columns]
+    cfg = config_ids(df) if "cell_id" in df.columns else pd.Series(range(len(df)), index=df.index).astype(str)
+    means = eff.groupby([*keys, cfg], dropna=False).transform("mean")
+    best = means.groupby(keys, dropna=False).transform("max") if keys else pd.Series(means.max(), index=df.index)
+    return best.where(best > 0)
+
+
 def add_normalized_efficiency(df: pd.DataFrame) -> pd.DataFrame:
-    """``efficiency_norm``: efficiency / the maximum efficiency of the same model (per sweep) = the study's
-    "Norm. Efficiency" (1 for each model's best cell)."""
+    """``efficiency_norm``: each cell's efficiency over :func:`best_configuration_efficiency` of the sweep = the
+    study's "Norm. Efficiency" (1 for the mean of each model's best configuration)."""
     df = df.copy()
     if "efficiency" not in df.columns:
         df["efficiency"] = float("nan")
-    eff = pd.to_numeric(df["efficiency"], errors="coerce")
-    keys = [k for k in ("sweep", "model") if k in df.columns]
-    best = eff.groupby([df[k] for k in keys], dropna=False).transform("max") if keys else eff.max()
-    df["efficiency_norm"] = eff / best.where(best > 0)
+    df["efficiency_norm"] = pd.to_numeric(df["efficiency"], errors="coerce") / best_configuration_efficiency(df)
     return df
 
 

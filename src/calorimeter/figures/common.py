@@ -136,8 +136,10 @@ def split_machines(df: pd.DataFrame) -> list[str]:
 
 
 def unsteady(runs: pd.DataFrame) -> pd.Series:
-    """Measured cells whose warm-up was asked to reach a thermally steady window (``warmup: steady``) and hit its cap
-    first: their thermal values are of a window still warming (the findings leave them out of thermal verdicts)."""
+    """Measured cells whose warm-up was asked to reach a thermally steady window (``warmup: steady``) and whose
+    measured window is not thermally steady (:data:`~calorimeter.findings.preconditions.STEADY`: a GPU's temperature
+    drifted by 1 °C or more over it): their thermal values are of a window still moving (the findings leave them out
+    of thermal verdicts)."""
     if "warmup_mode" not in runs.columns or "warmup_reason" not in runs.columns:
         return pd.Series(False, index=runs.index)
     return (runs["status"] == "ok") & (runs["warmup_mode"].astype(str) == "steady") & ~STEADY.keep(runs)
@@ -434,8 +436,8 @@ def collapse_repeats(tables: Tables) -> pd.DataFrame:
     maximum), with ``<metric>_ci95_low``/``_high`` (the ``configs`` table's intervals), ``<metric>_n`` and
     ``<metric>_reps`` (the repetitions' values) and ``repeat_cell_ids``; status ``ok`` when any repetition is;
     ``machine``: the machines of its repetitions (joined by :data:`MACHINES_JOIN`), ``unsteady_n``: how many of them
-    hit the warm-up cap before a steady window. The runs table (with ``machine`` and ``unsteady_n``) when there are no
-    repetitions (or no configs table)."""
+    measured a window that was not thermally steady (:func:`unsteady`). The runs table (with ``machine`` and
+    ``unsteady_n``) when there are no repetitions (or no configs table)."""
     runs = with_machines(tables)["runs"]
     runs = runs.assign(unsteady_n=unsteady(runs).astype(int)) if not runs.empty else runs
     cfg = tables.get("configs")

@@ -1,8 +1,8 @@
 """Data quality (beyond the study): per cell, how much of the measured window the power samples observed without
 gaps (the worst GPU) and how many of the expected samples arrived; cells marked poor in red; below, what the
 analysis had to say about each cell's samples (gaps, NVML errors dropped, counter glitches and resets, duplicate or
-out-of-order timestamps), which cells' warm-up hit its cap before a thermally steady window, and on which machines
-the cells ran."""
+out-of-order timestamps), which cells' measured window was not thermally steady after a ``steady`` warm-up, and on
+which machines the cells ran."""
 
 from __future__ import annotations
 
@@ -56,9 +56,9 @@ def _summary(df: pd.DataFrame, warm: np.ndarray) -> list[str]:
         counts = ok["machine"].value_counts()
         out.append("machines: " + ", ".join(f"{m} ({n} cells)" for m, n in counts.items()))
     if warm.any():
-        out.append(f"{int(warm.sum())} of {len(ok)} measured cells (v): warm-up hit its cap before a thermally steady "
-                   "window; their thermal values are of a window still warming (the findings leave them out of "
-                   "thermal verdicts)")
+        out.append(f"{int(warm.sum())} of {len(ok)} measured cells (v): measured window not thermally steady (a GPU's "
+                   "temperature drifted by 1 degC or more); their thermal values are of a window still moving (the "
+                   "findings leave them out of thermal verdicts)")
     return out
 
 
@@ -103,7 +103,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
            label="samples received / expected (%)", gid="samples")
     if warm.any():
         ax.plot(x[warm], np.full(int(warm.sum()), 105.0), "v", color="#777777", ms=4, lw=0, gid="unsteady",
-                label="warm-up hit its cap (not steady)")
+                label="window not thermally steady")
     ax.axhline(100 * MIN_COVERAGE, color="k", lw=0.8, ls="--")
     for i, st in enumerate(df["status"]):
         if st != "ok":

@@ -47,7 +47,7 @@ VOLUME_CMAP_FLOOR = 0.25
 MIN_MHZ_SPAN = 200.0
 #: the scales shared by every panel of a figure, and the narrowest span of each
 SHARED_SPANS = {"celsius": MIN_CELSIUS_SPAN, "mhz": MIN_MHZ_SPAN}
-#: the row-label mark of a cell whose warm-up hit its cap before a steady window
+#: the row-label mark of a cell whose measured window was not thermally steady (:func:`~.common.unsteady`)
 UNSTEADY_MARK = " †"
 
 
@@ -165,7 +165,7 @@ def draw_heatmaps(runs: pd.DataFrame, gpus: pd.DataFrame, panels: list[Panel], n
         notes: what the figure does not draw and why (added to the figure's missing list).
 
     Rows name their machine where the cells ran on more than one, and carry :data:`UNSTEADY_MARK` where the
-    cell's warm-up hit its cap before a steady window.
+    cell's measured window was not thermally steady.
     """
     rows = select(runs)
     res = FigureResult(name, len(rows), list(rows["cell_id"]) if len(rows) else [], list(notes or []))
@@ -291,7 +291,7 @@ def draw_heatmaps(runs: pd.DataFrame, gpus: pd.DataFrame, panels: list[Panel], n
         res.missing.append(f"{len(no_tele)} ok cell{'s' if len(no_tele) > 1 else ''} without GPU telemetry")
     if warm.any():
         res.missing.append(f"{int(warm.sum())} of {int(ok_rows.sum())} rows (grey, {UNSTEADY_MARK.strip()}): "
-                           "warm-up hit its cap before a steady window, the values are of a window still warming")
+                           "measured window not thermally steady, the values are of a window still moving")
     counts = rows.loc[rows["status"] != "ok", "status"].value_counts()
     res.missing += [f"{n} {s.replace('_', ' ')} (hatched rows)" for s, n in sorted(counts.items())]
     fig.suptitle(f"{title} ({hardware_label(rows)})", fontsize=10, x=0.01, ha="left")

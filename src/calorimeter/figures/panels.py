@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from calorimeter.analysis.tables import best_configuration_efficiency
 from calorimeter.figures.common import (
     AVG_COLOR,
     COMPARED_PARAMS,
@@ -84,12 +85,13 @@ def unmatched(df: pd.DataFrame, knobs: tuple[str, ...]) -> list[str]:
 
 
 def normalized_efficiency(df: pd.DataFrame) -> pd.DataFrame:
-    """``efficiency_norm`` (and its repetitions) of the drawn rows: the efficiency over the best drawn
-    configuration's mean of the same model (1 = the best configuration drawn, never a cell left out or one
-    repetition)."""
+    """``efficiency_norm`` (and its interval and repetitions) of the drawn rows: the efficiency over the best drawn
+    configuration's mean of the same model (:func:`~calorimeter.analysis.tables.best_configuration_efficiency` over
+    the drawn rows: 1 = the best configuration drawn, never a cell left out or one repetition), the runs table's
+    ``efficiency_norm`` where the figure draws the sweep's best configuration."""
     out = df.copy()
     eff = finite(out["efficiency"]) if "efficiency" in out.columns else np.full(len(out), np.nan)
-    ref = pd.Series(eff, index=out.index).where(out["status"].eq("ok")).groupby(out["model"]).transform("max")
+    ref = best_configuration_efficiency(out)
     out["efficiency_norm"] = eff / ref.to_numpy()
     for c in ("_ci95_low", "_ci95_high"):
         if f"efficiency{c}" in out.columns:
@@ -186,8 +188,8 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
     warm = finite(df["unsteady_n"]) if "unsteady_n" in df.columns else np.zeros(n)
     if np.nansum(warm) > 0:
         n_cells = len(drawn_cells(df[df["status"] == "ok"]))
-        missing.append(f"{int(np.nansum(warm))} of {n_cells} drawn cells' warm-up hit its cap before a steady window "
-                       "(grey rings): their temperature, power and clock are of a window still warming")
+        missing.append(f"{int(np.nansum(warm))} of {n_cells} drawn cells' measured window not thermally steady (grey "
+                       "rings): their temperature, power and clock are of a window still moving")
     handles: dict[str, object] = {}
     drawn: list[list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = [[], [], []]  # (avg, peak, avg yerr)
     reps_drawn: list[list[np.ndarray]] = [[], [], []]  # repetitions drawn as points
@@ -222,7 +224,7 @@ def draw_panels(df: pd.DataFrame, variant: str | None, efficiency: str, eff_labe
             if warm_d.any():
                 (lw_,) = ax.plot(x[warm_d], a[warm_d], "o", ms=9, mfc="none", mec="#999999", mew=1.2, lw=0,
                                  gid="unsteady")
-                handles.setdefault("warm-up capped (not steady)", lw_)
+                handles.setdefault("window not steady", lw_)
             if c == 0:
                 ax.set_ylabel(ylab, fontsize=8)
             ax.tick_params(labelsize=7)

@@ -97,7 +97,7 @@ def provenance(paths: SweepPaths) -> str:
     if len(ok) and "warmup_mode" in ok.columns and (ok["warmup_mode"].astype(str) == "steady").any():
         n_warm = int(unsteady(ok).sum())
         parts.append(f"{len(ok) - n_warm} of {len(ok)} measured windows thermally steady (warm-up ``steady``; "
-                     f"{n_warm} hit the warm-up cap first)")
+                     f"{n_warm} not)")
     elif len(ok):
         parts.append("fixed warm-up: whether the measured windows were thermally steady was not checked")
     return "; ".join(parts) + "."

@@ -101,7 +101,7 @@ def draw(tables: Tables) -> tuple[plt.Figure, FigureResult]:
         warm = unsteady(df).to_numpy()
         if warm.any():
             ax.plot(x[warm], np.nan_to_num(deficit[warm]), "v", color="#777777", ms=4, lw=0, gid="unsteady",
-                    label="warm-up hit its cap (not steady)")
+                    label="window not thermally steady")
             ax.legend(fontsize=6, frameon=False, loc="upper left")
         ax.set_ylabel("SM clock below its ceiling\n(MHz, mean over GPUs)", fontsize=8)
         ax.set_xticks(x, [])

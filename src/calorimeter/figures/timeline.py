@@ -125,9 +125,10 @@ def draw(tables: Tables, cell_id: str | None = None) -> tuple[plt.Figure, Figure
     where = f" on {gpu_ids[0]} +{len(gpu_ids) - 1} GPUs" if len(gpu_ids) > 2 else f" on {machine}" if machine else ""
     warming = bool(len(row) and unsteady(row).iloc[0])
     if warming:
-        res.missing.append("the warm-up hit its cap before a thermally steady window: the measured window is still "
-                           f"warming ({row['warmup_reason'].iloc[0]})")
-    fig.suptitle(f"{TITLE}: {cid}{where}" + ("\nnot steady: the warm-up hit its cap" if warming else ""), fontsize=9)
+        res.missing.append("the measured window is not thermally steady: a GPU's temperature drifted by 1 degC or "
+                           f"more over it (warm-up: {row['warmup_reason'].iloc[0]})")
+    fig.suptitle(f"{TITLE}: {cid}{where}" + ("\nnot steady: the measured window drifted" if warming else ""),
+                 fontsize=9)
     bottom = note(fig, res.missing)
     fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig, res

@@ -5,10 +5,11 @@ A finding compares only cells that meet its preconditions; when none (or no comp
 
 * :data:`STEADY`: the measured window is thermally steady, judged on the window itself from the telemetry (the
   runs table's ``thermally_steady``, :mod:`calorimeter.records.steadiness`): for every GPU, the temperature drift
-  that its least-squares slope (fitted over the window extended back to 30 s) implies over the window is below the
-  sensor's resolution of 1 °C. A thermal claim read from a transient window measures how far the warm-up got, not
-  the configuration. Tables written before the column (per-cell tables layout 6), and cells without GPU temperature
-  telemetry, have only the warm-up's runtime flag (``warmup_reason == "steady"``); the precondition's name says so.
+  that its least-squares slope (fitted over the window extended back to 30 s) implies over the window, counted at
+  least 30 s long, is below the sensor's resolution of 1 °C. A thermal claim read from a transient window measures
+  how far the warm-up got, not the configuration. Tables written before the column (per-cell tables layout 6), and
+  cells without GPU temperature telemetry, have only the warm-up's runtime flag (``warmup_reason == "steady"``); the
+  precondition's name says so.
 * :data:`POWER_CAPPED`: the GPUs sit at the power cap (NVML's software power-cap reason set for at least
   :data:`POWER_CAP_MIN_FRAC` of the window) and their mean SM clock is below the ceiling by more than
   :data:`CEILING_MARGIN_MHZ`: only there can a configuration move the clock (a cell at the ceiling has nothing to
@@ -103,9 +104,9 @@ def _real_model(d: pd.DataFrame) -> pd.Series:
     return ~d["model"].astype(str).str.startswith("tiny") if "model" in d.columns else pd.Series(True, index=d.index)
 
 
-STEADY = Precondition(f"a thermally steady measured window (every GPU's temperature drift over it, from its "
-                      f"least-squares slope over >= {FIT_MIN_S:g} s, below the sensor's {SENSOR_RESOLUTION_C:g} °C; "
-                      "tables without it: the warm-up's steady flag)", _steady)
+STEADY = Precondition(f"a thermally steady measured window (every GPU's temperature drift over it, counted at least "
+                      f"{FIT_MIN_S:g} s long, from its least-squares slope over >= {FIT_MIN_S:g} s, below the sensor's "
+                      f"{SENSOR_RESOLUTION_C:g} °C; tables without it: the warm-up's steady flag)", _steady)
 POWER_CAPPED = Precondition(f"GPUs at the power cap (>= {POWER_CAP_MIN_FRAC:.0%} of the window) and their mean SM "
                             f"clock >= {CEILING_MARGIN_MHZ:g} MHz below the ceiling", _power_capped)
 BELOW_POWER_CAP = Precondition(f"GPUs below the power cap (its reason set < {POWER_CAP_MIN_FRAC:.0%} of the window: at "

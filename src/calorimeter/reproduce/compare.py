@@ -5,11 +5,11 @@ against, a verdict; per figure and overall, the verdict of the rows it draws.
   but the hardware and the sweep's name); the repetitions of a configuration are its experimental units.
 * **Difference**: reproduction / reference - 1 (ratio of the means) for throughput, power and energy; reproduction -
   reference in °C for temperatures.
-* **Noise**: the run-to-run noise of the metric in the reference configuration's regime (GPU- or host-bound, fixed or
-  steady warm-up), pooled over the committed sets with its own degrees of freedom, for these repetition counts and
-  machines (:mod:`calorimeter.reproduce.noise`): never the two sides' own 2-3 repetitions alone, whose t-interval
-  explodes (one degree of freedom: t = 12.7). ``noise_half_width`` is the half-width ``h`` of the difference's 95%
-  interval under it.
+* **Noise**: the run-to-run noise of the metric in the reference configuration's regime (GPU- or host-bound, thermally
+  steady or transient windows), pooled over the committed sets with its own degrees of freedom, for these repetition
+  counts and machines (:mod:`calorimeter.reproduce.noise`): never the two sides' own 2-3 repetitions alone, whose
+  t-interval explodes (one degree of freedom: t = 12.7). ``noise_half_width`` is the half-width ``h`` of the
+  difference's 95% interval under it.
 * **Verdict**, with the metric's floor ``f`` (:data:`~calorimeter.reproduce.metrics.METRICS`, the smallest difference
   that counts) and the tolerance ``max(f, h)``:
 
@@ -48,7 +48,16 @@ from calorimeter.plan.cell import TRAINING_KINDS
 from calorimeter.projection.hosts import machine_keys
 from calorimeter.records.legacy import config_ids
 from calorimeter.reproduce.metrics import FIGURE_METRICS, METRICS, Metric
-from calorimeter.reproduce.noise import Noise, NoiseModel, bound_of, busy_share, load_noise, transformed, warmup_of
+from calorimeter.reproduce.noise import (
+    Noise,
+    NoiseModel,
+    bound_of,
+    busy_share,
+    load_noise,
+    thermal_of,
+    thermal_regime,
+    transformed,
+)
 from calorimeter.reproduce.sources import Source, fingerprint_difference
 
 REPRODUCED, NOT_REPRODUCED, CANNOT_TELL, NOT_COMPARABLE = "reproduced", "not reproduced", "cannot tell", \
@@ -199,7 +208,7 @@ def compare_metric(ref: list[float], rep: list[float], metric: Metric, noise: No
     h = float(stats.t.ppf(0.975, dof)) * se if dof > 0 and math.isfinite(se) else math.nan
     null = 1.0 if metric.relative else 0.0
     effect = Effect(null + d, null + d - h, null + d + h, len(ref) + len(rep),
-                    f"noise model ({noise.bound}, {noise.warmup}), {dof:.1f} dof" if noise and not why else why, dof,
+                    f"noise model ({noise.bound}, {noise.thermal}), {dof:.1f} dof" if noise and not why else why, dof,
                     "repetitions")
     judged = verdict(effect, Claim(sign=0, null=null, tolerance=metric.floor))
     f = metric.floor
@@ -223,7 +232,7 @@ def compare_metric(ref: list[float], rep: list[float], metric: Metric, noise: No
         v, reason = REPRODUCED, f"{metric.fmt(d)} within +-{metric.fmt(f, False)} (noise +-{metric.fmt(h, False)})"
     return {**row, "difference": d, "difference_ci95_low": d - h, "difference_ci95_high": d + h,
             "noise_half_width": h, "noise_dof": dof, "power": _power(f, se, dof), "tolerance": tol,
-            "noise_regime": f"{noise.bound}, {noise.warmup}" if noise else "", "verdict": v, "reason": reason,
+            "noise_regime": f"{noise.bound}, {noise.thermal}" if noise else "", "verdict": v, "reason": reason,
             "interval_verdict": judged.verdict, "interval_why": judged.why}
 
 
@@ -232,9 +241,9 @@ def _regime_noise(model: NoiseModel, metric: Metric, rows: pd.DataFrame) -> tupl
     if model.hardware and hw and not set(hw) <= set(model.hardware):
         return None, f"the noise model has no runs on {', '.join(hw)} (it has {', '.join(model.hardware)})"
     bound = bound_of(busy_share(rows))
-    warmup = str(warmup_of(rows).mode().iloc[0])
-    noise = model.get(metric.column, bound, warmup)
-    return noise, "" if noise else f"the noise model has no row for {metric.column}, {bound}, {warmup}"
+    thermal = thermal_regime(thermal_of(rows))
+    noise = model.get(metric.column, bound, thermal)
+    return noise, "" if noise else f"the noise model has no row for {metric.column}, {bound}, {thermal}"
 
 
 def compare(reference: Source, reproduction: Source, metrics: tuple[Metric, ...] = METRICS,

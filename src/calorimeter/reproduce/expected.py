@@ -9,9 +9,10 @@ Kinds of values (keys of a spec entry):
 
 * ``sweep`` (under ``results/reference``), ``table`` (``runs``, the default, or ``kernels``: each kernel row gets its
   cell's runs parameters), ``where`` (``column: value``, every one must hold), optional ``by`` (one value per
-  distinct value of that column, in sorted order or the spec's ``order``, joined with ``join``, default ``/``) and
-  ``format``: a Python format string
-  over the means of the selected rows' numeric columns.
+  distinct value of that column, in sorted order or the spec's ``order``, joined with ``join``, default ``/``),
+  optional ``figure`` (a figure's name: only the cells that figure draws, their ``efficiency_norm`` normalised as
+  the figure normalises it, by the best configuration it draws) and ``format``: a Python format string over the
+  means of the selected rows' numeric columns.
 * ``size``: a folder; ``format`` over ``mb`` (the git-tracked files' size in MB, rounded to ``round`` digits as
   Python's ``round``).
 * The ``sets`` list: the table of committed sets, one row per sweep with its hand-written facts (``config`` and an
@@ -32,6 +33,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from calorimeter.analysis.tables import add_normalized_efficiency
+from calorimeter.figures.selection import figure_cells
 from calorimeter.records.legacy import config_ids, upgrade_runs
 
 MARKER = re.compile(r"<!-- expected (\S+) -->(.*?)<!-- /expected -->", re.DOTALL)
@@ -47,6 +50,9 @@ def _runs(root: Path, sweep: str) -> pd.DataFrame:
 
 def _rows(root: Path, spec: dict) -> pd.DataFrame:
     runs = _runs(root, spec["sweep"])
+    if spec.get("figure"):
+        drawn = set(figure_cells(spec["figure"], runs.to_dict("records")))
+        runs = add_normalized_efficiency(runs[runs["cell_id"].isin(drawn)])
     df = runs
     if spec.get("table", "runs") == "kernels":
         kern = pd.read_parquet(root / REFERENCE / spec["sweep"] / "tables" / "kernels.parquet")

@@ -10,7 +10,7 @@ standard deviation is a fraction; in °C for temperatures), measured on machine 
 
 * ``sigma_repetition``: pooled within the groups of ok repetitions of one configuration in one sweep on one machine;
   its degrees of freedom are ``sum(n - 1)``.
-* machine: for each configuration (same id, warm-up and engine fingerprint) measured on two machines or more, the
+* machine: for each configuration (same id, warm-up mode and engine fingerprint) measured on two machines or more, the
   spread of its machine means. Pooled (``machine_var``, on ``sum(J - 1)`` degrees of freedom) it estimates
   ``sigma_machine**2 + sigma_repetition**2 * inv_n`` (``inv_n``: the mean ``1/n`` of those means);
   ``sigma_machine**2`` is the excess, 0 where there is none.
@@ -19,7 +19,11 @@ Machines are told apart by their GPUs' UUIDs (:func:`calorimeter.projection.host
 per-GPU row are left out. **Regimes**: ``host-bound`` (a repetition kept its GPUs' kernels busy for less than
 :data:`~calorimeter.projection.schedule.HOST_BOUND_BUSY_FRAC` of the iteration: the host sets the pace, and hosts
 differ) or ``gpu-bound`` (every traced repetition at or above it; untraced ones count as GPU-bound, as in the
-projection's validation), crossed with the warm-up (``fixed`` steps or ``steady`` temperature).
+projection's validation), crossed with the measured windows' thermal state: ``steady`` where every repetition's window
+was thermally steady (the runs table's ``thermally_steady``: every GPU's temperature drift over it below the sensor's
+1 °C, :mod:`calorimeter.records.steadiness`), else ``transient`` (its temperature, power and clock still moved with
+the warm-up). Tables written before that column judge by the warm-up instead (``steady`` where it was ``warmup:
+steady``).
 
 **A difference** of the means of ``n_ref`` and ``n_rep`` repetitions has the variance
 ``sigma_repetition**2 * (1/n_ref + 1/n_rep) + c * sigma_machine**2``, where ``c`` is the sum over machines of (the
@@ -53,7 +57,8 @@ NOISE_FILE = Path("config") / "compare-noise.json"
 #: the committed sweeps it is pooled over, relative to the checkout
 SWEEP_GLOB = "results/reference/**/tables/runs.parquet"
 GPU_BOUND, HOST_BOUND = "gpu-bound", "host-bound"
-WARMUPS = ("fixed", "steady")
+STEADY, TRANSIENT = "steady", "transient"
+THERMAL = (STEADY, TRANSIENT)
 #: significant digits kept in the file (a regeneration on another platform compares equal)
 DIGITS = 6
 
@@ -78,6 +83,19 @@ def warmup_of(runs: pd.DataFrame) -> pd.Series:
     return runs["warmup_mode"].where(runs["warmup_mode"] == "steady", "fixed").astype(str)
 
 
+def thermal_of(runs: pd.DataFrame) -> pd.Series:
+    """Each run's thermal state, ``steady`` or ``transient``: the runs table's ``thermally_steady``; a table older than
+    that column (per-cell tables layout 6) has the warm-up mode instead (:func:`warmup_of`)."""
+    judged = "thermally_steady" in runs.columns
+    steady = runs["thermally_steady"].eq(True) if judged else warmup_of(runs).eq("steady")
+    return steady.map({True: STEADY, False: TRANSIENT}).astype(str)
+
+
+def thermal_regime(states: Iterable[str]) -> str:
+    """``steady`` when every repetition's window was (:func:`thermal_of`), else ``transient``."""
+    return STEADY if all(s == STEADY for s in states) else TRANSIENT
+
+
 def transformed(values: Iterable[float], metric: Metric) -> np.ndarray:
     """The finite values on the metric's noise scale (log for relative metrics, whose values must be > 0)."""
     a = np.asarray(list(values), dtype=float)
@@ -90,7 +108,7 @@ class Noise:
     """The noise of one metric in one regime.
 
     Attributes:
-        metric, bound, warmup: what it is the noise of.
+        metric, bound, thermal: what it is the noise of.
         scale: ``log`` (standard deviations are fractions) or ``linear`` (in the metric's unit).
         repetition_sd: sigma_repetition.
         repetition_dof: its degrees of freedom (0: no configuration of the regime was repeated on one machine).
@@ -103,7 +121,7 @@ class Noise:
 
     metric: str
     bound: str
-    warmup: str
+    thermal: str
     scale: str
     repetition_sd: float
     repetition_dof: int
@@ -125,14 +143,14 @@ class Noise:
         machines differ by ``machines`` (``c`` of the module's docstring); NaN and the reason where the committed sets
         cannot tell."""
         if self.repetition_dof < 1:
-            return math.nan, 0.0, f"no configuration {self.bound} with a {self.warmup} warm-up was repeated on one " \
+            return math.nan, 0.0, f"no configuration {self.bound} with {self.thermal} windows was repeated on one " \
                                   "machine in the committed sets"
         vr, a = self.repetition_sd**2, 1.0 / n_ref + 1.0 / n_rep
         if machines <= 0 or (self.machine_dof >= 1 and self.machine_var - vr * self.inv_n <= 0):
             return math.sqrt(a * vr), float(self.repetition_dof), ""
         if self.machine_dof < 1:
             return math.nan, 0.0, f"the sides ran on different machines and no configuration {self.bound} with a " \
-                                  f"{self.warmup} warm-up ran on two machines in the committed sets"
+                                  f"{self.thermal} windows ran on two machines in the committed sets"
         first, second = (a - machines * self.inv_n) * vr, machines * self.machine_var
         var = first + second
         dof = var**2 / (first**2 / self.repetition_dof + second**2 / self.machine_dof)
@@ -147,9 +165,9 @@ class NoiseModel:
     sweeps: tuple[str, ...]
     hardware: tuple[str, ...]
 
-    def get(self, metric: str, bound: str, warmup: str) -> Noise | None:
+    def get(self, metric: str, bound: str, thermal: str) -> Noise | None:
         """The noise of ``metric`` in a regime (None where the file has no such row)."""
-        return next((n for n in self.noise if (n.metric, n.bound, n.warmup) == (metric, bound, warmup)), None)
+        return next((n for n in self.noise if (n.metric, n.bound, n.thermal) == (metric, bound, thermal)), None)
 
     def to_json(self) -> dict:
         """The file's content (numbers rounded to :data:`DIGITS` significant digits)."""
@@ -185,8 +203,8 @@ def load_noise(path: str | Path | None = None) -> NoiseModel:
 
 
 def observations(sweeps: Iterable[str | Path]) -> pd.DataFrame:
-    """One row per ok training run of the sweeps: sweep, configuration, engine fingerprint, warm-up, busy share,
-    machine and every compared metric (runs whose machine is unknown are left out)."""
+    """One row per ok training run of the sweeps: sweep, configuration, engine fingerprint, warm-up mode, thermal state,
+    busy share, machine and every compared metric (runs whose machine is unknown are left out)."""
     frames, gpus = [], []
     for i, sweep in enumerate(sweeps):
         src = load_source(sweep)
@@ -198,7 +216,8 @@ def observations(sweeps: Iterable[str | Path]) -> pd.DataFrame:
         frames.append(pd.DataFrame({
             "sweep": str(sweep), "cell": tag + r["cell_id"].astype(str), "config": config_ids(r),
             "hardware": r["hardware"].astype(str),
-            "engine": [src.engines.get(c, "") for c in r["cell_id"]], "warmup": warmup_of(r), "busy": busy_share(r),
+            "engine": [src.engines.get(c, "") for c in r["cell_id"]], "warmup": warmup_of(r), "thermal": thermal_of(r),
+            "busy": busy_share(r),
             **{m.column: pd.to_numeric(r[m.column], errors="coerce") if m.column in r.columns else np.nan
                for m in METRICS}}))
         gpus.append(src.gpus.assign(cell_id=tag + src.gpus["cell_id"].astype(str)))
@@ -213,10 +232,10 @@ def estimate(obs: pd.DataFrame, metric: Metric) -> list[Noise]:
     """The noise of ``metric`` in every regime, from :func:`observations`."""
     within: dict[tuple[str, str], list[tuple[float, int]]] = {}
     between: dict[tuple[str, str], list[tuple[float, int, float]]] = {}
-    for _, g in obs.groupby(["sweep", "config", "warmup", "machine"], sort=True):
+    for _, g in obs.groupby(["sweep", "config", "machine"], sort=True):
         y = transformed(g[metric.column], metric)
         if y.size >= 2:
-            key = (bound_of(g["busy"]), str(g["warmup"].iloc[0]))
+            key = (bound_of(g["busy"]), thermal_regime(g["thermal"]))
             within.setdefault(key, []).append((float(((y - y.mean()) ** 2).sum()), int(y.size - 1)))
     for _, g in obs.groupby(["config", "warmup", "engine"], sort=True):
         means, inv = [], []
@@ -226,16 +245,16 @@ def estimate(obs: pd.DataFrame, metric: Metric) -> list[Noise]:
                 means.append(float(y.mean()))
                 inv.append(1.0 / y.size)
         if len(means) >= 2:
-            key = (bound_of(g["busy"]), str(g["warmup"].iloc[0]))
+            key = (bound_of(g["busy"]), thermal_regime(g["thermal"]))
             m = np.asarray(means)
             between.setdefault(key, []).append((float(((m - m.mean()) ** 2).sum()), len(m) - 1, float(np.mean(inv))))
     out = []
     for bound in (GPU_BOUND, HOST_BOUND):
-        for warmup in WARMUPS:
-            w, b = within.get((bound, warmup), []), between.get((bound, warmup), [])
+        for thermal in THERMAL:
+            w, b = within.get((bound, thermal), []), between.get((bound, thermal), [])
             dof_w, dof_b = sum(d for _, d in w), sum(d for _, d, _ in b)
             out.append(Noise(
-                metric.column, bound, warmup, "log" if metric.relative else "linear",
+                metric.column, bound, thermal, "log" if metric.relative else "linear",
                 math.sqrt(sum(s for s, _ in w) / dof_w) if dof_w else math.nan, dof_w, len(w),
                 sum(q for q, _, _ in b) / dof_b if dof_b else math.nan, dof_b, len(b),
                 sum(d * h for _, d, h in b) / dof_b if dof_b else math.nan))
@@ -262,7 +281,7 @@ def table(model: NoiseModel) -> pd.DataFrame:
     rows = []
     for n in model.noise:
         f = 100.0 if n.scale == "log" else 1.0
-        rows.append({"metric": n.metric, "regime": f"{n.bound}, {n.warmup}", "unit": "%" if n.scale == "log" else "°C",
+        rows.append({"metric": n.metric, "regime": f"{n.bound}, {n.thermal}", "unit": "%" if n.scale == "log" else "°C",
                      "repetition_sd": round(f * n.repetition_sd, 3), "dof": n.repetition_dof,
                      "machine_sd": round(f * n.machine_sd, 3), "machine_dof": n.machine_dof,
                      "configurations_on_2+_machines": n.machine_configurations})

@@ -6,7 +6,8 @@ rise came within 4-5 s and 90% within 5-22 s), and the clock, the power and the 
 ``warmup: steady`` a cell warms up until the temperature will not move measurably over the window it is about to
 measure (:mod:`calorimeter.records.steadiness`, the same definition the analysis judges the measured window by): for
 every rank's GPU, the least-squares slope over the last ``steady_window_s`` seconds times the planned measured
-duration (the measured steps below at the slowest rank's last step time) is below the sensor's resolution, 1 °C;
+duration (the measured steps below at the slowest rank's last step time; at least 30 s) is below the sensor's
+resolution, 1 °C;
 where ``steady_slope_c_per_min`` is set, every slope must also be at most that (an extra cap; configs written for
 the older slope-only rule keep meaning what they did while the planned measured duration is shorter than 60 s
 divided by it, where the cap implies the drift rule). At least ``warmup_steps`` steps run, and the warm-up is capped
