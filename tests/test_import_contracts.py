@@ -25,6 +25,14 @@ def test_every_package_is_in_a_layer() -> None:
     assert packages | modules == named
 
 
+def test_projection_may_not_import_findings() -> None:
+    """A projection rests on measurements, never on the study's claims: which machine a cell ran on comes from
+    ``records.machines``, below both (the layers alone would let projection import findings)."""
+    forbidden = [c for c in _contracts() if c["type"] == "forbidden"]
+    assert any("calorimeter.projection" in c["source_modules"] and "calorimeter.findings" in c["forbidden_modules"]
+               for c in forbidden)
+
+
 def test_the_import_contracts_hold() -> None:
     """``lint-imports`` over this checkout (about 0.5 s); its report names the offending import chain."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}

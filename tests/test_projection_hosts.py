@@ -10,7 +10,8 @@ from conftest import ROOT
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.work import workload
 from calorimeter.projection.compute import ComputeRates, fit_host_times, host_features
-from calorimeter.projection.hosts import fit_factors, machine_keys
+from calorimeter.projection.hosts import fit_factors
+from calorimeter.records.machines import machine_keys
 
 
 def test_a_machine_is_named_by_the_smallest_uuid_of_the_gpus_its_cells_share() -> None:

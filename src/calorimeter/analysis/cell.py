@@ -35,9 +35,9 @@ from calorimeter.analysis.window import (
 )
 from calorimeter.plan.layout import Layout
 from calorimeter.records.atomic import write_parquet_atomic
+from calorimeter.records.machines import machine_id
 from calorimeter.records.metrics import energy_metrics
 from calorimeter.records.paths import TABLE_NAMES, CellPaths
-from calorimeter.records.provenance import machine_id
 from calorimeter.records.run_record import RunRecord, read_run_record
 from calorimeter.records.steadiness import FIT_MIN_S, SENSOR_RESOLUTION_C, is_steady
 from calorimeter.telemetry.kernels import CATEGORIES, COMM_CATEGORIES

@@ -20,7 +20,7 @@ from calorimeter.findings.preconditions import STEADY  # noqa: E402
 from calorimeter.plan.cell import TRAINING_KINDS  # noqa: E402
 from calorimeter.records.atomic import write_atomic  # noqa: E402
 from calorimeter.records.legacy import add_machines, config_ids  # noqa: E402
-from calorimeter.records.provenance import machine_label  # noqa: E402
+from calorimeter.records.machines import machine_label  # noqa: E402
 from calorimeter.telemetry.kernels import CATEGORIES  # noqa: E402
 from calorimeter.telemetry.reasons import REASON_NAMES  # noqa: E402
 
@@ -102,8 +102,8 @@ MACHINES_JOIN = " & "
 
 def cell_machines(tables: Tables) -> pd.Series:
     """The machine each cell ran on (index ``cell_id``), named for the reader: the runs table's ``machine`` (its GPUs'
-    NVML UUIDs, :func:`calorimeter.records.provenance.machine_id`; from the ``gpus`` table for tables written before
-    the column) shortened by :func:`~calorimeter.records.provenance.machine_label`; else the cell's ``hosts`` (CPU
+    NVML UUIDs, :func:`calorimeter.records.machines.machine_id`; from the ``gpus`` table for tables written before
+    the column) shortened by :func:`~calorimeter.records.machines.machine_label`; else the cell's ``hosts`` (CPU
     ranks); empty where nothing says (a cell without a record)."""
     runs = add_machines(tables["runs"], tables.get("gpus"))
     ids = runs["machine"].fillna("").astype(str)

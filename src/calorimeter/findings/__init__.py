@@ -18,7 +18,7 @@ from calorimeter.findings.catalog import CATALOG_VERSION, FINDINGS, Evidence, Fi
 from calorimeter.findings.preconditions import screen
 from calorimeter.findings.stats import CANNOT_SAY, Effect, direction, verdict
 from calorimeter.records.legacy import add_machines, config_ids
-from calorimeter.records.provenance import machine_label
+from calorimeter.records.machines import machine_label
 
 #: the study's setting, for the ``setting`` column (shared notes, paper-findings.md section 2)
 STUDY_SETTING = ("study: GPT3-175B, Llama3-70B, Mixtral-8x7B/8x22B on 32 H200 (4 nodes x 8) and 64 H100, GBS 128, "

@@ -32,7 +32,7 @@ from calorimeter.findings.select import (
 )
 from calorimeter.findings.stats import Effect, mean_interval
 from calorimeter.records.legacy import config_ids as config_ids_of
-from calorimeter.records.provenance import machine_id, machine_label
+from calorimeter.records.machines import node_machines
 
 Tables = dict[str, pd.DataFrame]
 Where = Callable[[pd.DataFrame], pd.Series]
@@ -54,7 +54,7 @@ class Evidence:
         n_repeats: fewest ok repetitions of any configuration used.
         missing: why the sweep cannot answer (the preconditions the cells failed included), empty when it can.
         detail: per-comparison values, for the reader.
-        machines: the machines the estimate rests on (their ids, :func:`calorimeter.records.provenance.machine_id`,
+        machines: the machines the estimate rests on (their ids, :func:`calorimeter.records.machines.machine_id`,
             or their short names).
         repetitions: how many repetition units it rests on (paired repetitions, slopes, held-out cells), whatever
             the unit of its interval.
@@ -180,43 +180,6 @@ def _node_gpus(t: Tables, conds: Sequence[Precondition]) -> tuple[pd.DataFrame, 
     g["host"] = node_machines(g)
     n = g.groupby(["cell_id", "node"])["gpu_index"].transform("nunique")
     return ok, g[n >= 2], note
-
-
-def node_machines(gpus: pd.DataFrame) -> pd.Series:
-    """The machine of each per-GPU row, named for the reader: the node's GPUs by UUID
-    (:func:`calorimeter.records.provenance.machine_id`, shortened by ``machine_label``), the hostname where the
-    rows have no UUIDs (tables from before UUIDs were recorded)."""
-    host = gpus["hostname"].astype(str)
-    if "uuid" not in gpus.columns:
-        return host
-    key = gpus["cell_id"].astype(str) + "|" + gpus["node"].astype(str)
-    ids = gpus.groupby(key)["uuid"].transform(lambda u: machine_id(u))
-    return ids.map(machine_label).where(ids != "", host)
-
-
-def physical_hosts(gpus: pd.DataFrame) -> pd.Series:
-    """The physical machine of each per-GPU row: the cells' nodes that share a GPU (by NVML UUID) are one machine.
-
-    Hostnames alone do not tell machines apart: lent and containerised nodes often share one (every lent GPU
-    machine here is called ``vm``), so two device sessions on two machines would read as one host. Each connected
-    set of (cell, node) GPU groups that share a UUID is one host, named by its hostname (with ``#2``, ``#3``, ...
-    where one hostname covers several machines); rows without UUIDs fall back to the hostname."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    host = gpus["hostname"].astype(str)
-    if "uuid" not in gpus.columns:
-        return host
-    has = gpus["uuid"].notna() & (gpus["uuid"].astype(str) != "")
-    if not has.any():
-        return host
-    groups, g_ix = pd.factorize(gpus.loc[has, "cell_id"].astype(str) + "|" + gpus.loc[has, "node"].astype(str))
-    uuids, u_ix = pd.factorize(gpus.loc[has, "uuid"].astype(str))
-    n = len(g_ix) + len(u_ix)  # graph nodes: the (cell, node) groups, then the UUIDs; an edge per row
-    graph = coo_matrix((np.ones(len(groups)), (groups, len(g_ix) + uuids)), shape=(n, n))
-    machine = pd.Series(connected_components(graph, directed=False)[1][groups], index=has[has].index)
-    nth = machine.groupby(host[has]).transform(lambda m: pd.factorize(m)[0])  # 0, 1, ... per hostname, by appearance
-    return host.where(~has, host[has] + nth.map(lambda k: "" if k == 0 else f"#{k + 1}"))
 
 
 def _per_machine(values: dict[str, list[float]], what: str, fmt: str) -> tuple[Effect, str]:
@@ -424,4 +387,4 @@ def unmeasured(why: str) -> Callable[[Tables], Evidence]:
 
 
 __all__ = ["SHARES", "Evidence", "Tables", "TEMP_RESOLUTION_C", "_and", "asymmetry", "cluster_ratio", "hot_clock",
-           "kernel_share", "kernel_shares", "knob", "node_machines", "slope", "unmeasured"]
+           "kernel_share", "kernel_shares", "knob", "slope", "unmeasured"]

@@ -2,7 +2,7 @@
 
 A configuration is a cell without its repetition index (``config_id``; the ``cell_id`` of tables written before
 repetitions existed). Its measured values are the values of its repetitions with status ``ok``, each with the
-machine it ran on (``machine``: its GPUs' UUIDs, :func:`calorimeter.records.provenance.machine_id`).
+machine it ran on (``machine``: its GPUs' UUIDs, :func:`calorimeter.records.machines.machine_id`).
 
 The unit of a comparison is a repetition *on one machine*: cells are paired (or fitted) only within the same
 machine and repetition index, never across machines (two machines differ in cooling, clocks and hosts by more than

@@ -82,7 +82,7 @@ class Calibration:
             choose_band`); a regime without one refuses the row.
         machine_spread: base regime -> metric -> half-width of one configuration's spread between machines of this
             class (measured: configurations repeated on machines told apart by their GPUs), the floor of a row's band.
-        machines: the machines (:func:`calorimeter.projection.hosts.machine_keys`) its cells ran on -> cells.
+        machines: the machines (:func:`calorimeter.records.machines.machine_keys`) its cells ran on -> cells.
     """
 
     hardware: str

@@ -264,7 +264,7 @@ def fit_compute(rows: list[tuple[str, StageWork, dict[str, float]]],
         launch_rows: rows for :func:`fit_launch`.
         launch_busy_s: per launch row, the busiest traced rank's kernel-busy seconds (:func:`fit_z3_host`; none:
             no ZeRO-3 host time fitted).
-        launch_machines: per launch row, its machine (:func:`calorimeter.projection.hosts.machine_keys`; none: no
+        launch_machines: per launch row, its machine (:func:`calorimeter.records.machines.machine_keys`; none: no
             machine factors, every host taken as alike).
         host_machines: per host-gap row, its machine: its gap is divided by that machine's factor (the factors come
             from the host-bound rows; a host gap is host time too).

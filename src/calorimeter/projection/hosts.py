@@ -13,7 +13,7 @@ machines neither predicted a run's pace (results/reference/hostprobe-2026-11-27)
 host times and these factors are fitted over every GPU type that ran the same software
 (:func:`calorimeter.projection.calibration.host_bound_elsewhere`).
 
-A machine is told apart by its GPUs' UUIDs (:func:`calorimeter.findings.checks.physical_hosts`) and named by the
+A machine is told apart by its GPUs' UUIDs (:func:`calorimeter.records.machines.machine_keys`) and named by the
 smallest of them (``GPU-717f66b6``); the names are given once to all loaded cells
 (:func:`calorimeter.projection.measured.load_measured`), so a calibration on a subset keeps them. A machine's factor
 is the geometric mean over its host-bound configurations (each the mean of its repetitions there) of measured over
@@ -29,27 +29,11 @@ import math
 from collections import defaultdict
 
 import numpy as np
-import pandas as pd
-
-from calorimeter.findings.checks import physical_hosts
 
 #: pseudo-cells at factor 1 added to every machine's mean log ratio (repetition variance / between-machine variance)
 SHRINK = 0.25
 #: alternations of coefficient fit and machine factors
 ROUNDS = 4
-
-
-def machine_keys(gpus: pd.DataFrame) -> dict[str, str]:
-    """Cell id -> its machine: the smallest GPU UUID (first 12 characters) of the connected set of GPUs it shares with
-    other cells; the hostname where the cell's rows have no UUID; absent for cells without per-GPU rows."""
-    if gpus.empty or "hostname" not in gpus.columns:
-        return {}
-    g = gpus.assign(node=gpus["node"] if "node" in gpus.columns else 0).reset_index(drop=True)
-    host = physical_hosts(g)
-    uuid = g["uuid"].fillna("").astype(str) if "uuid" in g.columns else pd.Series("", index=g.index)
-    smallest = uuid[uuid != ""].groupby(host[uuid != ""]).min().str[:12]
-    name = host.map(smallest).fillna(host)
-    return {str(c): str(m) for c, m in name.groupby(g["cell_id"]).first().items()}
 
 
 def fit_factors(log_ratio: list[float], machines: list[str | None], shrink: float = SHRINK,
@@ -74,4 +58,4 @@ def fit_factors(log_ratio: list[float], machines: list[str | None], shrink: floa
     return {m: float(math.exp(v - centre)) for m, v in logf.items()}
 
 
-__all__ = ["ROUNDS", "SHRINK", "fit_factors", "machine_keys"]
+__all__ = ["ROUNDS", "SHRINK", "fit_factors"]

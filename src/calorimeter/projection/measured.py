@@ -19,8 +19,8 @@ from calorimeter.plan.cell import Cell
 from calorimeter.plan.models import CATALOGUE
 from calorimeter.projection.engine_speed import is_engine_speed_set, load_engine_speed
 from calorimeter.projection.fingerprint import UNRECORDED, fingerprint_of, matches, read_fingerprints
-from calorimeter.projection.hosts import machine_keys
 from calorimeter.projection.schedule import HOST_BOUND_BUSY_FRAC
+from calorimeter.records.machines import machine_keys
 from calorimeter.records.paths import SweepPaths
 
 # HOST_BOUND_BUSY_FRAC (schedule): a host-bound cell's kernel times say little about the GPU, so it calibrates no
@@ -36,7 +36,7 @@ class MeasuredSet:
 
     Attributes:
         runs: one row per usable cell (the runs table's columns plus ``source`` and ``machine``:
-            :func:`calorimeter.projection.hosts.machine_keys`, NaN where no per-GPU row names it).
+            :func:`calorimeter.records.machines.machine_keys`, NaN where no per-GPU row names it).
         kernels: one row per (cell, traced rank): ``<category>_sum_s`` for every kernel category, ``stage``, ``busy_s``.
         gpus: one row per (cell, GPU): ``stage``, ``power_avg_w``, ``sm_clock_avg_mhz``.
         dropped: cell id -> why it is not used at all.

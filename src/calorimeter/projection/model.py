@@ -104,7 +104,7 @@ class Projector:
         """The projected row of one cell.
 
         Args:
-            machine: the machine it will run on (:func:`calorimeter.projection.hosts.machine_keys`): its host factor
+            machine: the machine it will run on (:func:`calorimeter.records.machines.machine_keys`): its host factor
                 where the calibration has one, else (and with None) an average calibrated host.
         """
         cal = self.cal

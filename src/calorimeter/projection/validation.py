@@ -374,7 +374,7 @@ def machine_spread(ms: MeasuredSet) -> dict[str, Any]:
     """How far one configuration's iteration time moves between machines: the floor under any projection that does
     not know the machine. Per (GPU type, fingerprint), every configuration (:func:`fold_key`) measured on two or
     more physical machines (the runs' ``machine``, told apart by their GPUs' UUIDs:
-    :func:`calorimeter.projection.hosts.machine_keys`) gives the ratio of its slowest to its fastest machine's mean
+    :func:`calorimeter.records.machines.machine_keys`) gives the ratio of its slowest to its fastest machine's mean
     iteration time; host-bound (any cell's GPUs busy < 80% of its iteration) and GPU-bound configurations are
     summarised apart, with the repetition spread within one machine beside them (the largest max/min ratio of one
     configuration's cells on one machine)."""

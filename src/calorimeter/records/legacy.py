@@ -20,7 +20,7 @@ import pandas as pd
 
 from calorimeter.plan.flops import iteration_flops
 from calorimeter.plan.models import get_model, padded_vocab_size
-from calorimeter.records.provenance import machine_id
+from calorimeter.records.machines import machine_id
 
 #: old sample column -> new one
 SAMPLE_RENAMES: dict[str, str] = {
@@ -132,7 +132,7 @@ def upgrade_runs(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def add_machines(runs: pd.DataFrame, gpus: pd.DataFrame | None) -> pd.DataFrame:
-    """A runs table with its ``machine`` column (:func:`calorimeter.records.provenance.machine_id`): tables written
+    """A runs table with its ``machine`` column (:func:`calorimeter.records.machines.machine_id`): tables written
     before the column existed get it from their ``gpus`` table's UUIDs (the same UUIDs the record's ranks carry);
     cells without any stay ``""`` (machine unknown)."""
     if runs is None or runs.empty or "cell_id" not in runs.columns:

@@ -7,7 +7,6 @@ import os
 import platform
 import subprocess
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -176,17 +175,3 @@ def device_info(device: str) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - provenance must never fail a run
         info["unavailable"] = f"{type(e).__name__}: {e}"
     return info
-
-
-def machine_id(uuids: Iterable[str | None]) -> str:
-    """The machine a cell ran on: its GPUs' NVML UUIDs, sorted and joined with ``|`` (empty without any UUID).
-
-    Hostnames do not tell machines apart (every lent node is called ``vm``), GPU UUIDs do; cells on the same GPUs
-    get the same id, so comparisons can pair cells within a machine and count machines as units."""
-    return "|".join(sorted({str(u) for u in uuids if u is not None and str(u) not in ("", "nan", "None")}))
-
-
-def machine_label(machine: str) -> str:
-    """A short name of a machine id for the reader: the first 8 hex digits of each GPU UUID, joined with ``+``
-    (``GPU-94daa689+GPU-bca86451``); a name already short is returned as it is."""
-    return "+".join(u[:12] for u in str(machine).replace("+", "|").split("|") if u) or "unknown"

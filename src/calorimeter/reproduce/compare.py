@@ -45,8 +45,8 @@ from calorimeter.figures.selection import figure_cells
 from calorimeter.findings.select import CONFIG_PARAMS
 from calorimeter.findings.stats import CANNOT_SAY, Claim, Effect, Judgement, mean_interval, verdict
 from calorimeter.plan.cell import TRAINING_KINDS
-from calorimeter.projection.hosts import machine_keys
 from calorimeter.records.legacy import config_ids
+from calorimeter.records.machines import machine_keys
 from calorimeter.reproduce.metrics import FIGURE_METRICS, METRICS, Metric
 from calorimeter.reproduce.noise import (
     Noise,

@@ -15,7 +15,7 @@ standard deviation is a fraction; in °C for temperatures), measured on machine 
   ``sigma_machine**2 + sigma_repetition**2 * inv_n`` (``inv_n``: the mean ``1/n`` of those means);
   ``sigma_machine**2`` is the excess, 0 where there is none.
 
-Machines are told apart by their GPUs' UUIDs (:func:`calorimeter.projection.hosts.machine_keys`); cells without a
+Machines are told apart by their GPUs' UUIDs (:func:`calorimeter.records.machines.machine_keys`); cells without a
 per-GPU row are left out. **Regimes**: ``host-bound`` (a repetition kept its GPUs' kernels busy for less than
 :data:`~calorimeter.projection.schedule.HOST_BOUND_BUSY_FRAC` of the iteration: the host sets the pace, and hosts
 differ) or ``gpu-bound`` (every traced repetition at or above it; untraced ones count as GPU-bound, as in the
@@ -46,9 +46,9 @@ import numpy as np
 import pandas as pd
 
 from calorimeter.plan.cell import TRAINING_KINDS
-from calorimeter.projection.hosts import machine_keys
 from calorimeter.projection.schedule import HOST_BOUND_BUSY_FRAC
 from calorimeter.records.legacy import config_ids
+from calorimeter.records.machines import machine_keys
 from calorimeter.reproduce.metrics import METRICS, Metric
 from calorimeter.reproduce.sources import load_source
 

@@ -40,7 +40,7 @@ class Source:
     gpus: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-#: the per-GPU columns that tell which machine a cell ran on (calorimeter.projection.hosts.machine_keys)
+#: the per-GPU columns that tell which machine a cell ran on (calorimeter.records.machines.machine_keys)
 MACHINE_COLUMNS = ("cell_id", "node", "hostname", "uuid")
 
 
