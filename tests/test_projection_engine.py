@@ -10,11 +10,12 @@ from conftest import ROOT
 
 from calorimeter.projection.calibration import calibrate_all
 from calorimeter.projection.engine_speed import cell_from_id
-from calorimeter.projection.fingerprint import Fingerprint, from_record, matches
+from calorimeter.projection.fingerprint import Fingerprint, matches
 from calorimeter.projection.measured import load_measured
 from calorimeter.projection.model import Projector, band_interval
 from calorimeter.projection.sweep import choose_calibration, project_cells
 from calorimeter.projection.validation import loco, loco_summary, newest_fingerprints
+from calorimeter.records.run_record import RunRecord
 
 REF = "results/reference/"
 H100 = str(ROOT / REF / "findings-2026-11-23/h100x1-findings")
@@ -33,6 +34,10 @@ def cals(ms):
     return calibrate_all([], ms=ms)
 
 
+def _of(run: dict, power_limit_w: float) -> Fingerprint:
+    return Fingerprint.of(RunRecord.from_dict({"cell": {}, "status": "ok", **run}), power_limit_w)
+
+
 def test_fingerprint_reads_the_engine_and_resolves_default_attention() -> None:
     run = {"engine": {"kernels": {"attention": "default", "fused": "liger"},
                       "kernel_choice": {"attention_requested": "default",
@@ -40,13 +45,16 @@ def test_fingerprint_reads_the_engine_and_resolves_default_attention() -> None:
                       "overlap": {"tp_comm_overlap": "symm_mem"}},
            "provenance": {"packages": {"torch": "2.11.0", "deepspeed": "0.19.8", "megatron-core": "0.16.1"},
                           "ranks": [{"device": "NVIDIA H200"}]}}
-    fp = from_record(run, 700.0)
+    fp = _of(run, 700.0)
     assert (fp.attention, fp.fused, fp.tp_overlap, fp.power_limit_w) == ("cudnn", "liger", "symm_mem", "700")
     assert fp.key.startswith("cudnn-liger-")
     auto = {**run, "engine": {**run["engine"], "kernel_choice": {"attention_requested": "auto"}}}
-    assert from_record(auto, 700.0).attention == "auto"  # chosen per shape by the engine: one fingerprint
-    old = from_record({"provenance": run["provenance"]}, 700.0)  # 2026-11-21: no engine block
-    assert not old.kernels_recorded and not matches(fp, old)
+    assert _of(auto, 700.0).attention == "auto"  # chosen per shape by the engine: one fingerprint
+    assert _of(auto, 700.0).key != fp.key and _of(auto, 700.0).ran() == fp.ran()  # the same kernels ran
+    assert fp.ran() == {"attention": "default", "expand_kv": "unrecorded", "fused": "liger",
+                        "overlap_comm": "unrecorded", "tp_overlap": "symm_mem", "torch": "2.11"}
+    old = _of({"provenance": run["provenance"]}, 700.0)  # records from before the engine block
+    assert not old.kernels_recorded and not matches(fp, old) and old.ran() == {}
     partial = Fingerprint(attention="cudnn", fused="liger", torch="2.11.0")  # versions unrecorded
     assert matches(fp, partial) and not matches(fp, Fingerprint(attention="cudnn", fused="eager"))
 

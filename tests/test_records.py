@@ -15,7 +15,13 @@ from calorimeter.figures import render
 from calorimeter.plan import make_plan
 from calorimeter.records.atomic import write_atomic, write_json_atomic
 from calorimeter.records.paths import CellPaths
-from calorimeter.records.record import build_record, classify_attempt, steps_frame, write_cell_record
+from calorimeter.records.record import (
+    abandoned_record,
+    build_record,
+    classify_attempt,
+    steps_frame,
+    write_cell_record,
+)
 
 
 def test_atomic_write_leaves_nothing_on_crash(tmp_path: Path) -> None:
@@ -88,6 +94,19 @@ def test_record_and_steps(tmp_path: Path) -> None:
     for d in (paths, attempt):
         assert json.loads(d.run_json.read_text())["cell_id"] == cell.cell_id
         assert len(pd.read_parquet(d.steps)) == 6
+
+
+def test_an_abandoned_attempt_record_reads_as_a_transient_cell_record(tmp_path: Path) -> None:
+    """The launcher closes an attempt whose launcher died through the records' writer: the one reader reads it."""
+    from calorimeter.records.run_record import read_run_record
+
+    cell = make_plan({"sweep": "t", "hardware": "cpu", "grid": [{"model": "tiny-gpt"}]}).cells[0].cell
+    path = tmp_path / "run.json"
+    write_json_atomic(path, abandoned_record(cell, "abandoned: its launcher died"))
+    rec = read_run_record(path)
+    assert (rec.cell_id, rec.status, rec.failure_class, rec.reason) == (
+        cell.cell_id, "transient", "transient", "abandoned: its launcher died")
+    assert rec.cell == cell.recorded() and rec.kind == "train"
 
 
 def test_summary_keeps_pruned_and_unrun_cells_and_figure_draws_bands(tmp_path: Path) -> None:

@@ -260,15 +260,15 @@ def _provenance_check(args: argparse.Namespace) -> int:
 
 
 def _provenance_patch(args: argparse.Namespace) -> int:
-    import json
-
     from calorimeter.records import patches
+    from calorimeter.records.atomic import write_atomic
+    from calorimeter.records.run_record import read_run_record
 
     path = Path(args.record)
     run_json = path / "run.json" if path.is_dir() else path
     if not run_json.is_file():
         raise ConfigError(f"{path}: no run.json there")
-    ref = patches.patch_ref(run_json, json.loads(run_json.read_text()))
+    ref = patches.patch_ref(run_json, read_run_record(run_json).data)
     if ref is None:
         raise ConfigError(f"{run_json} names no source patch (a clean tree, or measured before records kept one)")
     res = patches.resolve(ref, Path(args.store or patches.PATCH_STORE))
@@ -276,7 +276,8 @@ def _provenance_patch(args: argparse.Namespace) -> int:
         print(f"error: {res.status}: {res.source}", file=sys.stderr)
         return 1
     if args.out:
-        Path(args.out).write_bytes(res.data)
+        data = res.data
+        write_atomic(Path(args.out), lambda tmp: tmp.write_bytes(data))
     else:
         sys.stdout.buffer.write(res.data)
     print(f"{len(res.data)} bytes, SHA-256 {ref.sha256[:16]}… ({res.source}); the measured code: git checkout "

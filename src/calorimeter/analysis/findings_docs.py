@@ -40,6 +40,7 @@ from calorimeter.findings.checks import kernel_shares
 from calorimeter.findings.preconditions import GPU, STEADY, meets
 from calorimeter.findings.reach import DESIGNS, machine_sd, pooled_sd, reach
 from calorimeter.findings.stats import CANNOT_SAY, VERDICTS
+from calorimeter.records.atomic import write_atomic
 from calorimeter.records.legacy import config_ids
 
 COMMAND = "python -m calorimeter.analysis.reevaluate results/reference --markdown"
@@ -439,7 +440,7 @@ def write_regions(files: Iterable[Path], gen: Generated) -> list[Path]:
         text = f.read_text()
         new = _render(text, f, gen)
         if new != text:
-            f.write_text(new)
+            write_atomic(f, lambda tmp, new=new: tmp.write_text(new))
             changed.append(f)
     return changed
 

@@ -41,7 +41,7 @@ from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.job_states import AFTER_A_RUN, ENDED, RESTARTING, base_state
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.progress import ProgressLog
-from calorimeter.records.record import describe_death
+from calorimeter.records.record import abandoned_record, describe_death
 
 log = logging.getLogger(__name__)
 
@@ -362,9 +362,7 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
                 log.info("cell %s: attempt %s finished after its launcher died; using it", cell.cell_id,
                          attempt.name)
                 return LaunchOutcome(attempt, str(info["job_id"]), info["executor"], results, None, 0.0, True)
-            write_json_atomic(attempt.run_json, {"cell_id": cell.cell_id, "status": "transient",
-                                                 "failure_class": "transient",
-                                                 "reason": "abandoned: its launcher died"})
+            write_json_atomic(attempt.run_json, abandoned_record(cell, "abandoned: its launcher died"))
     if job is None:
         check_free_space(cell, settings, paths.root)  # refuse before training: DiskSpaceError with the numbers
         attempt = _new_attempt(paths)

@@ -351,8 +351,7 @@ def calibrate(ms: MeasuredSet, hardware: str, collectives: pd.DataFrame | None =
     records: dict[str, list[str]] = {}
     for cid in fitted:
         records.setdefault(str(runs.loc[cid, "source"]), []).append(cid)
-    fp = engine.to_dict() if engine is not None else {}
-    fp.pop("tp_overlap", None)
+    fp = engine.engine if engine is not None else {}
     stamps = [str(v) for v in runs.loc[fitted].get("recorded_at", pd.Series(dtype=str)).dropna() if v]
     ranges: dict[str, list[float]] = {}
     for cid in usable:

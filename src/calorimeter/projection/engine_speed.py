@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from calorimeter.plan.cell import Cell
-from calorimeter.projection.fingerprint import from_record
+from calorimeter.projection.fingerprint import Fingerprint
 
 _ID = re.compile(r"^(?P<model>.+?)_(?P<hw>[a-z0-9]+)-(?P<nodes>\d+)x(?P<gpn>\d+)_tp(?P<tp>\d+)-pp(?P<pp>\d+)-dp\d+"
                  r"(?:-ep(?P<ep>\d+))?(?P<sp>-sp)?_z(?P<z>\d)_rc-(?P<rc>[a-z]+)_ov-(?P<ov>on|off)"
@@ -71,7 +71,7 @@ def load_engine_speed(source: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, d
                 dropped[cid] = "SM carveout: a knob the engine no longer has"
                 continue
             cell = cell_from_id(d["cell_id"])
-            fp = from_record({"engine": d.get("engine") or {}})
+            fp = Fingerprint.of_engine(d.get("engine") or {})
             row = {**cell.to_dict(), **d["metrics"], "cell_id": cid, "config_id": cell.config_id,
                    "status": "ok", "source": str(source), **fp.to_dict(), "fingerprint": fp.key,
                    "recorded_at": "", "variant": d["variant"]}

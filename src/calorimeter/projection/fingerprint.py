@@ -1,6 +1,8 @@
-"""The engine fingerprint of a measured cell: what its kernel times, collective times and power depend on.
+"""The engine fingerprint of a measured cell: what its kernel times, collective times and power depend on; the one
+reader of a record's ``engine`` block (the projection's calibrations and ``calorimeter compare`` both use it).
 
-Read from the cell's ``run.json`` (``engine`` and ``provenance``) and its telemetry (power limit):
+Read from the cell's record (:class:`~calorimeter.records.run_record.RunRecord`: ``engine`` and ``provenance``) and
+its telemetry (power limit). The engine build (the key, :data:`KEY_FIELDS`):
 
 * ``gpu``: the device name of rank 0 (``NVIDIA H200``);
 * ``power_limit_w``: the GPUs' power limit as the node sampler read it (median), rounded to a watt;
@@ -9,15 +11,21 @@ Read from the cell's ``run.json`` (``engine`` and ``provenance``) and its teleme
   it times the backends at the cell's shape, so one engine build runs cuDNN at one sequence and another backend at
   the next: a policy, one fingerprint), else the kernel that ran (``engine.kernels.attention``; ``default`` resolved
   to the backend PyTorch's default picked, ``engine.kernel_choice.attention_probe.pytorch_default``);
-* ``fused``: the fused elementwise kernels (``liger``, ``compile``, ``eager``);
-* ``tp_overlap``: the tensor-parallel overlap mechanism of the cell (``symm_mem``, ``ring``, ``none``, ``n/a``
-  without tensor parallelism). It is a property of the cell, not of the engine build: a calibration lists the
-  mechanisms its cells ran and the key below leaves it out.
+* ``fused``: the fused elementwise kernels (``liger``, ``compile``, ``eager``).
+
+What the cell ran (properties of the cell, not of the engine build: a calibration lists the mechanisms its cells ran
+and the key leaves them out; a reproduction is compared on them, :meth:`Fingerprint.ran`):
+
+* ``tp_overlap``: the tensor-parallel overlap mechanism (``symm_mem``, ``ring``, ``none``, ``n/a`` without tensor
+  parallelism);
+* ``attention_ran``: the attention kernel as the record names it (``default`` not resolved);
+* ``expand_kv``: whether the key/value heads were expanded for that kernel;
+* ``overlap_comm``: DeepSpeed's ``overlap_comm``.
 
 A field the record does not hold is ``unrecorded``. Records written before the engine recorded its kernel choices
-(2026-11-21) have no ``engine`` block: their attention and fused kernels are ``unrecorded`` and they never match a
-fingerprint that names them. Two fingerprints match when every field recorded on both sides is equal and both name
-their kernels (:func:`matches`).
+have no ``engine`` block: their attention and fused kernels are ``unrecorded`` and they never match a fingerprint
+that names them. Two fingerprints match when every field recorded on both sides is equal and both name their kernels
+(:func:`matches`).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from typing import Any
 import pandas as pd
 
 from calorimeter.records.paths import SweepPaths
+from calorimeter.records.run_record import RecordError, RunRecord, read_run_record
 
 UNRECORDED = "unrecorded"
 #: the fields that make up an engine build's identity (the key); tp_overlap is the cell's
@@ -52,6 +61,32 @@ class Fingerprint:
     attention: str = UNRECORDED
     fused: str = UNRECORDED
     tp_overlap: str = UNRECORDED
+    attention_ran: str = UNRECORDED
+    expand_kv: str = UNRECORDED
+    overlap_comm: str = UNRECORDED
+
+    @classmethod
+    def of(cls, record: RunRecord, power_limit_w: float | None = None) -> Fingerprint:
+        """The fingerprint of one cell's record, with the power limit from its telemetry if known."""
+        ranks = record.ranks or [{}]
+        return cls.of_engine(record.engine, record.provenance.get("packages") or {}, ranks[0].get("device"),
+                             power_limit_w)
+
+    @classmethod
+    def of_engine(cls, engine: dict[str, Any], packages: dict[str, Any] | None = None, gpu: str | None = None,
+                  power_limit_w: float | None = None) -> Fingerprint:
+        """From a record's ``engine`` block (an engine-benchmark line holds one too), the package versions and rank
+        0's device, where known."""
+        packages = packages or {}
+        kernels, overlap = engine.get("kernels") or {}, engine.get("overlap") or {}
+        limit = UNRECORDED if power_limit_w is None or power_limit_w != power_limit_w else str(round(power_limit_w))
+        return cls(gpu=str(gpu or UNRECORDED), power_limit_w=limit,
+                   torch=_version(packages.get("torch") or engine.get("torch")),
+                   deepspeed=_version(packages.get("deepspeed")), megatron_core=_version(packages.get("megatron-core")),
+                   attention=_attention(engine), fused=_recorded(kernels.get("fused")),
+                   tp_overlap=_recorded(overlap.get("tp_comm_overlap")),
+                   attention_ran=_recorded(kernels.get("attention")), expand_kv=_recorded(kernels.get("expand_kv")),
+                   overlap_comm=_recorded(overlap.get("deepspeed_overlap_comm")))
 
     @property
     def engine(self) -> dict[str, str]:
@@ -71,7 +106,7 @@ class Fingerprint:
 
     @property
     def kernels_recorded(self) -> bool:
-        """Whether the record names its kernel choices (records before 2026-11-22 do not)."""
+        """Whether the record names its kernel choices (the oldest records do not)."""
         return self.attention != UNRECORDED and self.fused != UNRECORDED
 
     def to_dict(self) -> dict[str, str]:
@@ -83,6 +118,16 @@ class Fingerprint:
         """Inverse of :meth:`to_dict` (unknown keys ignored, missing ones ``unrecorded``)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: str(v) for k, v in d.items() if k in names and v is not None})
+
+    def ran(self) -> dict[str, str]:
+        """What of the engine ran in this cell and could change its numbers, as a reproduction is compared on it: the
+        kernels as they ran, the overlap mechanisms and torch's major.minor version (a patch release is the same
+        engine); empty for a record without an engine block."""
+        if self.attention_ran == UNRECORDED and self.fused == UNRECORDED:
+            return {}
+        return {"attention": self.attention_ran, "expand_kv": self.expand_kv, "fused": self.fused,
+                "overlap_comm": self.overlap_comm, "tp_overlap": self.tp_overlap,
+                "torch": ".".join(self.torch.split(".")[:2])}
 
     def describe(self) -> str:
         """One line for logs and the ``assumed`` column."""
@@ -118,24 +163,13 @@ def _version(v: Any) -> str:
     return str(v).split("+")[0] if v else UNRECORDED
 
 
-def from_record(run: dict[str, Any], power_limit_w: float | None = None) -> Fingerprint:
-    """The fingerprint of one cell's ``run.json`` (parsed), with the power limit from its telemetry if known."""
-    engine = run.get("engine") or {}
-    prov = run.get("provenance") or {}
-    packages = prov.get("packages") or {}
-    ranks = prov.get("ranks") or [{}]
-    gpu = ranks[0].get("device") or UNRECORDED
-    limit = UNRECORDED if power_limit_w is None or power_limit_w != power_limit_w else str(round(power_limit_w))
-    return Fingerprint(gpu=str(gpu), power_limit_w=limit, torch=_version(packages.get("torch") or engine.get("torch")),
-                       deepspeed=_version(packages.get("deepspeed")),
-                       megatron_core=_version(packages.get("megatron-core")), attention=_attention(engine),
-                       fused=str((engine.get("kernels") or {}).get("fused") or UNRECORDED),
-                       tp_overlap=str((engine.get("overlap") or {}).get("tp_comm_overlap") or UNRECORDED))
+def _recorded(v: Any) -> str:
+    return str(v) if v is not None and v != "" else UNRECORDED
 
 
-def recorded_at(run: dict[str, Any]) -> str:
+def recorded_at(record: RunRecord | None) -> str:
     """When the cell ran: its launcher attempt stamp (``20261123T004225Z``), empty if not recorded."""
-    return str(((run.get("provenance") or {}).get("launcher") or {}).get("attempt") or "")
+    return str(record.launcher.get("attempt") or "") if record is not None else ""
 
 
 def _power_limit(telemetry: Path) -> float | None:
@@ -156,11 +190,11 @@ def read_fingerprints(source: str | Path, cell_ids: list[str]) -> pd.DataFrame:
     for cid in cell_ids:
         paths = sweep.cell(cid)
         try:
-            run = json.loads(paths.run_json.read_text())
-        except (OSError, ValueError):
-            run = {}
-        fp = from_record(run, _power_limit(paths.telemetry))
-        rows.append({"cell_id": cid, **fp.to_dict(), "fingerprint": fp.key, "recorded_at": recorded_at(run)})
+            record: RunRecord | None = read_run_record(paths.run_json)
+        except RecordError:
+            record = None
+        fp = Fingerprint.of(record, _power_limit(paths.telemetry)) if record is not None else Fingerprint()
+        rows.append({"cell_id": cid, **fp.to_dict(), "fingerprint": fp.key, "recorded_at": recorded_at(record)})
     return pd.DataFrame(rows, columns=["cell_id", *(f.name for f in fields(Fingerprint)), "fingerprint",
                                        "recorded_at"])
 
@@ -170,5 +204,5 @@ def fingerprint_of(row: pd.Series | dict[str, Any]) -> Fingerprint:
     return Fingerprint.from_dict({f.name: row.get(f.name) for f in fields(Fingerprint)})
 
 
-__all__ = ["KEY_FIELDS", "SOFTWARE_FIELDS", "UNRECORDED", "Fingerprint", "fingerprint_of", "from_record", "matches",
+__all__ = ["KEY_FIELDS", "SOFTWARE_FIELDS", "UNRECORDED", "Fingerprint", "fingerprint_of", "matches",
            "read_fingerprints", "recorded_at"]

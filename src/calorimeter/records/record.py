@@ -229,6 +229,14 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
     return record
 
 
+def abandoned_record(cell: Cell, reason: str) -> dict[str, Any]:
+    """The run.json of an attempt nobody will finish (its launcher died and its job is gone): ``transient`` with the
+    reason, a cell record like any other (:func:`~calorimeter.records.run_record.read_run_record` reads it), so
+    ``calorimeter status`` counts the attempt as closed and the next run submits the cell again."""
+    return {"schema_version": SCHEMA_VERSION, "cell_id": cell.cell_id, "status": "transient",
+            "failure_class": "transient", "reason": reason, "cell": cell.recorded()}
+
+
 def write_cell_record(cell: CellPaths, attempt: AttemptPaths, record: dict[str, Any], steps: pd.DataFrame) -> Path:
     """Write steps.parquet, then run.json last (the cell's completion marker), each atomically.
 

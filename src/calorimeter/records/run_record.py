@@ -120,6 +120,13 @@ class RunRecord:
         return value if isinstance(value, dict) else {}
 
     @property
+    def engine(self) -> dict[str, Any]:
+        """The engine rank 0 ran: ``kernels``, ``kernel_choice``, ``overlap``, ``torch`` (empty in records from before
+        the engine recorded its kernels, and for kinds without an engine); read through
+        :class:`calorimeter.projection.fingerprint.Fingerprint`."""
+        return _mapping(self.data, "engine")
+
+    @property
     def command(self) -> dict[str, Any]:
         """A ``command`` cell's command, launcher, files (with SHA-256) and packages (empty before version 2)."""
         return _mapping(self.data, "command")

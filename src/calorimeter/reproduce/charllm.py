@@ -39,8 +39,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from calorimeter.records.atomic import write_atomic
 from calorimeter.records.legacy import upgrade_samples
 from calorimeter.records.paths import KERNELS_PARQUET, RUN_JSON, STEPS_PARQUET, TELEMETRY_PARQUET
+from calorimeter.records.run_record import RecordError, RunRecord, read_run_record
 
 #: artifact file prefix -> telemetry columns (first present wins), integer counter?
 FILES: dict[str, tuple[tuple[str, ...], bool]] = {
@@ -109,10 +111,10 @@ def _layout_indices(cells: list[dict]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _rank_gpus(record: dict) -> dict[int, tuple[int, int]]:
+def _rank_gpus(record: RunRecord) -> dict[int, tuple[int, int]]:
     """global rank -> (node, NVML index) of its GPU."""
     out = {}
-    for r in (record.get("provenance") or {}).get("ranks") or []:
+    for r in record.ranks:
         dev = r.get("device_info") or {}
         idx = dev.get("nvml_index", r.get("local_rank"))
         if r.get("rank") is not None and idx is not None:
@@ -136,7 +138,8 @@ def _write_series(path: Path, t: np.ndarray, v: np.ndarray, integer: bool) -> No
     ok = np.isfinite(v) & (v >= 0)
     lines = [f"{ti!r},{int(vi) if integer else repr(float(vi))}" for ti, vi in zip(t[ok].tolist(), v[ok].tolist(),
                                                                                   strict=True)]
-    path.write_text("\n".join(lines) + ("\n" if lines else ""))
+    text = "\n".join(lines) + ("\n" if lines else "")
+    write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
 def write_rank_files(run_dir: Path, tele: pd.DataFrame, gpus: dict[int, tuple[int, int]],
@@ -171,21 +174,20 @@ def write_kernel_stats(path: Path, kernels: pd.DataFrame, run_name: str) -> None
         data[f"{f}_occurrences"] = occ
         data[f"{f}_total_duration"] = tot
         data[f"{f}_average_duration"] = [t / o if o else 0.0 for t, o in zip(tot, occ, strict=True)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(data).to_csv(path, index=False)
+    write_atomic(path, lambda tmp: pd.DataFrame(data).to_csv(tmp, index=False))
 
 
-def _cells(sweep: Path, repeat: int) -> tuple[list[tuple[Path, dict]], dict[str, str]]:
+def _cells(sweep: Path, repeat: int) -> tuple[list[tuple[Path, RunRecord]], dict[str, str]]:
     cells, skipped = [], {}
     for d in sorted((sweep / "cells").iterdir()) if (sweep / "cells").is_dir() else []:
         try:
-            rec = json.loads((d / RUN_JSON).read_text())
-        except (OSError, ValueError) as e:
-            skipped[d.name] = f"run.json unreadable ({type(e).__name__})"
+            rec = read_run_record(d / RUN_JSON)
+        except RecordError as e:
+            skipped[d.name] = f"run.json unusable ({e})"
             continue
-        cell = rec.get("cell") or {}
-        if rec.get("status") != "ok":
-            skipped[d.name] = f"status {rec.get('status')}"
+        cell = rec.cell
+        if not rec.ok:
+            skipped[d.name] = f"status {rec.status}"
         elif (cell.get("kind") or "train") != "train":
             skipped[d.name] = f"a {cell.get('kind')} cell (not training)"
         elif int(cell.get("repeat") or 0) != repeat:
@@ -197,8 +199,8 @@ def _cells(sweep: Path, repeat: int) -> tuple[list[tuple[Path, dict]], dict[str,
     return cells, skipped
 
 
-def _metrics(rec: dict) -> dict[str, Any]:
-    m = rec.get("metrics") or {}
+def _metrics(rec: RunRecord) -> dict[str, Any]:
+    m = rec.metrics
     return {k: m.get(k) for k in ("iteration_time_s", "samples_per_s", "tokens_per_s_per_gpu", "mfu_full")}
 
 
@@ -210,7 +212,7 @@ def export_charllm(sweep: str | Path, out: str | Path, window: str = "last-step"
     cells, skipped = _cells(sweep, repeat)
     if not cells:
         raise FileNotFoundError(f"{sweep}: no ok training cell of repetition {repeat} with records to export")
-    params = [rec["cell"] for _, rec in cells]
+    params = [rec.cell for _, rec in cells]
     indices = _layout_indices(params)
     exp = Export(out, skipped=skipped)
     hw = {str(c.get("hardware")) for c in params}
@@ -226,7 +228,7 @@ def export_charllm(sweep: str | Path, out: str | Path, window: str = "last-step"
     used: dict[str, str] = {}
     micro: dict[tuple[str, int], set[int]] = {}
     for d, rec in cells:
-        c = rec["cell"]
+        c = rec.cell
         lab, model = _label(c), c["model"]
         p = indices[model][lab]
         fsdp = "-fsdp" if int(c.get("zero_stage") or 0) == 3 else ""
@@ -261,7 +263,7 @@ def export_charllm(sweep: str | Path, out: str | Path, window: str = "last-step"
         manifest_cells[d.name] = {
             "folders": exp.runs.get(d.name, []), "label": lab, "p": p, "global_batch": c.get("global_batch"),
             "seq_len": c.get("seq_len"), "micro_batch": mb, "world_size": c.get("world_size"),
-            "repeat": c.get("repeat", 0), "status": rec.get("status"), "window": window, "notes": sorted(set(notes)),
+            "repeat": c.get("repeat", 0), "status": rec.status, "window": window, "notes": sorted(set(notes)),
             "calorimeter": {**_metrics(rec), "energy_per_iteration_j": e.get("energy_per_iteration_j"),
                             "efficiency_samples_per_s_per_mj": e.get("efficiency")},
         }
@@ -278,7 +280,8 @@ def export_charllm(sweep: str | Path, out: str | Path, window: str = "last-step"
                   "empty microbatch folders: (layout, micro-batch) pairs the sweep lacks (drawn as OOM)"],
         "cells": manifest_cells, "skipped": skipped,
     }
-    (out / "calorimeter_manifest.json").write_text(json.dumps(exp.manifest, indent=1, default=_jsonable) + "\n")
+    text = json.dumps(exp.manifest, indent=1, default=_jsonable) + "\n"
+    write_atomic(out / "calorimeter_manifest.json", lambda tmp: tmp.write_text(text))
     return exp
 
 

@@ -117,6 +117,7 @@ def _engine_speed_figure(ref: Path, out: Path) -> int:
 
     from calorimeter.figures.common import save
     from calorimeter.figures.engine_speed import NAME, draw_set
+    from calorimeter.records.atomic import write_atomic
 
     figures = out / "figures"
     if (figures / f"{NAME}.png").exists():
@@ -126,7 +127,8 @@ def _engine_speed_figure(ref: Path, out: Path) -> int:
     figures.mkdir(parents=True, exist_ok=True)
     fig, res = draw_set(ref)
     save(fig, figures / f"{NAME}.png", figures / f"{NAME}.pdf")
-    (figures / f"{NAME}.json").write_text(json.dumps(res.to_dict(), indent=1) + "\n")
+    text = json.dumps(res.to_dict(), indent=1) + "\n"
+    write_atomic(figures / f"{NAME}.json", lambda tmp: tmp.write_text(text))
     print(f"{ref} is an engine-benchmark set (no sweep): drew {figures / NAME}.png ({res.n_points} variants)")
     return 0
 

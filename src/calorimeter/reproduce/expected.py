@@ -35,6 +35,7 @@ import yaml
 
 from calorimeter.analysis.tables import add_normalized_efficiency
 from calorimeter.figures.selection import figure_cells
+from calorimeter.records.atomic import write_atomic
 from calorimeter.records.legacy import config_ids, upgrade_runs
 
 MARKER = re.compile(r"<!-- expected (\S+) -->(.*?)<!-- /expected -->", re.DOTALL)
@@ -166,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     texts = render(args.root, spec)
     doc = args.doc.read_text()
     if args.write:
-        args.doc.write_text(apply(doc, texts))
+        new = apply(doc, texts)
+        write_atomic(args.doc, lambda tmp: tmp.write_text(new))
         print(f"written {len(texts)} values into {args.doc}")
         return 0
     problems = drift(doc, texts)

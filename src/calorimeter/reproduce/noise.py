@@ -47,6 +47,7 @@ import pandas as pd
 
 from calorimeter.plan.cell import TRAINING_KINDS
 from calorimeter.projection.schedule import HOST_BOUND_BUSY_FRAC
+from calorimeter.records.atomic import write_atomic
 from calorimeter.records.legacy import config_ids
 from calorimeter.records.machines import machine_keys
 from calorimeter.reproduce.metrics import METRICS, Metric
@@ -315,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.root) / NOISE_FILE
     text = json.dumps(model.to_json(), indent=1, ensure_ascii=False) + "\n"
     if args.write:
-        path.write_text(text)
+        write_atomic(path, lambda tmp: tmp.write_text(text))
         print(f"written {path}")
     elif args.check:
         if not path.is_file() or not same(json.loads(path.read_text()), model.to_json()):

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from calorimeter.records.atomic import write_atomic  # noqa: E402
 from calorimeter.reproduce.compare import CANNOT_TELL, NOT_COMPARABLE, NOT_REPRODUCED, REPRODUCED  # noqa: E402
 from calorimeter.reproduce.metrics import METRICS  # noqa: E402
 
@@ -80,9 +81,9 @@ def overlay_figure(result: pd.DataFrame, out_png: Path, out_pdf: Path | None = N
              "cannot tell);\nbars: 95% intervals over more than 3 repetitions (fewer: the mean only); grey: the "
              "tolerance (the larger of the floor and the noise)", fontsize=6)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(out_png, dpi=130)
+    write_atomic(out_png, lambda tmp: fig.savefig(tmp, format="png", dpi=130))
     if out_pdf is not None:
-        fig.savefig(out_pdf)
+        write_atomic(out_pdf, lambda tmp: fig.savefig(tmp, format="pdf"))
     plt.close(fig)
     return len(configs)
 
@@ -115,8 +116,8 @@ def html_section(result: pd.DataFrame, counts: pd.DataFrame, reference: str, rep
 
 def write_outputs(result: pd.DataFrame, counts: pd.DataFrame, out: Path, reference: str, reproduction: str) -> None:
     """compare.csv, compare_counts.csv, compare.html, compare.png and compare.pdf in ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    result.to_csv(out / "compare.csv", index=False)
-    counts.to_csv(out / "compare_counts.csv", index=False)
-    (out / "compare.html").write_text(html_section(result, counts, reference, reproduction))
+    write_atomic(out / "compare.csv", lambda tmp: result.to_csv(tmp, index=False))
+    write_atomic(out / "compare_counts.csv", lambda tmp: counts.to_csv(tmp, index=False))
+    text = html_section(result, counts, reference, reproduction)
+    write_atomic(out / "compare.html", lambda tmp: tmp.write_text(text))
     overlay_figure(result, out / "compare.png", out / "compare.pdf")

@@ -15,8 +15,10 @@ from pathlib import Path
 import pandas as pd
 
 from calorimeter.analysis.damaged import readable_cell_tables
+from calorimeter.projection.fingerprint import Fingerprint
 from calorimeter.records.legacy import upgrade_runs
 from calorimeter.records.paths import RUN_JSON
+from calorimeter.records.run_record import RecordError, read_run_record
 
 
 @dataclass
@@ -26,8 +28,8 @@ class Source:
     Attributes:
         folder: what was given.
         runs: one row per cell (all sweeps found), today's columns.
-        engines: cell id -> engine fingerprint (attention and fused kernels, overlap mechanisms, torch version)
-            from the cell's run.json; absent where no record was found.
+        engines: cell id -> what of the engine ran in it (:meth:`Fingerprint.ran` of its record, as sorted JSON: a
+            key to compare and group by); absent where no record was found or it holds no engine.
         sweeps: the sweep folders read, and whether from tables or records.
         gpus: one row per (cell, GPU) with what tells the machine (:data:`MACHINE_COLUMNS`); empty where no per-GPU
             table or record was found.
@@ -64,21 +66,8 @@ def sweep_folders(folder: Path) -> list[Path]:
     return found
 
 
-def engine_fingerprint(record: dict) -> str:
-    """What of the engine could change the numbers, as sorted JSON of flat keys: the attention and fused kernels
-    chosen, the overlap mechanisms and torch's major.minor version ("" for a record without an engine)."""
-    eng = record.get("engine") or {}
-    if not eng:
-        return ""
-    flat = {k: v for k, v in (eng.get("kernels") or {}).items()}
-    flat.update({f"overlap.{k}": v for k, v in (eng.get("overlap") or {}).items()})
-    torch = str(eng.get("torch") or (record.get("provenance") or {}).get("packages", {}).get("torch") or "")
-    flat["torch"] = ".".join(torch.split("+")[0].split(".")[:2])
-    return json.dumps(flat, sort_keys=True)
-
-
 def fingerprint_difference(reference: str, reproduction: str) -> str:
-    """The keys in which two engine fingerprints differ, e.g. ``attention flash vs cudnn``."""
+    """What ran differently in two cells (two :data:`Source.engines` keys), e.g. ``attention flash vs cudnn``."""
     a, b = json.loads(reference or "{}"), json.loads(reproduction or "{}")
     return "; ".join(f"{k} {b.get(k)} vs {a.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
 
@@ -117,12 +106,11 @@ def load_source(folder: str | Path) -> Source:
             read.append(f"{sweep.name} (records)")
         for run_json in sorted(sweep.glob(f"cells/*/{RUN_JSON}")):
             try:
-                rec = json.loads(run_json.read_text())
-            except (OSError, ValueError):
+                fp = Fingerprint.of(read_run_record(run_json))
+            except RecordError:
                 continue
-            fp = engine_fingerprint(rec)
-            if fp:
-                engines[run_json.parent.name] = fp
+            if fp.ran():
+                engines[run_json.parent.name] = json.dumps(fp.ran(), sort_keys=True)
     frames, gpus = [f for f in frames if not f.empty], [g for g in gpus if not g.empty]
     runs = upgrade_runs(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
     return Source(folder, runs, engines, read, pd.concat(gpus, ignore_index=True) if gpus else pd.DataFrame())
