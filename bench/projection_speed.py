@@ -21,7 +21,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from calorimeter.plan.cell import Cell  # noqa: E402
 from calorimeter.plan.plan import check_cell  # noqa: E402
 from calorimeter.projection.calibration import calibrate_all  # noqa: E402
-from calorimeter.projection.sweep import DEFAULT_CALIBRATION, project_cells  # noqa: E402
+from calorimeter.projection.catalogue import catalogue  # noqa: E402
+from calorimeter.projection.sweep import project_cells  # noqa: E402
 
 LAYOUTS = {
     "gpt3-175b": [(8, 4, 1), (4, 8, 1), (8, 8, 1), (2, 16, 1), (8, 16, 1)],
@@ -50,7 +51,7 @@ def main() -> None:
     ap.add_argument("--cells", type=int, default=1000)
     args = ap.parse_args()
     t0 = time.perf_counter()
-    cals = calibrate_all([str(ROOT / p) for p in DEFAULT_CALIBRATION])
+    cals = calibrate_all([str(ROOT / p) for p in catalogue(ROOT).calibration_sweeps])
     t1 = time.perf_counter()
     planned = [pc.cell for pc in map(check_cell, cells(args.cells)) if pc.status == "planned"]
     t2 = time.perf_counter()

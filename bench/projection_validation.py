@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from calorimeter.projection.calibration import calibrate_all, collective_points  # noqa: E402
-from calorimeter.projection.measured import load_measured  # noqa: E402
+from calorimeter.projection.catalogue import catalogue  # noqa: E402
+from calorimeter.projection.measured import catalogue_disagreements, load_measured  # noqa: E402
 from calorimeter.projection.settings import ProjectionSettings  # noqa: E402
 from calorimeter.projection.validation import (  # noqa: E402
     apply_validation,
@@ -72,6 +73,8 @@ def main() -> None:
     apply_validation(cals, table, s.coverage)
     summary["bands"] = band_summary({k: c for k, c in cals.items() if k.split("/", 1)[1] in fps.values()})
     print(f"{len(ms.runs)} measured cells from {len(s.calibration)} sources; {time.perf_counter() - t0:.1f} s")
+    for line in catalogue_disagreements(ms, catalogue(ROOT), ROOT):
+        print(f"catalogue: {line}")
     for key, g in summary["groups"].items():
         print(f"\n== {key}: {g['cells']} held-out cells ({g['gpu_bound_cells']} GPU-bound), {g['folds']} folds "
               f"(configurations); stated band coverage {s.coverage:.0%}")

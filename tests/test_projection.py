@@ -19,16 +19,17 @@ from calorimeter.plan.layout import group_nodes
 from calorimeter.plan.models import get_model, padded_vocab_size
 from calorimeter.plan.work import CommOp, workload
 from calorimeter.projection.calibration import MODEL_VERSION, Calibration, calibrate, load_calibrations
+from calorimeter.projection.catalogue import Fold, catalogue
 from calorimeter.projection.collectives import CollectiveCurves, Network, trace_points
 from calorimeter.projection.compute import COMPUTE_CATEGORIES, fit_compute
 from calorimeter.projection.measured import load_measured
 from calorimeter.projection.model import Projector
 from calorimeter.projection.power import fit_power
 from calorimeter.projection.schedule import pipeline_time, stage_time
-from calorimeter.projection.sweep import SCALE_FOLDS
-from calorimeter.projection.validation import Fold, row_regimes, summarize, validate_fold
+from calorimeter.projection.validation import row_regimes, summarize, validate_fold
 
-REF = [str(ROOT / p) for p in (*SCALE_FOLDS[0]["train"], *SCALE_FOLDS[0]["test"])]  # the 2026-11-21 H200 sets
+SCALE_FOLD = catalogue(ROOT).folds[0]  # 8 GPUs from 2+4: the 2026-11-21 H200 sets
+REF = [str(ROOT / p) for p in (*SCALE_FOLD.train, *SCALE_FOLD.test)]
 TP4 = "llama3-8b_h200-1x4_tp4-pp1-dp1-sp_z1_rc-none_ov-off_mb1-gb8-s8192"
 PP4 = "llama3-8b_h200-1x4_tp1-pp4-dp1_z1_rc-none_ov-off_mb1-gb8-s8192"
 Z3 = "llama3-8b_h200-1x8_tp1-pp1-dp8_z3_rc-none_ov-on_mb1-gb8-s8192"
@@ -360,7 +361,7 @@ def test_projection_reproduces_its_own_calibration_cells(measured, calibration) 
 
 
 def test_validation_holds_out_the_test_cells() -> None:
-    fold = Fold.from_dict(SCALE_FOLDS[0])
+    fold = SCALE_FOLD
     fold = Fold(fold.name, tuple(str(ROOT / p) for p in fold.train), tuple(str(ROOT / p) for p in fold.test))
     table = validate_fold(fold)
     assert len(table) == 7 and set(table["fold"]) == {fold.name}

@@ -16,6 +16,7 @@ from calorimeter.cli import main
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.plan import plan_file
 from calorimeter.projection import cost
+from calorimeter.projection.catalogue import catalogue
 from calorimeter.projection.cost import CellCost, Step, SweepCost, Timing, cell_cost, stepped_s, sweep_cost, warmup_s
 
 TIMING = Timing({"h200": {"startup_s": {"median": 30.0, "min": 20.0, "max": 40.0, "n": 5, "gpus": [2]},
@@ -149,5 +150,5 @@ def test_the_train_rule_ignores_its_projected_wall_resource() -> None:
 
 def test_committed_set_is_found_from_any_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert cost.committed_set() == ROOT / cost.COMMITTED_SET
+    assert cost.committed_set() == ROOT / catalogue().prices
     assert (cost.committed_set() / cost.CALIBRATION_FILE).is_file()

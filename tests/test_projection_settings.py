@@ -1,4 +1,5 @@
-"""Schema and code agree on every ``projection:`` key (one test per key), and the settings resolve as documented."""
+"""Schema and code agree on every ``projection:`` key (one test per key), the settings resolve as documented, and the
+default measurements are data: the calibration catalogue (config/calibration.yaml)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,8 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from calorimeter.projection.settings import (
-    DEFAULT_CALIBRATION,
-    DEFAULT_COLLECTIVES,
-    ProjectionSettings,
-    default_calibration,
-    default_collectives,
-)
+from calorimeter.projection.catalogue import Fold, catalogue, default_calibration, default_collectives
+from calorimeter.projection.settings import ProjectionSettings
 from calorimeter.projection.validation import COVERAGE
 
 SCHEMA = yaml.safe_load((ROOT / "src" / "calorimeter" / "plan" / "config.schema.yaml").read_text())
@@ -35,8 +31,9 @@ def _settings(**projection) -> ProjectionSettings:
 def test_calibration_default_and_override() -> None:
     assert "default" not in PROPS["calibration"]  # the default is computed (committed sets + calibration sweeps)
     assert _settings().calibration == default_calibration(ROOT)
-    assert _settings().calibration[: len(DEFAULT_CALIBRATION)] == DEFAULT_CALIBRATION
-    assert all((ROOT / p).is_dir() for p in DEFAULT_CALIBRATION)
+    listed = catalogue(ROOT).calibration_sweeps
+    assert _settings().calibration[: len(listed)] == listed
+    assert all((ROOT / p).is_dir() for p in listed)
     assert _settings(calibration=["a/b"]).calibration == ("a/b",)
 
 
@@ -45,7 +42,8 @@ def test_collectives_default_is_the_nccl_benchmark_and_empty_means_none() -> Non
     assert "default" not in PROPS["collectives"]
     assert "Absent: the committed NCCL benchmark" in " ".join(PROPS["collectives"]["description"].split())
     assert _settings().collectives == default_collectives(ROOT)
-    assert _settings().collectives[: len(DEFAULT_COLLECTIVES)] == DEFAULT_COLLECTIVES
+    listed = catalogue(ROOT).collectives_sweeps
+    assert listed and _settings().collectives[: len(listed)] == listed
     assert _settings(collectives=[]).collectives == ()
     assert _settings(collectives=["x"]).collectives == ("x",)
 
@@ -60,7 +58,7 @@ def test_validation_default_empty_means_leave_one_configuration_out() -> None:
     assert PROPS["validation"]["default"] == []
     assert _settings().validation == ()
     fold = {"name": "f", "train": ["a"], "test": ["b"]}
-    assert _settings(validation=[fold]).validation == (fold,)
+    assert _settings(validation=[fold]).validation == (Fold("f", ("a",), ("b",)),)
 
 
 def test_engine_keys_are_fingerprint_fields() -> None:
@@ -102,7 +100,58 @@ def test_committed_4_gpu_and_moe_sets_join_the_defaults_as_data(tmp_path: Path) 
     cal.mkdir(parents=True)
     (cal / "runs.parquet").write_bytes(b"")
     (ref / "h100x4-calibration-2026-11-28" / "thermal-profiles").mkdir()  # no tables: not a sweep
-    assert default_collectives(tmp_path) == (*DEFAULT_COLLECTIVES,
+    cat = catalogue(tmp_path)  # none under tmp_path: the checkout's
+    assert cat.path == ROOT / "config" / "calibration.yaml"
+    assert default_collectives(tmp_path) == (*cat.collectives_sweeps,
                                              "results/reference/h100x4-collectives-2026-11-28/h100x4-collectives")
     assert default_calibration(tmp_path)[-1] == "results/reference/h100x4-calibration-2026-11-28/h100x4-layouts"
-    assert len(default_calibration(tmp_path)) == len(DEFAULT_CALIBRATION) + 1
+    assert len(default_calibration(tmp_path)) == len(cat.calibration_sweeps) + 1
+
+
+def test_a_new_set_in_the_catalogue_joins_the_defaults_without_code(tmp_path: Path) -> None:
+    """A measurement set of any name is one entry in config/calibration.yaml: the settings (and so the workflow's
+    calibration and validation rules) pick it up; the entries keep their order, the new one last."""
+    text = (ROOT / "config" / "calibration.yaml").read_text()
+    new = {"sweeps": ["results/reference/h100x8-layouts-2026-12-01/h100x8-layouts"], "engine": "kernels-recorded",
+           "regimes": ["dense GPU-bound", "MoE"], "note": "8x H100 layouts with a MoE model"}
+    doc = yaml.safe_load(text)
+    doc["calibration"].append(new)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "calibration.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    s = ProjectionSettings.from_config({}, tmp_path)
+    assert s.calibration == (*catalogue(ROOT).calibration_sweeps, new["sweeps"][0])
+    assert s.collectives == catalogue(ROOT).collectives_sweeps
+    entry = catalogue(tmp_path).calibration[-1]
+    assert (entry.engine, entry.regimes, entry.note) == ("kernels-recorded", ("dense GPU-bound", "MoE"), new["note"])
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"engine": "next-week"}, r"calibration\[0\].engine: 'next-week' is not one of the engines"),
+    ({"regimes": ["GPU-bound"]}, r"calibration\[0\].regimes: \['GPU-bound'\]: expected some of"),
+    ({"sweep": "x"}, r"calibration\[0\]: expected the keys"),
+    ({"note": ""}, r"calibration\[0\]: needs sweeps"),
+])
+def test_a_malformed_catalogue_entry_is_named(tmp_path: Path, change: dict, message: str) -> None:
+    doc = yaml.safe_load((ROOT / "config" / "calibration.yaml").read_text())
+    doc["calibration"][0].update(change)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "calibration.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ValueError, match=message):
+        catalogue(tmp_path)
+
+
+def test_the_catalogue_regimes_are_checked_against_the_cells() -> None:
+    """bench/projection_validation.py prints where an entry's regimes are not those its cells were measured in."""
+    import pandas as pd
+
+    from calorimeter.projection.measured import MeasuredSet, catalogue_disagreements
+
+    cat = catalogue(ROOT)
+    first, moe = cat.calibration[0], cat.calibration[-1]  # findings on H200/H100: GPU- and host-bound; 2026-11-21
+    runs = pd.DataFrame({"source": [str(ROOT / first.sweeps[0])] * 2 + [str(ROOT / moe.sweeps[1])],
+                         "model": ["llama3-8b", "llama3-8b", "mixtral-8x7b"], "busy_frac": [0.95, 0.5, 0.9]})
+    ms = MeasuredSet(runs, pd.DataFrame(), pd.DataFrame())
+    bad = catalogue_disagreements(ms, cat, ROOT)
+    assert len(bad) == 1 and f"calibration[{len(cat.calibration) - 1}]" in bad[0]
+    assert "measured in ['MoE']" in bad[0]  # the entry states dense rows too; these cells have none
+    assert not catalogue_disagreements(MeasuredSet(runs[:2], pd.DataFrame(), pd.DataFrame()), cat, ROOT)

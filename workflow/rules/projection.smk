@@ -18,7 +18,7 @@ from calorimeter.projection.settings import ProjectionSettings
 
 PROJ = ProjectionSettings.from_config(config, workflow.basedir)
 PROJ_CALIBRATION = list(PROJ.calibration)
-PROJ_FOLDS = [dict(f) for f in PROJ.validation]
+PROJ_FOLDS = [f.to_dict() for f in PROJ.validation]
 PROJ_SOURCE_TABLES = ("runs", "kernels", "gpus")
 PROJ_SOURCES = sorted({*PROJ_CALIBRATION, *(s for f in PROJ_FOLDS for s in (*f["train"], *f["test"]))})
 #: the sweep folder pattern, joined as a path (with results_dir=. a text join gave './{sweep}/...', which Snakemake

@@ -18,7 +18,8 @@ GPU-hours are wall time x GPUs. Cells the projection cannot cover are counted ap
 zero: other kinds than training (``command``, calibration kinds), CPU ranks, a GPU type without a calibration of its
 own, and rows the projection refuses (:mod:`calorimeter.projection.study`).
 
-The committed calibration (:data:`COMMITTED_SET`: ``calibration.json`` and ``timing.json``) is what ``calorimeter
+The committed calibration (the catalogue's pricing set, :func:`committed_set`: ``calibration.json`` and
+``timing.json``) is what ``calorimeter
 plan``, ``snakemake -n`` and ``calorimeter status`` use. Projecting needs pandas and the fitted model (seconds to
 import); each cell's projected step is kept in a small cache (:func:`cache_path`) keyed by the calibration file, the
 code that projects and the cell with its model and hardware definitions, so a plan whose cells were projected before
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.hardware import get_profile
 from calorimeter.plan.models import get_model
+from calorimeter.projection.catalogue import catalogue, repo_root
 from calorimeter.projection.coverage import reason_kind, uncovered
 from calorimeter.records.atomic import write_json_atomic
 
@@ -47,8 +49,6 @@ if TYPE_CHECKING:
     from calorimeter.plan.plan import Plan
     from calorimeter.records.run_record import RunRecord
 
-#: the committed set whose calibration prices sweeps before they run (relative to the repository root)
-COMMITTED_SET = "results/reference/study-projected-2026-11-27"
 CALIBRATION_FILE, TIMING_FILE = "calibration.json", "timing.json"
 #: the package folders whose code decides a projected step (the cache's key)
 _CODE_DIRS = ("projection", "plan")
@@ -56,15 +56,12 @@ _CODE_FILES = ("records/metrics.py",)
 CACHE_VERSION = 1
 
 
-def repo_root() -> Path:
-    """The repository this package runs from (src/calorimeter/projection/cost.py -> the root)."""
-    return Path(__file__).resolve().parents[3]
-
-
 def committed_set() -> Path:
-    """The committed set, found from the working directory first (the workflow's), else the package's repository."""
-    here = Path(COMMITTED_SET)
-    return here if (here / CALIBRATION_FILE).is_file() else repo_root() / COMMITTED_SET
+    """The committed set whose calibration prices sweeps before they run (the catalogue's ``prices``), found from the
+    working directory first (the workflow's), else the package's repository."""
+    prices = catalogue().prices
+    here = Path(prices)
+    return here if (here / CALIBRATION_FILE).is_file() else repo_root() / prices
 
 
 # ---- measured start-up and warm-up (timing.json) ----
@@ -433,6 +430,6 @@ def _project(cells: list[Cell], calibration: Path, network: dict | None, engine:
     return out
 
 
-__all__ = ["CACHE_ENV", "COMMITTED_SET", "CellCost", "Step", "SweepCost", "Timing", "cache_path", "cell_cost",
+__all__ = ["CACHE_ENV", "CellCost", "Step", "SweepCost", "Timing", "cache_path", "cell_cost",
            "committed_set", "duration", "measure_timing", "projected_steps", "record_timing", "stepped_s",
            "sweep_cost", "warmup_s"]

@@ -16,9 +16,11 @@ from pathlib import Path
 import pandas as pd
 
 from calorimeter.plan.cell import Cell
-from calorimeter.plan.models import CATALOGUE
+from calorimeter.plan.models import CATALOGUE, get_model
+from calorimeter.projection.catalogue import Catalogue
 from calorimeter.projection.engine_speed import is_engine_speed_set, load_engine_speed
 from calorimeter.projection.fingerprint import UNRECORDED, fingerprint_of, matches, read_fingerprints
+from calorimeter.projection.regimes import GPU_BOUND, HOST_BOUND, MOE
 from calorimeter.projection.schedule import HOST_BOUND_BUSY_FRAC
 from calorimeter.records.machines import machine_keys
 from calorimeter.records.paths import SweepPaths
@@ -197,3 +199,31 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
     gpu = gpu[gpu.cell_id.isin(set(run.cell_id))].reset_index(drop=True)
     run["machine"] = run["cell_id"].map(machine_keys(gpu))  # NaN: no per-GPU rows (the engine benchmark)
     return MeasuredSet(run, kern, gpu, dropped)
+
+
+def base_regimes(ms: MeasuredSet) -> dict[str, set[str]]:
+    """Source sweep -> the base regimes its cells were measured in: ``MoE`` for a MoE model, else ``dense
+    host-bound`` where its GPU kernels were busy under :data:`HOST_BOUND_BUSY_FRAC` of the iteration, else ``dense
+    GPU-bound``."""
+    out: dict[str, set[str]] = {}
+    for r in ms.runs[["source", "model", "busy_frac"]].to_dict("records"):
+        hb = bool(r["busy_frac"] < HOST_BOUND_BUSY_FRAC)
+        out.setdefault(str(r["source"]), set()).add(MOE if get_model(r["model"]).is_moe else HOST_BOUND if hb
+                                                    else GPU_BOUND)
+    return out
+
+
+def catalogue_disagreements(ms: MeasuredSet, cat: Catalogue, root: str | Path = ".") -> list[str]:
+    """Where the catalogue's regimes of an entry are not those its loaded cells were measured in
+    (:func:`base_regimes`; sweeps relative to ``root``; entries none of whose sweeps are loaded are not judged)."""
+    measured = {Path(src).resolve(): regimes for src, regimes in base_regimes(ms).items()}
+    out = []
+    for i, entry in enumerate(cat.calibration):
+        found = [measured[p] for p in (Path(root, s).resolve() for s in entry.sweeps) if p in measured]
+        if not found:
+            continue
+        got = set().union(*found)
+        if got != set(entry.regimes):
+            out.append(f"{cat.path}: calibration[{i}] ({', '.join(entry.sweeps)}) states the regimes "
+                       f"{sorted(entry.regimes)}; its cells were measured in {sorted(got)}")
+    return out

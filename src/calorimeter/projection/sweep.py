@@ -18,15 +18,7 @@ from calorimeter.plan.plan import Plan
 from calorimeter.projection.calibration import Calibration
 from calorimeter.projection.fingerprint import Fingerprint
 from calorimeter.projection.model import Projector
-from calorimeter.projection.settings import DEFAULT_CALIBRATION, DEFAULT_COLLECTIVES, SETS_2026_11_21
 from calorimeter.records.atomic import write_atomic, write_parquet_atomic
-
-#: the earlier validation design, kept for comparison: predict the 8-GPU H200 cells of 2026-11-21 from the 2- and
-#: 4-GPU sets, and the reverse (``projection.validation`` takes folds of this form)
-SCALE_FOLDS: tuple[dict, ...] = (
-    {"name": "8 GPUs from 2+4", "train": list(SETS_2026_11_21[:3]), "test": [SETS_2026_11_21[3]]},
-    {"name": "2+4 GPUs from 8", "train": [SETS_2026_11_21[3]], "test": list(SETS_2026_11_21[:3])},
-)
 
 
 def _newest(cals: list[Calibration]) -> Calibration:
@@ -104,5 +96,4 @@ def write_projection(df: pd.DataFrame, out: str | Path) -> None:
     write_atomic(out.with_suffix(".csv"), lambda tmp: df.to_csv(tmp, index=False))
 
 
-__all__ = ["DEFAULT_CALIBRATION", "DEFAULT_COLLECTIVES", "SCALE_FOLDS", "choose_calibration", "project_cells",
-           "project_plan", "used_calibrations", "write_projection"]
+__all__ = ["choose_calibration", "project_cells", "project_plan", "used_calibrations", "write_projection"]

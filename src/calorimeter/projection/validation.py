@@ -36,6 +36,7 @@ from calorimeter.projection.calibration import (
     machine_of,
     range_values,
 )
+from calorimeter.projection.catalogue import Fold
 from calorimeter.projection.fingerprint import UNRECORDED
 from calorimeter.projection.measured import HOST_BOUND_BUSY_FRAC, MeasuredSet, cell_from_row, load_measured
 from calorimeter.projection.model import Projector
@@ -89,20 +90,6 @@ SCALE_KEYS: dict[str, str] = {"world_size": GPU_COUNT, "seq_len": SEQUENCE, "mic
 #: beyond RANGE_FACTOR x the largest training value gets a note (its time there extrapolates the fitted rate)
 RANGE_FEATURES: tuple[str, ...] = ("dense_flops", "act_elems", "head_elems", "z3_elems", "optim_elems", "moe_elems")
 RANGE_FACTOR = 1.5
-
-
-@dataclass(frozen=True)
-class Fold:
-    """Train on ``train`` sweep folders, predict the cells of ``test``."""
-
-    name: str
-    train: tuple[str, ...]
-    test: tuple[str, ...]
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Fold:
-        """From the config's ``projection.validation`` entry."""
-        return cls(str(d["name"]), tuple(str(p) for p in d["train"]), tuple(str(p) for p in d["test"]))
 
 
 def feature_tops(train: list[Cell]) -> dict[str, float]:

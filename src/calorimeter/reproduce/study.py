@@ -22,13 +22,13 @@ import pandas as pd
 from calorimeter.figures.common import save
 from calorimeter.figures.projected_study import draw, output_name
 from calorimeter.plan.plan import Plan, plan_file
+from calorimeter.projection.catalogue import repo_root
 from calorimeter.projection.cost import (
     CALIBRATION_FILE,
     TIMING_FILE,
     SweepCost,
     committed_set,
     measure_timing,
-    repo_root,
     sweep_cost,
 )
 from calorimeter.projection.coverage import reason_kind
