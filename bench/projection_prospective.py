@@ -1,9 +1,10 @@
-"""Projection accuracy on cells measured after the model was fixed: the prospective check of issue 23.
+"""Projection accuracy on cells measured after the model was fixed: the prospective check.
 
     python bench/projection_prospective.py NEW_SWEEP [NEW_SWEEP ...] [--table out.csv]
 
 The leave-one-configuration-out validation (bench/projection_validation.py) scores a model on the cells it was
-designed with; a rule chosen after seeing them (a band, an idle model) is not tested by it. Here the calibration is
+designed with; a rule chosen after seeing them (a band, an idle model) is not tested by it
+(:mod:`calorimeter.projection.prospective` projects the new cells; this script prints). Here the calibration is
 what a user gets from the committed sources without NEW_SWEEP (``projection.calibration``'s default, with the bands,
 coverage and cross-fingerprint errors of its own validation, as the workflow's ``projection_calibrate`` writes them),
 and every cell of NEW_SWEEP is projected as ``snakemake projection`` would for the engine that ran it
@@ -25,25 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from calorimeter.projection.calibration import calibrate_all, collective_points, machine_of  # noqa: E402
-from calorimeter.projection.fingerprint import KEY_FIELDS, UNRECORDED  # noqa: E402
-from calorimeter.projection.measured import load_measured  # noqa: E402
-from calorimeter.projection.model import Projector  # noqa: E402
+from calorimeter.projection.accuracy import coverage_interval  # noqa: E402
+from calorimeter.projection.prospective import CHECKED, project_new  # noqa: E402
 from calorimeter.projection.settings import ProjectionSettings  # noqa: E402
-from calorimeter.projection.sweep import choose_calibration  # noqa: E402
-from calorimeter.projection.validation import (  # noqa: E402
-    apply_validation,
-    coverage_interval,
-    loco,
-    newest_fingerprints,
-)
-
-SHOWN = ("tokens_per_s_per_gpu", "energy_per_token_j", "power_avg_w")
 
 
 def main() -> None:
@@ -52,37 +40,10 @@ def main() -> None:
     ap.add_argument("--table", type=Path, help="write the per-cell table (CSV) here")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    s = ProjectionSettings.from_config({}, ROOT)
-    new = [p.resolve() for p in args.new]
-    train = [p for p in (str(ROOT / q) for q in s.calibration)
-             if not any(Path(p).resolve().is_relative_to(n) or n.is_relative_to(Path(p).resolve()) for n in new)]
-    ms = load_measured(train)
-    points = collective_points([str(ROOT / p) for p in s.collectives])
-    cals = calibrate_all(train, [str(ROOT / p) for p in s.collectives], ms=ms)
-    apply_validation(cals, loco(ms, newest_fingerprints(ms), points, coverage=s.coverage), s.coverage)
-    test = load_measured([str(p) for p in new])
-    print(f"calibration: {len(ms.runs)} measured cells from {len(train)} sources (without the new sweeps); "
-          f"{len(test.runs)} new cells; {time.perf_counter() - t0:.0f} s")
-    rows = []
-    for _, r in test.runs.iterrows():
-        cell = test.cell(r["cell_id"])
-        # the engine that ran it: a calibration of another build is foreign (its bands add the cross error)
-        engine = {k: str(r[k]) for k in KEY_FIELDS if isinstance(r.get(k), str) and r[k] != UNRECORDED}
-        cal, relation = choose_calibration(cell.hardware, cals, engine)
-        p = Projector(cal, relation=relation, refuse=False).project(cell, machine_of(r))
-        row = {"cell_id": r["cell_id"], "calibration": cal.key, "relation": relation, "machine": p["machine"],
-               "host_factor": p["host_factor"], "host_bound": p["host_bound"], "extrapolated": p["extrapolated"],
-               "extrapolated_parts": p["extrapolated_parts"], "busy_frac": r.get("busy_frac"),
-               "regime": p["regime"], "band_basis": p["band_basis"], "refused": p["refused"],
-               "machine_class": p["machine_class"]}
-        for m in SHOWN:
-            meas, pred, half = float(r[m]), float(p[m]), float(p[f"{m}_band"])
-            err = pred / meas - 1.0
-            row |= {f"{m}_measured": meas, f"{m}_predicted": pred, f"{m}_rel_error": err, f"{m}_band": half,
-                    f"{m}_covered": bool(abs(err) <= half) if half == half else None}
-        rows.append(row)
-    t = pd.DataFrame(rows)
-    stated = float(next(iter(cals.values())).coverage.get("stated", s.coverage))
+    res = project_new(args.new, ProjectionSettings.from_config({}, ROOT), ROOT)
+    t, stated = res.table, res.stated_coverage
+    print(f"calibration: {len(res.calibration.runs)} measured cells from {len(res.sources)} sources (without the new "
+          f"sweeps); {len(t)} new cells; {time.perf_counter() - t0:.0f} s")
     for _, row in t.iterrows():
         where = "extrapolated: " + row["extrapolated_parts"] if row["extrapolated"] else "in range"
         print(f"\n{row['cell_id']}  [{row['calibration']}, {row['relation']}; machine {row['machine'] or '-'} "
@@ -92,13 +53,13 @@ def main() -> None:
         print(f"  regime: {row['regime']}; band from: {row['band_basis'] or '-'}"
               + (f"\n  REFUSED (numbers shown to measure what it withholds): {row['refused']}" if row["refused"]
                  else ""))
-        for m in SHOWN:
+        for m in CHECKED:
             cov = row[f"{m}_covered"]
             print(f"  {m:22s} measured {row[f'{m}_measured']:10.4g}  predicted {row[f'{m}_predicted']:10.4g}  "
                   f"error {row[f'{m}_rel_error']:+6.1%}  band +-{row[f'{m}_band']:5.1%}  "
                   f"{'within' if cov else ('OUTSIDE' if cov is not None else 'no band')}")
     print(f"\nover the {len(t)} new cells (stated band coverage {stated:.0%}):")
-    for m in SHOWN:
+    for m in CHECKED:
         e = t[f"{m}_rel_error"]
         cov = t[f"{m}_covered"].dropna().astype(bool)
         lo, hi = coverage_interval(int(cov.sum()), len(cov))
@@ -107,7 +68,7 @@ def main() -> None:
     print("per regime (the row's whole regime; refused rows have no band):")
     for regime, g in t.groupby("regime"):
         parts = []
-        for m in SHOWN:
+        for m in CHECKED:
             cov = g[f"{m}_covered"].dropna().astype(bool)
             lo, hi = coverage_interval(int(cov.sum()), len(cov))
             parts.append(f"{m.split('_')[0]} median |err| {g[f'{m}_rel_error'].abs().median():5.1%} band "

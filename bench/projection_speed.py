@@ -3,7 +3,7 @@
     python bench/projection_speed.py [--cells 1000]
 
 Prints the seconds to calibrate (once, from the committed H200 measurements), to plan the cells and to project them;
-the target (issue 14) is under 10 s for 1,000 cells on 2 cores, calibration excluded (the workflow fits it once and
+the target is under 10 s for 1,000 cells on 2 cores, calibration excluded (the workflow fits it once and
 saves it). A benchmark, not a test: the machine is shared, so it prints, it does not assert.
 """
 

@@ -29,19 +29,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from calorimeter.projection.accuracy import loco_summary, machine_spread  # noqa: E402
+from calorimeter.projection.bands import apply_validation, band_summary  # noqa: E402
 from calorimeter.projection.calibration import calibrate_all, collective_points  # noqa: E402
 from calorimeter.projection.catalogue import catalogue  # noqa: E402
 from calorimeter.projection.measured import catalogue_disagreements, load_measured  # noqa: E402
+from calorimeter.projection.report import write_doc_block  # noqa: E402
 from calorimeter.projection.settings import ProjectionSettings  # noqa: E402
-from calorimeter.projection.validation import (  # noqa: E402
-    apply_validation,
-    band_summary,
-    loco,
-    loco_summary,
-    machine_spread,
-    newest_fingerprints,
-    write_doc_block,
-)
+from calorimeter.projection.validation import loco, newest_fingerprints  # noqa: E402
 
 SHOWN = ("tokens_per_s_per_gpu", "energy_per_token_j", "power_avg_w", "iteration_time_s", "mfu_full")
 BANDED = ("tokens_per_s_per_gpu", "energy_per_token_j", "power_avg_w")

@@ -18,6 +18,7 @@ from calorimeter.plan.hardware import get_profile
 from calorimeter.plan.layout import group_nodes
 from calorimeter.plan.models import get_model, padded_vocab_size
 from calorimeter.plan.work import CommOp, workload
+from calorimeter.projection.accuracy import summarize
 from calorimeter.projection.calibration import MODEL_VERSION, Calibration, calibrate, load_calibrations
 from calorimeter.projection.catalogue import Fold, catalogue
 from calorimeter.projection.collectives import CollectiveCurves, Network, trace_points
@@ -26,7 +27,8 @@ from calorimeter.projection.measured import load_measured
 from calorimeter.projection.model import Projector
 from calorimeter.projection.power import fit_power
 from calorimeter.projection.schedule import pipeline_time, stage_time
-from calorimeter.projection.validation import row_regimes, summarize, validate_fold
+from calorimeter.projection.targets import row_regimes
+from calorimeter.projection.validation import validate_fold
 
 SCALE_FOLD = catalogue(ROOT).folds[0]  # 8 GPUs from 2+4: the 2026-11-21 H200 sets
 REF = [str(ROOT / p) for p in (*SCALE_FOLD.train, *SCALE_FOLD.test)]
@@ -431,7 +433,7 @@ def test_machine_spread_tells_machines_apart_by_gpu_uuid_and_flags_host_bound_co
     UUIDs. TP2+SP overlap (ring) at 2048 ran 0.858 s on the 2026-11-23 findings machine, 1.132 / 1.226 s on the
     host-bound set's and 1.243 s on a third (2026-11-27, pass 2): 1.45x, host-bound; its repetitions on one machine
     1.08x."""
-    from calorimeter.projection.validation import machine_spread
+    from calorimeter.projection.accuracy import machine_spread
 
     srcs = ["results/reference/findings-2026-11-23/h200x2-findings",
             "results/reference/hostbound-2026-11-27/h200x2-hostbound-ring"]
@@ -448,14 +450,16 @@ def test_machine_spread_tells_machines_apart_by_gpu_uuid_and_flags_host_bound_co
 
 
 def test_repetition_means_average_runs_of_a_configuration_on_a_machine_before_the_error() -> None:
-    """validation.repetition_means: two runs 1.2 s and 0.8 s against 1.0 s predicted are each 20% off, their mean
+    """accuracy.repetition_means: two runs 1.2 s and 0.8 s against 1.0 s predicted are each 20% off, their mean
     is not; a run on another machine stays its own unit; _stats reports both views."""
-    from calorimeter.projection.validation import METRICS, _stats, repetition_means
+    from calorimeter.projection.accuracy import _stats, repetition_means
+    from calorimeter.projection.targets import METRICS
 
     base = {f"{m}_{k}": 1.0 for m in METRICS for k in ("measured", "predicted")}
-    rows = [dict(base, fold="f", machine="A", notes="host-bound", extrapolated=False, iteration_time_s_measured=t)
-            for t in (1.2, 0.8)]
-    rows.append(dict(base, fold="f", machine="B", notes="", extrapolated=True, iteration_time_s_measured=0.5))
+    rows = [dict(base, fold="f", machine="A", notes="host-bound", busy_frac=0.5, extrapolated=False,
+                 iteration_time_s_measured=t) for t in (1.2, 0.8)]
+    rows.append(dict(base, fold="f", machine="B", notes="", busy_frac=0.95, extrapolated=True,
+                     iteration_time_s_measured=0.5))
     t = pd.DataFrame(rows)
     for m in METRICS:
         t[f"{m}_rel_error"] = t[f"{m}_predicted"] / t[f"{m}_measured"] - 1.0
@@ -484,16 +488,17 @@ def test_a_gpu_type_without_collective_curves_takes_those_of_the_same_link_and_s
 
 
 def test_run_spread_says_what_run_noise_leaves_of_the_max_target() -> None:
-    """validation.run_spread: host-bound runs 20% apart in pairs leave a perfect projection little chance of a 15%
+    """accuracy.run_spread: host-bound runs 20% apart in pairs leave a perfect projection little chance of a 15%
     max over 40 runs; GPU-bound runs 0.2% apart leave it certain; a regime without repetitions is left out."""
-    from calorimeter.projection.validation import run_spread
+    from calorimeter.projection.accuracy import run_spread
 
     rows = []
     for i in range(20):
         for f in (1.1, 0.9):  # host-bound: one configuration, one machine, two runs 20% apart
-            rows.append({"fold": f"h{i}", "machine": "A", "notes": "host-bound", "tokens_per_s_per_gpu_measured": f})
-        rows.append({"fold": f"g{i}", "machine": "A", "notes": "", "tokens_per_s_per_gpu_measured": 1.0 + 0.001 * i})
-        rows.append({"fold": f"g{i}", "machine": "A", "notes": "", "tokens_per_s_per_gpu_measured": 1.002 + 0.001 * i})
+            rows.append({"fold": f"h{i}", "machine": "A", "busy_frac": 0.5, "tokens_per_s_per_gpu_measured": f})
+        for f in (1.0, 1.002):  # GPU-bound: 0.2% apart
+            rows.append({"fold": f"g{i}", "machine": "A", "busy_frac": 0.95,
+                         "tokens_per_s_per_gpu_measured": f + 0.001 * i})
     got = run_spread(pd.DataFrame(rows))
     hb, gb = got["host_bound"], got["gpu_bound"]
     # +-0.1003 about each pair's mean, 1 dof a pair

@@ -8,13 +8,14 @@ import math
 import pytest
 from conftest import ROOT
 
+from calorimeter.projection.accuracy import loco_summary
 from calorimeter.projection.calibration import calibrate_all
 from calorimeter.projection.engine_speed import cell_from_id
 from calorimeter.projection.fingerprint import Fingerprint, matches
 from calorimeter.projection.measured import load_measured
 from calorimeter.projection.model import Projector, band_interval
 from calorimeter.projection.sweep import choose_calibration, project_cells
-from calorimeter.projection.validation import loco, loco_summary, newest_fingerprints
+from calorimeter.projection.validation import loco, newest_fingerprints
 from calorimeter.records.run_record import RunRecord
 
 REF = "results/reference/"
@@ -178,7 +179,7 @@ def test_leave_one_configuration_out_holds_out_every_repetition_and_refuses_too_
 
 
 def test_coverage_is_met_within_its_binomial_interval() -> None:
-    from calorimeter.projection.validation import coverage_interval, coverage_met
+    from calorimeter.projection.accuracy import coverage_interval, coverage_met
 
     assert coverage_met(33 / 38, 38) and not coverage_met(30 / 38, 38)  # one-sided 5%: Clopper-Pearson
     assert coverage_met(3 / 5, 5) and not coverage_met(1 / 5, 5)
@@ -188,7 +189,7 @@ def test_coverage_is_met_within_its_binomial_interval() -> None:
 
 
 def _rows(n: int, err, **kw) -> list[dict]:
-    from calorimeter.projection.validation import METRICS as ALL
+    from calorimeter.projection.targets import METRICS as ALL
 
     hw, pre = kw.get("hardware", "h200"), kw.get("prefix", "f")
     return [{"fold": f"{pre}{i}", "cell_id": f"{pre}{i}", "relation": "match", "hardware": hw, "fingerprint": "x",
@@ -205,8 +206,8 @@ def test_bands_are_chosen_by_the_projected_regime() -> None:
     held-out bands and in the calibration's."""
     import pandas as pd
 
+    from calorimeter.projection.bands import BAND_MIN_CELLS, add_bands, regime_bands
     from calorimeter.projection.regimes import GPU_BOUND, HOST_BOUND
-    from calorimeter.projection.validation import BAND_MIN_CELLS, add_bands, regime_bands
 
     rows = []
     for i in range(40):
@@ -230,7 +231,7 @@ def test_an_extrapolated_row_takes_its_regimes_band_measured_on_other_rows() -> 
     calibration."""
     import pandas as pd
 
-    from calorimeter.projection.validation import add_bands, cross_errors
+    from calorimeter.projection.bands import add_bands, cross_errors
 
     inside = _rows(12, lambda i: 0.01 * (i % 5))
     beyond = _rows(6, lambda i: 0.20 + 0.02 * i, prefix="s", design="scale",
@@ -252,8 +253,8 @@ def test_the_machine_spread_is_the_floor_of_a_band() -> None:
     coverage quantile over configurations of the regime (H200 GPU-bound: 1.9% between three machines)."""
     import pandas as pd
 
+    from calorimeter.projection.bands import machine_floor
     from calorimeter.projection.regimes import GPU_BOUND
-    from calorimeter.projection.validation import machine_floor
 
     rows = []
     for c in range(4):
@@ -267,7 +268,7 @@ def test_the_machine_spread_is_the_floor_of_a_band() -> None:
 
 
 def test_the_doc_block_is_generated_from_the_summary(tmp_path) -> None:
-    from calorimeter.projection.validation import DOC_BEGIN, DOC_END, write_doc_block
+    from calorimeter.projection.report import DOC_BEGIN, DOC_END, write_doc_block
 
     doc = tmp_path / "d.md"
     doc.write_text(f"# t\n\n{DOC_BEGIN}\nold\n{DOC_END}\nafter\n")
@@ -290,7 +291,7 @@ def test_the_committed_doc_block_is_what_its_validation_summary_says() -> None:
     import json
     import re
 
-    from calorimeter.projection.validation import DOC_BEGIN, DOC_END, summary_markdown
+    from calorimeter.projection.report import DOC_BEGIN, DOC_END, summary_markdown
 
     text = (ROOT / "docs" / "projection.md").read_text()
     block = text.split(DOC_BEGIN, 1)[1].split(DOC_END, 1)[0]

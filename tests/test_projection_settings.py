@@ -11,7 +11,7 @@ from conftest import ROOT
 
 from calorimeter.projection.catalogue import Fold, catalogue, default_calibration, default_collectives
 from calorimeter.projection.settings import ProjectionSettings
-from calorimeter.projection.validation import COVERAGE
+from calorimeter.projection.targets import COVERAGE
 
 SCHEMA = yaml.safe_load((ROOT / "src" / "calorimeter" / "plan" / "config.schema.yaml").read_text())
 PROPS = SCHEMA["properties"]["projection"]["properties"]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from calorimeter.projection.bands import apply_validation
 from calorimeter.projection.calibration import MODEL_VERSION, calibrate_all
 from calorimeter.projection.fingerprint import Fingerprint
-from calorimeter.projection.validation import apply_validation
 from calorimeter.records.atomic import write_atomic
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

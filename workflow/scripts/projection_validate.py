@@ -8,19 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from calorimeter.projection.accuracy import loco_summary, machine_spread, summarize
+from calorimeter.projection.bands import add_bands
 from calorimeter.projection.calibration import collective_points
+from calorimeter.projection.catalogue import Fold
 from calorimeter.projection.measured import load_measured
-from calorimeter.projection.validation import (
-    Fold,
-    add_bands,
-    loco,
-    loco_summary,
-    machine_spread,
-    newest_fingerprints,
-    summarize,
-    validate,
-    write_validation,
-)
+from calorimeter.projection.report import write_validation
+from calorimeter.projection.validation import loco, newest_fingerprints, validate
 from calorimeter.records.atomic import write_atomic
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

@@ -14,14 +14,25 @@ job:
 * :mod:`~calorimeter.projection.schedule`: 1F1B pipeline, ZeRO-3 prefetch overlap, gradient accumulation and the
   end-of-iteration synchronisation;
 * :mod:`~calorimeter.projection.power`: average GPU power from activity under the power cap;
-* :mod:`~calorimeter.projection.calibration`: one GPU type's and engine fingerprint's fitted calibration (JSON);
+* :mod:`~calorimeter.projection.regimes`: a projected row's regime, the band each regime takes, the machine class;
+* :mod:`~calorimeter.projection.hosts`: how fast a machine's host issues work (a factor per machine);
+* :mod:`~calorimeter.projection.catalogue`: the calibration catalogue (config/calibration.yaml): the default
+  measurements, as data;
 * :mod:`~calorimeter.projection.settings`: the ``projection:`` config block, resolved (every default once);
+* :mod:`~calorimeter.projection.calibration`: calibrate: one GPU type's and engine fingerprint's fitted calibration
+  (JSON);
 * :mod:`~calorimeter.projection.model`: one cell's projected row with what is calibrated and what is assumed;
 * :mod:`~calorimeter.projection.sweep`: every planned cell of a sweep;
 * :mod:`~calorimeter.projection.study`: every cell of a plan as a row: projected, refused (with the reason) or pruned;
+* :mod:`~calorimeter.projection.coverage`: which cells the projection can price at all (light);
 * :mod:`~calorimeter.projection.cost`: what a sweep costs before it runs (wall time per cell, GPU-hours);
-* :mod:`~calorimeter.projection.validation`: held-out measured cells predicted from the others (leave one
-  configuration out), band coverage, cross-fingerprint error.
+* validate: :mod:`~calorimeter.projection.targets` (the metrics, designs, stated coverage and targets),
+  :mod:`~calorimeter.projection.validation` (the designs: held-out measured cells predicted from the others, leave
+  one configuration out, extrapolation folds, cross-fingerprint), :mod:`~calorimeter.projection.bands` (each
+  regime's band, each held-out row's, the bands stored in the calibrations), :mod:`~calorimeter.projection.accuracy`
+  (the summaries: errors, coverage, targets, run and machine spread);
+* :mod:`~calorimeter.projection.prospective`: cells measured after the model was fixed, projected as a user would;
+* :mod:`~calorimeter.projection.report`: the validation's generated doc tables and its table files.
 
 The names below are imported when first used: ``calorimeter plan`` reads the cost module (and its cache) without
 paying for pandas and the fitted model.
@@ -37,9 +48,9 @@ from typing import Any
 #: exported name -> the module that defines it
 _EXPORTS = {
     "Calibration": "calibration", "calibrate": "calibration", "MeasuredSet": "measured", "load_measured": "measured",
-    "Projector": "model", "DEFAULT_CALIBRATION": "settings", "ProjectionSettings": "settings",
-    "project_plan": "sweep", "Fold": "validation", "loco": "validation", "loco_summary": "validation",
-    "summarize": "validation", "validate": "validation",
+    "Projector": "model", "ProjectionSettings": "settings", "catalogue": "catalogue", "Fold": "catalogue",
+    "project_plan": "sweep", "loco": "validation", "validate": "validation", "loco_summary": "accuracy",
+    "summarize": "accuracy", "project_new": "prospective",
 }  # fmt: skip
 
 

@@ -55,7 +55,7 @@ def engine_own(label: str) -> bool:
     return label.startswith(MOE)
 
 #: the fewest held-out rows a regime's own band is built from (fewer: refused; the dense base regimes pool instead,
-#: :data:`calorimeter.projection.validation.BAND_MIN_CELLS`)
+#: :data:`calorimeter.projection.bands.BAND_MIN_CELLS`)
 MIN_REGIME_ROWS = 5
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from calorimeter.projection.catalogue import Fold, default_calibration, default_collectives
 from calorimeter.projection.fingerprint import KEY_FIELDS
-from calorimeter.projection.validation import COVERAGE
+from calorimeter.projection.targets import COVERAGE
 
 
 @dataclass(frozen=True)
