@@ -352,11 +352,11 @@ def record_row(record: RunRecord) -> dict[str, Any]:
     row["loss_last"] = losses[-1] if losses else float("nan")
     prov = record.provenance
     row["hosts"] = ",".join(prov.get("hosts", []) or [])
-    row["host_cpus"] = ",".join(prov.get("host_cpus", []) or [])  # empty in records from before 2026-11-27
-    # the ranks' host speed (records/provenance.host_dispatch): median over ranks; NaN before 2026-11-27 (third)
+    row["host_cpus"] = ",".join(prov.get("host_cpus", []) or [])  # empty in records from before they named it
+    # the ranks' host speed (records/provenance.host_dispatch): median over ranks; NaN in records without it
     dispatch = [d for r in record.ranks if isinstance(d := (r.get("host_cpu") or {}).get("dispatch_us_per_op"), float)]
     row["host_dispatch_us"] = float(np.median(dispatch)) if dispatch else float("nan")
-    # the machine: the cell's GPUs by NVML UUID (hostnames repeat across lent machines); empty without UUIDs
+    # the machine: the cell's GPUs by NVML UUID (hostnames repeat across machines); empty without UUIDs
     row["machine"] = machine_id((r.get("device_info") or {}).get("uuid") for r in record.ranks)
     devices = {(r.get("device_info") or {}).get("name") or r.get("device") for r in record.ranks}
     row["devices"] = ",".join(sorted(d for d in devices if d))
@@ -502,7 +502,7 @@ def _find(obj: Any, key: str) -> list[Any]:
 def host_window_metrics(host: pd.DataFrame | None, begin: float, end: float) -> dict[str, float]:
     """The hosts over the measured window: ``host_cpu_util_pct`` (time average of every CPU's busy share, mean over
     nodes) and ``host_steal_pct`` (share stolen by the hypervisor, the largest node's: the slowest host bounds a
-    host-bound step). NaN where not sampled (steal: records from before 2026-11-27, fourth session)."""
+    host-bound step). NaN where not sampled (steal: records from before the sampler read it)."""
     out = {"host_cpu_util_pct": float("nan"), "host_steal_pct": float("nan")}
     if host is None or host.empty or begin != begin:
         return out

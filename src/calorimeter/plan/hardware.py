@@ -105,8 +105,8 @@ def accelerator_of(hardware: str) -> str:
 def device_mismatch(hardware: str, device_name: str) -> str | None:
     """Why a rank's device is not the GPU type its cell was planned for, or None when it is (or when the profile
     names no ``match``: CPU and detected profiles). A cell planned for ``h100`` that lands on an H200 would train
-    normally and be recorded, tabled and calibrated as an H100 cell (2026-11-27: an ``nvidia-h100-x2`` request was
-    served by two H200s); the rank refuses it before the model is built instead."""
+    normally and be recorded, tabled and calibrated as an H100 cell (it happened: a request for two H100s was served
+    by two H200s); the rank refuses it before the model is built instead."""
     profile = PROFILES.get(hardware)
     if profile is None or not profile.match or profile.match.upper() in device_name.upper():
         return None

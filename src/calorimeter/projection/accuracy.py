@@ -43,8 +43,8 @@ def repetition_means(t: pd.DataFrame) -> pd.DataFrame:
     """One row per held-out configuration on one machine (its fold and the runs' ``machine``): measured and predicted
     values averaged over its repetitions, the relative errors of the averages. The unit of a projection: it predicts
     what a configuration does on a machine, not one run of it; in the host-bound regime one configuration's runs on
-    one machine differ by up to 1.30x (results/reference/hostbound-2026-11-27, hostprobe-2026-11-27), which no
-    projection made before the run can follow. ``runs``: the repetitions averaged; host-bound and extrapolated where
+    one machine differ by up to 1.30x (docs/projection.md, "Host speed per machine"), which no projection made before
+    the run can follow. ``runs``: the repetitions averaged; host-bound and extrapolated where
     any of them was."""
     if t.empty:
         return t
@@ -70,7 +70,7 @@ def run_spread(t: pd.DataFrame, metric: str = "tokens_per_s_per_gpu", target: fl
     (chi-square), and the probability that a prediction exact for every configuration on every machine still stays
     within ``target`` of every run (normal run effects, ``draws`` simulated sets of as many runs as the regime has;
     fixed seed), at the estimate and at both ends of its interval. A max target a perfect projection would miss is
-    not a target a projection can meet (2026-11-27: host-bound H200 runs, SD 7.8%)."""
+    not a target a projection can meet (host-bound H200 runs: SD 7.8%, docs/projection.md)."""
     from scipy.stats import chi2  # heavy: only the validation summary needs it
 
     out: dict[str, Any] = {}

@@ -40,9 +40,9 @@ from calorimeter.records.paths import SweepPaths
 from calorimeter.telemetry.kernels import COMM_CATEGORIES
 
 #: the projection model a calibration.json was fitted for; a file of another model is refused when loaded (and the
-#: workflow's calibration and validation rules rerun when it changes: it is one of their params). 2 (2026-11-27): the
-#: ZeRO-3 host time of a two-stage host-GPU line (``compute.z3_host``); 1 (absent): a constant GPU idle per ZeRO-3
-#: call (``compute.idle``), which this model cannot read; 3 (2026-11-27): bands per regime (``regime_bands``,
+#: workflow's calibration and validation rules rerun when it changes: it is one of their params). 2: the ZeRO-3 host
+#: time of a two-stage host-GPU line (``compute.z3_host``); 1 (absent): a constant GPU idle per ZeRO-3 call
+#: (``compute.idle``), which this model cannot read; 3: bands per regime (``regime_bands``,
 #: ``machine_spread``: :mod:`calorimeter.projection.regimes`) replace one band per host-boundness plus the
 #: cross-fingerprint error for extrapolated rows
 MODEL_VERSION = 3
@@ -125,16 +125,20 @@ class Calibration:
     @classmethod
     def from_dict(cls, d: dict) -> Calibration:
         """Inverse of :meth:`to_dict`."""
-        return cls(d["hardware"], ComputeRates.from_dict(d["compute"]),
-                   pd.DataFrame(d["curves"], columns=list(CURVE_COLUMNS)),
-                   PowerModel.from_dict(d["power"]) if d.get("power") else None, list(d["cells"]),
-                   dict(d.get("excluded", {})), dict(d.get("error_band", {})), dict(d.get("fingerprint", {})),
-                   {k: list(v) for k, v in d.get("records", {}).items()}, str(d.get("recorded_at", "")),
-                   dict(d.get("tp_hidden", {})), {k: list(v) for k, v in d.get("ranges", {}).items()},
-                   dict(d.get("coverage", {})), dict(d.get("cross_fingerprint_error", {})),
-                   dict(d.get("error_band_host_bound", {})),
-                   {k: RegimeBand.from_dict(v) for k, v in d.get("regime_bands", {}).items()},
-                   {k: dict(v) for k, v in d.get("machine_spread", {}).items()}, dict(d.get("machines", {})))
+        return cls(hardware=d["hardware"], compute=ComputeRates.from_dict(d["compute"]),
+                   curves=pd.DataFrame(d["curves"], columns=list(CURVE_COLUMNS)),
+                   power=PowerModel.from_dict(d["power"]) if d.get("power") else None, cells=list(d["cells"]),
+                   excluded=dict(d.get("excluded", {})), error_band=dict(d.get("error_band", {})),
+                   fingerprint=dict(d.get("fingerprint", {})),
+                   records={k: list(v) for k, v in d.get("records", {}).items()},
+                   recorded_at=str(d.get("recorded_at", "")), tp_hidden=dict(d.get("tp_hidden", {})),
+                   ranges={k: list(v) for k, v in d.get("ranges", {}).items()},
+                   coverage=dict(d.get("coverage", {})),
+                   cross_fingerprint_error=dict(d.get("cross_fingerprint_error", {})),
+                   error_band_host_bound=dict(d.get("error_band_host_bound", {})),
+                   regime_bands={k: RegimeBand.from_dict(v) for k, v in d.get("regime_bands", {}).items()},
+                   machine_spread={k: dict(v) for k, v in d.get("machine_spread", {}).items()},
+                   machines=dict(d.get("machines", {})))
 
     def save(self, path: str | Path) -> None:
         """Write as JSON."""
@@ -219,11 +223,11 @@ def host_bound_elsewhere(ms: MeasuredSet, own: set[str], fp: Fingerprint) -> lis
 
     Their host times (launch floor, ZeRO-3 host time) join the host fit of ``fp``'s calibration: in the host-bound
     regime the iteration lasts as long as the host takes to issue it, which depends on the software and the host, not
-    on the GPU that runs the kernels. Precondition, checked on the lent machines (2026-11-27): the H100 and H200 nodes
-    have the same host (32 vCPUs of an ``Intel(R) Xeon(R) Processor`` family 6 model 207 under KVM, 2100 MHz); each
-    machine keeps its own factor (:mod:`calorimeter.projection.hosts`). Without it, a GPU type with host-bound cells of
-    only two configurations (2x H100: TP2+SP and ZeRO-3 at 2048) fitted a launch floor that put its 1-GPU cells
-    at 2-4x their measured time."""
+    on the GPU that runs the kernels. Precondition: the GPU types' nodes have the same host (checked on the measured
+    H100 and H200 nodes: docs/projection.md, "Host probe and host times over GPU types"); each machine keeps its own
+    factor (:mod:`calorimeter.projection.hosts`). Without it, a GPU type with host-bound cells of only two
+    configurations (2x H100: TP2+SP and ZeRO-3 at 2048) fitted a launch floor that put its 1-GPU cells at 2-4x their
+    measured time."""
     if not fp.kernels_recorded:
         return []
     runs = ms.runs.set_index("cell_id")
@@ -402,7 +406,8 @@ def collectives_for(points: pd.DataFrame | None, hardware: str) -> pd.DataFrame 
     with the same intra-node link (interconnect and bandwidth of the hardware profiles) as a stated fallback, each
     point's ``source`` naming it (the projected row's ``assumed`` says so). Why: NCCL's time over NVLink is the
     link's, and the 2x H100 cells with no H100 curve took the link spec, 2-4x under their traced all-gathers
-    (2026-11-27: 0.10 s against 0.17-0.30 s per iteration); the H200 curves on the same NVLink 4 gave 0.22-0.26 s."""
+    (0.10 s against 0.17-0.30 s per iteration); the H200 curves on the same NVLink 4 put them within the traced range
+    (docs/projection.md, "Host probe and host times over GPU types")."""
     if points is None or points.empty:
         return None
     own = points[points["hardware"] == hardware]

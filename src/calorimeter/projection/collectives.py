@@ -64,7 +64,7 @@ def monotone_times(times: np.ndarray) -> np.ndarray:
     """Times per call ordered by message size, each capped by the fastest larger message's time.
 
     A call never takes longer than a larger call of the same collective and group; a measured point that did (one
-    slow call inside a point's timed batch: the 2x H200 sweep of 2026-11-23 has all-gather at 16 MiB at 27 GB/s
+    slow call inside a point's timed batch: the committed 2x H200 NCCL sweep has all-gather at 16 MiB at 27 GB/s
     between 117 and 187 GB/s) is an outlier, and its larger neighbour bounds it.
     """
     return np.minimum.accumulate(times[::-1])[::-1] if len(times) else times

@@ -57,7 +57,7 @@ LAUNCH_FEATURES: tuple[str, ...] = ("iteration", "layer_passes", "z3_calls", "tp
 #: of GPU work per call, 0.2-0.7 ms at 8-14 ms). Tensor-parallel collectives are enqueued without waiting, so the
 #: host runs ahead and a host-bound TP stage lasts as long as the host's launch time (a floor, not an addition):
 #: TP2+SP with overlap takes 1.30-1.36 s per iteration at sequence 1024 and 2048 on one machine, 1.33-1.36 s at 4096
-#: on another, while its busy time goes 0.46 -> 0.95 s (results/reference/hostbound-2026-11-27); fitted as an
+#: on another, while its busy time goes 0.46 -> 0.95 s (docs/projection.md, "The host-bound regime"); fitted as an
 #: addition there, the held-out 1024 cell came out 40% fast
 Z3_HOST_FEATURES: tuple[str, ...] = ("z3_calls",)
 #: the tensor-parallel overlap mechanisms the host-gap and schedule models know

@@ -1,16 +1,13 @@
 """The machine a measured cell ran on, and how fast its host issues work: a factor per machine on the host times of the
 host-bound regime (launch floor, ZeRO-3 host time, host gaps), fitted together with them.
 
-Why: in the host-bound regime the iteration lasts as long as the host takes to issue it, and hosts differ. TP2+SP
-overlap off at sequence 2048 took 0.72-0.77 s per iteration on the two 2026-11-23 2x H200 machines, 0.80-0.90 s on a
-third and 1.07 s on a fourth (2026-11-27), and the warm-up protocol and the node sampler do not explain it (an A/B on
-one machine: 0.80-0.90 s with and without either; results/reference/hostbound-2026-11-27). Every lent machine names
-its CPU "Intel(R) Xeon(R) Processor" with no clock, so the record's CPU model cannot tell them apart; the machine's own
-host-bound cells can: on the fourth machine every host-bound configuration was 1.2-1.6x slower than on the 2026-11-23
-findings machine. (Records time the host too, ``host_cpu.dispatch_us_per_op``
-(:func:`calorimeter.records.provenance.host_dispatch`), and sample the CPU time the hypervisor stole: on two more
-machines neither predicted a run's pace (results/reference/hostprobe-2026-11-27), so they are not used here.) The
-host times and these factors are fitted over every GPU type that ran the same software
+Why: in the host-bound regime the iteration lasts as long as the host takes to issue it, and hosts differ: one
+host-bound configuration took 0.72 to 1.07 s per iteration on four 2x H200 machines, and neither the warm-up protocol
+nor the node sampler explains it (docs/projection.md, "Host speed per machine"). The machines name their CPU alike,
+with no clock, so the record's CPU model cannot tell them apart; the machine's own host-bound cells can. (Records time
+the host too, ``host_cpu.dispatch_us_per_op`` (:func:`calorimeter.records.provenance.host_dispatch`), and sample the
+CPU time the hypervisor stole: neither predicted a run's pace, so they are not used here.) The host times and these
+factors are fitted over every GPU type that ran the same software
 (:func:`calorimeter.projection.calibration.host_bound_elsewhere`).
 
 A machine is told apart by its GPUs' UUIDs (:func:`calorimeter.records.machines.machine_keys`) and named by the
@@ -44,10 +41,9 @@ def fit_factors(log_ratio: list[float], machines: list[str | None], shrink: floa
     describe an average machine.
 
     The unit of evidence is the configuration, not the run: repetitions of one configuration on one machine tell how
-    fast that configuration is there, not how fast the machine is. Counted as rows, a machine's two runs of one
-    configuration (2026-11-27, fifth session: TP2+SP with symmetric memory at 2048 on a seventh machine, 1.38 and
-    1.52 s) set its factor almost alone and moved the shared launch coefficients: the held-out TP2+SP recompute-full
-    cells went from 1.27 to 1.14 s predicted (measured 1.00-1.64 s; tokens/s max error 29% -> 45%)."""
+    fast that configuration is there, not how fast the machine is. Counted as rows, a machine's two runs of its only
+    host-bound configuration set its factor almost alone and moved the shared launch coefficients (tokens/s max error
+    29% -> 45%: docs/projection.md, "Machine factors over configurations")."""
     units: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for i, (r, m) in enumerate(zip(log_ratio, machines, strict=True)):
         if m is not None and math.isfinite(r):

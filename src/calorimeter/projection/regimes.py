@@ -13,7 +13,7 @@ the reason: the row carries no numbers (``refused``), never a band resting on an
 
 Why per regime: with one band for every in-range row and the cross-fingerprint error added to every extrapolated one,
 dense 4-GPU cells projected from the 1-2 GPU calibration within a few percent carried +-20% bands, and Mixtral cells
-projected a fifth to twice too fast lay outside theirs (4x H100, 2026-11-27).
+projected a fifth to twice too fast lay outside theirs (4x H100: docs/projection.md).
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ def write_json_atomic(path: Path, obj: Any, fsync: bool = True) -> None:
 
 
 #: Parquet compression of every record and table: zstd at level 9 (a cell's 50 ms telemetry 25% smaller than
-#: pandas' default snappy; the committed reference records must fit, with the wheels, in what a device call carries)
+#: pandas' default snappy; the committed reference records travel, with the wheels, in the checkout copied to a GPU
+#: node)
 PARQUET_COMPRESSION: dict[str, Any] = {"compression": "zstd", "compression_level": 9}
 
 
@@ -56,7 +57,7 @@ def parquet_options(schema: Any) -> dict[str, Any]:
     columns byte-stream split (their bytes grouped by position, which zstd compresses far better than a dictionary
     of distinct timestamps and readings), the others dictionary-encoded; no column statistics (files this small are
     read whole). Lossless: the same table reads back. On the committed reference data (982 files) 15% fewer bytes
-    than zstd alone (2026-11-27: the checkout had grown past the 64 MiB a device call may carry)."""
+    than zstd alone (the checkout copied to a GPU node had outgrown the 64 MiB it may take)."""
     import pyarrow as pa  # heavy: only writers import it
 
     floats = [f.name for f in schema if pa.types.is_floating(f.type)]

@@ -1,7 +1,7 @@
 """Which machine a cell ran on: the one definition, for tables, findings, projection, compare and figures.
 
-Hostnames do not tell machines apart (lent and containerised nodes often share one: every lent GPU node is called
-``vm``), GPU UUIDs do. Two levels, one derived from the other:
+Hostnames do not tell machines apart (cloud and containerised nodes often share one: every GPU node measured here is
+called ``vm``), GPU UUIDs do. Two levels, one derived from the other:
 
 * **the GPUs a cell ran on** (:func:`machine_id`): its GPUs' NVML UUIDs, sorted and joined; the runs table's
   ``machine`` column. Cells on the same GPUs get the same id, so comparisons pair cells within a machine and count

@@ -46,7 +46,7 @@ CELL_TABLES = "cell_tables"
 #: the layout of the per-cell tables: the workflow's cell_tables rule takes it as a parameter, so a cell whose tables
 #: were written under another layout is tabled again (Snakemake reruns a job whose parameters changed; it does not see
 #: a change of the code it imports). Bump it with every change of a per-cell table's columns or their meaning
-#: (tests/test_cell_tables_layout.py holds the columns it stands for). 2: runs.host_cpus (2026-11-27); 3:
+#: (tests/test_cell_tables_layout.py holds the columns it stands for). 2: runs.host_cpus; 3:
 #: runs.host_dispatch_us; 4: runs.host_cpu_util_pct, runs.host_steal_pct; 5: runs.machine (the GPUs' UUIDs); 6:
 #: gpus.temp_slope_c_per_min and temp_drift_c, runs.temp_drift_c, temp_slope_c_per_min and thermally_steady.
 CELL_TABLES_LAYOUT = 6

@@ -31,7 +31,7 @@ PATCH_NAME = "source.patch"
 
 
 #: tracked paths left out of a record's patch: measurements, not the code that measures (a device node whose git
-#: metadata predated a re-encoding of the committed reference data wrote a 60 MB patch per cell, 2026-11-27)
+#: metadata predated a re-encoding of the committed reference data wrote a 60 MB patch per cell)
 PATCH_EXCLUDES: tuple[str, ...] = ("results/",)
 
 

@@ -7,7 +7,7 @@ so ``results/reference/`` records read like new ones) and gives the parts every 
 with the default an older or a failed record implies. ``data`` keeps the upgraded object for whatever no field names.
 
 Version history: 1 (records before ``schema_version`` existed are read as 1: their differences are names, which the
-upgrade handles); 2 (2026-11-27): only additions and one correction, so a version-1 record reads as before: a
+upgrade handles); 2: only additions and one correction, so a version-1 record reads as before: a
 ``command`` cell's ``cell`` says ``engine: command`` and None for what its command decides (layout, ZeRO stage,
 data, seed, learning rate: :data:`calorimeter.plan.cell.COMMAND_DECIDES`; version 1 gave the engine's defaults), and
 its record has a ``command`` section (the command, how it was launched, the files it ran with their SHA-256, the

@@ -15,7 +15,7 @@ Written under ``OUT/results/`` (the artifact's ``${CHARLLM_ROOT}/CharLLM-PPT/res
   ``gpu_thermal``/``mem_thermal`` (degC), ``sm_clock``/``mem_clock`` (MHz), ``gpu_util``/``mem_util`` (%),
   ``nvlink_{rx,tx}_throughput`` (cumulative KiB: calorimeter's NVLink *data* counter summed over all links, **not**
   the artifact's link-0 raw counter), ``pcie_{rx,tx}_bytes`` (cumulative bytes, full 64-bit; docs/findings.md says
-  why these counters do not measure the training's transfers on the lent hosts). NVML read errors are dropped,
+  why these counters do not measure the training's transfers on the measured hosts). NVML read errors are dropped,
   never written as -1. Counters are written as integers.
 * The window: one iteration per rank, the rank's own last **measured** step (the artifact monitors one iteration),
   or with ``window="measured"`` every measured step.

@@ -31,7 +31,7 @@ A second mechanism, what ``overlap: true`` uses where the tensor-parallel group 
 from symmetric buffers (copy engines, no SMs) pipelined with the GEMMs. On 2x H200 the ring's NCCL send/recv kernels
 ran beside the GEMMs for only 28% of their time; this path has no such contention: at TP2 + SP, s=8192 it cut
 exposed communication from 0.351 s a step to 0.079-0.104 s with every copy counted as communication
-(results/reference/h200x2-engine-speed-2026-11-23c), while on small shards (s=2048) its host time per operation made
+(the committed engine benchmark), while on small shards (s=2048) its host time per operation made
 the step 30-34% slower (docs/knobs.md, ``overlap``). It keeps the gathered input of a column-parallel linear from the
 forward pass for its weight gradient (more activation memory than the ring, which gathers it again). On CPU ranks it
 runs PyTorch's own reference implementation of the same two ops (collective, then GEMM), which is what the
