@@ -7,7 +7,7 @@ configuration moves between machines (validation.json).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,68 @@ from calorimeter.projection.targets import (
     row_regimes,
 )
 from calorimeter.projection.validation import fold_key
+
+
+class RunSpread(TypedDict):
+    """How far single runs of one regime stray from their configuration's mean on their machine (:func:`run_spread`).
+
+    Attributes:
+        runs: runs of the regime; ``groups_repeated``: (configuration, machine) groups with repetitions; ``dof``:
+            runs - groups over those.
+        sd_log: pooled standard deviation of the log metric; ``sd_log_90``: its 90% interval (chi-square).
+        p_max_within_target: probability that an exact prediction stays within the max target of every run, at
+            ``sd``, ``sd_low`` and ``sd_high``.
+    """
+
+    runs: int
+    groups_repeated: int
+    dof: int
+    sd_log: float
+    sd_log_90: list[float]
+    p_max_within_target: dict[str, float]
+
+
+class RegimeCoverage(TypedDict):
+    """One regime's errors of a metric and its band coverage (:func:`regime_coverage`)."""
+
+    rows: int
+    engines: list[str]
+    median_abs: float
+    max_abs: float
+    mean_signed: float
+    band_median: float
+    banded: int
+    covered: int
+    coverage: float
+    coverage_90: list[float]
+    met: bool
+
+
+class ConfigurationSpread(TypedDict):
+    """One configuration measured on two or more machines: each machine's mean iteration time, slowest / fastest."""
+
+    configuration: str
+    host_bound: bool
+    cells: int
+    machines: dict[str, float]
+    ratio: float
+
+
+class SpreadSummary(TypedDict):
+    """The configurations of one regime measured on several machines: how many, the largest ratio between machines,
+    the largest within one machine (repetitions)."""
+
+    configurations: int
+    max_ratio: float
+    within_machine_max_ratio: float
+
+
+class MachineSpread(TypedDict):
+    """One engine's spread between machines (:func:`machine_spread`)."""
+
+    host_bound: SpreadSummary
+    gpu_bound: SpreadSummary
+    configurations: list[ConfigurationSpread]
 
 
 def summarize(table: pd.DataFrame) -> dict[str, Any]:
@@ -63,7 +125,7 @@ def repetition_means(t: pd.DataFrame) -> pd.DataFrame:
 
 
 def run_spread(t: pd.DataFrame, metric: str = "tokens_per_s_per_gpu", target: float = TARGET_MAX,
-               draws: int = 20000) -> dict[str, Any]:
+               draws: int = 20000) -> dict[str, RunSpread]:
     """How far single runs stray from their configuration's mean on their machine, per regime (measured host-bound or
     not), and what that leaves of the max target: the pooled standard deviation of log ``metric`` about each
     (configuration, machine) mean over the groups with repetitions (``dof`` = runs - groups), its 90% interval
@@ -73,7 +135,7 @@ def run_spread(t: pd.DataFrame, metric: str = "tokens_per_s_per_gpu", target: fl
     not a target a projection can meet (host-bound H200 runs: SD 7.8%, docs/projection.md)."""
     from scipy.stats import chi2  # heavy: only the validation summary needs it
 
-    out: dict[str, Any] = {}
+    out: dict[str, RunSpread] = {}
     if t.empty:
         return out
     rng = np.random.default_rng(0)
@@ -221,13 +283,13 @@ def coverage_met(measured: float, cells: int, stated: float = COVERAGE) -> bool:
     return coverage_interval(round(measured * cells), cells)[1] >= stated
 
 
-def regime_coverage(t: pd.DataFrame, metric: str, stated: float = COVERAGE) -> dict[str, dict[str, Any]]:
+def regime_coverage(t: pd.DataFrame, metric: str, stated: float = COVERAGE) -> dict[str, RegimeCoverage]:
     """Per regime (:func:`~calorimeter.projection.regimes.band_key`: a base regime's rows inside their calibration's
     range; an extrapolation's within its base regime, every row outside the range in that way, alone or among
     others): rows, the median and largest absolute and the mean signed error of ``metric``, the median band, the rows
     within their band (``covered`` of ``banded``: refused rows and metrics without a band excluded) with the 90%
     interval of that share, and whether it meets the stated coverage (:func:`coverage_met`)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, RegimeCoverage] = {}
     if t.empty or f"{metric}_band" not in t:
         return out
     regimes = row_regimes(t)
@@ -255,7 +317,7 @@ def regime_coverage(t: pd.DataFrame, metric: str, stated: float = COVERAGE) -> d
     return out
 
 
-def machine_spread(ms: MeasuredSet) -> dict[str, Any]:
+def machine_spread(ms: MeasuredSet) -> dict[str, MachineSpread]:
     """How far one configuration's iteration time moves between machines: the floor under any projection that does
     not know the machine. Per (GPU type, fingerprint), every configuration (:func:`fold_key`) measured on two or
     more physical machines (the runs' ``machine``, told apart by their GPUs' UUIDs:
@@ -266,9 +328,10 @@ def machine_spread(ms: MeasuredSet) -> dict[str, Any]:
     if "machine" not in ms.runs.columns:
         return {}
     runs = ms.runs.assign(fold_key=[fold_key(r) for _, r in ms.runs.iterrows()]).dropna(subset=["machine"])
-    out: dict[str, Any] = {}
+    out: dict[str, MachineSpread] = {}
     for (hw, fp), g in runs.groupby(["hardware", "fingerprint"]):
-        rows, within = [], {"host_bound": 1.0, "gpu_bound": 1.0}
+        rows: list[ConfigurationSpread] = []
+        within = {"host_bound": 1.0, "gpu_bound": 1.0}
         for fk, c in g.groupby("fold_key"):
             hb = bool((c["busy_frac"] < HOST_BOUND_BUSY_FRAC).any())
             t = c.groupby("machine")["iteration_time_s"]
@@ -279,14 +342,16 @@ def machine_spread(ms: MeasuredSet) -> dict[str, Any]:
                 rows.append({"configuration": str(fk), "host_bound": hb, "cells": len(c),
                              "machines": {str(k): float(v) for k, v in means.items()},
                              "ratio": float(means.max() / means.min())})
-        summary = {}
+        summary: dict[str, SpreadSummary] = {}
         for kind, hb in (("host_bound", True), ("gpu_bound", False)):
             r = [x["ratio"] for x in rows if x["host_bound"] == hb]
             summary[kind] = {"configurations": len(r), "max_ratio": max(r) if r else math.nan,
                              "within_machine_max_ratio": within[kind]}
-        out[f"{hw}/{fp}"] = {**summary, "configurations": rows}
+        out[f"{hw}/{fp}"] = {"host_bound": summary["host_bound"], "gpu_bound": summary["gpu_bound"],
+                             "configurations": rows}
     return out
 
 
-__all__ = ["coverage_interval", "coverage_met", "loco_summary", "machine_spread", "regime_coverage",
+__all__ = ["ConfigurationSpread", "MachineSpread", "RegimeCoverage", "RunSpread", "SpreadSummary",
+           "coverage_interval", "coverage_met", "loco_summary", "machine_spread", "regime_coverage",
            "repetition_means", "run_spread", "summarize", "targets_met"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,7 @@ from calorimeter.projection.regimes import (
     MOE,
     MOE_UNSEEN,
     RegimeBand,
+    RegimeBandDict,
     band_key,
     choose_band,
     engine_own,
@@ -262,7 +263,16 @@ def apply_validation(cals: dict[str, Calibration], table: pd.DataFrame, coverage
         cal.cross_fingerprint_error = cross_errors(table, key, coverage)
 
 
-def band_summary(cals: dict[str, Calibration]) -> dict[str, Any]:
+class BandSummary(TypedDict):
+    """One calibration's bands as a projected row takes them (:func:`band_summary`)."""
+
+    hardware: str
+    machines: int
+    regimes: dict[str, RegimeBandDict]
+    machine_spread: dict[str, dict[str, float]]
+
+
+def band_summary(cals: dict[str, Calibration]) -> dict[str, BandSummary]:
     """Per calibration, the band a projected row takes in each regime and the spread between machines (after
     :func:`apply_validation`), JSON-ready."""
     return {k: {"hardware": c.hardware, "machines": len(c.machines),
@@ -270,5 +280,5 @@ def band_summary(cals: dict[str, Calibration]) -> dict[str, Any]:
             for k, c in cals.items()}
 
 
-__all__ = ["BAND_MIN_CELLS", "BandRows", "add_bands", "apply_validation", "band_summary", "cross_errors",
+__all__ = ["BAND_MIN_CELLS", "BandRows", "BandSummary", "add_bands", "apply_validation", "band_summary", "cross_errors",
            "machine_floor", "moe_unseen_reason", "regime_bands"]

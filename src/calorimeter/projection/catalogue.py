@@ -12,7 +12,7 @@ import functools
 import glob
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 
@@ -53,6 +53,14 @@ class CatalogueSet:
     regimes: tuple[str, ...] = ()
 
 
+class FoldDict(TypedDict):
+    """A fold as plain data (a sweep config's ``projection.validation`` entry)."""
+
+    name: str
+    train: list[str]
+    test: list[str]
+
+
 @dataclass(frozen=True)
 class Fold:
     """Train on ``train`` sweep folders, predict the cells of ``test`` (a sweep config's ``projection.validation``
@@ -67,7 +75,7 @@ class Fold:
         """From a ``projection.validation`` entry (or the catalogue's)."""
         return cls(str(d["name"]), tuple(str(p) for p in d["train"]), tuple(str(p) for p in d["test"]))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> FoldDict:
         """As a ``projection.validation`` entry (plain data: a Snakemake rule's params)."""
         return {"name": self.name, "train": list(self.train), "test": list(self.test)}
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -34,6 +35,13 @@ from calorimeter.plan.work import CommOp
 
 #: a curve whose largest message is at least this big measures bandwidth (smaller ones only latency)
 BANDWIDTH_BYTES = 2**20
+
+
+class NetworkOverride(TypedDict, total=False):
+    """A sweep config's ``projection.network``: what replaces the hardware profile's inter-node network."""
+
+    nic_gbit_s_per_gpu: float
+    latency_us: float
 
 
 @dataclass(frozen=True)
@@ -51,7 +59,7 @@ class Network:
     source: str
 
     @classmethod
-    def from_profile(cls, hw: HardwareProfile, override: dict | None = None) -> Network:
+    def from_profile(cls, hw: HardwareProfile, override: NetworkOverride | None = None) -> Network:
         """The profile's network, with the keys of ``override`` (same names) replacing its values."""
         o = override or {}
         bw = o.get("nic_gbit_s_per_gpu", hw.nic_gbit_s_per_gpu)

@@ -36,7 +36,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.hardware import get_profile
@@ -47,6 +47,7 @@ from calorimeter.records.atomic import write_json_atomic
 
 if TYPE_CHECKING:
     from calorimeter.plan.plan import Plan
+    from calorimeter.projection.collectives import NetworkOverride
     from calorimeter.records.run_record import RunRecord
 
 CALIBRATION_FILE, TIMING_FILE = "calibration.json", "timing.json"
@@ -83,7 +84,31 @@ def record_timing(rec: RunRecord) -> tuple[float, float] | None:
     return max(wall - stepped, 0.0), warm
 
 
-def measure_timing(sources: list[str], root: str | Path = ".") -> dict[str, Any]:
+class StartupStats(TypedDict):
+    """Measured start-up seconds of one GPU type's training cells, and their GPU counts."""
+
+    median: float
+    min: float
+    max: float
+    n: int
+    gpus: list[int]
+
+
+class HardwareTiming(TypedDict, total=False):
+    """One GPU type's measured start-up and how its steady warm-ups ended (``n``, ``capped``)."""
+
+    startup_s: StartupStats
+    steady_warmup: dict[str, int]
+
+
+class TimingFile(TypedDict):
+    """``timing.json``: the sweep folders measured, and per GPU type its timing."""
+
+    sources: list[str]
+    hardware: dict[str, HardwareTiming]
+
+
+def measure_timing(sources: list[str], root: str | Path = ".") -> TimingFile:
     """Per GPU type, the start-up of the ok training cells of these sweep folders (relative to ``root``; median,
     min, max, n, their GPU counts) and how their steady warm-ups ended (n, n that reached the cap before steady): the
     JSON of ``timing.json``."""
@@ -107,7 +132,7 @@ def measure_timing(sources: list[str], root: str | Path = ".") -> dict[str, Any]
                 c = steady.setdefault(hw, Counter())
                 c["n"] += 1
                 c["capped"] += str(rec.warmup.get("reason", "")).startswith("cap")
-    out: dict[str, Any] = {}
+    out: dict[str, HardwareTiming] = {}
     for hw, xs in sorted(starts.items()):
         s = [x for x, _ in xs]
         out[hw] = {"startup_s": {"median": statistics.median(s), "min": min(s), "max": max(s), "n": len(s),
@@ -120,7 +145,7 @@ def measure_timing(sources: list[str], root: str | Path = ".") -> dict[str, Any]
 class Timing:
     """Measured start-up per GPU type (``timing.json``)."""
 
-    hardware: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hardware: dict[str, HardwareTiming] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | Path) -> Timing:
@@ -384,8 +409,8 @@ def _cell_key(cell: Cell) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def projected_steps(cells: list[Cell], calibration: Path, network: dict | None = None, engine: dict | None = None,
-                    cache: Path | None = None) -> dict[str, Step]:
+def projected_steps(cells: list[Cell], calibration: Path, network: NetworkOverride | None = None,
+                    engine: dict | None = None, cache: Path | None = None) -> dict[str, Step]:
     """Cell id -> projected step of each cell, from the cache where it has them (module docstring).
 
     Raises:
@@ -414,7 +439,8 @@ def projected_steps(cells: list[Cell], calibration: Path, network: dict | None =
     return {c.cell_id: Step.from_dict(known[keys[c.cell_id]]) for c in cells}
 
 
-def _project(cells: list[Cell], calibration: Path, network: dict | None, engine: dict | None) -> dict[str, Step]:
+def _project(cells: list[Cell], calibration: Path, network: NetworkOverride | None, engine: dict | None
+             ) -> dict[str, Step]:
     """Cell id -> its projected step with the band, or why it has none (the projection's rows)."""
     from calorimeter.projection.study import STATUS_PROJECTED, StudyProjector  # heavy: pandas, the fitted model
 

@@ -136,11 +136,9 @@ class Fingerprint:
                 f"Megatron-core {e['megatron_core']}, attention {e['attention']}, fused {e['fused']}")
 
 
-def matches(a: Fingerprint | dict[str, Any], b: Fingerprint | dict[str, Any]) -> bool:
+def matches(a: Fingerprint, b: Fingerprint) -> bool:
     """Whether two engines are the same build: both name their kernels and every key field recorded on both sides
     is equal (a field ``unrecorded`` on one side is not compared)."""
-    a = a if isinstance(a, Fingerprint) else Fingerprint.from_dict(a)
-    b = b if isinstance(b, Fingerprint) else Fingerprint.from_dict(b)
     if not (a.kernels_recorded and b.kernels_recorded):
         return False
     return all(x == y for x, y in zip(a.engine.values(), b.engine.values(), strict=True)

@@ -9,13 +9,13 @@ measurements, group sizes never measured). Rows are never mixed with measured on
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
 from calorimeter.plan.work import COLLECTIVES, workload
 from calorimeter.projection.calibration import Calibration, range_values
-from calorimeter.projection.collectives import CollectiveCurves, Network
+from calorimeter.projection.collectives import CollectiveCurves, Network, NetworkOverride
 from calorimeter.projection.compute import COMPUTE_CATEGORIES
 from calorimeter.projection.fingerprint import Fingerprint
 from calorimeter.projection.regimes import (
@@ -83,7 +83,7 @@ class Projector:
             (NaN); False (the validation, measuring the errors those bands are made of) keeps them.
     """
 
-    def __init__(self, calibration: Calibration, network: dict | None = None, relation: str = "match",
+    def __init__(self, calibration: Calibration, network: NetworkOverride | None = None, relation: str = "match",
                  target: str = "", refuse: bool = True) -> None:
         self.cal = calibration
         self.network_override = network or None
@@ -228,7 +228,7 @@ class Projector:
         return {"power_avg_w": total / cell.world_size, "power_total_avg_w": total, "energy_per_iteration_j": energy,
                 **energy_metrics(energy, cell.global_batch, cell.seq_len, cell.global_batch / t)}
 
-    def _provenance(self, cell: Cell, comm_sources: set[str], mech: str) -> dict[str, Any]:
+    def _provenance(self, cell: Cell, comm_sources: set[str], mech: str) -> RowProvenance:
         cal = self.cal
         calibrated, assumed = [], []
         same_gpu = cell.hardware == cal.hardware
@@ -260,6 +260,17 @@ class Projector:
         return {"calibrated": "; ".join(calibrated), "assumed": "; ".join(assumed),
                 "calibration_hardware": cal.hardware, "calibration_cells": n, "calibration": cal.key,
                 "calibration_relation": self.relation}
+
+
+class RowProvenance(TypedDict):
+    """What a projected row rests on: what is calibrated and what assumed (``; ``-joined), and its calibration."""
+
+    calibrated: str
+    assumed: str
+    calibration_hardware: str
+    calibration_cells: int
+    calibration: str
+    calibration_relation: str
 
 
 def _cross_note(cross: dict[str, float]) -> str:

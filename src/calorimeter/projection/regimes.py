@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import HardwareProfile
@@ -131,6 +131,17 @@ def regime_of(values: dict[str, float], ranges: dict[str, list[float]], host_bou
     return Regime(tuple(labels), {lab: f for lab, f in found.items() if math.isfinite(f)}, nodes > 1)
 
 
+class RegimeBandDict(TypedDict, total=False):
+    """A :class:`RegimeBand` as calibration.json holds it (keys absent in older files take the defaults)."""
+
+    band: dict[str, float]
+    rows: int
+    factor: float
+    sources: list[str]
+    reason: str
+    pure: bool
+
+
 @dataclass
 class RegimeBand:
     """One regime's measured band.
@@ -152,13 +163,13 @@ class RegimeBand:
     reason: str = ""
     pure: bool = True
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> RegimeBandDict:
         """JSON-ready."""
         return {"band": self.band, "rows": self.rows, "factor": self.factor, "sources": self.sources,
                 "reason": self.reason, "pure": self.pure}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RegimeBand:
+    def from_dict(cls, d: RegimeBandDict) -> RegimeBand:
         """Inverse of :meth:`to_dict`."""
         return cls(dict(d.get("band", {})), int(d.get("rows", 0)), float(d.get("factor", math.nan)),
                    list(d.get("sources", [])), str(d.get("reason", "")), bool(d.get("pure", True)))
@@ -243,5 +254,5 @@ def machine_class(cell: Cell, hw: HardwareProfile, network: Any = None) -> str:
 
 __all__ = ["BASE_REGIMES", "BEYOND_COLUMNS", "EXTRAPOLATIONS", "EXTRAPOLATION_OF", "GPU_BOUND", "GPU_COUNT",
            "HOST_BOUND", "MICRO_BATCH", "MIN_REGIME_ROWS", "MODEL_SIZE", "MOE", "MOE_UNSEEN", "NEW_LAYOUT",
-           "SEQUENCE", "BandChoice", "Regime", "RegimeBand", "band_key", "choose_band", "engine_own", "machine_class",
-           "regime_columns", "regime_from_columns", "regime_of", "scaled"]
+           "SEQUENCE", "BandChoice", "Regime", "RegimeBand", "RegimeBandDict", "band_key", "choose_band",
+           "engine_own", "machine_class", "regime_columns", "regime_from_columns", "regime_of", "scaled"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from calorimeter.projection.accuracy import RegimeCoverage
 from calorimeter.projection.regimes import BASE_REGIMES
 from calorimeter.projection.targets import COVERAGE
 from calorimeter.records.atomic import write_atomic, write_parquet_atomic
@@ -54,7 +55,7 @@ def summary_markdown(summary: dict[str, Any], source: str = "") -> str:
     for label, r in regimes.get(tm, {}).items():
         e = regimes.get("energy_per_token_j", {}).get(label, {})
 
-        def cov(x: dict[str, Any]) -> str:
+        def cov(x: RegimeCoverage) -> str:
             if not x or not x.get("banded"):
                 return "no band"
             lo, hi = x["coverage_90"]

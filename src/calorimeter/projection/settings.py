@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from calorimeter.projection.catalogue import Fold, default_calibration, default_collectives
+from calorimeter.projection.collectives import NetworkOverride
 from calorimeter.projection.fingerprint import KEY_FIELDS
 from calorimeter.projection.targets import COVERAGE
 
@@ -36,7 +37,7 @@ class ProjectionSettings:
 
     calibration: tuple[str, ...] = field(default_factory=default_calibration)
     collectives: tuple[str, ...] = field(default_factory=default_collectives)
-    network: dict[str, float] | None = None
+    network: NetworkOverride | None = None
     validation: tuple[Fold, ...] = ()
     engine: dict[str, str] = field(default_factory=dict)
     coverage: float = COVERAGE
@@ -59,7 +60,7 @@ class ProjectionSettings:
         return cls(calibration=tuple(p["calibration"]) if p.get("calibration") else default_calibration(root),
                    collectives=(tuple(p["collectives"]) if p.get("collectives") is not None
                                 else default_collectives(root)),
-                   network=dict(p["network"]) if p.get("network") else None,
+                   network=NetworkOverride(**p["network"]) if p.get("network") else None,
                    validation=tuple(Fold.from_dict(f) for f in p.get("validation") or ()),
                    engine={k: str(v) for k, v in engine.items()},
                    coverage=coverage)

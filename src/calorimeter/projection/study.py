@@ -22,6 +22,7 @@ import pandas as pd
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.plan import Plan
 from calorimeter.projection.calibration import Calibration, load_calibrations
+from calorimeter.projection.collectives import NetworkOverride
 from calorimeter.projection.coverage import uncovered
 from calorimeter.projection.model import Projector
 from calorimeter.projection.sweep import choose_calibration
@@ -50,7 +51,7 @@ class StudyProjector:
     :func:`calorimeter.projection.sweep.project_cells` does), one cell at a time so that one cell the model cannot
     price refuses that cell alone."""
 
-    def __init__(self, calibrations: dict[str, Calibration], network: dict | None = None,
+    def __init__(self, calibrations: dict[str, Calibration], network: NetworkOverride | None = None,
                  engine: dict | None = None, unusable: str = "") -> None:
         self.calibrations = calibrations
         self.network, self.engine = network or None, dict(engine or {}) or None
@@ -58,7 +59,7 @@ class StudyProjector:
         self._projectors: dict[str, Projector] = {}
 
     @classmethod
-    def from_file(cls, path: str | Path, network: dict | None = None, engine: dict | None = None,
+    def from_file(cls, path: str | Path, network: NetworkOverride | None = None, engine: dict | None = None,
                   strict: bool = True) -> StudyProjector:
         """From a calibration.json.
 

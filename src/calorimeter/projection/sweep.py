@@ -9,13 +9,13 @@ cross-fingerprint error), else another GPU type's (``other-gpu``: a stated fallb
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.plan import Plan
 from calorimeter.projection.calibration import Calibration
+from calorimeter.projection.collectives import NetworkOverride
 from calorimeter.projection.fingerprint import Fingerprint
 from calorimeter.projection.model import Projector
 from calorimeter.records.atomic import write_atomic, write_parquet_atomic
@@ -50,7 +50,7 @@ def choose_calibration(hardware: str, calibrations: dict[str, Calibration], engi
     return (_newest(fits), "match") if fits else (_newest(own), "foreign")
 
 
-def project_cells(cells: list[Cell], calibrations: dict[str, Calibration], network: dict[str, Any] | None = None,
+def project_cells(cells: list[Cell], calibrations: dict[str, Calibration], network: NetworkOverride | None = None,
                   engine: dict[str, str] | None = None) -> pd.DataFrame:
     """One projected row per cell (:func:`choose_calibration` picks each cell's calibration).
 
@@ -82,7 +82,7 @@ def used_calibrations(df: pd.DataFrame, calibrations: dict[str, Calibration]) ->
     return lines
 
 
-def project_plan(plan: Plan, calibrations: dict[str, Calibration], network: dict[str, Any] | None = None,
+def project_plan(plan: Plan, calibrations: dict[str, Calibration], network: NetworkOverride | None = None,
                  engine: dict[str, str] | None = None) -> pd.DataFrame:
     """Every planned cell of a plan (pruned cells are not projected: they cannot run as planned)."""
     return project_cells([pc.cell for pc in plan.runnable], calibrations, network, engine)
