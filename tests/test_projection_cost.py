@@ -32,7 +32,7 @@ def _cell(**kw) -> Cell:
 def test_warmup_and_measured_steps_follow_the_engines_rules() -> None:
     steady = _cell()  # steady: at most warmup_max_s = 180 s (the step past it), at least 10 steps or the window
     assert warmup_s(steady, 40.0) == (5 * 40.0, 5 * 40.0)  # the cap (ceil(180 / 40) = 5 steps) beats the 10 steps
-    assert warmup_s(steady, 1.0) == (100.0, 20.0)  # a fast step: the cap of 100 steps, least the 20 s slope window
+    assert warmup_s(steady, 1.0) == (100.0, 30.0)  # a fast step: the cap of 100 steps, least the 30 s slope window
     assert warmup_s(_cell(warmup="fixed"), 1.0) == (10.0, 10.0)
     assert warmup_s(_cell(warmup_max_steps=30), 1.0)[0] == 30.0
     # measured: at least measured_min_s (20 s), then the profiled steps
