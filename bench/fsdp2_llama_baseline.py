@@ -1,4 +1,4 @@
-# Copied from the project notes (shared/bench/fsdp2_llama_baseline.py) so that it travels to GPU machines with the repo.
+# Kept in the repository so that it travels to GPU nodes with the checkout.
 # Peer baseline: plain PyTorch FSDP2 + Hugging Face transformers Llama-3-8B (random init), bf16, SDPA, all local GPUs.
 # What a user could run instead of a dedicated engine; compare side by side on the same node.
 # usage: torchrun --nproc_per_node N fsdp2_llama_baseline.py SEQ MBS STEPS [ckpt] [accum=K]
