@@ -18,7 +18,7 @@ What it does, writing ``DIR/engine_kernels.json`` after every part (a cut run ke
 4. ``engine`` (skipped with ``--no-engine``): the real engine (DeepSpeed, ZeRO-1, bf16, fused AdamW) on one GPU with
    a ``--layers``-layer Llama-3 8B, today's kernels vs the automatic choice: step time, MFU, loss agreement.
 
-Expected device time on one H200: about 200 s (attention 10 s, blocks 80 s with compilation, numerics 40 s,
+Expected time on one H200: about 200 s (attention 10 s, blocks 80 s with compilation, numerics 40 s,
 engine 60 s) plus imports. The variant table is printed last.
 """
 
@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 PEAK_TFLOPS = 989.0  # dense bf16 of H100/H200 SXM (calorimeter.plan.hardware's h200 profile)
-VARIANTS = [  # (name, attention, fused); "today" is the engine before issue 15
+VARIANTS = [  # (name, attention, fused); "today": the engine's kernels before the automatic choice
     ("today", "default", "eager"),
     ("flash", "flash", "eager"),
     ("cudnn", "cudnn", "eager"),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Engine speed, side by side in one call: plain FSDP2, the best dense Llama-3 8B cells and the TP layouts, each
+"""Engine speed, side by side in one run: plain FSDP2, the best dense Llama-3 8B cells and the TP layouts, each
 before (today's kernels, no tensor-parallel overlap) and after (chosen kernels, ``overlap: true``'s TP overlap).
 
     python bench/engine_speed.py --out DIR [--gpus 2] [--budget-s 340]      # on a GPU node (bench/gpu/engine_speed.sh)
@@ -13,7 +13,7 @@ convention, the study's), tokens/s/GPU, the kernels and overlap used (as recorde
 breakdown of the profiled step of rank 0 (busy, compute, communication, exposed communication = communication not
 under any compute kernel, per collective). Per-rank records go to ``--work`` (tarred to ``DIR/variants.tar.gz``
 after each variant), logs to ``DIR/variants.log`` and ``DIR/fsdp2.log``. ``DIR/summary.md`` is rewritten after
-every variant: before/after per layout, the ratio to FSDP2 and the targets of issue 15 (best dense >= 55% MFU and
+every variant: before/after per layout, the ratio to FSDP2 and the speed targets (best dense >= 55% MFU and
 >= 1.10x FSDP2; exposed communication of every TP layout at most half of today's).
 
 Llama-3 8B, sequence 8192, micro-batch 1, global batch 8 (grad-accumulation 4 at dp2, 8 at tp2), bf16, 2 warm-up +
@@ -23,10 +23,10 @@ Llama-3 8B, sequence 8192, micro-batch 1, global batch 8 (grad-accumulation 4 at
 ``tp-after-ov``, ``tp-after``, ``tp-after-noov`` (TP2 + SP: today, after with the ring overlap, after with what
 ``overlap: true`` takes by default, PyTorch's symmetric-memory async TP on one NCCL host, and after without
 overlap), ``z2-today``, ``z2-after``, ``pp2-today``, ``pp2-after`` (1F1B over 8 micro-batches),
-``pp2-after-gb128`` (the study's global batch, 128 micro-batches a step: 1 warm-up + 2 measured steps, not
-profiled). About 55 s each on 2x H200 (FSDP2 60, gb128 200), ~890 s in all (two calls: ``--only``); a variant
-whose estimate no longer fits ``--budget-s`` is skipped and says so, and one that runs past 4 times its estimate is
-stopped.
+``pp2-after-gb128`` (the study's global batch, 128 micro-batches a step: 1 warm-up + 2 measured steps, not profiled).
+About 55 s each on 2x H200 (FSDP2 60, gb128 200), ~890 s in all (two runs of at most 10 minutes: ``--only``); a
+variant whose estimate no longer fits ``--budget-s`` is skipped and says so, and one that runs past 4 times its
+estimate is stopped.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class Variant:
 
 
 def plan(dry_run: bool, gpus: int) -> list[Variant]:
-    """The variants of one call, in order (``fsdp2``: the peer baseline, bench/fsdp2_llama_baseline.py)."""
+    """The variants of one run, in order (``fsdp2``: the peer baseline, bench/fsdp2_llama_baseline.py)."""
     # Fixed short runs (no steady-temperature warm-up: it may take minutes per cell), variants back to back: the
     # first runs on the coolest GPU, and "today" comes first, which if anything favours today.
     base = dict(sweep="engine-speed", model="llama3-8b", hardware="h200", nodes=1, gpus_per_node=gpus,
@@ -304,7 +304,7 @@ def _mfu_or(row: dict[str, Any], nan_as: float = float("nan")) -> float:
 
 
 def summarize(rows: list[dict[str, Any]]) -> str:
-    """Markdown: every variant, then before/after per layout and the targets of issue 15."""
+    """Markdown: every variant, then before/after per layout and the speed targets."""
     ok = {r["variant"]: r for r in rows if r.get("status") == "ok"}
     lines = ["| variant | layout | kernels (attention / fused) | TP overlap | MFU | tokens/s/GPU | step s | "
              "exposed comm s (frac) | comm s | idle s | peak mem GB |", "|" + "---|" * 11]
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
                    "--master_port", str(29500 + len(rows) % 50), str(Path(__file__).resolve()), "--out",
                    str(args.out), "--work", str(work), "--gpus", str(args.gpus), "--worker", v.name]
             cmd += ["--dry-run"] if args.dry_run else []
-            # a hung variant (a rank waiting on a dead peer) must not take the rest of the call
+            # a hung variant (a rank waiting on a dead peer) must not take the rest of the run
             rc, text = _run(cmd, env, min(left, 4 * v.estimate_s), args.out / "variants.log")
             for line in text.splitlines():
                 if line.startswith("RESULT") or "Error" in line:

@@ -4,9 +4,9 @@
     python bench/large_grid.py --cells 20000 --profile /tmp/dry.prof    # cProfile of the dry run
     python bench/large_grid.py --cells 2000 --root /path/to/other/checkout     # the same on another checkout
 
-Prints the seconds of each phase. The grid is tiny-gpt on CPU over micro-batch x sequence length x global batch
-lists sized to the requested count (nothing is trained). Compare runs side by side in one session: the machine is
-shared and noisy.
+Prints the seconds of each phase. The grid is tiny-gpt on CPU over micro-batch x sequence length x global batch lists
+sized to the requested count (nothing is trained). Compare runs side by side, one right after the other: the machine
+is shared and noisy.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Projection accuracy on cells measured after the model was fixed: the prospective check.
+"""Projection accuracy on cells measured after the model was fixed: the prospective check (docs/projection.md).
 
     python bench/projection_prospective.py NEW_SWEEP [NEW_SWEEP ...] [--table out.csv]
 

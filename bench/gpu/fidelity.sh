@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measurement fidelity on 2x H200 (issue 10), on a lent nvidia-h200-x2 node, about 7 minutes of device time:
+# Measurement fidelity on a 2x H200 node, about 7 minutes on the node:
 #   bash bench/gpu/fidelity.sh [SECONDS]        (default 420; results in $OUT as they come, see run_reference.sh)
 # Each part is bounded by its share of SECONDS: a cut run still brings back every finished cell (300 s: the warm-up
 # variant and about two of the three repetitions).

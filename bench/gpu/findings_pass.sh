@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One repetition pass of a steady findings sweep (issue 22, docs/findings.md) on a lent GPU node: the cells of
+# One repetition pass of a steady findings sweep (docs/findings.md) on one GPU node: the cells of
 # repetition PASS of CONFIG (a subset sweep written to /tmp, selecting `repeat: PASS`; its cells stay with CONFIG's
 # sweep), run by bench/gpu/run_reference.sh for at most SECONDS, records tarred to $OUT/<sweep>-pass<PASS>.tar.gz.
-#   bash bench/gpu/findings_pass.sh config/reference/h200x1-findings-steady.yaml 0 330    # nvidia-h200
-#   bash bench/gpu/findings_pass.sh config/reference/h100x1-findings-steady.yaml 0 330    # nvidia-h100-x1
+#   bash bench/gpu/findings_pass.sh config/reference/h200x1-findings-steady.yaml 0 330    # 1x H200
+#   bash bench/gpu/findings_pass.sh config/reference/h100x1-findings-steady.yaml 0 330    # 1x H100
 # An optional fourth argument narrows the pass further (more `where` entries, e.g. "pp: 1": the cells without a
 # pipeline); the pass's sweep name then says so (-pass0-pp1).
 # Keep every pass with bench/gpu/keep_reference.sh into one results/reference/ folder, then build the tables of the

@@ -4,7 +4,7 @@
 # telemetry.json), and each record's source.patch (a modified tree's code) in results/reference/patches/ under its
 # SHA-256, once per content (records/patches.py; `calorimeter provenance check` checks every record finds its patch).
 # Figures, logs, attempts and per-cell tables are rebuilt from these by `snakemake figures`.
-#   bash bench/gpu/keep_reference.sh <files_at of the device reply>/NAME.tar.gz results/reference/DEST
+#   bash bench/gpu/keep_reference.sh <files copied back from the node's $OUT>/NAME.tar.gz results/reference/DEST
 # (PATCH_STORE=FOLDER files the patches elsewhere)
 set -euo pipefail
 TAR=$1 DEST=$2

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Leave the committed measurements out of the working tree while device calls run, and bring them back after.
-# A device call sends the checkout's tracked files that are present (disk blocks, with what it carries: at most
-# 64 MiB); results/reference/ is most of them (61 MiB of 65 on 2026-11-27, fifth session: even the first half of
-# the wheel archive no longer fitted) and a GPU node never reads it (run_reference.sh trains records into /tmp).
+# Take the committed measurements out of the working tree while the checkout is sent to a GPU node, and bring them
+# back after. Where the node receives the checkout's tracked files that are present with a size limit (counted in
+# disk blocks, with anything sent along: 64 MiB for the nodes the committed sets were measured on), results/reference/
+# is most of them (61 MiB of 65 on 2026-11-27e: even the first half of the wheel archive no longer fitted), and a GPU
+# node never reads it (run_reference.sh trains records into /tmp).
 # A sparse checkout keeps every file in git and only takes results/reference/ off the disk; the node's
 # source.patch leaves results/ out anyway (records/provenance.PATCH_EXCLUDES).
-#   bash bench/gpu/lighten.sh on     # before the device calls: ~3.4 MiB travel, both wheel halves fit one call
-#   bash bench/gpu/lighten.sh off    # after them: results/reference/ back; then keep_reference.sh as usual
-# With it on, one call carries [".whlxzA", ".whlxz"] (bench/gpu/pack_wheels.sh --split); setup_offline.sh unpacks both.
+#   bash bench/gpu/lighten.sh on     # before sending the checkout: ~3.4 MiB travel, both wheel halves fit with it
+#   bash bench/gpu/lighten.sh off    # after the runs: results/reference/ back; then keep_reference.sh as usual
+# With it on, send both wheel archives (`.whlxzA`, `.whlxz`: bench/gpu/pack_wheels.sh --split) with the checkout;
+# setup_offline.sh unpacks both.
 set -euo pipefail
 case "${1:-}" in
   on)  git sparse-checkout set --no-cone '/*' '!/results/reference/'

@@ -1,5 +1,5 @@
-"""Calibrate the NVML PCIe and NVLink byte counters against known transfers (issue 12: PCIe receive volumes of
-12-29 GB on middle pipeline stages of one node were unexplained).
+"""Calibrate the NVML PCIe and NVLink byte counters against known transfers (PCIe receive volumes of
+12-29 GB on middle pipeline stages of one node were unexplained: docs/findings.md, "PCIe byte counters").
 
 Every rank reads its own GPU's counters (the sampler's NVML fields: NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES,
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX} over all links) before and after each phase; the phases move a known

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 13: does thermal-aware placement pay? config/reference/h200x2-placement.yaml on a lent 2x H200 node:
+# Does thermal-aware placement pay? config/reference/h200x2-placement.yaml on a 2x H200 node (docs/placement.md):
 # a thermal calibration of the host (bf16 matmuls on both GPUs, ~35 s), then Llama-3 8B at pp 2 under the placement
 # policies default / balanced / thermal, repetitions interleaved in time.
 #
-#   bash bench/gpu/placement.sh [SECONDS]   # on nvidia-h200-x2: the sweep gets SECONDS (default 480; it needs about
+#   bash bench/gpu/placement.sh [SECONDS]   # on a 2x H200 node: the sweep gets SECONDS (default 480; it needs about
 #                                           # 450: setup ~20, calibration ~40, 9 cells of ~40, tables ~30); results go
 #                                           # to $OUT every 20 s (placement.tar.gz, placement.log) and the comparison
 #                                           # (placement-compare.txt) at the end. Repetitions are interleaved, so a
@@ -11,7 +11,7 @@
 #   bash bench/gpu/placement.sh --dry-run   # here, without GPUs: the same sweep on CPU ranks with a tiny model
 #                                           # (thermal must fall back visibly: CPU ranks have no NVML); REPEATS=1
 #                                           # for a shorter one
-# Keep the results: bash bench/gpu/keep_reference.sh <files_at>/placement.tar.gz results/reference/h200x2-placement-<date>
+# Keep the results: bash bench/gpu/keep_reference.sh <files>/placement.tar.gz results/reference/h200x2-placement-<date>
 set -u
 CONFIG=config/reference/h200x2-placement.yaml
 SWEEP=$(python3 -c "import yaml; print(yaml.safe_load(open('$CONFIG'))['sweep'])")
@@ -34,7 +34,7 @@ if [ "${1:-}" = "--dry-run" ]; then
   echo "=== dry run done in $(( $(date +%s) - T0 )) s; results in $OUT/res"
   exit 0
 fi
-: "${OUT:?set OUT (the device machine sets it)}"
+: "${OUT:?set OUT to the folder the results go to}"
 FULL=1 bash bench/gpu/run_reference.sh "$CONFIG" placement "${1:-480}"  # FULL: tables too, for the comparison
 python3 -m calorimeter.analysis.placement "/tmp/res-placement/$SWEEP" 2>&1 | tee "$OUT/placement-compare.txt"
 cp -r /tmp/res-placement/thermal-profiles "$OUT/" 2>/dev/null || true

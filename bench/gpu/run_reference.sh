@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run one config/reference/*.yaml sweep on a lent GPU node and bring compact results back even if the call is cut:
+# Run one config/reference/*.yaml sweep on a GPU node and bring compact results back (to the output folder $OUT) even
+# if the run is cut at its time limit:
 #   bash bench/gpu/run_reference.sh CONFIG NAME SECONDS [fsdp2|fsdp2-ckpt]
 # Snakemake trains the cells only (target `records`; FULL=1 for tables and figures too; node sampler at 50 ms, one
 # profiled step each) into /tmp/res-NAME, for at most SECONDS; every 20 s (and at the end) the cells' records
@@ -26,14 +27,14 @@ python3 -m calorimeter plan "$CONFIG" | cut -c1-100
 BUDGET=$SECONDS_LEFT
 [ -n "$FSDP2" ] && BUDGET=$((SECONDS_LEFT - 110))
 # Only the cells are trained here (target `records`, workflow/rules/train.smk): tables, figures and reports are
-# rebuilt from the kept records on any machine (snakemake figures), so no device second goes to drawing. FULL=1
+# rebuilt from the kept records on any machine (snakemake figures), so no second on the GPU node goes to drawing. FULL=1
 # builds everything on the node too.
 # Snakemake writes to a file, not a pipe: the cells' local job processes inherit its output, and a pipe held open by
-# a cell still running at the time limit kept the whole call waiting until the device call itself was cut. At the
+# a cell still running at the time limit kept the whole run waiting until the node's job itself was cut. At the
 # limit, the cells still running are stopped too (their GPUs are needed by the next step).
 # (the target before --config, which would take it for one more name=value)
 # A sweep stopped at its limit leaves Snakemake's lock (and its cell marked incomplete) in the checkout: on the same
-# warm machine the next call's sweep then refused to start ("Directory cannot be locked", 2026-11-27, sixth session).
+# node the next run's sweep then refused to start ("Directory cannot be locked", 2026-11-27f).
 python3 -m snakemake --unlock --configfile "$CONFIG" --config results_dir="$RES" > /dev/null 2>&1 || true
 timeout --kill-after=10 "$BUDGET" python3 -m snakemake $([ -z "${FULL:-}" ] && echo records) --rerun-incomplete \
   --configfile "$CONFIG" --config results_dir="$RES" > "$RES.snakemake.log" 2>&1

@@ -3,11 +3,11 @@
 #   python -m calorimeter.launch.wheelhouse --python-version 3.12 --dest .whl --skip <packages the node has>
 # plus the GPU extra, which the CPU environment does not install:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl liger-kernel==0.8.5)
-# into /tmp/site (once per machine: a later call on the same warm machine reuses it) and puts the project's source
+# into /tmp/site (once per node: a later run on the same node reuses it while /tmp lasts) and puts the project's source
 # first on PYTHONPATH. The node's own CUDA torch is used.
 set -e
-# .whlxz/whl.tar.xz (bench/gpu/pack_wheels.sh), and with --split also .whlxzA/whl.tar.xz, carried instead of .whl/:
-# unpacked here first (both halves fit one call while bench/gpu/lighten.sh keeps the measurements off the disk)
+# .whlxz/whl.tar.xz (bench/gpu/pack_wheels.sh), and with --split also .whlxzA/whl.tar.xz, sent instead of .whl/:
+# unpacked here first (both halves fit within 64 MiB while bench/gpu/lighten.sh keeps the measurements off the disk)
 if [ ! -d .whl ]; then
   for archive in .whlxzA/whl.tar.xz .whlxz/whl.tar.xz; do
     if [ -f "$archive" ]; then tar xJf "$archive"; fi

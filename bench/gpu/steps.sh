@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
-# One lent-node session spread over several device calls: the steps run in order until DEADLINE seconds after the
-# call started; a step already finished on this (still warm) machine is skipped, and a cut sweep resumes where it
-# stopped (its cells without a record run again; /tmp survives between calls while the machine stays warm).
-#   bash bench/gpu/session.sh DEADLINE_S STEP=SECONDS [STEP=SECONDS ...]
+# Several steps on one GPU node, over one or more runs of a time-limited job: the steps run in order until DEADLINE
+# seconds after the run started; a step already finished in an earlier run on this node is skipped, and a cut sweep
+# resumes where it stopped (its cells without a record run again; the state lives in /tmp, so it survives between
+# runs as long as the node keeps its /tmp). Results go to the output folder $OUT.
+#   bash bench/gpu/steps.sh DEADLINE_S STEP=SECONDS [STEP=SECONDS ...]
 # Steps:
-#   engine            bench/engine_speed.py (issue 15: FSDP2 and the DeepSpeed variants side by side) -> $OUT/engine.tar.gz
+#   engine            bench/engine_speed.py (FSDP2 and the DeepSpeed variants side by side)                 -> $OUT/engine.tar.gz
 #   placement         config/reference/h200x2-placement.yaml through bench/gpu/run_reference.sh   -> $OUT/placement.tar.gz
 #   pcie              bench/gpu/pcie_calibration.py (NVML link counters against known transfers)   -> $OUT/pcie.tar.gz
 #   <name>            config/reference/<name>.yaml through bench/gpu/run_reference.sh              -> $OUT/<name>.tar.gz
 # Every step's result is one tarball in $OUT, rewritten every 20 s while it runs; its log lines are appended to
-# $OUT/session.log. Between steps, processes left on the GPUs by a cut step are stopped and Snakemake's lock removed.
+# $OUT/steps.log. Between steps, processes left on the GPUs by a cut step are stopped and Snakemake's lock removed.
 # Unpack a sweep's tarball with bench/gpu/keep_reference.sh.
 set -u
 DEADLINE=$1; shift
 T0=$(date +%s)
-STATE=/tmp/session
+STATE=/tmp/steps
 mkdir -p "$STATE"
-LOG="$OUT/session.log"
+LOG="$OUT/steps.log"
 left() { echo $(( DEADLINE - ($(date +%s) - T0) )); }
 say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 clean_gpus() {
@@ -36,12 +37,12 @@ pack() { tar czf "$OUT/$2.tar.tmp" -C "$1" . 2>/dev/null && mv "$OUT/$2.tar.tmp"
 source bench/gpu/setup_offline.sh >> "$LOG" 2>&1
 export PYTHONUNBUFFERED=1
 NGPU=$(nvidia-smi -L | wc -l)
-say "session on $NGPU GPU(s), deadline ${DEADLINE}s, steps: $*"
+say "steps on $NGPU GPU(s), deadline ${DEADLINE}s: $*"
 nvidia-smi --query-gpu=index,name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader | tee -a "$LOG"
 
 for item in "$@"; do
   name=${item%%=*}; want=${item#*=}
-  if [ -f "$STATE/$name.done" ]; then say "$name: done in an earlier call"; continue; fi
+  if [ -f "$STATE/$name.done" ]; then say "$name: done in an earlier run on this node"; continue; fi
   budget=$(( $(left) - 10 )); [ "$budget" -gt "$want" ] && budget=$want
   if [ "$budget" -lt 40 ]; then say "$name: not started (${budget}s left)"; continue; fi
   clean_gpus
@@ -92,4 +93,4 @@ EOF
   say "$name: end"
 done
 clean_gpus
-say "session call ends ($(left)s of the deadline left)"
+say "run ends ($(left)s of the deadline left)"
