@@ -85,7 +85,7 @@ class Definition:
 
     Attributes:
         wording: the study's statement as its source gives it.
-        source: where the wording comes from: the paper (or its artifact), or a seed summary marked unverified.
+        source: where the wording comes from: the paper (or its artifact), or a secondary summary marked unverified.
         definition: the number the verdict judges, exactly.
         secondary: another reading shown beside it, labelled, never judged ("" when none).
     """
