@@ -229,6 +229,56 @@ def test_queued_jobs_import_a_snapshot_of_the_code(tmp_path: Path) -> None:
     assert (code / "calorimeter" / "launch" / "snapshot.py").is_file()  # the package itself
 
 
+def test_two_launchers_making_one_snapshot_at_once_leave_a_whole_copy(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    """Cells submitted side by side make the same copy at once: launcher B starts copying while A is at its last
+    file; the copy in place must hold every file (a shared scratch folder left A renaming B's first file alone)."""
+    import shutil
+    import threading
+
+    from calorimeter.launch import snapshot
+
+    pkg = tmp_path / "pkg"
+    for name in ("__init__.py", "a.py", "b.py", "launch/__init__.py", "launch/run.py"):
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(f"# {name}\n")
+    files = snapshot.package_files(pkg)
+    a_at_last, b_started, a_done = threading.Event(), threading.Event(), threading.Event()
+    copied = {"A": 0, "B": 0}
+    real_copy = shutil.copy2
+
+    def copy2(src, dst):
+        who = threading.current_thread().name
+        if who == "A" and copied["A"] == len(files) - 1:
+            a_at_last.set()
+            assert b_started.wait(10)
+        real_copy(src, dst)
+        copied[who] += 1
+        if who == "B" and copied["B"] == 1:
+            b_started.set()
+            assert a_done.wait(10)
+
+    monkeypatch.setattr(snapshot.shutil, "copy2", copy2)
+    made: dict[str, Path] = {}
+
+    def launcher(who: str) -> None:
+        made[who] = snapshot.snapshot_code(tmp_path / "sweep", pkg)
+        if who == "A":
+            a_done.set()
+
+    a = threading.Thread(target=launcher, args=("A",), name="A")
+    a.start()
+    assert a_at_last.wait(10)
+    b = threading.Thread(target=launcher, args=("B",), name="B")
+    b.start()
+    a.join(20), b.join(20)
+    assert made["A"] == made["B"]
+    copy = made["A"] / "calorimeter"
+    assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file()) == sorted(
+        str(p.relative_to(pkg)) for p in files)
+    assert [p.name for p in (tmp_path / "sweep" / "code").iterdir()] == [made["A"].name]  # no scratch left
+
+
 def test_cells_of_one_shape_go_to_the_queue_as_one_array(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import contextlib
 

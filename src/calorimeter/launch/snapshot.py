@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import tempfile
 from pathlib import Path
 
 import calorimeter
@@ -37,21 +38,30 @@ def code_digest(root: Path | None = None) -> str:
 
 
 def snapshot_code(sweep_dir: Path, root: Path | None = None) -> Path:
-    """The folder to put first on ``PYTHONPATH`` (made on first use; a finished copy is never rewritten)."""
+    """The folder to put first on ``PYTHONPATH`` (made on first use; a finished copy is never rewritten).
+
+    Launchers of one sweep may make the same copy at once (cells submitted side by side): each copies into a folder
+    of its own and renames it into place; the first rename wins and the others discard theirs, so that a job never
+    imports a copy another launcher was still writing or had half deleted.
+    """
     root = root or Path(calorimeter.__file__).parent
     dest = Path(sweep_dir) / "code" / code_digest(root)
     if (dest / "calorimeter" / "__init__.py").is_file():
         return dest
-    tmp = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    for p in package_files(root):
-        target = tmp / "calorimeter" / p.relative_to(root)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(p, target)
-    if dest.exists():  # another launcher made it meanwhile
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent))
+    try:
+        for p in package_files(root):
+            target = tmp / "calorimeter" / p.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, target)
+        try:
+            tmp.rename(dest)  # atomic; fails when another launcher's finished copy is already in place
+        except OSError:
+            if not (dest / "calorimeter" / "__init__.py").is_file():
+                raise
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        tmp.rename(dest)
     return dest
 
 
