@@ -15,6 +15,7 @@ from calorimeter.launch.settings import launcher_settings
 from calorimeter.launch.task import CellTask
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.config import validate_config
+from calorimeter.plan.settings import TelemetrySettings
 from calorimeter.records.paths import AttemptPaths
 
 
@@ -34,7 +35,7 @@ def task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CellTask:
     cell = Cell(sweep="s", model="tiny-gpt", hardware="cpu", nodes=1, gpus_per_node=2, lr=0.5)
     attempt = AttemptPaths(tmp_path / "attempt")
     attempt.staging.mkdir(parents=True)
-    return CellTask(cell.to_dict(), str(attempt.root), launcher_settings(config, {"slurm_account": "acct"}))
+    return CellTask(cell, str(attempt.root), launcher_settings(config, {"slurm_account": "acct"}))
 
 
 def test_requeued_task_keeps_every_setting(task: CellTask) -> None:
@@ -44,8 +45,8 @@ def test_requeued_task_keeps_every_setting(task: CellTask) -> None:
     assert isinstance(requeued, CellTask) and requeued is not task
     # Every attribute, present and future, equal to the original's: only the requeue count moves on.
     assert vars(requeued) == {**vars(task), "requeues": 1}
-    assert requeued.settings["telemetry"] == {"enabled": False, "period_ms": 10, "profile_steps": 3,
-                                              "profile_all_ranks": True}
+    assert requeued.settings.telemetry == TelemetrySettings(enabled=False, period_ms=10, profile_steps=3,
+                                                            profile_all_ranks=True)
     assert vars(requeued.checkpoint().function) == {**vars(task), "requeues": 2}
 
 

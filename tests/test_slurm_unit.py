@@ -14,6 +14,7 @@ from calorimeter.launch.settings import launcher_settings
 from calorimeter.launch.submit import CellConfigError, executor_parameters
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.config import validate_config
+from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.record import classify_attempt
 
@@ -23,7 +24,7 @@ def _cell(**kw) -> Cell:
     return Cell(**{**base, **kw})
 
 
-def _settings(launcher: dict, resources: dict | None = None) -> dict:
+def _settings(launcher: dict, resources: dict | None = None) -> LauncherSettings:
     """Launcher settings of a sweep with this launcher block (schema defaults filled in), under a profile."""
     return launcher_settings(validate_config({"launcher": launcher}), resources)
 
@@ -32,9 +33,9 @@ def test_profile_resources_win_over_the_sweep_and_defaults_fill_the_rest() -> No
     s = _settings({"executor": "local", "timeout_min": 30, "slurm": {"partition": "a", "exclusive": True}},
                           {"launcher": "slurm", "slurm_partition": "gpu", "slurm_account": "proj", "runtime": 90,
                            "slurm_constraint": "none", "_cores": 0, "slurm_slots": 1})
-    assert s["executor"] == "slurm" and s["timeout_min"] == 90
-    assert s["slurm"]["partition"] == "gpu" and s["slurm"]["account"] == "proj" and s["slurm"]["exclusive"]
-    assert s["slurm"]["constraint"] is None and s["max_requeues"] == 3 and s["slurm"]["qos"] is None
+    assert s.executor == "slurm" and s.timeout_min == 90
+    assert s.slurm.partition == "gpu" and s.slurm.account == "proj" and s.slurm.exclusive
+    assert s.slurm.constraint is None and s.max_requeues == 3 and s.slurm.qos is None
 
 
 def test_sbatch_parameters_come_from_the_cell_and_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,7 +126,7 @@ def test_open_attempt_only_for_the_same_cell(tmp_path: Path) -> None:
     a = tmp_path / "attempts" / "20260101T000000Z"
     a.mkdir(parents=True)
     (a / "job.json").write_text(json.dumps({"job_id": "7", "executor": "slurm", "cell_key": submit.cell_key(cell)}))
-    assert submit.open_attempt(cell, CellPaths(tmp_path))[1]["job_id"] == "7"
+    assert submit.open_attempt(cell, CellPaths(tmp_path))[1].job_id == "7"
     assert submit.open_attempt(_cell(lr=0.5), CellPaths(tmp_path)) is None  # a changed value never re-attaches
     (a / "run.json").write_text("{}")
     assert submit.open_attempt(cell, CellPaths(tmp_path)) is None  # closed attempts are history
@@ -263,9 +264,9 @@ def test_cells_of_one_shape_go_to_the_queue_as_one_array(monkeypatch: pytest.Mon
     assert len(fake.batches) == 1 and len(fake.batches[0]) == 2 and made[0]["job_name"] == "s-array"
     for c, job_id in ((cells[0], "700_0"), (cells[1], "700_1")):
         attempt, info = submit.open_attempt(c, CellPaths.of(tmp_path, "s", c.cell_id))
-        assert info["job_id"] == job_id and info["array"] and Path(info["submitit_folder"]).parent.name == "arrays"
+        assert info.job_id == job_id and info.array and Path(info.submitit_folder).parent.name == "arrays"
         handle = submit._job_handle(info, attempt, c.world_size)
-        assert str(handle.paths.folder) == info["submitit_folder"]
+        assert str(handle.paths.folder) == info.submitit_folder
     # the mate's own train job finds its task in the queue: nothing submitted again
     assert arrays.submit_array(cells[1], cells, settings, tmp_path) == 0 and len(fake.batches) == 1
     # alone in its shape: launched as usual
@@ -313,17 +314,17 @@ def test_slurm_wait_decisions_bound_a_lost_node_and_never_run_two_copies() -> No
 
     COMPLETING_GRACE_S, FAILED_RANK_GRACE_S = watch.COMPLETING_GRACE_S, watch.FAILED_RANK_GRACE_S  # noqa: N806
     WAIT_S = 40.0  # noqa: N806 - launcher.node_lost_wait_s
-    assert watch.NODE_LOST_WAIT_S <= 600  # the default: at most 10 minutes
+    assert LauncherSettings().node_lost_wait_s <= 600  # the default: at most 10 minutes
 
     now = 10_000.0
     ok = [{"rank": 0, "status": "ok", "t_end_s": now - 1}, {"rank": 1, "status": "ok", "t_end_s": now - 1}]
-    assert slurm_decision(True, None, ok, 2, now, None)[0] == "return"
+    assert slurm_decision(True, None, ok, 2, now, None, WAIT_S)[0] == "return"
     # requeued after NODE_FAIL: waited for (submitit may even call it done), never resubmitted beside it ...
-    assert slurm_decision(True, "PENDING", [], 2, now, now - 5)[0] == "wait"
-    assert slurm_decision(True, "RUNNING", [], 2, now, None)[0] == "wait"  # requeued and already running again
+    assert slurm_decision(True, "PENDING", [], 2, now, now - 5, WAIT_S)[0] == "wait"
+    assert slurm_decision(True, "RUNNING", [], 2, now, None, WAIT_S)[0] == "wait"  # requeued and already running again
     # ... and in the seconds before the requeue, while SLURM kills the run (COMPLETING, sacct already NODE_FAIL)
-    assert slurm_decision(True, "COMPLETING", [], 2, now, now - 5)[0] == "wait"
-    assert slurm_decision(True, "COMPLETING", [], 2, now, None)[0] == "return"  # an ordinary end
+    assert slurm_decision(True, "COMPLETING", [], 2, now, now - 5, WAIT_S)[0] == "wait"
+    assert slurm_decision(True, "COMPLETING", [], 2, now, None, WAIT_S)[0] == "return"  # an ordinary end
     assert slurm_decision(True, "COMPLETING", [], 2, now, now - WAIT_S - 1, WAIT_S)[0] == "node_lost"
     # ... but not for longer than the bound while SLURM waits for a node to replace the lost one
     assert slurm_decision(False, "PENDING", [], 2, now, now - WAIT_S + 1, WAIT_S)[0] == "wait"
@@ -331,14 +332,14 @@ def test_slurm_wait_decisions_bound_a_lost_node_and_never_run_two_copies() -> No
     assert action == "node_lost" and "no node took the lost one's place" in why and "node_lost_wait_s" in why
     # a rank failed (its peer's node is gone) and SLURM has not noticed: the job is ended after the grace
     failed = [{"rank": 0, "status": "failed", "error": "Connection reset by peer", "t_end_s": now - 5}]
-    assert slurm_decision(False, "RUNNING", failed, 2, now, None)[0] == "wait"
+    assert slurm_decision(False, "RUNNING", failed, 2, now, None, WAIT_S)[0] == "wait"
     failed[0]["t_end_s"] = now - FAILED_RANK_GRACE_S - 1
-    assert slurm_decision(False, "RUNNING", failed, 2, now, None)[0] == "cancel"
+    assert slurm_decision(False, "RUNNING", failed, 2, now, None, WAIT_S)[0] == "cancel"
     # every rank's result written, the job held COMPLETING by a stopped slurmd: not waited for
-    assert slurm_decision(False, "COMPLETING", ok, 2, now, None)[0] == "wait"
+    assert slurm_decision(False, "COMPLETING", ok, 2, now, None, WAIT_S)[0] == "wait"
     late = [dict(r, t_end_s=now - COMPLETING_GRACE_S - 1) for r in ok]
-    assert slurm_decision(False, "COMPLETING", late, 2, now, None)[0] == "return"
-    assert slurm_decision(False, "COMPLETING", late[:1], 2, now, None)[0] == "wait"  # a rank's result missing
+    assert slurm_decision(False, "COMPLETING", late, 2, now, None, WAIT_S)[0] == "return"
+    assert slurm_decision(False, "COMPLETING", late[:1], 2, now, None, WAIT_S)[0] == "wait"  # a rank's result missing
 
 
 def test_a_job_cancelled_by_the_launcher_is_classed_by_its_cause(tmp_path: Path) -> None:
@@ -712,7 +713,7 @@ def settings(rule):
     def dump(wildcards, resources):
         s = launcher_settings(validate_config({{"launcher": {{"executor": "slurm"}}}}), dict(resources.items()),
                               explicit_train_resources(workflow, rule))
-        json.dump(s, open(rule + ".json", "w"))
+        json.dump(s.to_dict(), open(rule + ".json", "w"))
         return ""
     return dump
 {rules}
@@ -733,7 +734,7 @@ rule all:
     monkeypatch.setattr(submit.slurm_cli, "available", lambda: True)
     monkeypatch.setattr(submit.slurm_cli, "node_cpus", lambda partition=None: None)
     for rule, (_, want) in PLUGIN_FORMS.items():
-        s = json.loads((tmp_path / f"{rule}.json").read_text())
+        s = LauncherSettings.from_dict(json.loads((tmp_path / f"{rule}.json").read_text()))
         _, p = executor_parameters(_cell(gpus_per_node=2), s)
         sent = {**p, **p["additional_parameters"]}
         assert {k: sent.get(k) for k in want} == want, (rule, p)

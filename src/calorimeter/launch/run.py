@@ -17,6 +17,7 @@ from calorimeter.launch.watch import heartbeat_death, peer_death, srun_death
 from calorimeter.placement.apply import placement_record
 from calorimeter.plan.cell import TRAINING_KINDS, Cell
 from calorimeter.plan.kinds import get_kind
+from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.atomic import read_json_object, write_atomic, write_json_atomic
 from calorimeter.records.paths import CellPaths, record_files, results_relative
 from calorimeter.records.record import TransientCellError, build_record, steps_frame, write_cell_record
@@ -52,14 +53,14 @@ def _evidence(outcome: LaunchOutcome, sweep_file: str | None = None) -> dict[str
 
 
 def _record(cell: Cell, outcome: LaunchOutcome, estimates: dict[str, Any] | None,
-            settings: dict[str, Any]) -> dict[str, Any]:
+            settings: LauncherSettings) -> dict[str, Any]:
     launch = {"executor": outcome.executor, "job_id": outcome.job_id, "attempt": outcome.attempt.name,
               "launcher_error": outcome.launcher_error, "wall_time_s": outcome.wall_time_s,
               "reattached": outcome.reattached,
               "submitit_folder": results_relative(outcome.attempt.submitit, outcome.attempt.root.parents[1]),
               "requeues": len([e for e in outcome.requeues if e.get("requeued")])}
     record = build_record(cell, outcome.rank_results, launch, estimates,
-                          _evidence(outcome, settings.get("sweep_file")))
+                          _evidence(outcome, settings.sweep_file))
     record["evidence"]["rank_output"] = first_failed_first(outcome.rank_output, record["reason"],
                                                            outcome.rank_results)
     placement = placement_record(outcome.rank_results)
@@ -77,7 +78,7 @@ def _restart(outcome: LaunchOutcome) -> int:
     return max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)
 
 
-def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: dict[str, Any] | None = None
+def run_cell(cell: Cell, settings: LauncherSettings, paths: CellPaths, estimates: dict[str, Any] | None = None
              ) -> dict[str, Any]:
     """Launch a cell (or re-attach to its running job), wait, and write ``run.json`` (status ok, oom or failed).
 

@@ -23,6 +23,7 @@ from calorimeter.plan.cell import Cell
 from calorimeter.plan.definitions import register_definitions
 from calorimeter.plan.hardware import accelerator_of, device_mismatch
 from calorimeter.plan.kinds import get_kind
+from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import AttemptPaths
 from calorimeter.records.provenance import device_info, host_cpu, host_dispatch
@@ -50,16 +51,16 @@ class CellTask(submitit.helpers.Checkpointable):
     aside. Past ``max_requeues``, :meth:`checkpoint` returns None and rank 0 records ``preempted``.
 
     Attributes:
-        cell: ``Cell.to_dict()`` of the cell.
+        cell: the cell.
         attempt_dir: the attempt's folder.
         settings: the launcher settings (:func:`calorimeter.launch.settings.launcher_settings`, ``telemetry``
             included).
         requeues: how often this task was requeued by :meth:`checkpoint` so far.
     """
 
-    cell: dict[str, Any]
+    cell: Cell
     attempt_dir: str
-    settings: dict[str, Any]
+    settings: LauncherSettings
     requeues: int = 0
 
     def restart_count(self) -> int:
@@ -69,14 +70,14 @@ class CellTask(submitit.helpers.Checkpointable):
     def __call__(self) -> dict[str, Any]:
         """Entry point on each rank."""
         t0 = time.time()
-        register_definitions(self.settings.get("definitions"))  # the sweep's own models and hardware
-        cell = Cell.from_dict(self.cell)
+        register_definitions(self.settings.definitions)  # the sweep's own models and hardware
+        cell = self.cell
         attempt = AttemptPaths(Path(self.attempt_dir))
         attempt.staging.mkdir(parents=True, exist_ok=True)
         job = submitit.JobEnvironment()
         restart = self.restart_count()
         run = attempt.run(restart)
-        telemetry = self.settings["telemetry"]
+        telemetry = self.settings.telemetry
         rank = job.global_rank
         out: dict[str, Any] = {"t_start_s": t0, "pid": os.getpid(), "restart": restart, "requeues": self.requeues,
                                "job_id": job.job_id, "rank": rank}
@@ -90,9 +91,9 @@ class CellTask(submitit.helpers.Checkpointable):
             return _run_tiny(cell, attempt, rank, restart, out)
         try:
             # Decided here, where the host is known, and applied before anything starts CUDA.
-            placement = JobPlacement.start(cell, self.settings.get("placement"), Path(self.attempt_dir).parents[1],
+            placement = JobPlacement.start(cell, self.settings.placement, Path(self.attempt_dir).parents[1],
                                            node=job.node)
-            info = init_distributed(accelerator_of(cell.hardware), self.settings["master_port"])
+            info = init_distributed(accelerator_of(cell.hardware), self.settings.master_port)
             placement.agree()
             arm_timers(cell.cell_id, rank, restart)
             out.update(world_size=info.world_size, local_rank=info.local_rank, node=info.node,
@@ -119,11 +120,11 @@ class CellTask(submitit.helpers.Checkpointable):
             elapsed = time.time() - t0
             if time_limit_reached(self.settings, elapsed):
                 out.update(status="timeout", elapsed_s=elapsed, error=(
-                    f"time limit of {int(self.settings['timeout_min'])} min reached after {elapsed:.0f} s "
+                    f"time limit of {self.settings.timeout_min} min reached after {elapsed:.0f} s "
                     "(not requeued: the cell would restart from scratch and hit it again)"))
             else:
                 out.update(status="preempted", elapsed_s=elapsed, error=(
-                    f"preempted {self.requeues + 1} times (launcher.max_requeues {self.settings['max_requeues']})"))
+                    f"preempted {self.requeues + 1} times (launcher.max_requeues {self.settings.max_requeues})"))
         except Exception as e:  # noqa: BLE001 - every failure is recorded, then the rank exits
             out.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
         out["t_end_s"] = time.time()
@@ -140,7 +141,7 @@ class CellTask(submitit.helpers.Checkpointable):
         """Called by submitit on rank 0 on a preemption or the time limit: requeue this task after a preemption
         (``requeues + 1``, every setting kept); None at the time limit, or past ``max_requeues``."""
         attempt = AttemptPaths(Path(self.attempt_dir))
-        max_requeues = int(self.settings["max_requeues"])
+        max_requeues = self.settings.max_requeues
         elapsed = time.time() - (_RUN_START_S[0] or time.time())
         time_limit = time_limit_reached(self.settings, elapsed)
         requeue = not time_limit and self.requeues < max_requeues
@@ -169,12 +170,12 @@ _RUN_START_S: list[float | None] = [None]
 LIMIT_MARGIN_S = 90
 
 
-def time_limit_reached(settings: dict[str, Any], elapsed_s: float) -> bool:
+def time_limit_reached(settings: LauncherSettings, elapsed_s: float) -> bool:
     """Whether a USR2 ``elapsed_s`` into a run is the time limit's warning (a local job's always is: nothing
     preempts it) rather than a preemption."""
     if os.environ.get("SUBMITIT_EXECUTOR") == "local":
         return True
-    return elapsed_s + int(settings["signal_delay_s"]) + LIMIT_MARGIN_S >= int(settings["timeout_min"]) * 60
+    return elapsed_s + settings.signal_delay_s + LIMIT_MARGIN_S >= settings.timeout_min * 60
 
 
 def run_kind(ctx: RankContext) -> RankResult:

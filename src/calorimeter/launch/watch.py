@@ -373,13 +373,10 @@ def _last_requeue(attempt: AttemptPaths) -> float | None:
 FAILED_RANK_GRACE_S = 30.0
 #: every rank wrote its result and the job has been COMPLETING this long (a stopped slurmd holds it there): done
 COMPLETING_GRACE_S = 10.0
-#: the default of ``launcher.node_lost_wait_s``: how long a job SLURM requeued after a node failure may wait for a node
-NODE_LOST_WAIT_S = 300.0
 
 
 def slurm_decision(done: bool, live_state: str | None, results: list[dict[str, Any]], world_size: int,
-                   now: float, waiting_since: float | None, node_lost_wait_s: float = NODE_LOST_WAIT_S
-                   ) -> tuple[str, str]:
+                   now: float, waiting_since: float | None, node_lost_wait_s: float) -> tuple[str, str]:
     """What the launcher does with a SLURM job it waits for: (``wait`` | ``return`` | ``cancel`` | ``node_lost``,
     why); ``node_lost`` cancels it too.
 

@@ -26,8 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from calorimeter.placement.profile import (
-    DEFAULT_MAX_AGE_H,
-    PROFILES_DIR,
     HostGpus,
     ThermalProfile,
     load_profile,
@@ -47,20 +45,11 @@ from calorimeter.plan.placement import (
     measured_stage_costs,
     static_reason,
 )
+from calorimeter.plan.settings import PROFILES_DIR, PlacementSettings
 from calorimeter.records.paths import CellPaths
 from calorimeter.records.run_record import read_run_record
 
 log = logging.getLogger(__name__)
-
-
-def placement_settings(config: dict[str, Any], results_dir: str | Path | None = None) -> dict[str, Any]:
-    """The settings every rank needs: the sweep's ``placement`` block plus the absolute profiles folder."""
-    block = dict(config.get("placement") or {})
-    root = Path(results_dir or config.get("results_dir") or "results").resolve()
-    block.setdefault("profile_max_age_h", DEFAULT_MAX_AGE_H)
-    block.setdefault("stage_costs", "auto")
-    block["profiles_dir"] = str(root / PROFILES_DIR)
-    return block
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -216,7 +205,7 @@ def sibling_costs(cell: Cell, cell_dir: Path, profiles: dict[str, ThermalProfile
     return measured_stage_costs({int(s): float(v) for s, v in compute.items()}, split, sib_id, speeds)
 
 
-def decide_in_job(cell: Cell, settings: dict[str, Any], cell_dir: Path | None, now_s: float | None = None,
+def decide_in_job(cell: Cell, settings: PlacementSettings, cell_dir: Path | None, now_s: float | None = None,
                   hosts: list[str] | None = None, this_node: int = 0,
                   local: tuple[list[str], HostGpus] | None | str = "probe") -> Decision:
     """The decision of this rank on node ``this_node`` of the job (see the module docstring); every input can be
@@ -229,16 +218,15 @@ def decide_in_job(cell: Cell, settings: dict[str, Any], cell_dir: Path | None, n
     hosts = job_hosts() if hosts is None else hosts
     local_gpus = job_gpus() if local == "probe" else local
     assert not isinstance(local_gpus, str)
-    pdir = Path(settings.get("profiles_dir") or PROFILES_DIR)
+    pdir = Path(settings.profiles_dir or PROFILES_DIR)
     profiles = {h: load_profile(pdir, h) for h in hosts}
     m = get_model(cell.model)
     costs = None
-    if settings.get("stage_costs", "auto") == "auto" and cell_dir is not None:
+    if settings.stage_costs == "auto" and cell_dir is not None:
         costs = sibling_costs(cell, cell_dir, profiles)
     costs = costs or flops_stage_costs(m, cell)
     cap = max_stage_layers(m, cell, get_profile(cell.hardware))
-    nodes, notes = node_inputs(cell, hosts, this_node, local_gpus, profiles, now_s,
-                               float(settings.get("profile_max_age_h", DEFAULT_MAX_AGE_H)))
+    nodes, notes = node_inputs(cell, hosts, this_node, local_gpus, profiles, now_s, settings.profile_max_age_h)
     return decide(cell, m, costs, nodes, cap, notes)
 
 
@@ -265,12 +253,11 @@ class JobPlacement:
         self.cuda_visible_devices: str | None = None
 
     @classmethod
-    def start(cls, cell: Cell, settings: dict[str, Any] | None, cell_dir: Path | None, node: int = 0
-              ) -> JobPlacement:
+    def start(cls, cell: Cell, settings: PlacementSettings, cell_dir: Path | None, node: int = 0) -> JobPlacement:
         """Decide on node ``node`` of the job (submitit's job environment), and set this process's CUDA device order
         when the decision moves ranks."""
         try:
-            decision = decide_in_job(cell, settings or {}, cell_dir, this_node=node)
+            decision = decide_in_job(cell, settings, cell_dir, this_node=node)
         except Exception as e:  # noqa: BLE001 - a placement error must not lose the measurement: recorded
             log.exception("placement %s of %s failed", cell.placement, cell.cell_id)
             decision = fallback(cell.placement, f"decision failed: {type(e).__name__}: {e}", cell)

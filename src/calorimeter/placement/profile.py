@@ -35,16 +35,15 @@ from typing import Any
 import pandas as pd
 
 from calorimeter.analysis.cell import CellTables, cell_tables
+from calorimeter.plan.settings import PlacementSettings
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import CellPaths
 from calorimeter.records.run_record import RunRecord, read_run_record
 from calorimeter.telemetry.reasons import THROTTLING
 
 FORMAT_VERSION = 1
-#: where profiles live under the results folder
-PROFILES_DIR = "thermal-profiles"
-#: a profile older than this is stale (hours); the sweep's ``placement.profile_max_age_h`` overrides it
-DEFAULT_MAX_AGE_H = 12.0
+#: a profile older than this is stale (hours): ``placement.profile_max_age_h``'s default
+DEFAULT_MAX_AGE_H = PlacementSettings.profile_max_age_h
 #: shortest measured window a cell-derived profile accepts (die temperature settles within 5-22 s, clocks under a
 #: power cap within a second; see docs/placement.md)
 MIN_WINDOW_S = 5.0
@@ -442,7 +441,7 @@ def save_profile(profiles_dir: str | Path, profile: ThermalProfile, now_s: float
     return hist, current
 
 
-def keep_cell_profiles(cell_dir: str | Path, record: RunRecord, settings: dict[str, Any] | None,
+def keep_cell_profiles(cell_dir: str | Path, record: RunRecord, settings: PlacementSettings,
                        tables: CellTables | None = None, tflops: dict[tuple[int, int], float] | None = None
                        ) -> dict[str, Any]:
     """Profile a recorded cell's hosts from its tables and keep the profiles (rule ``thermal_profile``).
@@ -457,18 +456,15 @@ def keep_cell_profiles(cell_dir: str | Path, record: RunRecord, settings: dict[s
     import logging
 
     log = logging.getLogger(__name__)
-    settings = settings or {}
     out: dict[str, Any] = {"cell_id": record.cell_id, "written": [], "current": [], "reasons": []}
     calibration = record.kind == "thermal-calibration"
-    if not settings.get("profiles_dir") or not (calibration or settings.get("derive_profiles", True)):
-        out["reasons"].append("placement.derive_profiles is off" if settings.get("profiles_dir") else
-                              "no profiles folder")
+    if not settings.profiles_dir or not (calibration or settings.derive_profiles):
+        out["reasons"].append("placement.derive_profiles is off" if settings.profiles_dir else "no profiles folder")
         return out
     try:
         profiles, reasons = profiles_from_cell(cell_dir, record, tflops, tables)
         for p in profiles:
-            hist, current = save_profile(settings["profiles_dir"], p,
-                                         max_age_h=float(settings.get("profile_max_age_h", DEFAULT_MAX_AGE_H)))
+            hist, current = save_profile(settings.profiles_dir, p, max_age_h=settings.profile_max_age_h)
             out["written"].append(str(hist))
             if current:
                 out["current"].append(p.host)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.settings import TelemetrySettings
 from calorimeter.records.paths import RunPaths
 
 
@@ -54,7 +55,7 @@ class RankContext:
     cell: Cell
     run: RunPaths
     rank: RankInfo
-    telemetry: dict[str, Any] = field(default_factory=dict)
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
 
 
 @dataclass

@@ -181,11 +181,11 @@ def run_train(ctx: RankContext, model_hook: Callable[[torch.nn.Module], torch.nn
     rank 0 writes the run's progress file (one line per finished step, :mod:`calorimeter.records.progress`).
     ``model_hook`` (kind ``lora``) changes the built model before the optimizer sees it."""
     cell = ctx.cell
-    profile_steps = int(ctx.telemetry.get("profile_steps", 0))
+    profile_steps = ctx.telemetry.profile_steps
     progress = None
     if ctx.rank.rank == 0:
         fixed = cell.warmup == "fixed" or accelerator_of(cell.hardware) == "cpu"
         progress = ProgressWriter(ctx.run.progress, cell, profile_steps, fixed)
-    all_ranks = bool(ctx.telemetry.get("profile_all_ranks", False))
     return train_cell(cell, ctx.run.root, torch.device(ctx.rank.device), step_callback=progress,
-                      profile_steps=profile_steps, profile_all_ranks=all_ranks, model_hook=model_hook)
+                      profile_steps=profile_steps, profile_all_ranks=ctx.telemetry.profile_all_ranks,
+                      model_hook=model_hook)
