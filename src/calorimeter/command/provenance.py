@@ -21,13 +21,15 @@ import os
 import re
 import shlex
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from calorimeter.plan.kinds import COMMAND_PROVENANCE
+
 #: the folder of a run that holds the command's files (console and step logs, this record)
-COMMAND_DIR = "command"
-#: the file rank 0 writes into it
-PROVENANCE_JSON = "provenance.json"
+COMMAND_DIR = PurePosixPath(COMMAND_PROVENANCE).parent.name
+#: the file rank 0 writes into it (the kind's provenance: :data:`calorimeter.plan.kinds.COMMAND_PROVENANCE`)
+PROVENANCE_JSON = PurePosixPath(COMMAND_PROVENANCE).name
 #: the folder of the reporting ``sitecustomize`` (:mod:`calorimeter.command.hook`)
 HOOK_DIR = Path(__file__).resolve().parent / "hook"
 #: the environment variable naming where the command's Python processes report

@@ -9,13 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from calorimeter.command.provenance import COMMAND_DIR, PROVENANCE_JSON
 from calorimeter.launch.output import describe_outputs, first_failed_first
 from calorimeter.launch.space import DISK_FULL, FIXED_BYTES, RECORD_ERROR, DiskSpaceError, free_bytes, is_disk_full
 from calorimeter.launch.submit import CellConfigError, LaunchOutcome, launch_cell
 from calorimeter.launch.watch import heartbeat_death, peer_death, srun_death
 from calorimeter.placement.apply import placement_record
-from calorimeter.plan.cell import TRAINING_KINDS, Cell
+from calorimeter.plan.cell import Cell
 from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.atomic import read_json_object, write_atomic, write_json_atomic
@@ -66,9 +65,9 @@ def _record(cell: Cell, outcome: LaunchOutcome, estimates: dict[str, Any] | None
     placement = placement_record(outcome.rank_results)
     if placement is not None:
         record["placement"] = placement
-    if cell.kind == "command":  # what it ran: the command, its files' hashes, the packages it imported
-        record["command"] = read_json_object(outcome.attempt.run(_restart(outcome)).root / COMMAND_DIR /
-                                             PROVENANCE_JSON) or {
+    kind = get_kind(cell.kind)
+    if kind.provenance:  # a command's: what it ran, its files' hashes, the packages it imported
+        record[kind.name] = read_json_object(outcome.attempt.run(_restart(outcome)).root / kind.provenance) or {
             "command": cell.command, "note": "rank 0 wrote no provenance (it ended before its command did)"}
     return record
 
@@ -140,7 +139,7 @@ def _write_record(cell: Cell, outcome: LaunchOutcome, paths: CellPaths, record: 
     attempt_closed = outcome.attempt.run_json.exists()
     try:
         record["telemetry_files"] = _collect_telemetry(outcome, paths, record)
-        if cell.kind not in TRAINING_KINDS:
+        if not get_kind(cell.kind).trains_model:
             record["kind_files"] = _collect_kind_outputs(cell, outcome, paths)
         write_cell_record(paths, outcome.attempt, record, steps_frame(outcome.rank_results))
     except OSError as e:

@@ -33,6 +33,7 @@ from calorimeter.placement.profile import (
 )
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.memory import max_stage_layers
 from calorimeter.plan.models import get_model, stage_block_counts
 from calorimeter.plan.placement import (
@@ -210,7 +211,7 @@ def decide_in_job(cell: Cell, settings: PlacementSettings, cell_dir: Path | None
                   local: tuple[list[str], HostGpus] | None | str = "probe") -> Decision:
     """The decision of this rank on node ``this_node`` of the job (see the module docstring); every input can be
     given for tests."""
-    if cell.placement == "default" or getattr(cell, "kind", "train") != "train":
+    if cell.placement == "default" or not get_kind(cell.kind).placed:
         return Decision("default", True, "default placement", pp_split=cell.pp_split)
     if static_reason(cell) is not None:
         return decide(cell, get_model(cell.model), StageCosts(1.0, 0.0, 0.0, "none"))

@@ -35,6 +35,7 @@ from typing import Any
 import pandas as pd
 
 from calorimeter.analysis.cell import CellTables, cell_tables
+from calorimeter.plan.kinds import kind_of
 from calorimeter.plan.settings import PlacementSettings
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import CellPaths
@@ -210,6 +211,12 @@ def build_profile(host: str, stats: pd.DataFrame, gpu_meta: list[dict[str, Any]]
 # profiles from recorded cells
 
 
+def is_calibration(record: RunRecord) -> bool:
+    """Whether the record is of a kind that profiles its hosts by design (``thermal-calibration``)."""
+    kind = kind_of(record.kind)
+    return kind is not None and kind.profiles_hosts
+
+
 def cell_eligibility(record: RunRecord) -> list[str]:
     """Why a cell's telemetry cannot profile its host (empty when it can; see the module docstring)."""
     cell = record.cell
@@ -217,7 +224,7 @@ def cell_eligibility(record: RunRecord) -> list[str]:
     reasons = []
     if not record.ok:
         reasons.append(f"status {record.status}")
-    if record.kind == "thermal-calibration":
+    if is_calibration(record):
         return reasons
     if int(cell.get("pp") or 1) != 1:
         reasons.append(f"pp={cell.get('pp')}: pipeline stages load the GPUs unequally")
@@ -297,12 +304,12 @@ def profiles_from_cell(cell_dir: str | Path, record: RunRecord | None = None,
     for node, g in stats.groupby("node", sort=True):
         host = str(g["hostname"].iloc[0])
         node_meta = (meta.get(f"node{int(node)}") or {}).get("sampler") or {}
-        low = _load_stats(g, need_limited=record.kind != "thermal-calibration")
+        low = _load_stats(g, need_limited=not is_calibration(record))
         if low:
             reasons += [f"{host}: {r}" for r in low]
             continue
         lib = node_meta.get("gpu_library") or {}
-        source = {"kind": "calibration" if record.kind == "thermal-calibration" else "cell",
+        source = {"kind": "calibration" if is_calibration(record) else "cell",
                   "sweep": cell.get("sweep"), "cell_id": record.cell_id, "load": _load_text(record)}
         conditions = {"driver": lib.get("driver_version"), "gpus_in_cell": int(len(g)),
                       "data_quality": ",".join(sorted(set(g.get("data_quality", pd.Series(dtype=str)).astype(str))))}
@@ -326,7 +333,7 @@ def _power_limits(tele: pd.DataFrame, begin: float, end: float) -> pd.DataFrame:
 
 def _load_text(record: RunRecord) -> str:
     cell = record.cell
-    if record.kind == "thermal-calibration":
+    if is_calibration(record):
         return str(record.metrics.get("load") or "thermal calibration")
     return (f"training {cell.get('model')} {cell.get('parallel_label')} z{cell.get('zero_stage')} "
             f"rc-{cell.get('recompute')} mb{cell.get('micro_batch')} s{cell.get('seq_len')} {cell.get('precision')}")
@@ -457,7 +464,7 @@ def keep_cell_profiles(cell_dir: str | Path, record: RunRecord, settings: Placem
 
     log = logging.getLogger(__name__)
     out: dict[str, Any] = {"cell_id": record.cell_id, "written": [], "current": [], "reasons": []}
-    calibration = record.kind == "thermal-calibration"
+    calibration = is_calibration(record)
     if not settings.profiles_dir or not (calibration or settings.derive_profiles):
         out["reasons"].append("placement.derive_profiles is off" if settings.profiles_dir else "no profiles folder")
         return out

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from calorimeter.plan.kinds import DEFAULT_KIND, KINDS, kind_of
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -102,7 +104,7 @@ class Cell:
     pp_split: tuple[int, ...] | None = None
     engine: str = "deepspeed"
     repeat: int = 0
-    kind: str = "train"
+    kind: str = DEFAULT_KIND
     placement: str = "default"
     lora_rank: int = 16
     command: str | None = None
@@ -128,6 +130,12 @@ class Cell:
         """Micro-batches per rank per optimizer step (0 if the batch does not divide)."""
         per = self.micro_batch * max(self.dp, 1)
         return self.global_batch // per if self.global_batch % per == 0 else 0
+
+    @property
+    def adapter_rank(self) -> int | None:
+        """The rank of the LoRA adapters of a kind that trains them on a frozen base (``lora``), else None."""
+        kind = KINDS.get(self.kind)
+        return self.lora_rank if kind is not None and kind.adapters else None
 
     @property
     def parallel_label(self) -> str:
@@ -160,13 +168,15 @@ class Cell:
         them reruns the same cell rather than creating a new one. A non-train cell is named by its kind and
         machine: ``collectives_h200-1x8``.
         """
-        if self.kind == "command":
+        kind = KINDS.get(self.kind)
+        form = kind.id_form if kind is not None else "machine"
+        if form == "label":
             shape = (f"_{self.model}" if self.model != "-" else "") + (
                 f"_mb{self.micro_batch}-gb{self.global_batch}-s{self.seq_len}")
             return (f"cmd-{self.label or 'command'}{shape}_{self.hardware}-{self.nodes}x{self.gpus_per_node}"
                     + (f"_{self.precision}" if self.precision != "bf16" else "") + (
                         f"_r{self.repeat}" if self.repeat else ""))
-        if self.kind not in TRAINING_KINDS:
+        if form != "layout":
             return f"{self.kind}_{self.hardware}-{self.nodes}x{self.gpus_per_node}" + (
                 f"_r{self.repeat}" if self.repeat else "")
         par = f"tp{self.tp}-pp{self.pp}-dp{self.dp}"
@@ -201,8 +211,8 @@ class Cell:
             parts.append("data-" + _slug(self.dataset))
         if self.placement != "default":
             parts.append(f"pl-{self.placement}")
-        if self.kind == "lora":
-            parts.append(f"lora-r{self.lora_rank}")
+        if kind is not None and kind.id_tag:
+            parts.append(kind.id_tag.format(**vars(self)))
         return "_".join(parts) + (f"_r{self.repeat}" if self.repeat else "")
 
     @property
@@ -238,8 +248,6 @@ class Cell:
 
 
 _FIELDS = fields(Cell)
-#: kinds that train the cell's model with its layout (the others are calibrations without a model)
-TRAINING_KINDS = ("train", "lora")
 #: fields of one kind only, and engine knobs newer than the records, left out of ``to_dict`` when unset
 _OMITTED_WHEN_UNSET = ("command", "label", "log_format", "pp_schedule", "bucket_elements", "prefetch_elements")
 
@@ -252,23 +260,16 @@ def _elements(n: int) -> str:
     return f"{n // 10 ** k}e{k}" if k >= 3 else str(n)
 
 
-#: what a ``command`` cell's own trainer decides, not calorimeter: the parallel layout, optimizer sharding, data, seed
-#: and learning rate (and the values derived from them)
-COMMAND_DECIDES = ("tp", "pp", "ep", "cp", "sequence_parallel", "zero_stage", "recompute", "recompute_layers",
-                   "overlap", "pp_split", "lora_rank", "dataset", "seed", "lr", "dp", "grad_accum", "parallel_label",
-                   "optimization_label")
-#: the ``engine`` of a ``command`` cell: its own command, launched by calorimeter (what it runs: the record's
-#: ``command`` section)
-COMMAND_ENGINE = "command"
-
-
 def as_recorded(d: dict[str, Any]) -> dict[str, Any]:
-    """A cell's parameters (``Cell.to_dict()`` or a plan's row of them) as records and tables show them: a
-    ``command`` cell says what it is, ``engine: command``, and None for what its command decides
-    (:data:`COMMAND_DECIDES`), never the engine's defaults; any other cell as it is."""
-    if d.get("kind") != "command":
+    """A cell's parameters (``Cell.to_dict()`` or a plan's row of them) as records and tables show them: a cell of a
+    kind whose own command decides parts of it (``command``, :attr:`calorimeter.plan.kinds.CellKind.decides`) says
+    what it is, its kind's ``engine``, and None for what its command decides, never the engine's defaults; any
+    other cell as it is."""
+    kind = kind_of(d.get("kind"))
+    if kind is None or not (kind.decides or kind.engine):
         return d
-    return {**d, **dict.fromkeys((k for k in COMMAND_DECIDES if k in d), None), "engine": COMMAND_ENGINE}
+    return {**d, **dict.fromkeys((k for k in kind.decides if k in d), None),
+            **({"engine": kind.engine} if kind.engine else {})}
 
 
 def _slug(path: str) -> str:

@@ -14,11 +14,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from calorimeter.plan.cell import TRAINING_KINDS, Cell
+from calorimeter.plan.cell import Cell
 from calorimeter.plan.config import ConfigError, load_config, subset_base_path
 from calorimeter.plan.config_errors import locate, short, suggest
 from calorimeter.plan.definitions import inline_model, register_sweep_definitions
 from calorimeter.plan.hardware import HardwareProfile, detect_profile, get_profile
+from calorimeter.plan.kinds import DEFAULT_KIND, get_kind
 from calorimeter.plan.models import get_model
 
 # Order of the product: the first key varies slowest.
@@ -62,15 +63,15 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str, source: str 
     par = values.pop("parallel", None) or {}
     values.update(par)
     model_name = values.pop("model", None)
-    kind = values.get("kind", "train")
-    if model_name is None and kind not in TRAINING_KINDS:
+    kind = get_kind(values.get("kind", DEFAULT_KIND))
+    if model_name is None and not kind.trains_model:
         model_name = NO_MODEL
     if model_name is None:
         raise ConfigError(f"{locate(source, lines, where)}: {where}: no 'model' (set it in the block or in "
                           "'defaults')")
     try:
         # a calibration kind trains no model; a command's model (optional) gives its FLOPs and MFU
-        declared = kind in TRAINING_KINDS or (kind == "command" and model_name != NO_MODEL)
+        declared = kind.trains_model or (kind.declares_model and model_name != NO_MODEL)
         model = get_model(model_name) if declared else None
     except KeyError as e:
         raise ConfigError(f"{at('model')}: {e.args[0]}") from None
@@ -203,7 +204,7 @@ def run_order_key(cell: Cell, seed: str) -> tuple[int, bool, str, bool]:
 
     layout = dataclasses.replace(cell, placement="default", repeat=0).cell_id
     h = hashlib.sha256(f"{seed}:{cell.repeat}:{layout}".encode()).hexdigest()
-    return cell.repeat, cell.kind in TRAINING_KINDS, h, cell.placement != "default"
+    return cell.repeat, get_kind(cell.kind).trains_model, h, cell.placement != "default"
 
 
 def _subset(config: dict[str, Any], chain: tuple[Path, ...]) -> list[Cell]:

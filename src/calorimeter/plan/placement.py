@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.layout import Layout
 from calorimeter.plan.models import ModelSpec, stage_block_counts
 from calorimeter.plan.work import stage_work
@@ -377,9 +378,8 @@ def _predicted(t_default: float, t: float) -> dict[str, float]:
 def profiles_host(cell: Cell, m: ModelSpec | None) -> bool:
     """Whether a recorded cell of this kind and layout can profile its hosts (:mod:`calorimeter.placement.profile`):
     a thermal calibration, or a dense training cell without pipeline stages (they load the GPUs unequally)."""
-    if getattr(cell, "kind", "train") == "thermal-calibration":
-        return True
-    return getattr(cell, "kind", "train") == "train" and cell.pp == 1 and m is not None and not m.is_moe
+    kind = get_kind(cell.kind)
+    return kind.profiles_hosts or (kind.placed and cell.pp == 1 and m is not None and not m.is_moe)
 
 
 def prerequisites(cell: Cell, cells: list[Cell]) -> list[str]:
@@ -387,5 +387,4 @@ def prerequisites(cell: Cell, cells: list[Cell]) -> list[str]:
     ``thermal-calibration`` cells of the same hardware, so that its host has a fresh profile when it decides."""
     if cell.placement != "thermal" or cell.pp == 1:
         return []
-    return [c.cell_id for c in cells
-            if getattr(c, "kind", "train") == "thermal-calibration" and c.hardware == cell.hardware]
+    return [c.cell_id for c in cells if get_kind(c.kind).profiles_hosts and c.hardware == cell.hardware]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calorimeter.plan.cell import TRAINING_KINDS, Cell
+from calorimeter.plan.cell import Cell
 from calorimeter.plan.checks import (
     build_memory_reasons,
     divisibility_reasons,
@@ -20,7 +20,7 @@ from calorimeter.plan.definitions import definitions_of
 from calorimeter.plan.flops import iteration_flops
 from calorimeter.plan.grid import expand
 from calorimeter.plan.hardware import get_profile
-from calorimeter.plan.kinds import kind_reasons
+from calorimeter.plan.kinds import get_kind, kind_reasons
 from calorimeter.plan.memory import estimate_memory
 from calorimeter.plan.models import get_model, padded_vocab_size, parameter_count
 from calorimeter.plan.time_limit import time_limit_reasons
@@ -66,13 +66,9 @@ class Plan:
 
 def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
     """Run every check on one cell."""
-    if cell.kind not in TRAINING_KINDS:  # a calibration kind: no model, no layout; only its own checks
-        reasons = kind_reasons(cell)
-        return PlannedCell(cell, "pruned" if reasons else "planned", reasons, {})
-    if cell.kind != "train":  # a training kind (lora): its own checks first, then the training checks
-        own = kind_reasons(cell)
-        if own:
-            return PlannedCell(cell, "pruned", own, {})
+    own = kind_reasons(cell)
+    if own or not get_kind(cell.kind).trains_model:  # a kind's own checks first; without a model, only them
+        return PlannedCell(cell, "pruned" if own else "planned", own, {})
     m = get_model(cell.model)
     hw = get_profile(cell.hardware)
     reasons = divisibility_reasons(cell, m)
@@ -85,7 +81,7 @@ def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
             reasons += memory_reasons(est, hw) + build_memory_reasons(cell, m, hw)
         fl = iteration_flops(m, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp,
                              padded_vocab=padded_vocab_size(m, cell.tp),
-                             lora_rank=cell.lora_rank if cell.kind == "lora" else None)
+                             lora_rank=cell.adapter_rank)
         estimates["model_flops_per_iteration"] = fl.model_flops
         pl_reasons, notes, pl_estimates = placement_checks(cell, m, hw, memory_check)
         reasons += pl_reasons

@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from calorimeter.plan.cell import TRAINING_KINDS, Cell
+from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.kinds import get_kind, kinds_where
 from calorimeter.plan.models import get_model
 from calorimeter.projection.catalogue import catalogue, repo_root
 from calorimeter.projection.coverage import reason_kind, uncovered
@@ -122,7 +123,7 @@ def measure_timing(sources: list[str], root: str | Path = ".") -> TimingFile:
                 rec = read_run_record(path)
             except RecordError:
                 continue
-            if not rec.ok or rec.kind not in TRAINING_KINDS:
+            if not rec.ok or rec.kind not in kinds_where(trains_model=True):
                 continue
             hw = str(rec.cell.get("hardware"))
             t = record_timing(rec)
@@ -404,7 +405,7 @@ def _code_digest() -> str:
 def _cell_key(cell: Cell) -> str:
     """The cell with the definitions of its model and hardware (a sweep may redefine either under one name)."""
     text = json.dumps(cell.to_dict(), sort_keys=True, default=str)
-    if cell.kind in TRAINING_KINDS:
+    if get_kind(cell.kind).trains_model:
         text += repr(get_model(cell.model)) + repr(get_profile(cell.hardware))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 

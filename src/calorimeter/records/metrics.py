@@ -35,9 +35,9 @@ def throughput_metrics(cell: Cell, iteration_times_s: list[float], peak_tflops: 
     t = statistics.fmean(iteration_times_s)
     model = get_model(cell.model)
     args = (model, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp)
-    lora = cell.lora_rank if cell.kind == "lora" else None
-    fl = iteration_flops(*args, padded_vocab=padded_vocab_size(model, cell.tp), lora_rank=lora)
-    causal = iteration_flops(*args, padded_vocab=padded_vocab_size(model, cell.tp), causal=True, lora_rank=lora)
+    fl = iteration_flops(*args, padded_vocab=padded_vocab_size(model, cell.tp), lora_rank=cell.adapter_rank)
+    causal = iteration_flops(*args, padded_vocab=padded_vocab_size(model, cell.tp), causal=True,
+                             lora_rank=cell.adapter_rank)
     samples_s = cell.global_batch / t
     tokens_s = samples_s * cell.seq_len
     out: dict[str, Any] = {

@@ -10,8 +10,9 @@ from typing import Any
 
 import pandas as pd
 
-from calorimeter.plan.cell import TRAINING_KINDS, Cell
+from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES
+from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.models import get_model
 from calorimeter.records import job_states
 from calorimeter.records.atomic import write_atomic, write_json_atomic, write_parquet_atomic
@@ -185,6 +186,7 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
         reason = (f"rank {failed[0].get('rank')}: {failed[0].get('error')}; " if failed else "") + \
             f"the launcher cancelled the job: {cancelled.get('why')}"
     profile = PROFILES.get(cell.hardware)
+    kind = get_kind(cell.kind)
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "cell_id": cell.cell_id,
@@ -192,14 +194,14 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
         "failure_class": failure_class,
         "reason": reason,
         "cell": cell.recorded(),  # a command cell as what it is, not with the engine's defaults
-        "model": get_model(cell.model).to_dict() if cell.kind in TRAINING_KINDS or (
-            cell.kind == "command" and cell.model != "-") else None,  # a command cell may declare its model
+        "model": get_model(cell.model).to_dict() if kind.trains_model or (
+            kind.declares_model and cell.model != "-") else None,  # a command cell may declare its model
         "hardware": profile.to_dict() if profile else {"name": cell.hardware},
         "plan_estimates": estimates or {},
     }
     peaks = [r["peak_memory_bytes"] for r in rank_results if r.get("peak_memory_bytes") is not None]
     record["peak_memory_bytes"] = max(peaks) if peaks else None
-    if status == "ok" and cell.kind not in TRAINING_KINDS:  # a calibration kind: its own summary, from rank 0
+    if status == "ok" and not kind.trains_model:  # a calibration kind: its own summary, from rank 0
         r0 = min(rank_results, key=lambda r: r["rank"])
         record["metrics"] = {"kind": cell.kind, **(r0.get("kind_metrics") or {})}
     elif status == "ok":

@@ -9,7 +9,7 @@ with the default an older or a failed record implies. ``data`` keeps the upgrade
 Version history: 1 (records before ``schema_version`` existed are read as 1: their differences are names, which the
 upgrade handles); 2: only additions and one correction, so a version-1 record reads as before: a
 ``command`` cell's ``cell`` says ``engine: command`` and None for what its command decides (layout, ZeRO stage,
-data, seed, learning rate: :data:`calorimeter.plan.cell.COMMAND_DECIDES`; version 1 gave the engine's defaults), and
+data, seed, learning rate: :data:`calorimeter.plan.kinds.COMMAND_DECIDES`; version 1 gave the engine's defaults), and
 its record has a ``command`` section (the command, how it was launched, the files it ran with their SHA-256, the
 packages it imported); ``evidence.rank_output`` holds every rank's output tail (the rank the reason names first)
 instead of ``evidence.log_tail``; failure classes ``node_lost`` and a ``timeout`` that was never requeued.
