@@ -17,6 +17,7 @@ from calorimeter.plan.cell import Cell
 from calorimeter.plan.config import validate_config
 from calorimeter.plan.settings import TelemetrySettings
 from calorimeter.records.paths import AttemptPaths
+from calorimeter.records.rank import RankOutput, RankReport
 
 
 @pytest.fixture
@@ -81,16 +82,17 @@ def test_rank_outputs_keep_every_ranks_tail_named_relative_to_the_checkout_first
         f"submitit INFO (2026-11-27 10:00:00,000) - Starting\n{kernels}:236: UserWarning: x\n/opt/torch/x.py:1: W\n")
     (attempt.submitit / "7_0_log.out").write_text("step 1\nRuntimeError: shape mismatch\n")
     (attempt.submitit / "7_1_log.out").write_text("")
-    results = [{"rank": 0, "status": "failed", "t_end_s": 10.0, "hostname": "h"},
-               {"rank": 1, "status": "failed", "t_end_s": 9.0, "hostname": "h"}]
+    results = [RankReport(rank=0, status="failed", t_end_s=10.0, hostname="h"),
+               RankReport(rank=1, status="failed", t_end_s=9.0, hostname="h")]
     outs = output.rank_outputs(attempt, "7", 3, results)
-    assert [(o["rank"], o["status"]) for o in outs] == [(0, "failed"), (1, "failed"), (2, "no result")]
-    assert outs[0]["stderr"] == ["src/calorimeter/train/kernels.py:236: UserWarning: x", "/opt/torch/x.py:1: W"]
-    assert outs[0]["stdout"] == ["step 1", "RuntimeError: shape mismatch"] and outs[1]["stdout"] == []
+    assert [(o.rank, o.status) for o in outs] == [(0, "failed"), (1, "failed"), (2, "no result")]
+    assert outs[0].stderr == ("src/calorimeter/train/kernels.py:236: UserWarning: x", "/opt/torch/x.py:1: W")
+    assert outs[0].stdout == ("step 1", "RuntimeError: shape mismatch") and outs[1].stdout == ()
+    assert [RankOutput.from_dict(o.to_dict()) for o in outs] == outs  # as the record keeps them
     # the rank the reason names first, then the others that failed in the order they failed, then the silent
     ordered = output.first_failed_first(outs, "rank 0 on host h: RuntimeError: shape mismatch", results)
-    assert [o["rank"] for o in ordered] == [0, 1, 2]
-    assert [o["rank"] for o in output.first_failed_first(outs, "SLURM CANCELLED", results)] == [1, 0, 2]
+    assert [o.rank for o in ordered] == [0, 1, 2]
+    assert [o.rank for o in output.first_failed_first(outs, "SLURM CANCELLED", results)] == [1, 0, 2]
     assert output.describe_outputs(ordered[:2], 2, "") == [
         "rank 0 on h (failed): src/calorimeter/train/kernels.py:236: UserWarning: x", "  /opt/torch/x.py:1: W",
         "rank 1 on h (failed): (no output)"]

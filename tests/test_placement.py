@@ -51,6 +51,7 @@ from calorimeter.plan.placement import (
 from calorimeter.plan.plan import check_cell
 from calorimeter.plan.settings import PlacementSettings
 from calorimeter.plan.work import stage_work
+from calorimeter.records.rank import RankReport
 
 REF = Path(__file__).resolve().parents[1] / "results" / "reference"
 X2 = REF / "h200x2-2026-11-21" / "gpu-llama8b"
@@ -430,11 +431,11 @@ def test_job_placement_sets_the_device_order_and_records_it(tmp_path: Path, monk
 
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-b,GPU-a"
     assert job.cell.pp_split == (17, 15) and job.cell.cell_id != _pp2().cell_id
-    views = [{"rank": r, "placement": job.record({"uuid": u}, r)} for r, u in ((0, "GPU-b"), (1, "GPU-a"))]
+    views = [RankReport(rank=r, placement=job.record({"uuid": u}, r)) for r, u in ((0, "GPU-b"), (1, "GPU-a"))]
     rec = placement_record(views)
     assert rec["applied"] and rec["pp_split"] == [17, 15] and all(r["device_verified"] for r in rec["ranks"])
     # a rank that got another GPU than intended makes the record say so
-    views[1]["placement"] = job.record({"uuid": "GPU-b"}, 1)
+    views[1].placement = job.record({"uuid": "GPU-b"}, 1)
     rec = placement_record(views)
     assert not rec["applied"] and "rank(s) [1]" in rec["reason"]
 

@@ -15,6 +15,7 @@ from calorimeter.figures import render
 from calorimeter.plan import make_plan
 from calorimeter.records.atomic import write_atomic, write_json_atomic
 from calorimeter.records.paths import CellPaths
+from calorimeter.records.rank import RankReport
 from calorimeter.records.record import (
     abandoned_record,
     build_record,
@@ -57,11 +58,11 @@ def test_records_and_tables_are_written_zstd_compressed_and_read_back_unchanged(
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "t.parquet"), df)
 
 
-def _rank(rank: int, status: str = "ok", t: float = 0.0, **kw: object) -> dict:
+def _rank(rank: int, status: str = "ok", t: float = 0.0, **kw: object) -> RankReport:
     steps = [{"step": s, "phase": "warmup" if s < 1 else "measured", "loss": 5.0 - s * 0.1, "time_s": 0.1 + rank * 0.01,
               "t_begin_s": 100.0 + s, "t_end_s": 100.1 + s} for s in range(3)]
-    return {"rank": rank, "status": status, "t_end_s": t, "steps": steps if status == "ok" else [],
-            "peak_memory_bytes": 1e9 * (rank + 1), **kw}
+    return RankReport.from_dict({"rank": rank, "status": status, "t_end_s": t, "steps": steps if status == "ok" else [],
+                                 "peak_memory_bytes": 1e9 * (rank + 1), **kw})
 
 
 def test_classify() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -16,7 +17,12 @@ from calorimeter.plan.cell import Cell
 from calorimeter.plan.config import validate_config
 from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.paths import AttemptPaths, CellPaths
+from calorimeter.records.rank import RankReport
 from calorimeter.records.record import classify_attempt
+
+
+def _reports(*ranks: dict) -> list[RankReport]:
+    return [RankReport.from_dict(r) for r in ranks]
 
 
 def _cell(**kw) -> Cell:
@@ -83,7 +89,7 @@ def test_config_errors_are_caught_before_submission(monkeypatch: pytest.MonkeyPa
     ([{"rank": 0, "status": "ok"}], "FAILED", ("transient", "transient")),  # rank 1 left nothing
 ])
 def test_failure_classes(ranks: list, state: str, want: tuple) -> None:
-    status, failure_class, reason = classify_attempt(ranks, 2, None, state)
+    status, failure_class, reason = classify_attempt(_reports(*ranks), 2, None, state)
     assert (status, failure_class) == want, reason
 
 
@@ -92,11 +98,14 @@ def test_a_death_after_a_deterministic_failure_is_its_consequence() -> None:
     before the first failure (or a failure that names a lost peer) is the cause."""
     death = {"rank": 1, "host": "node2", "pid": 5, "t_detected_s": 11.0}
     bug = [{"rank": 0, "status": "failed", "error": "ValueError: bad shape", "t_end_s": 10.0}]
-    assert classify_attempt(bug, 2, None, "FAILED", {k: v for k, v in death.items() if k != "t_detected_s"})[:2] == (
-        "failed", "failed")  # srun's own account (no detection time): the failure came first
-    assert classify_attempt(bug, 2, None, None, death)[:2] == ("failed", "failed")
-    assert classify_attempt([dict(bug[0], t_end_s=12.0)], 2, None, None, death)[:2] == ("transient", "peer_died")
-    reset = [{"rank": 0, "status": "failed", "error": "RuntimeError: Connection reset by peer", "t_end_s": 10.0}]
+    srun_said = {k: v for k, v in death.items() if k != "t_detected_s"}
+    # srun's own account (no detection time): the failure came first
+    assert classify_attempt(_reports(*bug), 2, None, "FAILED", srun_said)[:2] == ("failed", "failed")
+    assert classify_attempt(_reports(*bug), 2, None, None, death)[:2] == ("failed", "failed")
+    assert classify_attempt(_reports(dict(bug[0], t_end_s=12.0)), 2, None, None, death)[:2] == ("transient",
+                                                                                                 "peer_died")
+    reset = _reports({"rank": 0, "status": "failed", "error": "RuntimeError: Connection reset by peer",
+                      "t_end_s": 10.0})
     status, klass, reason = classify_attempt(reset, 2, None, None, death)
     assert (status, klass) == ("transient", "peer_died") and reason.startswith("rank 1 on host node2 (pid 5)")
 
@@ -117,7 +126,7 @@ def test_collect_sets_interrupted_runs_aside(tmp_path: Path) -> None:
     (staging / "rank-0.json").write_text(json.dumps({"rank": 0, "status": "ok", "restart": 1}))
     (staging / "rank-1.json").write_text(json.dumps({"rank": 1, "status": "failed", "restart": 0}))
     got = submit._collect(AttemptPaths(tmp_path))
-    assert [r["rank"] for r in got] == [0]
+    assert [r.rank for r in got] == [0]
     assert (tmp_path / "interrupted" / "restart-0" / "rank-1.json").is_file()
 
 
@@ -317,7 +326,7 @@ def test_slurm_wait_decisions_bound_a_lost_node_and_never_run_two_copies() -> No
     assert LauncherSettings().node_lost_wait_s <= 600  # the default: at most 10 minutes
 
     now = 10_000.0
-    ok = [{"rank": 0, "status": "ok", "t_end_s": now - 1}, {"rank": 1, "status": "ok", "t_end_s": now - 1}]
+    ok = _reports({"rank": 0, "status": "ok", "t_end_s": now - 1}, {"rank": 1, "status": "ok", "t_end_s": now - 1})
     assert slurm_decision(True, None, ok, 2, now, None, WAIT_S)[0] == "return"
     # requeued after NODE_FAIL: waited for (submitit may even call it done), never resubmitted beside it ...
     assert slurm_decision(True, "PENDING", [], 2, now, now - 5, WAIT_S)[0] == "wait"
@@ -331,13 +340,13 @@ def test_slurm_wait_decisions_bound_a_lost_node_and_never_run_two_copies() -> No
     action, why = slurm_decision(False, "PENDING", [], 2, now, now - WAIT_S - 1, WAIT_S)
     assert action == "node_lost" and "no node took the lost one's place" in why and "node_lost_wait_s" in why
     # a rank failed (its peer's node is gone) and SLURM has not noticed: the job is ended after the grace
-    failed = [{"rank": 0, "status": "failed", "error": "Connection reset by peer", "t_end_s": now - 5}]
+    failed = _reports({"rank": 0, "status": "failed", "error": "Connection reset by peer", "t_end_s": now - 5})
     assert slurm_decision(False, "RUNNING", failed, 2, now, None, WAIT_S)[0] == "wait"
-    failed[0]["t_end_s"] = now - FAILED_RANK_GRACE_S - 1
+    failed[0].t_end_s = now - FAILED_RANK_GRACE_S - 1
     assert slurm_decision(False, "RUNNING", failed, 2, now, None, WAIT_S)[0] == "cancel"
     # every rank's result written, the job held COMPLETING by a stopped slurmd: not waited for
     assert slurm_decision(False, "COMPLETING", ok, 2, now, None, WAIT_S)[0] == "wait"
-    late = [dict(r, t_end_s=now - COMPLETING_GRACE_S - 1) for r in ok]
+    late = [dataclasses.replace(r, t_end_s=now - COMPLETING_GRACE_S - 1) for r in ok]
     assert slurm_decision(False, "COMPLETING", late, 2, now, None, WAIT_S)[0] == "return"
     assert slurm_decision(False, "COMPLETING", late[:1], 2, now, None, WAIT_S)[0] == "wait"  # a rank's result missing
 
@@ -350,13 +359,13 @@ def test_a_job_cancelled_by_the_launcher_is_classed_by_its_cause(tmp_path: Path)
     rec = build_record(cell, [], {"executor": "slurm"}, None, {"slurm": {"state": "CANCELLED by 0"},
                                                                  "launcher_cancelled": why})
     assert (rec["status"], rec["failure_class"]) == ("transient", "node_fail") and why["why"] in rec["reason"]
-    ranks = [{"rank": 1, "status": "failed", "error": "RuntimeError: Connection reset by peer", "t_end_s": 1.0,
-              "hostname": "node2"}]
+    ranks = _reports({"rank": 1, "status": "failed", "error": "RuntimeError: Connection reset by peer", "t_end_s": 1.0,
+                      "hostname": "node2"})
     rec = build_record(cell, ranks, {"executor": "slurm"}, None, {"slurm": {"state": "CANCELLED"},
                                                                     "launcher_cancelled": {"why": "rank 1 failed"}})
     assert (rec["status"], rec["failure_class"]) == ("transient", "peer_died")
     assert rec["reason"].startswith("rank 1: RuntimeError: Connection reset by peer; the launcher cancelled")
-    ranks[0]["error"] = "ValueError: a bug"  # a deterministic error stays one, whoever ended the job
+    ranks[0].error = "ValueError: a bug"  # a deterministic error stays one, whoever ended the job
     rec = build_record(cell, ranks, {"executor": "slurm"}, None, {"slurm": {"state": "CANCELLED"},
                                                                     "launcher_cancelled": {"why": "rank 1 failed"}})
     assert (rec["status"], rec["failure_class"]) == ("failed", "failed")

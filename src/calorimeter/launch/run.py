@@ -19,6 +19,7 @@ from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.atomic import read_json_object, write_atomic, write_json_atomic
 from calorimeter.records.paths import CellPaths, record_files, results_relative
+from calorimeter.records.rank import RankOutput
 from calorimeter.records.record import TransientCellError, build_record, steps_frame, write_cell_record
 from calorimeter.telemetry.collect import collect_telemetry
 
@@ -31,16 +32,16 @@ def _evidence(outcome: LaunchOutcome, sweep_file: str | None = None) -> dict[str
     """What the launcher saw besides the ranks' own results: SLURM's state and exit code, requeues, every rank's
     output tail, the rank that died first, why the launcher ended the job."""
     ev: dict[str, Any] = {"launcher_error": outcome.launcher_error, "reattached": outcome.reattached,
-                          "requeues": outcome.requeues, "rank_output": outcome.rank_output,
-                          "rank_status": {str(r.get("rank")): r.get("status") for r in outcome.rank_results},
-                          "rank_restart": {str(r.get("rank")): r.get("restart") for r in outcome.rank_results}}
+                          "requeues": outcome.requeues, "rank_output": [o.to_dict() for o in outcome.rank_output],
+                          "rank_status": {str(r.rank): r.status for r in outcome.rank_results},
+                          "rank_restart": {str(r.rank): r.restart for r in outcome.rank_results}}
     if outcome.slurm is not None:
         ev["slurm"] = outcome.slurm
     death = peer_death(outcome.attempt)
     if death is None and outcome.executor == "slurm":  # SLURM's own account of the rank that went first
         # srun's own stderr (in the batch step's log, rank 0's) first: the launcher's error holds a cut tail of it
-        texts = [*("\n".join(o["stderr"]) for o in outcome.rank_output), outcome.launcher_error or ""]
-        with_result = {int(r.get("rank", -1)) for r in outcome.rank_results}
+        texts = [*("\n".join(o.stderr) for o in outcome.rank_output), outcome.launcher_error or ""]
+        with_result = {r.rank for r in outcome.rank_results}
         death = heartbeat_death(outcome.attempt, with_result) or srun_death(texts, with_result)
     if death is not None:
         ev["peer_died"] = death
@@ -60,21 +61,16 @@ def _record(cell: Cell, outcome: LaunchOutcome, estimates: dict[str, Any] | None
               "requeues": len([e for e in outcome.requeues if e.get("requeued")])}
     record = build_record(cell, outcome.rank_results, launch, estimates,
                           _evidence(outcome, settings.sweep_file))
-    record["evidence"]["rank_output"] = first_failed_first(outcome.rank_output, record["reason"],
-                                                           outcome.rank_results)
+    record["evidence"]["rank_output"] = [o.to_dict() for o in first_failed_first(
+        outcome.rank_output, record["reason"], outcome.rank_results)]
     placement = placement_record(outcome.rank_results)
     if placement is not None:
         record["placement"] = placement
     kind = get_kind(cell.kind)
     if kind.provenance:  # a command's: what it ran, its files' hashes, the packages it imported
-        record[kind.name] = read_json_object(outcome.attempt.run(_restart(outcome)).root / kind.provenance) or {
+        record[kind.name] = read_json_object(outcome.run.root / kind.provenance) or {
             "command": cell.command, "note": "rank 0 wrote no provenance (it ended before its command did)"}
     return record
-
-
-def _restart(outcome: LaunchOutcome) -> int:
-    """The job's run the results come from (its last)."""
-    return max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)
 
 
 def run_cell(cell: Cell, settings: LauncherSettings, paths: CellPaths, estimates: dict[str, Any] | None = None
@@ -121,7 +117,7 @@ def run_cell(cell: Cell, settings: LauncherSettings, paths: CellPaths, estimates
 
 def _log_outputs(cell: Cell, record: dict[str, Any]) -> None:
     """Every rank's last lines in the cell's log, the rank the reason names first."""
-    outputs = record.get("evidence", {}).get("rank_output") or []
+    outputs = [RankOutput.from_dict(o) for o in record.get("evidence", {}).get("rank_output") or []]
     if outputs:
         log.warning("cell %s: each rank's last lines:\n%s", cell.cell_id, "\n".join(describe_outputs(outputs, 5)))
 
@@ -190,7 +186,7 @@ def _collect_telemetry(outcome: LaunchOutcome, paths: CellPaths, record: dict[st
     A failure here never loses the measurement: it is logged and noted in the record.
     """
     try:
-        return collect_telemetry(outcome.attempt.run(_restart(outcome)), paths, outcome.rank_results)
+        return collect_telemetry(outcome.run, paths, outcome.rank_results)
     except Exception as e:  # noqa: BLE001
         if is_disk_full(e):
             raise
@@ -204,7 +200,7 @@ def _collect_kind_outputs(cell: Cell, outcome: LaunchOutcome, paths: CellPaths) 
     folder, atomically and before run.json; the attempt keeps its own copies."""
     import shutil
 
-    run_dir = outcome.attempt.run(_restart(outcome)).root
+    run_dir = outcome.run.root
     copied = []
     for name in get_kind(cell.kind).outputs:
         src = run_dir / name

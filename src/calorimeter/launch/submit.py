@@ -42,8 +42,9 @@ from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.job import JobRecord, read_job_record
 from calorimeter.records.job_states import AFTER_A_RUN, ENDED, RESTARTING, base_state
-from calorimeter.records.paths import AttemptPaths, CellPaths
+from calorimeter.records.paths import AttemptPaths, CellPaths, RunPaths
 from calorimeter.records.progress import ProgressLog
+from calorimeter.records.rank import RankOutput, RankReport, last_restart, last_run, read_rank_reports
 from calorimeter.records.record import abandoned_record, describe_death
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class LaunchOutcome:
     attempt: AttemptPaths
     job_id: str
     executor: str
-    rank_results: list[dict[str, Any]] = field(default_factory=list)
+    rank_results: list[RankReport] = field(default_factory=list)
     launcher_error: str | None = None
     wall_time_s: float = 0.0
     reattached: bool = False
@@ -68,7 +69,12 @@ class LaunchOutcome:
     slurm: dict[str, Any] | None = None
     requeues: list[dict[str, Any]] = field(default_factory=list)
     #: every rank's output tail (:func:`calorimeter.launch.output.rank_outputs`)
-    rank_output: list[dict[str, Any]] = field(default_factory=list)
+    rank_output: list[RankOutput] = field(default_factory=list)
+
+    @property
+    def run(self) -> RunPaths:
+        """The run of the job the rank results come from (its last)."""
+        return self.attempt.run(last_restart(self.rank_results))
 
 
 def resolve_executor(name: str) -> str:
@@ -215,18 +221,6 @@ def _job_handle(job: JobRecord, attempt: AttemptPaths, world_size: int) -> submi
     return None  # a local attempt's processes died with the process that started them
 
 
-def _current_results(attempt: AttemptPaths) -> list[dict[str, Any]]:
-    """The rank results written so far by the job's current run (the highest restart)."""
-    found = []
-    for f in attempt.rank_jsons():
-        try:
-            found.append(json.loads(f.read_text()))
-        except (OSError, ValueError):
-            continue
-    last = max((int(r.get("restart") or 0) for r in found), default=0)
-    return [r for r in found if int(r.get("restart") or 0) == last]
-
-
 def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None, watch: PeerWatch | None = None,
           slurm: tuple[AttemptPaths, int] | None = None, node_lost_wait_s: float = math.inf
           ) -> dict[str, Any] | None:
@@ -257,7 +251,8 @@ def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None,
                     waiting_since = time.time()
             elif live not in AFTER_A_RUN:
                 waiting_since = None
-            action, why = slurm_decision(done, live, _current_results(attempt), world_size, time.time(),
+            current = last_run([r for _, r in read_rank_reports(attempt)])  # the results of its run so far
+            action, why = slurm_decision(done, live, current, world_size, time.time(),
                                          waiting_since, node_lost_wait_s)
             if action in ("cancel", "node_lost"):
                 log.warning("job %s: %s: cancelling it", job.job_id, why)
@@ -298,26 +293,16 @@ def _node_failed(job_id: str, live: str | None) -> bool:
     return bool(states) and states[-1] == "NODE_FAIL"
 
 
-def _collect(attempt: AttemptPaths) -> list[dict[str, Any]]:
+def _collect(attempt: AttemptPaths) -> list[RankReport]:
     """Rank results of the attempt's last run; results of runs interrupted by a requeue are moved aside."""
-    found = []
-    for f in attempt.rank_jsons():
-        try:
-            found.append((f, json.loads(f.read_text())))
-        except (OSError, ValueError):
-            continue
-    if not found:
-        return []
-    last = max(int(r.get("restart", 0)) for _, r in found)
-    results = []
+    found = read_rank_reports(attempt)
+    last = last_restart([r for _, r in found])
     for f, r in found:
-        if int(r.get("restart", 0)) < last:
-            dest = attempt.interrupted(int(r.get("restart", 0)))
+        if r.restart < last:
+            dest = attempt.interrupted(r.restart)
             dest.mkdir(parents=True, exist_ok=True)
             f.replace(dest / f.name)
-        else:
-            results.append(r)
-    return sorted(results, key=lambda r: int(r.get("rank", 0)))
+    return last_run([r for _, r in found])
 
 
 def _requeue_events(attempt: AttemptPaths) -> list[dict[str, Any]]:
@@ -358,7 +343,7 @@ def launch_cell(cell: Cell, settings: LauncherSettings, paths: CellPaths) -> Lau
                      attempt.name, state)
         else:
             results = _collect(attempt)
-            if len(results) == cell.world_size and all(r.get("status") == "ok" for r in results):
+            if len(results) == cell.world_size and all(r.ok for r in results):
                 log.info("cell %s: attempt %s finished after its launcher died; using it", cell.cell_id,
                          attempt.name)
                 return LaunchOutcome(attempt, info.job_id, info.executor, results, None, 0.0, True)

@@ -42,6 +42,7 @@ from typing import Any
 from calorimeter.records import job_states
 from calorimeter.records.atomic import read_json_object, write_json_atomic
 from calorimeter.records.paths import AttemptPaths
+from calorimeter.records.rank import RankReport
 
 #: the file of the first rank death the launcher saw, in the attempt folder
 PEER_DIED = "peer_died.json"
@@ -375,7 +376,7 @@ FAILED_RANK_GRACE_S = 30.0
 COMPLETING_GRACE_S = 10.0
 
 
-def slurm_decision(done: bool, live_state: str | None, results: list[dict[str, Any]], world_size: int,
+def slurm_decision(done: bool, live_state: str | None, results: list[RankReport], world_size: int,
                    now: float, waiting_since: float | None, node_lost_wait_s: float) -> tuple[str, str]:
     """What the launcher does with a SLURM job it waits for: (``wait`` | ``return`` | ``cancel`` | ``node_lost``,
     why); ``node_lost`` cancels it too.
@@ -408,14 +409,15 @@ def slurm_decision(done: bool, live_state: str | None, results: list[dict[str, A
         return "wait", f"requeued by SLURM ({live_state})"
     if done:
         return "return", "ended"
-    failed = [r for r in results if r.get("status") not in ("ok", None)]
+    failed = [r for r in results if r.status not in ("ok", "")]
     if failed and live_state == "RUNNING":
-        first = min(failed, key=lambda r: float(r.get("t_end_s") or now))
-        if now - float(first.get("t_end_s") or now) > FAILED_RANK_GRACE_S:
-            return "cancel", (f"rank {first.get('rank')} failed {now - float(first['t_end_s']):.0f} s ago and the job "
-                              "still runs (a lost node SLURM has not noticed yet)")
+        first = min(failed, key=lambda r: r.t_end_s or now)
+        ended_s = first.t_end_s or now
+        if now - ended_s > FAILED_RANK_GRACE_S:
+            return "cancel", (f"rank {first.rank} failed {now - ended_s:.0f} s ago and the job still runs (a lost "
+                              "node SLURM has not noticed yet)")
     if live_state == "COMPLETING" and len(results) >= world_size:
-        last = max(float(r.get("t_end_s") or now) for r in results)
+        last = max(r.t_end_s or now for r in results)
         if now - last > COMPLETING_GRACE_S:
             return "return", "every rank wrote its result; the job is still COMPLETING (a node's slurmd is gone?)"
     return "wait", ""

@@ -48,6 +48,7 @@ from calorimeter.plan.placement import (
 )
 from calorimeter.plan.settings import PROFILES_DIR, PlacementSettings
 from calorimeter.records.paths import CellPaths
+from calorimeter.records.rank import RankReport
 from calorimeter.records.run_record import read_run_record
 
 log = logging.getLogger(__name__)
@@ -301,16 +302,16 @@ class JobPlacement:
         return out
 
 
-def placement_record(rank_results: list[dict[str, Any]]) -> dict[str, Any] | None:
+def placement_record(rank_results: list[RankReport]) -> dict[str, Any] | None:
     """The cell's ``placement`` block of run.json from its ranks' views (None when no rank reported one).
 
     The decision is rank 0's; ``applied`` is true only if every rank applied the same decision and every moved rank
     got the GPU intended for it (otherwise ``reason`` says what went wrong).
     """
-    views = [(r.get("rank"), r["placement"]) for r in rank_results if isinstance(r.get("placement"), dict)]
+    views = sorted(((r.rank, r.placement) for r in rank_results if isinstance(r.placement, dict)),
+                   key=lambda x: x[0])
     if not views:
         return None
-    views.sort(key=lambda x: (x[0] is None, x[0]))
     out = {k: v for k, v in views[0][1].items()
            if k not in ("intended_uuid", "device_uuid", "device_verified", "node", "cuda_visible_devices")}
     out["ranks"] = [{"rank": r, **{k: v.get(k) for k in ("node", "intended_uuid", "device_uuid", "device_verified",

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from calorimeter.records.legacy import upgrade_record
+from calorimeter.records.rank import RankOutput
 
 #: the run.json format written today
 SCHEMA_VERSION = 2
@@ -132,10 +133,10 @@ class RunRecord:
         return _mapping(self.data, "command")
 
     @property
-    def rank_output(self) -> list[dict[str, Any]]:
+    def rank_output(self) -> list[RankOutput]:
         """Every rank's output tail, the rank the reason names first (``evidence.rank_output``; empty before
         version 2)."""
-        return list(_mapping(self.data, "evidence").get("rank_output") or [])
+        return [RankOutput.from_dict(o) for o in _mapping(self.data, "evidence").get("rank_output") or []]
 
     @property
     def ranks(self) -> list[dict[str, Any]]:
