@@ -47,7 +47,7 @@ def sweep_status(plan: Plan, now: float | None = None, cost: SweepCost | None = 
     scheduler = slurm_view(jobs)
     cells = [cell_status(pc, f, scheduler, now) for pc, f in zip(plan.cells, folders, strict=True)]
     cost = cost if cost is not None else sweep_cost(plan)
-    eta = estimate(plan.cells, cells, int(plan.config.get("telemetry", {}).get("profile_steps", 0) or 0),
+    eta = estimate(plan.cells, cells, plan.settings.telemetry.profile_steps,
                    cost.by_id())
     return SweepStatus(plan, cells, eta, now, scheduler is not None)
 

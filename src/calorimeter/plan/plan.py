@@ -23,6 +23,7 @@ from calorimeter.plan.hardware import get_profile
 from calorimeter.plan.kinds import get_kind, kind_reasons
 from calorimeter.plan.memory import estimate_memory
 from calorimeter.plan.models import get_model, padded_vocab_size, parameter_count
+from calorimeter.plan.settings import LauncherSettings
 from calorimeter.plan.time_limit import time_limit_reasons
 
 
@@ -50,6 +51,11 @@ class Plan:
     results_dir: str
     config: dict[str, Any]
     cells: list[PlannedCell]
+
+    @property
+    def settings(self) -> LauncherSettings:
+        """The sweep's launcher, telemetry and placement settings."""
+        return LauncherSettings.from_config(self.config)
 
     @property
     def runnable(self) -> list[PlannedCell]:
@@ -118,13 +124,10 @@ def _plan(cfg: dict[str, Any]) -> Plan:
 def _prune_beyond_time_limit(cells: list[PlannedCell], cfg: dict[str, Any]) -> None:
     """Prune the planned cells that cannot finish within ``launcher.timeout_min`` (:mod:`calorimeter.plan.time_limit`).
     """
-    timeout_min = int((cfg.get("launcher") or {}).get("timeout_min") or 0)
-    profile_steps = int((cfg.get("telemetry") or {}).get("profile_steps") or 0)
-    if timeout_min <= 0:
-        return
+    settings = LauncherSettings.from_config(cfg)
     for pc in cells:
         if pc.status == "planned":
-            why = time_limit_reasons(pc.cell, pc.estimates, timeout_min, profile_steps)
+            why = time_limit_reasons(pc.cell, pc.estimates, settings.timeout_min, settings.telemetry.profile_steps)
             if why:
                 pc.status, pc.reasons = "pruned", [*pc.reasons, *why]
 
