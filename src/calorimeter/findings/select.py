@@ -20,15 +20,12 @@ import numpy as np
 import pandas as pd
 
 from calorimeter.findings.stats import Effect, mean_interval, welch, within_slope
+from calorimeter.plan.vocabulary import CONFIGURATION
 from calorimeter.records.legacy import config_ids
 
-#: parameters that define a configuration; a comparison holds every one of them fixed but its knob
-#: (columns a table does not have are skipped: ``placement``, ``kind`` and ``engine`` are newer)
-CONFIG_PARAMS: tuple[str, ...] = (
-    "model", "hardware", "nodes", "gpus_per_node", "world_size", "tp", "pp", "dp", "ep", "cp", "sequence_parallel",
-    "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch", "seq_len", "precision",
-    "pp_split", "placement", "kind", "engine",
-)  # fmt: skip
+#: parameters that define a configuration (the cell's vocabulary); a comparison holds every one of them fixed but its
+#: knob (columns a table does not have are skipped: ``placement``, ``kind`` and ``engine`` are newer)
+CONFIG_PARAMS: tuple[str, ...] = CONFIGURATION
 #: a parallel layout (what Fig. 4 compares)
 LAYOUT_PARAMS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "sequence_parallel", "zero_stage", "pp_split")
 

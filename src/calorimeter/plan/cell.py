@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-from calorimeter.plan.kinds import DEFAULT_KIND, KINDS, kind_of
+from calorimeter.plan.kinds import DEFAULT_KIND, KINDS, CellKind, kind_of
+from calorimeter.plan.vocabulary import OPTIONAL
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,7 @@ class Cell:
         # fields are plain values: a shallow read gives what asdict() gives, without its deep copies (planning and
         # the workflow call this once per cell and figure)
         d = {f.name: getattr(self, f.name) for f in _FIELDS
-             if f.name not in _OMITTED_WHEN_UNSET or getattr(self, f.name) is not None}
+             if f.name not in OPTIONAL or getattr(self, f.name) is not None}
         d["pp_split"] = list(self.pp_split) if self.pp_split else None
         d.update(cell_id=self.cell_id, config_id=self.config_id, world_size=self.world_size, dp=self.dp,
                  grad_accum=self.grad_accum, parallel_label=self.parallel_label,
@@ -248,8 +250,6 @@ class Cell:
 
 
 _FIELDS = fields(Cell)
-#: fields of one kind only, and engine knobs newer than the records, left out of ``to_dict`` when unset
-_OMITTED_WHEN_UNSET = ("command", "label", "log_format", "pp_schedule", "bucket_elements", "prefetch_elements")
 
 
 def _elements(n: int) -> str:
@@ -258,6 +258,79 @@ def _elements(n: int) -> str:
     while n and n % 10 ** (k + 1) == 0:
         k += 1
     return f"{n // 10 ** k}e{k}" if k >= 3 else str(n)
+
+
+def _count(text: str) -> int:
+    """The inverse of :func:`_elements`."""
+    base, _, exp = text.partition("e")
+    return int(base) * 10 ** int(exp or 0)
+
+
+#: the grammar of a cell id, one pattern per form of :attr:`Cell.cell_id` (a name holding ``_`` is split at the last
+#: place that parses; the id reads back the same)
+_MACHINE = r"(?P<hardware>[A-Za-z0-9][A-Za-z0-9.-]*?)-(?P<nodes>\d+)x(?P<gpus_per_node>\d+)"
+_PRECISION = r"(?:_(?P<precision>fp32|fp16))?"
+_REPEAT = r"(?:_r(?P<repeat>\d+))?$"
+_ID_FORMS = {
+    "label": re.compile(r"^cmd-(?P<label>[A-Za-z0-9][A-Za-z0-9.-]*?)(?:_(?P<model>.+?))?"
+                        rf"_mb(?P<micro_batch>\d+)-gb(?P<global_batch>\d+)-s(?P<seq_len>\d+)_{_MACHINE}{_PRECISION}"
+                        + _REPEAT),
+    "machine": re.compile(rf"^(?P<kind>[a-z][a-z-]*)_{_MACHINE}{_REPEAT}"),
+    "layout": re.compile(
+        rf"^(?P<model>.+?)_{_MACHINE}_tp(?P<tp>\d+)-pp(?P<pp>\d+)-dp\d+(?:-ep(?P<ep>\d+))?(?:-cp(?P<cp>\d+))?"
+        r"(?P<sequence_parallel>-sp)?(?:-split(?P<pp_split>\d+(?:\.\d+)*))?(?:-(?P<pp_schedule>[a-z][a-z0-9]*))?"
+        r"_z(?P<zero_stage>\d)(?:-bk(?P<bucket_elements>\d+(?:e\d+)?))?(?:-pf(?P<prefetch_elements>\d+(?:e\d+)?))?"
+        r"_rc-(?P<recompute>[a-z]+?)(?P<recompute_layers>\d+)?_ov-(?P<overlap>on|off)"
+        rf"_mb(?P<micro_batch>\d+)-gb(?P<global_batch>\d+)-s(?P<seq_len>\d+){_PRECISION}"
+        r"(?:_data-(?P<dataset>[A-Za-z0-9.-]+))?(?:_pl-(?P<placement>[a-z]+))?(?:_(?P<tag>[a-z]+-[a-z0-9]+))?"
+        + _REPEAT),
+}
+#: how each field named in an id is read back
+_READ = {"nodes": int, "gpus_per_node": int, "tp": int, "pp": int, "ep": int, "cp": int, "zero_stage": int,
+         "recompute_layers": int, "micro_batch": int, "global_batch": int, "seq_len": int, "repeat": int,
+         "sequence_parallel": bool, "overlap": lambda v: v == "on", "bucket_elements": _count,
+         "prefetch_elements": _count, "pp_split": lambda v: tuple(int(n) for n in v.split("."))}
+
+
+def parse_cell_id(cell_id: str, sweep: str = "") -> Cell:
+    """The cell an id names (the one parser of :attr:`Cell.cell_id`): the parameters the id holds, the others at
+    their defaults (a dataset as its name in the id); its ``cell_id`` is ``cell_id``.
+
+    Raises:
+        ValueError: the id has none of the forms (or names a kind this version does not know).
+    """
+    for form, pattern in _ID_FORMS.items():
+        m = pattern.match(cell_id)
+        if m is None:
+            continue
+        values = {k: _READ.get(k, str)(v) for k, v in m.groupdict().items() if v is not None}
+        tag = values.pop("tag", "")
+        kinds = [k for k in KINDS.values() if k.id_form == form and (form == "machine" or _tag_of(k, tag) is not None)]
+        if form == "machine":
+            kinds = [k for k in kinds if k.name == values["kind"]]
+        if len(kinds) != 1:
+            break
+        kind = kinds[0]
+        if tag:
+            values.update(_tag_of(kind, tag) or {})
+        values = {"model": "-", "precision": "bf16", **values, "kind": kind.name}
+        if form == "machine":
+            values["precision"] = Cell.precision
+        cell = Cell(sweep=sweep, **values)
+        if cell.cell_id == cell_id:
+            return cell
+        break
+    raise ValueError(f"{cell_id!r} is not a cell id")
+
+
+def _tag_of(kind: CellKind, tag: str) -> dict[str, int] | None:
+    """The fields a layout-form kind's id tag holds (``lora-r16``: lora_rank 16); {} for a kind without a tag and an
+    id without one; None when they do not match."""
+    if not kind.id_tag:
+        return {} if not tag else None
+    pattern = re.sub(r"\\{(\w+)\\}", r"(?P<\1>\\d+)", re.escape(kind.id_tag))
+    m = re.fullmatch(pattern, tag)
+    return {k: int(v) for k, v in m.groupdict().items()} if m else None
 
 
 def as_recorded(d: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +20,9 @@ from calorimeter.plan.definitions import inline_model, register_sweep_definition
 from calorimeter.plan.hardware import HardwareProfile, detect_profile, get_profile
 from calorimeter.plan.kinds import DEFAULT_KIND, get_kind
 from calorimeter.plan.models import get_model
+from calorimeter.plan.vocabulary import AXES, PARAMETERS
 
-# Order of the product: the first key varies slowest.
-AXES = ("kind", "model", "hardware", "nodes", "gpus_per_node", "parallel", "tp", "pp", "ep", "cp", "sequence_parallel",
-        "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch", "seq_len",
-        "warmup", "warmup_steps", "warmup_max_steps", "warmup_max_s", "steady_window_s", "steady_slope_c_per_min",
-        "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr", "placement", "command", "label",
-        "log_format", "lora_rank", "pp_schedule", "bucket_elements", "prefetch_elements")
-CELL_FIELDS = {f.name for f in fields(Cell)}
+CELL_FIELDS = set(PARAMETERS)
 #: the model field of cells whose kind trains nothing
 NO_MODEL = "-"
 #: cells one sweep may expand to; a larger grid is refused before it is expanded (split it into several sweeps)

@@ -25,6 +25,7 @@ from calorimeter.plan.memory import estimate_memory
 from calorimeter.plan.models import get_model, padded_vocab_size, parameter_count
 from calorimeter.plan.settings import LauncherSettings
 from calorimeter.plan.time_limit import time_limit_reasons
+from calorimeter.plan.vocabulary import PLAN_COLUMNS
 
 
 @dataclass
@@ -137,10 +138,9 @@ def plan_file(path: str | Path) -> Plan:
     return _plan(load_config(path))
 
 
-TABLE_COLUMNS = (
-    "cell_id", "status", "model", "params_b", "hardware", "world_size", "tp", "pp", "dp",
-    "ep", "zero_stage", "recompute", "overlap", "micro_batch", "global_batch", "seq_len", "mem_total_gb", "reasons",
-)
+#: the plan table's columns: the parameters it shows (the cell's vocabulary), the id followed by the plan status and
+#: the model by its size, then the memory estimate and the reasons
+TABLE_COLUMNS = (PLAN_COLUMNS[0], "status", PLAN_COLUMNS[1], "params_b", *PLAN_COLUMNS[2:], "mem_total_gb", "reasons")
 
 
 def format_table(plan: Plan, extra: dict[str, dict[str, str]] | None = None) -> str:
