@@ -128,6 +128,11 @@ class Cell:
         return self.world_size // mp if self.world_size % mp == 0 else 0
 
     @property
+    def batch_reason(self) -> str | None:
+        """Why the batch does not split over the cell's data-parallel ranks (:func:`batch_reason`), or None."""
+        return batch_reason(self.global_batch, self.micro_batch, self.dp)
+
+    @property
     def grad_accum(self) -> int:
         """Micro-batches per rank per optimizer step (0 if the batch does not divide)."""
         per = self.micro_batch * max(self.dp, 1)
@@ -250,6 +255,15 @@ class Cell:
 
 
 _FIELDS = fields(Cell)
+
+
+def batch_reason(global_batch: int, micro_batch: int, dp: int) -> str | None:
+    """The batch rule, for the plan, the engine and the data alike: a step's ``global_batch`` sequences split into
+    whole micro-batches of ``micro_batch`` on each of the ``dp`` data-parallel ranks (None when they do, else why
+    not)."""
+    if dp >= 1 and global_batch % (micro_batch * dp) == 0:
+        return None
+    return f"global batch {global_batch} not divisible by micro batch x dp = {micro_batch}x{dp} = {micro_batch * dp}"
 
 
 def _elements(n: int) -> str:

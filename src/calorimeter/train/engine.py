@@ -104,8 +104,8 @@ def ds_config(cell: Cell, device: torch.device) -> dict[str, Any]:
         ValueError: for a batch that does not divide, or a combination the engine refuses
             (:func:`refusal_reasons`).
     """
-    if cell.grad_accum < 1 or cell.dp < 1:
-        raise ValueError(f"{cell.cell_id}: global_batch/micro_batch/world_size do not divide (dp={cell.dp})")
+    if cell.batch_reason:
+        raise ValueError(f"{cell.cell_id}: {cell.batch_reason}")
     spec = get_model(cell.model)
     reasons = refusal_reasons(cell, spec)
     if reasons:

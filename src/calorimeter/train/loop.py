@@ -134,7 +134,7 @@ def train_cell(cell: Cell, out_dir: Path, device: torch.device, step_callback: S
         engine = te.engine
         if gradients_out is not None:
             capture_first_step(te, Path(gradients_out))
-        layout = BatchLayout(cell.global_batch, cell.micro_batch, te.dp_size, te.dp_rank)
+        layout = BatchLayout.of(cell, te.dp_size, te.dp_rank)
         source = make_source(cell.dataset, spec.vocab_size, cell.seq_len, cell.seed)
         batches = micro_batches(source, layout, device=None if te.pipeline else device)
         dp_group = None if te.pipeline else te.dp_group  # the pipeline engine already averages over dp
