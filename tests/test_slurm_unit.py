@@ -17,7 +17,7 @@ from calorimeter.plan.cell import Cell
 from calorimeter.plan.config import validate_config
 from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.paths import AttemptPaths, CellPaths
-from calorimeter.records.rank import RankReport
+from calorimeter.records.rank import RankDeath, RankReport
 from calorimeter.records.record import classify_attempt
 
 
@@ -96,9 +96,9 @@ def test_failure_classes(ranks: list, state: str, want: tuple) -> None:
 def test_a_death_after_a_deterministic_failure_is_its_consequence() -> None:
     """srun ends the other ranks when one fails: the failure names the cell, not the ranks srun killed; a death seen
     before the first failure (or a failure that names a lost peer) is the cause."""
-    death = {"rank": 1, "host": "node2", "pid": 5, "t_detected_s": 11.0}
+    death = RankDeath(1, "node2", 5, t_detected_s=11.0)
     bug = [{"rank": 0, "status": "failed", "error": "ValueError: bad shape", "t_end_s": 10.0}]
-    srun_said = {k: v for k, v in death.items() if k != "t_detected_s"}
+    srun_said = dataclasses.replace(death, t_detected_s=None)
     # srun's own account (no detection time): the failure came first
     assert classify_attempt(_reports(*bug), 2, None, "FAILED", srun_said)[:2] == ("failed", "failed")
     assert classify_attempt(_reports(*bug), 2, None, None, death)[:2] == ("failed", "failed")
@@ -442,15 +442,14 @@ def test_the_launcher_waits_for_the_requeued_copy_instead_of_returning(tmp_path:
 
 def test_srun_names_the_rank_that_went_first_only_when_it_left_no_result() -> None:
     from calorimeter.launch.watch import srun_death
-    from calorimeter.records.record import describe_death as describe
 
     log = ("srun: error: node2: task 1: Killed\nsrun: launch/slurm: _step_signal: Terminating StepId=7.0\n"
            "srun: error: node1: task 0: Killed\n")
     death = srun_death(["", log], set())
-    assert (death["rank"], death["host"], death["how"]) == (1, "node2", "Killed")
-    assert describe(death) == ("rank 1 on host node2 died without a result (Killed, said srun); the other ranks "
-                               "were stopped")
-    assert srun_death([log], {1}) == {"rank": 0, "host": "node1", "pid": None, "how": "Killed", "source": "srun"}
+    assert (death.rank, death.host, death.how) == (1, "node2", "Killed")
+    assert death.describe() == ("rank 1 on host node2 died without a result (Killed, said srun); the other ranks "
+                                "were stopped")
+    assert srun_death([log], {1}).to_dict() == {"rank": 0, "host": "node1", "how": "Killed", "source": "srun"}
     assert srun_death(["srun: error: node1: task 0: Exited with exit code 3"], {0}) is None  # it wrote its result
 
 
@@ -473,7 +472,7 @@ def test_the_watch_names_a_dead_rank_of_its_host_but_not_a_requeued_one(tmp_path
     assert PeerWatch(attempt).check() is None
     attempt.requeues.write_text(json.dumps({"time_s": 0.5}) + "\n")  # ... before it started: it died
     death = PeerWatch(attempt).check()
-    assert (death["rank"], death["pid"], death["ranks_dead"]) == (1, gone.pid, [1])  # rank 2: another host
+    assert (death.rank, death.pid, death.ranks_dead) == (1, gone.pid, (1,))  # rank 2: another host
     assert json.loads((attempt.root / PEER_DIED).read_text())["rank"] == 1
 
 
@@ -481,7 +480,6 @@ def test_the_rank_whose_heartbeat_stopped_first_is_named(tmp_path: Path) -> None
     import os
 
     from calorimeter.launch.watch import heartbeat_death
-    from calorimeter.records.record import describe_death as describe
 
     attempt = AttemptPaths(tmp_path / "a")
     attempt.staging.mkdir(parents=True)
@@ -490,8 +488,9 @@ def test_the_rank_whose_heartbeat_stopped_first_is_named(tmp_path: Path) -> None
         f.write_text(json.dumps({"rank": rank, "host": host, "pid": 10 + rank, "restart": 1}))
         os.utime(f, (last, last))
     death = heartbeat_death(attempt, set())
-    assert (death["rank"], death["host"], death["others_lived_s"]) == (1, "node2", 40.0)
-    assert describe(death).startswith("rank 1 on host node2 (pid 11) died without a result (its heartbeat stopped "
+    assert (death.rank, death.host, death.others_lived_s) == (1, "node2", 40.0)
+    assert RankDeath.from_dict(death.to_dict()) == death  # as peer_died.json and the record's evidence keep it
+    assert death.describe().startswith("rank 1 on host node2 (pid 11) died without a result (its heartbeat stopped "
                                       "40 s before any other rank's)")
     assert heartbeat_death(attempt, {1}) is None  # it wrote its result: not a death
     os.utime(attempt.staging / "alive-1.json", (999.0, 999.0))
@@ -504,7 +503,6 @@ def test_a_silent_rank_is_found_by_its_stale_heartbeat_relative_to_its_peers(tmp
     import os
 
     from calorimeter.launch.watch import PEER_DIED, STALE_S, PeerWatch
-    from calorimeter.records.record import describe_death as describe
 
     attempt = AttemptPaths(tmp_path / "a")
     attempt.staging.mkdir(parents=True)
@@ -533,9 +531,9 @@ def test_a_silent_rank_is_found_by_its_stale_heartbeat_relative_to_its_peers(tmp
     assert watch.check() is None
     restart(1, "node2", 1, base + 100 - STALE_S - 5)  # rank 1 of the new run went silent
     death = watch.check()
-    assert (death["rank"], death["host"], death["source"]) == (1, "node2", "heartbeat")
+    assert (death.rank, death.host, death.source) == (1, "node2", "heartbeat")
     assert json.loads((attempt.root / PEER_DIED).read_text())["rank"] == 1
-    assert describe(death) == (f"rank 1 on host node2 (pid 21) died without a result (no heartbeat for "
+    assert death.describe() == (f"rank 1 on host node2 (pid 21) died without a result (no heartbeat for "
                                f"{STALE_S + 5:.0f} s while its peers' went on); the other ranks were stopped")
 
 
@@ -650,8 +648,8 @@ def test_a_local_jobs_rank_processes_are_watched_before_they_announce_themselves
         tasks[1].kill()
         tasks[1].wait()
         death = w.check()
-        assert (death["rank"], death["pid"], death["host"], death["source"]) == (1, tasks[1].pid, "h", "process")
-        assert "the rank had not announced itself" in death["how"] and (attempt.root / PEER_DIED).is_file()
+        assert (death.rank, death.pid, death.host, death.source) == (1, tasks[1].pid, "h", "process")
+        assert "the rank had not announced itself" in death.how and (attempt.root / PEER_DIED).is_file()
         # rank 1 never seen running while rank 0 ran NEVER_SEEN_S: dead, pid unknown
         (attempt.root / PEER_DIED).unlink()
         monkeypatch.setattr(watch, "NEVER_SEEN_S", 0.2)
@@ -659,7 +657,7 @@ def test_a_local_jobs_rank_processes_are_watched_before_they_announce_themselves
         assert w.check() is None
         time.sleep(0.3)
         death = w.check()
-        assert (death["rank"], death["pid"]) == (1, None) and "before the launcher saw it" in death["how"]
+        assert (death.rank, death.pid) == (1, None) and "before the launcher saw it" in death.how
         # a rank that ended with its result is no death, nor are the ranks of a job at its time limit
         (attempt.root / PEER_DIED).unlink()
         (attempt.staging / "rank-1.json").write_text(json.dumps({"rank": 1, "status": "ok"}))

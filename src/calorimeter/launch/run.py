@@ -44,7 +44,7 @@ def _evidence(outcome: LaunchOutcome, sweep_file: str | None = None) -> dict[str
         with_result = {r.rank for r in outcome.rank_results}
         death = heartbeat_death(outcome.attempt, with_result) or srun_death(texts, with_result)
     if death is not None:
-        ev["peer_died"] = death
+        ev["peer_died"] = death.to_dict()
     with contextlib.suppress(OSError, ValueError):
         ev["launcher_cancelled"] = json.loads((outcome.attempt.root / "launcher_cancelled.json").read_text())
         if sweep_file and ev["launcher_cancelled"].get("node_lost") is not None:

@@ -44,8 +44,8 @@ from calorimeter.records.job import JobRecord, read_job_record
 from calorimeter.records.job_states import AFTER_A_RUN, ENDED, RESTARTING, base_state
 from calorimeter.records.paths import AttemptPaths, CellPaths, RunPaths
 from calorimeter.records.progress import ProgressLog
-from calorimeter.records.rank import RankOutput, RankReport, last_restart, last_run, read_rank_reports
-from calorimeter.records.record import abandoned_record, describe_death
+from calorimeter.records.rank import RankDeath, RankOutput, RankReport, last_restart, last_run, read_rank_reports
+from calorimeter.records.record import abandoned_record
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def _job_handle(job: JobRecord, attempt: AttemptPaths, world_size: int) -> submi
 
 def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None, watch: PeerWatch | None = None,
           slurm: tuple[AttemptPaths, int] | None = None, node_lost_wait_s: float = math.inf
-          ) -> dict[str, Any] | None:
+          ) -> RankDeath | None:
     """Block until the job is done, forcing a state check (sacct) at least every ``poll_s`` seconds; ``progress``
     logs the running cell's steps meanwhile; ``watch`` checks the ranks of this host every second: when one died
     without a result, the job is cancelled at once and that death is returned (:mod:`calorimeter.launch.watch`);
@@ -271,7 +271,7 @@ def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None,
         death = watch.check() if watch is not None else None
         limit = death is None and watch is not None and watch.processes is not None and watch.at_time_limit()
         if death is not None or limit:  # a dead rank, or a local job whose rank 0 recorded its time limit
-            log.warning("cell %s: %s", job.paths.folder, describe_death(death) if death is not None else
+            log.warning("cell %s: %s", job.paths.folder, death.describe() if death is not None else
                         "time limit reached: stopping the ranks")
             stop_ranks(watch.attempt, processes=watch.processes)
             job.cancel(check=False)
@@ -369,7 +369,7 @@ def launch_cell(cell: Cell, settings: LauncherSettings, paths: CellPaths) -> Lau
                       PeerWatch(attempt, processes=processes, world_size=cell.world_size),
                       (attempt, cell.world_size) if executor == "slurm" else None, float(settings.node_lost_wait_s))
         if death is not None:  # never wait for the dead rank's result (submitit would, 15 s)
-            error = f"peer died: {describe_death(death)}"
+            error = f"peer died: {death.describe()}"
         else:
             job.results()
     except Exception as e:  # noqa: BLE001 - the ranks' own files say what happened; this is the launcher's view

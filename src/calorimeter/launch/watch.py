@@ -28,6 +28,7 @@ nor stale.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -42,10 +43,18 @@ from typing import Any
 from calorimeter.records import job_states
 from calorimeter.records.atomic import read_json_object, write_json_atomic
 from calorimeter.records.paths import AttemptPaths
-from calorimeter.records.rank import RankReport
+from calorimeter.records.rank import RankDeath, RankReport
 
 #: the file of the first rank death the launcher saw, in the attempt folder
 PEER_DIED = "peer_died.json"
+#: what a rank writes as it starts (``alive-<rank>.json``: rank, pid, host, restart, t_start_s)
+Alive = dict[str, Any]
+
+
+def _announced(alive: Alive) -> RankDeath:
+    """The death of a rank that announced itself (its alive file)."""
+    return RankDeath(int(alive["rank"]), alive.get("host"), alive.get("pid"), alive.get("restart"),
+                     t_start_s=alive.get("t_start_s"))
 
 
 def alive_path(attempt: AttemptPaths, rank: int) -> Path:
@@ -81,7 +90,7 @@ def announce(attempt: AttemptPaths, rank: int, restart: int) -> None:
 
 
 def heartbeat_death(attempt: AttemptPaths, ranks_with_result: set[int], margin_s: float = 3 * HEARTBEAT_S
-                    ) -> dict[str, Any] | None:
+                    ) -> RankDeath | None:
     """The rank (without a result) whose heartbeat stopped first, when it stopped at least ``margin_s`` before any
     other's (then it went first: its peers lived on), else None."""
     beats = []
@@ -99,8 +108,8 @@ def heartbeat_death(attempt: AttemptPaths, ranks_with_result: set[int], margin_s
     (t0, first), (t1, _) = beats[0], beats[1]
     if int(first.get("rank", -1)) in ranks_with_result or t1 - t0 < margin_s:
         return None
-    return {"rank": first.get("rank"), "host": first.get("host"), "pid": first.get("pid"),
-            "restart": first.get("restart"), "t_last_beat_s": t0, "others_lived_s": t1 - t0, "source": "heartbeat"}
+    return RankDeath(int(first["rank"]), first.get("host"), first.get("pid"), first.get("restart"), "heartbeat",
+                     t_last_beat_s=t0, others_lived_s=t1 - t0)
 
 
 def process_gone(pid: int) -> bool:
@@ -170,9 +179,13 @@ def local_ranks(root_pid: int) -> dict[int, int]:
     return ranks
 
 
-def peer_death(attempt: AttemptPaths) -> dict[str, Any] | None:
+def peer_death(attempt: AttemptPaths) -> RankDeath | None:
     """The first rank death recorded for this attempt (``peer_died.json``), if any."""
-    return read_json_object(attempt.root / PEER_DIED)
+    d = read_json_object(attempt.root / PEER_DIED)
+    try:
+        return RankDeath.from_dict(d) if d is not None else None
+    except ValueError:
+        return None
 
 
 def leave_if_a_peer_died(attempt: AttemptPaths, rank: int, restart: int) -> None:
@@ -182,9 +195,9 @@ def leave_if_a_peer_died(attempt: AttemptPaths, rank: int, restart: int) -> None
     announced itself before that second read (and is stopped) or after ``peer_died.json`` was written (and sees it).
     """
     death = peer_death(attempt)
-    if death is not None and int(death.get("restart") or 0) == restart:
-        print(f"rank {rank}: rank {death.get('rank')} on host {death.get('host')} died before this rank started; "
-              "leaving", flush=True)
+    if death is not None and (death.restart or 0) == restart:
+        print(f"rank {rank}: rank {death.rank} on host {death.host} died before this rank started; leaving",
+              flush=True)
         os._exit(3)
 
 
@@ -212,7 +225,7 @@ class PeerWatch:
         """Whether a rank of this attempt recorded the time limit (its peers then end with the job)."""
         return any((read_json_object(f) or {}).get("status") == "timeout" for f in self.attempt.rank_jsons())
 
-    def _process_deaths(self, requeued_s: float | None) -> list[dict[str, Any]]:
+    def _process_deaths(self, requeued_s: float | None) -> list[RankDeath]:
         """The ranks whose process this launcher saw end (or never saw) without a result."""
         if self.processes is None:
             return []
@@ -223,20 +236,19 @@ class PeerWatch:
                 self.seen[rank] = (pid, now)
         if live and self._first_seen_s is None:
             self._first_seen_s = now
-        dead = [{"rank": rank, "host": self.host, "pid": pid, "restart": 0, "t_start_s": t, "source": "process",
-                 "how": "its process ended"}
+        dead = [RankDeath(rank, self.host, pid, 0, "process", "its process ended", t_start_s=t)
                 for rank, (pid, t) in self.seen.items() if rank not in live or process_gone(pid)]
         if self._first_seen_s is not None and now - self._first_seen_s > NEVER_SEEN_S:
-            dead += [{"rank": rank, "host": self.host, "pid": None, "restart": 0, "t_start_s": self._first_seen_s,
-                      "source": "process", "how": "its process ended before the launcher saw it, pid unknown"}
+            unseen = "its process ended before the launcher saw it, pid unknown"
+            dead += [RankDeath(rank, self.host, None, 0, "process", unseen, t_start_s=self._first_seen_s)
                      for rank in range(self.world_size) if rank not in self.seen]
-        return [d for d in dead if not self.attempt.rank_json(d["rank"]).exists()
-                and not (requeued_s is not None and requeued_s >= d["t_start_s"])]
+        return [d for d in dead if not self.attempt.rank_json(d.rank).exists()
+                and not (requeued_s is not None and requeued_s >= (d.t_start_s or 0.0))]
 
     def _last_requeue_s(self) -> float | None:
         return _last_requeue(self.attempt)
 
-    def check(self) -> dict[str, Any] | None:
+    def check(self) -> RankDeath | None:
         """The first death (also written to ``peer_died.json``), or None while every rank lives or has a result."""
         known = peer_death(self.attempt)
         if known is not None:
@@ -245,7 +257,7 @@ class PeerWatch:
             return None  # rank 0 hit the time limit: the other ranks are ended with the job, not dead peers
         dead = []
         requeued_s = self._last_requeue_s()
-        beats: list[tuple[float, dict[str, Any]]] = []
+        beats: list[tuple[float, Alive]] = []
         for f in self.attempt.staging.glob("alive-*.json"):
             a = read_json_object(f)
             if a is None or not isinstance(a.get("pid"), int):
@@ -260,23 +272,21 @@ class PeerWatch:
             except OSError:
                 continue
             if a.get("host") == self.host and process_gone(a["pid"]):
-                dead.append(a)
+                dead.append(_announced(a))
         latest = max((int(a.get("restart") or 0) for _, a in beats), default=0)
-        dead = [a for a in dead if int(a.get("restart") or 0) == latest]
-        announced = {int(a["rank"]) for a in dead}
-        dead += [d for d in self._process_deaths(requeued_s) if d["rank"] not in announced]
+        dead = [d for d in dead if (d.restart or 0) == latest]
+        announced = {d.rank for d in dead}
+        dead += [d for d in self._process_deaths(requeued_s) if d.rank not in announced]
         if not dead:
             return self._silent([b for b in beats if int(b[1].get("restart") or 0) == latest])
-        first = min(dead, key=lambda a: float(a.get("t_start_s") or 0))  # one poll: all seen at once
-        death = {"rank": first["rank"], "host": first["host"], "pid": first["pid"], "restart": first.get("restart"),
-                 "t_start_s": first.get("t_start_s"), "t_detected_s": time.time(),
-                 "ranks_dead": sorted(int(a["rank"]) for a in dead)}
-        if int(first["rank"]) not in announced:  # found as a process: it never wrote its alive file
-            death.update(source="process", how=first["how"] + "; the rank had not announced itself")
-        write_json_atomic(self.attempt.root / PEER_DIED, death)
+        first = min(dead, key=lambda d: d.t_start_s or 0.0)  # one poll: all seen at once
+        death = dataclasses.replace(first, t_detected_s=time.time(), ranks_dead=tuple(sorted(d.rank for d in dead)))
+        if first.rank not in announced:  # found as a process: it never wrote its alive file
+            death = dataclasses.replace(death, how=f"{first.how}; the rank had not announced itself")
+        write_json_atomic(self.attempt.root / PEER_DIED, death.to_dict())
         return death
 
-    def _silent(self, beats: list[tuple[float, dict[str, Any]]], stale_s: float = STALE_S) -> dict[str, Any] | None:
+    def _silent(self, beats: list[tuple[float, Alive]], stale_s: float = STALE_S) -> RankDeath | None:
         """The rank without a result whose heartbeat is the furthest behind, when it is ``stale_s`` behind the
         freshest (also written to ``peer_died.json``), else None. ``beats``: (mtime, alive record) per rank."""
         if len(beats) < 2:
@@ -285,11 +295,10 @@ class PeerWatch:
         (t_stale, a), t_fresh = beats[0], beats[-1][0]
         if t_fresh - t_stale < stale_s:
             return None
-        death = {"rank": a["rank"], "host": a.get("host"), "pid": a["pid"], "restart": a.get("restart"),
-                 "t_start_s": a.get("t_start_s"), "t_detected_s": time.time(), "t_last_beat_s": t_stale,
-                 "ranks_dead": [int(a["rank"])], "source": "heartbeat",
-                 "how": f"no heartbeat for {t_fresh - t_stale:.0f} s while its peers' went on"}
-        write_json_atomic(self.attempt.root / PEER_DIED, death)
+        death = dataclasses.replace(_announced(a), source="heartbeat", t_detected_s=time.time(), t_last_beat_s=t_stale,
+                                    how=f"no heartbeat for {t_fresh - t_stale:.0f} s while its peers' went on",
+                                    ranks_dead=(int(a["rank"]),))
+        write_json_atomic(self.attempt.root / PEER_DIED, death.to_dict())
         return death
 
 
@@ -348,15 +357,14 @@ def _is_rank(pid: int) -> bool:
 _SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.-]+): tasks? (?P<rank>\d+)(?:-\d+)?: (?P<how>[^\n]+)")
 
 
-def srun_death(texts: list[str], ranks_with_result: set[int]) -> dict[str, Any] | None:
+def srun_death(texts: list[str], ranks_with_result: set[int]) -> RankDeath | None:
     """The first task srun reported as ended badly (killed, or exited non-zero) that left no result: SLURM's view of
     the rank that went first (srun --kill-on-bad-exit then ended the others), or None."""
     for text in texts:
         for m in _SRUN_TASK.finditer(text or ""):
             rank = int(m.group("rank"))
             if rank not in ranks_with_result:
-                return {"rank": rank, "host": m.group("host"), "pid": None, "how": m.group("how").strip(),
-                        "source": "srun"}
+                return RankDeath(rank, m.group("host"), source="srun", how=m.group("how").strip())
     return None
 
 

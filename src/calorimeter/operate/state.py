@@ -36,7 +36,7 @@ from typing import Any
 from calorimeter.launch import slurm
 from calorimeter.launch.space import RECORD_ERROR
 from calorimeter.launch.submit import attempts
-from calorimeter.launch.watch import PEER_DIED
+from calorimeter.launch.watch import peer_death
 from calorimeter.plan.plan import PlannedCell
 from calorimeter.records import job_states
 from calorimeter.records.atomic import read_json_object
@@ -44,7 +44,6 @@ from calorimeter.records.job import JobRecord, read_job_record
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.progress import Progress, attempt_progress
 from calorimeter.records.rank import RankOutput, read_rank_reports
-from calorimeter.records.record import describe_death
 from calorimeter.records.run_record import RecordError, RunRecord, read_run_record
 
 STATES = ("running", "queued", "interrupted", "failed", "oom", "ok", "planned", "unknown", "pruned")
@@ -215,9 +214,9 @@ def cell_status(pc: PlannedCell, paths: CellPaths, scheduler: dict[str, dict[str
         cs.state, cs.note = "unknown", f"attempt {newest.name} has no readable job.json (being submitted?)"
         return cs
     _open_attempt(cs, newest, job, now, scheduler)
-    death = _read_json(newest.root / PEER_DIED)
+    death = peer_death(newest)
     if death is not None:  # the launcher saw a rank die: the cell is being ended (or its launcher died meanwhile)
-        cs.failure_class, cs.reason = "peer_died", describe_death(death)
+        cs.failure_class, cs.reason = "peer_died", death.describe()
         if cs.state == "interrupted":
             cs.state = "failed"
         cs.note = ("ending the cell: " if cs.state == "running" else "") + cs.reason

@@ -232,3 +232,65 @@ class RankOutput:
         """From :meth:`to_dict`'s form."""
         return cls(int(d.get("rank", -1)), d.get("host"), str(d.get("status") or "no result"),
                    tuple(d.get("stdout") or ()), tuple(d.get("stderr") or ()))
+
+
+@dataclass(frozen=True)
+class RankDeath:
+    """A rank that died without a result, as the launcher found it (:mod:`calorimeter.launch.watch`): the first one is
+    ``peer_died.json`` in the attempt folder and the record's ``evidence.peer_died``.
+
+    Attributes:
+        rank: the rank.
+        host: its host (None where nothing says).
+        pid: its process id (None where it was never seen, or SLURM gave the account).
+        restart: the run of the job it belonged to (None where not known).
+        source: how it was found: ``process`` (its process ended, or was never seen), ``heartbeat`` (its heartbeat
+            stopped first, or fell behind), ``srun`` (SLURM's account), None (its announced process was gone).
+        how: how it ended, in words.
+        t_start_s: when it started; t_detected_s: when the launcher found it (Unix seconds).
+        t_last_beat_s: its last heartbeat; others_lived_s: how much longer the other ranks' heartbeats went on.
+        ranks_dead: every rank found dead in the same look.
+    """
+
+    rank: int
+    host: str | None = None
+    pid: int | None = None
+    restart: int | None = None
+    source: str | None = None
+    how: str | None = None
+    t_start_s: float | None = None
+    t_detected_s: float | None = None
+    t_last_beat_s: float | None = None
+    others_lived_s: float | None = None
+    ranks_dead: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        """One line naming the rank and host that went first."""
+        others = [r for r in self.ranks_dead if r != self.rank]
+        pid = f" (pid {self.pid})" if self.pid is not None else ""
+        how = ""
+        if self.how:
+            how = f" ({self.how}" + (", said srun)" if self.source == "srun" else ")")
+        if self.others_lived_s:
+            how = f" (its heartbeat stopped {self.others_lived_s:.0f} s before any other rank's)"
+        return (f"rank {self.rank} on host {self.host}{pid} died without a result{how}"
+                + (f" (also gone: ranks {', '.join(map(str, others))})" if others else "")
+                + "; the other ranks were stopped")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (what is not known left out)."""
+        out = {k: v for k, v in asdict(self).items() if v is not None and k != "ranks_dead"}
+        return {**out, "ranks_dead": list(self.ranks_dead)} if self.ranks_dead else out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RankDeath:
+        """From :meth:`to_dict`'s form.
+
+        Raises:
+            ValueError: no ``rank``.
+        """
+        if not isinstance(d, dict) or d.get("rank") is None:
+            raise ValueError("not a rank death (no 'rank')")
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names and v is not None}
+        return cls(**{**kw, "rank": int(d["rank"]), "ranks_dead": tuple(int(r) for r in d.get("ranks_dead") or ())})

@@ -19,7 +19,7 @@ from calorimeter.records.atomic import write_atomic, write_json_atomic, write_pa
 from calorimeter.records.metrics import step_times_s, throughput_metrics
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.provenance import PATCH_EXCLUDES, PATCH_NAME, git_patch, git_state, package_versions
-from calorimeter.records.rank import RankReport
+from calorimeter.records.rank import RankDeath, RankReport
 from calorimeter.records.run_record import SCHEMA_VERSION
 
 RANK_KEYS = ("rank", "local_rank", "node", "hostname", "host_cpu", "backend", "device", "device_info", "pid",
@@ -60,20 +60,6 @@ def transient_class(error: str | None) -> str:
     return next((name for name, patterns in TRANSIENT_CLASSES if any(p in t for p in patterns)), "transient")
 
 
-def describe_death(death: dict[str, Any]) -> str:
-    """One line naming the rank and host that went first (a death found by :mod:`calorimeter.launch.watch`)."""
-    others = [r for r in death.get("ranks_dead", []) if r != death.get("rank")]
-    pid = f" (pid {death['pid']})" if death.get("pid") is not None else ""
-    how = ""
-    if death.get("how"):
-        how = f" ({death['how']}" + (", said srun)" if death.get("source") == "srun" else ")")
-    if death.get("others_lived_s"):
-        how = f" (its heartbeat stopped {death['others_lived_s']:.0f} s before any other rank's)"
-    return (f"rank {death.get('rank')} on host {death.get('host')}{pid} died without a result{how}"
-            + (f" (also gone: ranks {', '.join(map(str, others))})" if others else "")
-            + "; the other ranks were stopped")
-
-
 def describe_node_loss(cancelled: dict[str, Any]) -> str:
     """The reason of a cell whose job lost a node and found none to run it again (``launcher_cancelled.json``, with
     ``rerun``: the command that reruns the sweep's failed cells)."""
@@ -89,7 +75,7 @@ def describe_node_loss(cancelled: dict[str, Any]) -> str:
 
 
 def classify_attempt(rank_results: list[RankReport], world_size: int, launcher_error: str | None = None,
-                     slurm_state: str | None = None, peer_died: dict[str, Any] | None = None
+                     slurm_state: str | None = None, peer_died: RankDeath | None = None
                      ) -> tuple[str, str, str]:
     """(status, failure_class, reason) of an attempt.
 
@@ -131,10 +117,10 @@ def classify_attempt(rank_results: list[RankReport], world_size: int, launcher_e
     if preempted:
         return "transient", "transient", f"preempted too often: {preempted[0].error}"
     failed = _failed_in_order(rank_results)
-    failed_before = failed and not _is_transient_error(failed[0].error) and float(
-        failed[0].t_end_s or 0) <= float((peer_died or {}).get("t_detected_s") or math.inf)
+    detected_s = (peer_died.t_detected_s if peer_died is not None else None) or math.inf
+    failed_before = failed and not _is_transient_error(failed[0].error) and float(failed[0].t_end_s or 0) <= detected_s
     if peer_died and not failed_before:
-        return "transient", "peer_died", describe_death(peer_died)
+        return "transient", "peer_died", peer_died.describe()
     if failed:
         # The first rank to fail is the cause; its peers then fail on broken connections.
         first = failed[0]
@@ -176,7 +162,7 @@ def build_record(cell: Cell, rank_results: list[RankReport], launch: dict[str, A
     """
     slurm_state = ((evidence or {}).get("slurm") or {}).get("state")
     status, failure_class, reason = classify_attempt(rank_results, cell.world_size, launch.get("launcher_error"),
-                                                     slurm_state, (evidence or {}).get("peer_died"))
+                                                     slurm_state, _death((evidence or {}).get("peer_died")))
     cancelled = (evidence or {}).get("launcher_cancelled")
     if status == "transient" and cancelled and cancelled.get("node_lost") is not None:
         status, failure_class, reason = "failed", "node_lost", describe_node_loss(cancelled)
@@ -231,6 +217,11 @@ def build_record(cell: Cell, rank_results: list[RankReport], launch: dict[str, A
     if evidence is not None:
         record["evidence"] = evidence
     return record
+
+
+def _death(d: dict[str, Any] | None) -> RankDeath | None:
+    """The death an attempt's evidence names (``evidence.peer_died``), if any."""
+    return RankDeath.from_dict(d) if d else None
 
 
 def abandoned_record(cell: Cell, reason: str) -> dict[str, Any]:
