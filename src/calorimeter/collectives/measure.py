@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from calorimeter.collectives.table import bus_factor
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.work import COLLECTIVES
 from calorimeter.telemetry.timer import synchronize, time_batch
 
@@ -115,7 +116,7 @@ def _time_point(call: Callable[[], None], spec: SweepSpec, device: torch.device)
 
 
 def measure(spec: SweepSpec, device: torch.device, gpus_per_node: int,
-            progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+            progress: Callable[[str], None] | None = None) -> list[JsonObject]:
     """Time every (collective, group size, message size) point; every rank calls this, every rank gets the rows.
 
     A collective the backend refuses is recorded once per group size with its error and no time.
@@ -123,7 +124,7 @@ def measure(spec: SweepSpec, device: torch.device, gpus_per_node: int,
     world, rank = dist.get_world_size(), dist.get_rank()
     backend = dist.get_backend()
     dtype = str(spec.dtype).replace("torch.", "")
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonObject] = []
     for g in group_sizes(world):
         group, _ = dist.new_subgroups(group_size=g) if g < world else (dist.group.WORLD, None)
         rank_in_group = rank % g

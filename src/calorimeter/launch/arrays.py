@@ -20,7 +20,6 @@ import logging
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
 from calorimeter.launch.snapshot import with_snapshot
 from calorimeter.launch.submit import (
@@ -34,6 +33,7 @@ from calorimeter.launch.submit import (
 )
 from calorimeter.launch.task import CellTask
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.placement import prerequisites
 from calorimeter.plan.plan import make_plan
 from calorimeter.plan.settings import LauncherSettings
@@ -43,7 +43,7 @@ from calorimeter.records.paths import CellPaths
 log = logging.getLogger(__name__)
 
 
-def _shape(params: dict[str, Any]) -> dict[str, Any]:
+def _shape(params: JsonObject) -> JsonObject:
     """The sbatch parameters that decide which cells can share an array (all but the job name)."""
     return {k: v for k, v in params.items() if k != "job_name"}
 
@@ -105,7 +105,7 @@ def submit_array(cell: Cell, cells: list[Cell], settings: LauncherSettings, resu
         return len(mates)
 
 
-def submit_ahead(cell: Cell, settings: LauncherSettings, config: dict[str, Any]) -> int:
+def submit_ahead(cell: Cell, settings: LauncherSettings, config: JsonObject) -> int:
     """The train rule's hook: with ``launcher.array`` on SLURM, submit the cell's array (:func:`submit_array`) over
     the sweep's runnable cells; 0 otherwise."""
     if not settings.array or resolve_executor(settings.executor) != "slurm":

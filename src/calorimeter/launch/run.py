@@ -7,7 +7,6 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 from calorimeter.launch.output import describe_outputs, first_failed_first
 from calorimeter.launch.space import DISK_FULL, FIXED_BYTES, RECORD_ERROR, DiskSpaceError, free_bytes, is_disk_full
@@ -15,6 +14,7 @@ from calorimeter.launch.submit import CellConfigError, LaunchOutcome, launch_cel
 from calorimeter.launch.watch import heartbeat_death, peer_death, srun_death
 from calorimeter.placement.apply import placement_record
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.atomic import read_json_object, write_atomic, write_json_atomic
@@ -28,10 +28,10 @@ log = logging.getLogger(__name__)
 __all__ = ["CellConfigError", "TransientCellError", "run_cell"]
 
 
-def _evidence(outcome: LaunchOutcome, sweep_file: str | None = None) -> dict[str, Any]:
+def _evidence(outcome: LaunchOutcome, sweep_file: str | None = None) -> JsonObject:
     """What the launcher saw besides the ranks' own results: SLURM's state and exit code, requeues, every rank's
     output tail, the rank that died first, why the launcher ended the job."""
-    ev: dict[str, Any] = {"launcher_error": outcome.launcher_error, "reattached": outcome.reattached,
+    ev: JsonObject = {"launcher_error": outcome.launcher_error, "reattached": outcome.reattached,
                           "requeues": outcome.requeues, "rank_output": [o.to_dict() for o in outcome.rank_output],
                           "rank_status": {str(r.rank): r.status for r in outcome.rank_results},
                           "rank_restart": {str(r.rank): r.restart for r in outcome.rank_results}}
@@ -52,8 +52,8 @@ def _evidence(outcome: LaunchOutcome, sweep_file: str | None = None) -> dict[str
     return ev
 
 
-def _record(cell: Cell, outcome: LaunchOutcome, estimates: dict[str, Any] | None,
-            settings: LauncherSettings) -> dict[str, Any]:
+def _record(cell: Cell, outcome: LaunchOutcome, estimates: JsonObject | None,
+            settings: LauncherSettings) -> JsonObject:
     launch = {"executor": outcome.executor, "job_id": outcome.job_id, "attempt": outcome.attempt.name,
               "launcher_error": outcome.launcher_error, "wall_time_s": outcome.wall_time_s,
               "reattached": outcome.reattached,
@@ -73,8 +73,8 @@ def _record(cell: Cell, outcome: LaunchOutcome, estimates: dict[str, Any] | None
     return record
 
 
-def run_cell(cell: Cell, settings: LauncherSettings, paths: CellPaths, estimates: dict[str, Any] | None = None
-             ) -> dict[str, Any]:
+def run_cell(cell: Cell, settings: LauncherSettings, paths: CellPaths, estimates: JsonObject | None = None
+             ) -> JsonObject:
     """Launch a cell (or re-attach to its running job), wait, and write ``run.json`` (status ok, oom or failed).
 
     Args:
@@ -115,14 +115,14 @@ def run_cell(cell: Cell, settings: LauncherSettings, paths: CellPaths, estimates
     return record
 
 
-def _log_outputs(cell: Cell, record: dict[str, Any]) -> None:
+def _log_outputs(cell: Cell, record: JsonObject) -> None:
     """Every rank's last lines in the cell's log, the rank the reason names first."""
     outputs = [RankOutput.from_dict(o) for o in record.get("evidence", {}).get("rank_output") or []]
     if outputs:
         log.warning("cell %s: each rank's last lines:\n%s", cell.cell_id, "\n".join(describe_outputs(outputs, 5)))
 
 
-def _write_record(cell: Cell, outcome: LaunchOutcome, paths: CellPaths, record: dict[str, Any]) -> None:
+def _write_record(cell: Cell, outcome: LaunchOutcome, paths: CellPaths, record: JsonObject) -> None:
     """Collect the telemetry and kind files and write the record (run.json last).
 
     On a full disk nothing partial stays: the files this call put at the top of the cell folder are removed, the
@@ -172,7 +172,7 @@ def _note_record_error(attempt_root: Path, failure_class: str, reason: str) -> N
         log.error("%s: %s", attempt_root, reason)
 
 
-def _blame_full_disk(outcome: LaunchOutcome, record: dict[str, Any]) -> None:
+def _blame_full_disk(outcome: LaunchOutcome, record: JsonObject) -> None:
     """Ranks that left no result on a (nearly) full disk: say so (class ``disk_full``), not a dead launcher."""
     free = free_bytes(outcome.attempt.root)
     if len(outcome.rank_results) < int(record["cell"].get("world_size") or 0) and free < FIXED_BYTES:
@@ -180,7 +180,7 @@ def _blame_full_disk(outcome: LaunchOutcome, record: dict[str, Any]) -> None:
         record["reason"] = f"disk full ({free / 2**20:.1f} MiB free): {record['reason']}"
 
 
-def _collect_telemetry(outcome: LaunchOutcome, paths: CellPaths, record: dict[str, Any]) -> list[str]:
+def _collect_telemetry(outcome: LaunchOutcome, paths: CellPaths, record: JsonObject) -> list[str]:
     """Turn the attempt's sampler streams and traces into the cell's telemetry tables (before run.json).
 
     A failure here never loses the measurement: it is logged and noted in the record.

@@ -54,6 +54,7 @@ from typing import Any
 
 from calorimeter.plan.config_errors import ConfigError, short, suggest
 from calorimeter.plan.definitions import definitions_of, register_definitions
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.settings import LauncherSettings, SlurmSettings
 
 #: profile resource -> key of ``launcher.slurm``
@@ -99,7 +100,7 @@ _BOOL = {"exclusive", "gpus_as_gres"}
 _INT = {"timeout_min", "cpus_per_task", "max_requeues", "signal_delay_s", "poll_s", "node_lost_wait_s"}
 
 
-def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None = None,
+def launcher_settings(config: JsonObject, resources: JsonObject | None = None,
                       explicit: set[str] | None = None) -> LauncherSettings:
     """The launcher settings of a validated sweep config, overridden by profile resources (module docstring).
 
@@ -120,7 +121,7 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
     base = LauncherSettings.from_config({**config, "_definitions": config.get("_definitions") or definitions_of()})
     slurm = dataclasses.asdict(base.slurm)
     resources = _plugin_resources(dict(resources or {}), explicit, slurm)
-    launcher: dict[str, Any] = {}
+    launcher: JsonObject = {}
     for res, key in LAUNCHER_RESOURCES.items():
         v = resources.get(res)
         if v is not None and str(v) != "":
@@ -138,7 +139,7 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
     return dataclasses.replace(base, **launcher, slurm=SlurmSettings.from_dict(slurm))
 
 
-def _plugin_resources(resources: dict[str, Any], explicit: set[str] | None, slurm: dict[str, Any]) -> dict[str, Any]:
+def _plugin_resources(resources: JsonObject, explicit: set[str] | None, slurm: JsonObject) -> JsonObject:
     """The resources in calorimeter's names: plugin names translated (into ``slurm``, the SLURM settings being
     built, where they have no calorimeter name), Snakemake's implicit ones dropped, refused and unknown names raised
     (module docstring)."""
@@ -147,7 +148,7 @@ def _plugin_resources(resources: dict[str, Any], explicit: set[str] | None, slur
     known = sorted({*LAUNCHER_RESOURCES, *SLURM_RESOURCES, *PLUGIN_ALIASES, "mem", "mem_mb", "mem_mib",
                     "mem_mb_per_cpu", "slurm_extra", "gpu", "gres", "gpu_model", *_CLUSTER_NAMES})
     where = "resource {} of rule train (profile or --set-resources)"
-    kept: dict[str, Any] = {}
+    kept: JsonObject = {}
     for name in sorted(given):
         value = resources[name]
         if value is None or str(value) == "":
@@ -211,7 +212,7 @@ def _minutes(resource: str, value: Any) -> int:
                           "a time (minutes, or e.g. 4h, 90m)") from None
 
 
-def _slurm_extra(text: str, slurm: dict[str, Any], where: str) -> None:
+def _slurm_extra(text: str, slurm: JsonObject, where: str) -> None:
     """The plugin's ``slurm_extra`` (sbatch options as one string) into ``exclusive`` and ``extra``."""
     import shlex
 
@@ -236,7 +237,7 @@ def _slurm_extra(text: str, slurm: dict[str, Any], where: str) -> None:
         i += 1
 
 
-def _gpu_request(name: str, value: Any, slurm: dict[str, Any], where: str) -> None:
+def _gpu_request(name: str, value: Any, slurm: JsonObject, where: str) -> None:
     """``gpu: N``, ``gres: gpu[:type]:N`` or ``gpu_model: type``: the GPU type for the request; a count is checked
     against the cell's GPUs per node when the cell is submitted."""
     text = str(value).strip()

@@ -25,7 +25,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import submitit
 
@@ -38,6 +37,7 @@ from calorimeter.launch.task import CellTask
 from calorimeter.launch.watch import PeerWatch, local_ranks, slurm_decision, stop_ranks
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES, accelerator_of
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.job import JobRecord, read_job_record
@@ -66,8 +66,8 @@ class LaunchOutcome:
     wall_time_s: float = 0.0
     reattached: bool = False
     ended_unwatched: bool = False
-    slurm: dict[str, Any] | None = None
-    requeues: list[dict[str, Any]] = field(default_factory=list)
+    slurm: JsonObject | None = None
+    requeues: list[JsonObject] = field(default_factory=list)
     #: every rank's output tail (:func:`calorimeter.launch.output.rank_outputs`)
     rank_output: list[RankOutput] = field(default_factory=list)
 
@@ -89,7 +89,7 @@ def cell_key(cell: Cell) -> str:
     return hashlib.sha256(json.dumps(cell.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def executor_parameters(cell: Cell, launcher: LauncherSettings) -> tuple[str, dict[str, Any]]:
+def executor_parameters(cell: Cell, launcher: LauncherSettings) -> tuple[str, JsonObject]:
     """(executor, submitit parameters) of a cell under the launcher settings
     (:func:`calorimeter.launch.settings.launcher_settings`); raises CellConfigError before anything is submitted."""
     executor = resolve_executor(launcher.executor)
@@ -118,7 +118,7 @@ def executor_parameters(cell: Cell, launcher: LauncherSettings) -> tuple[str, di
     constraint = s.constraint
     if constraint == "auto":
         constraint = PROFILES[cell.hardware].slurm_constraint if cell.hardware in PROFILES else None
-    params: dict[str, Any] = dict(
+    params: JsonObject = dict(
         job_name=cell.cell_id, nodes=cell.nodes, ntasks_per_node=cell.gpus_per_node, cpus_per_task=cpus,
         time=timeout_min, signal_delay_s=launcher.signal_delay_s,
         setup=[*s.setup, *env_setup],
@@ -162,7 +162,7 @@ def _cpus_per_task(cell: Cell, launcher: LauncherSettings, executor: str) -> int
     return max(1, cores // cell.gpus_per_node) if cores else 1
 
 
-def make_executor(executor: str, params: dict[str, Any], folder: Path, max_requeues: int) -> submitit.Executor:
+def make_executor(executor: str, params: JsonObject, folder: Path, max_requeues: int) -> submitit.Executor:
     """A submitit executor for :func:`executor_parameters`' (executor, parameters): one task per rank."""
     if executor == "local":
         ex = submitit.LocalExecutor(folder=str(folder))
@@ -305,7 +305,7 @@ def _collect(attempt: AttemptPaths) -> list[RankReport]:
     return last_run([r for _, r in found])
 
 
-def _requeue_events(attempt: AttemptPaths) -> list[dict[str, Any]]:
+def _requeue_events(attempt: AttemptPaths) -> list[JsonObject]:
     f = attempt.requeues
     if not f.exists():
         return []

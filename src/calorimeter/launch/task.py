@@ -22,6 +22,7 @@ from calorimeter.placement.apply import JobPlacement
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.definitions import register_definitions
 from calorimeter.plan.hardware import accelerator_of, device_mismatch
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.atomic import write_json_atomic
@@ -67,7 +68,7 @@ class CellTask(submitit.helpers.Checkpointable):
         """How often this job was restarted: SLURM's count (covers requeues by the scheduler), else our own."""
         return int(os.environ.get("SLURM_RESTART_COUNT", self.requeues))
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> JsonObject:
         """Entry point on each rank."""
         t0 = time.time()
         register_definitions(self.settings.definitions)  # the sweep's own models and hardware

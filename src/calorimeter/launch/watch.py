@@ -38,8 +38,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.records import job_states
 from calorimeter.records.atomic import read_json_object, write_json_atomic
 from calorimeter.records.paths import AttemptPaths
@@ -48,7 +48,7 @@ from calorimeter.records.rank import RankDeath, RankReport
 #: the file of the first rank death the launcher saw, in the attempt folder
 PEER_DIED = "peer_died.json"
 #: what a rank writes as it starts (``alive-<rank>.json``: rank, pid, host, restart, t_start_s)
-Alive = dict[str, Any]
+Alive = JsonObject
 
 
 def _announced(alive: Alive) -> RankDeath:

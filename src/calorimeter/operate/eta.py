@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 from calorimeter.operate.state import CellStatus
 from calorimeter.plan.hardware import accelerator_of
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.kinds import kind_of
 from calorimeter.plan.plan import PlannedCell
 from calorimeter.projection.cost import CellCost, duration, record_timing
@@ -57,7 +57,7 @@ class Eta:
     #: cells left estimated from their projected wall time (no finished cell of their hardware yet)
     projected: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-able."""
         return {"eta_s": self.seconds, "cells_left": self.cells_left,
                 "cells_without_estimate": self.cells_without_estimate, "running": self.running,

@@ -31,12 +31,12 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from calorimeter.launch import slurm
 from calorimeter.launch.space import RECORD_ERROR
 from calorimeter.launch.submit import attempts
 from calorimeter.launch.watch import peer_death
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.plan import PlannedCell
 from calorimeter.records import job_states
 from calorimeter.records.atomic import read_json_object
@@ -72,7 +72,7 @@ class CellStatus:
     #: every rank's output tail, the rank the reason names first (a record's ``evidence.rank_output``)
     outputs: list[RankOutput] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-able (the record itself left out)."""
         return {"cell_id": self.cell_id, "state": self.state, "failure_class": self.failure_class,
                 "reason": self.reason, "job_id": self.job_id, "executor": self.executor, "attempts": self.attempts,
@@ -86,7 +86,7 @@ def list_attempts(cell: CellPaths) -> list[AttemptPaths]:
     return attempts(cell)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def _read_json(path: Path) -> JsonObject | None:
     return read_json_object(path)
 
 

@@ -33,6 +33,7 @@ from calorimeter.placement.profile import (
 )
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.memory import max_stage_layers
 from calorimeter.plan.models import get_model, stage_block_counts
@@ -129,10 +130,10 @@ def visible_uuids(env: str | None, uuids: list[str]) -> list[str]:
 # inputs of the decision
 
 
-def _profile_note(p: ThermalProfile | None, stale: str | None) -> dict[str, Any]:
+def _profile_note(p: ThermalProfile | None, stale: str | None) -> JsonObject:
     if p is None:
         return {"stale": stale or "no thermal profile for this host"}
-    note: dict[str, Any] = {"host": p.host, "taken_s": p.taken_s, "source": p.source, "speed_metric": p.speed_metric,
+    note: JsonObject = {"host": p.host, "taken_s": p.taken_s, "source": p.source, "speed_metric": p.speed_metric,
                             "speed": {g.uuid: g.speed for g in p.gpus},
                             "nvml_index": {g.uuid: g.nvml_index for g in p.gpus}}
     if stale:
@@ -142,7 +143,7 @@ def _profile_note(p: ThermalProfile | None, stale: str | None) -> dict[str, Any]
 
 def node_inputs(cell: Cell, hosts: list[str], this_node: int, local: tuple[list[str], HostGpus] | None,
                 profiles: dict[str, ThermalProfile | None], now_s: float, max_age_h: float
-                ) -> tuple[dict[int, NodeGpus], dict[int, dict[str, Any]]]:
+                ) -> tuple[dict[int, NodeGpus], dict[int, JsonObject]]:
     """The GPUs and speeds of every node with a fresh profile, and what to record about each node's profile.
 
     This node's GPUs are the ones the job sees (``local``); another node's are its profile's GPUs in NVML order,
@@ -150,7 +151,7 @@ def node_inputs(cell: Cell, hosts: list[str], this_node: int, local: tuple[list[
     nothing else is known about them.
     """
     nodes: dict[int, NodeGpus] = {}
-    notes: dict[int, dict[str, Any]] = {}
+    notes: dict[int, JsonObject] = {}
     for n in range(cell.nodes):
         host = hosts[n] if n < len(hosts) else f"node{n}"
         p = profiles.get(host)
@@ -290,7 +291,7 @@ class JobPlacement:
                                      "the device order each node applied stays, the split is the default", self.planned,
                                      device_order=d.device_order, profiles=d.profiles)
 
-    def record(self, device_info: dict[str, Any] | None, local_rank: int) -> dict[str, Any]:
+    def record(self, device_info: JsonObject | None, local_rank: int) -> JsonObject:
         """This rank's view for run.json: the decision, and whether its device is the one intended."""
         out = self.decision.to_dict()
         order = self.decision.device_order.get(self.node)
@@ -302,7 +303,7 @@ class JobPlacement:
         return out
 
 
-def placement_record(rank_results: list[RankReport]) -> dict[str, Any] | None:
+def placement_record(rank_results: list[RankReport]) -> JsonObject | None:
     """The cell's ``placement`` block of run.json from its ranks' views (None when no rank reported one).
 
     The decision is rank 0's; ``applied`` is true only if every rank applied the same decision and every moved rank

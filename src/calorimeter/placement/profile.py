@@ -35,6 +35,7 @@ from typing import Any
 import pandas as pd
 
 from calorimeter.analysis.cell import CellTables, cell_tables
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.kinds import kind_of
 from calorimeter.plan.settings import PlacementSettings
 from calorimeter.records.atomic import write_json_atomic
@@ -97,8 +98,8 @@ class ThermalProfile:
     host: str
     taken_s: float
     window_s: float
-    source: dict[str, Any]
-    conditions: dict[str, Any]
+    source: JsonObject
+    conditions: JsonObject
     speed_metric: str
     gpus: tuple[GpuThermal, ...]
     format_version: int = FORMAT_VERSION
@@ -112,7 +113,7 @@ class ThermalProfile:
         """UUIDs of the GPUs the profile covers."""
         return {g.uuid for g in self.gpus}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-able form (NaN written as null by the JSON writer)."""
         d = asdict(self)
         d["taken_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.taken_s))
@@ -120,7 +121,7 @@ class ThermalProfile:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ThermalProfile:
+    def from_dict(cls, d: JsonObject) -> ThermalProfile:
         """Inverse of :meth:`to_dict` (null numbers become NaN)."""
         gfields = GpuThermal.__dataclass_fields__
         gpus = []
@@ -159,8 +160,8 @@ def relative_speeds(values: list[float]) -> list[float]:
     return [v / top if math.isfinite(v) and v > 0 and math.isfinite(top) else math.nan for v in values]
 
 
-def build_profile(host: str, stats: pd.DataFrame, gpu_meta: list[dict[str, Any]], begin_s: float, end_s: float,
-                  source: dict[str, Any], conditions: dict[str, Any] | None = None,
+def build_profile(host: str, stats: pd.DataFrame, gpu_meta: list[JsonObject], begin_s: float, end_s: float,
+                  source: JsonObject, conditions: JsonObject | None = None,
                   tflops: dict[int, float] | None = None) -> ThermalProfile:
     """A profile from per-GPU window statistics of one host.
 
@@ -450,7 +451,7 @@ def save_profile(profiles_dir: str | Path, profile: ThermalProfile, now_s: float
 
 def keep_cell_profiles(cell_dir: str | Path, record: RunRecord, settings: PlacementSettings,
                        tables: CellTables | None = None, tflops: dict[tuple[int, int], float] | None = None
-                       ) -> dict[str, Any]:
+                       ) -> JsonObject:
     """Profile a recorded cell's hosts from its tables and keep the profiles (rule ``thermal_profile``).
 
     Runs for every calibration cell, and for other cells when ``placement.derive_profiles`` is on (default) and
@@ -463,7 +464,7 @@ def keep_cell_profiles(cell_dir: str | Path, record: RunRecord, settings: Placem
     import logging
 
     log = logging.getLogger(__name__)
-    out: dict[str, Any] = {"cell_id": record.cell_id, "written": [], "current": [], "reasons": []}
+    out: JsonObject = {"cell_id": record.cell_id, "written": [], "current": [], "reasons": []}
     calibration = is_calibration(record)
     if not settings.profiles_dir or not (calibration or settings.derive_profiles):
         out["reasons"].append("placement.derive_profiles is off" if settings.profiles_dir else "no profiles folder")

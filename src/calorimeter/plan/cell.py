@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
-from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.kinds import DEFAULT_KIND, KINDS, CellKind, kind_of
 from calorimeter.plan.vocabulary import OPTIONAL
 
@@ -227,7 +227,7 @@ class Cell:
         """The id of the configuration all repetitions share (the cell id without ``_r<k>``)."""
         return self.cell_id.removesuffix(f"_r{self.repeat}") if self.repeat else self.cell_id
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Parameters plus derived values, for records and tables."""
         # fields are plain values: a shallow read gives what asdict() gives, without its deep copies (planning and
         # the workflow call this once per cell and figure)
@@ -239,13 +239,13 @@ class Cell:
                  optimization_label=self.optimization_label)
         return d
 
-    def recorded(self) -> dict[str, Any]:
+    def recorded(self) -> JsonObject:
         """The cell as its record and tables describe it: :meth:`to_dict` (the parameters, which decide when it
         reruns), for a ``command`` cell seen through :func:`as_recorded`."""
         return as_recorded(self.to_dict())
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Cell:
+    def from_dict(cls, d: JsonObject) -> Cell:
         """Inverse of :meth:`to_dict` (derived keys are ignored)."""
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
@@ -347,7 +347,7 @@ def _tag_of(kind: CellKind, tag: str) -> dict[str, int] | None:
     return {k: int(v) for k, v in m.groupdict().items()} if m else None
 
 
-def as_recorded(d: dict[str, Any]) -> dict[str, Any]:
+def as_recorded(d: JsonObject) -> JsonObject:
     """A cell's parameters (``Cell.to_dict()`` or a plan's row of them) as records and tables show them: a cell of a
     kind whose own command decides parts of it (``command``, :attr:`calorimeter.plan.kinds.CellKind.decides`) says
     what it is, its kind's ``engine``, and None for what its command decides, never the engine's defaults; any

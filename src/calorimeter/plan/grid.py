@@ -18,6 +18,7 @@ from calorimeter.plan.config import ConfigError, load_config, subset_base_path
 from calorimeter.plan.config_errors import locate, short, suggest
 from calorimeter.plan.definitions import inline_model, register_sweep_definitions
 from calorimeter.plan.hardware import HardwareProfile, detect_profile, get_profile
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.kinds import DEFAULT_KIND, get_kind
 from calorimeter.plan.models import get_model
 from calorimeter.plan.vocabulary import AXES, PARAMETERS
@@ -44,7 +45,7 @@ def resolve_hardware(name: str) -> tuple[HardwareProfile, int | None]:
         raise ConfigError(str(e.args[0])) from None
 
 
-def _cell_from_point(point: dict[str, Any], sweep: str, where: str, source: str = "config",
+def _cell_from_point(point: JsonObject, sweep: str, where: str, source: str = "config",
                      lines: dict[str, str] | None = None) -> Cell:
     def at(key: str) -> str:
         """``file:line: grid[i].key`` (or the defaults' line where the block does not set the key)."""
@@ -102,7 +103,7 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str, source: str 
                 **{k: v for k, v in kwargs.items() if k not in ("nodes",)})
 
 
-def _named_models(block: dict[str, Any], config: dict[str, Any], where: str) -> dict[str, Any]:
+def _named_models(block: JsonObject, config: JsonObject, where: str) -> JsonObject:
     """The block with each inline model definition (``model: {hf_config: ...}``) registered and named."""
     if "model" not in block:
         return block
@@ -117,7 +118,7 @@ def _named_models(block: dict[str, Any], config: dict[str, Any], where: str) -> 
     return {**block, "model": names if isinstance(block["model"], list) else names[0]}
 
 
-def _merged_blocks(config: dict[str, Any]) -> list[dict[str, Any]]:
+def _merged_blocks(config: JsonObject) -> list[JsonObject]:
     """Each grid block with the defaults it does not set (a block's parallel layouts override the defaults')."""
     defaults = {"hardware": config.get("hardware", "auto"), **config.get("defaults", {})}
     out = []
@@ -131,7 +132,7 @@ def _merged_blocks(config: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def check_grid_size(blocks: list[tuple[str, dict[str, Any]]], source: str = "config",
+def check_grid_size(blocks: list[tuple[str, JsonObject]], source: str = "config",
                     lines: dict[str, str] | None = None) -> int:
     """Cells the blocks expand to (before removing duplicates), refused above :data:`MAX_CELLS`.
 
@@ -149,7 +150,7 @@ def check_grid_size(blocks: list[tuple[str, dict[str, Any]]], source: str = "con
     return total
 
 
-def expand(config: dict[str, Any], _chain: tuple[Path, ...] = ()) -> list[Cell]:
+def expand(config: JsonObject, _chain: tuple[Path, ...] = ()) -> list[Cell]:
     """All cells of a validated config, in a stable order, without duplicates.
 
     Raises:
@@ -201,7 +202,7 @@ def run_order_key(cell: Cell, seed: str) -> tuple[int, bool, str, bool]:
     return cell.repeat, get_kind(cell.kind).trains_model, h, cell.placement != "default"
 
 
-def _subset(config: dict[str, Any], chain: tuple[Path, ...]) -> list[Cell]:
+def _subset(config: JsonObject, chain: tuple[Path, ...]) -> list[Cell]:
     src = Path(config.get("_source", "."))
     lines = config.get("_lines")
     here = locate(str(src), lines, "subset_of")

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.layout import Layout
 from calorimeter.plan.models import ModelSpec, stage_block_counts
@@ -236,12 +237,12 @@ class Decision:
     reason: str
     pp_split: tuple[int, ...] | None = None
     device_order: dict[int, list[str]] = field(default_factory=dict)
-    stage_costs: dict[str, Any] | None = None
+    stage_costs: JsonObject | None = None
     stage_speeds: list[float] | None = None
     predicted: dict[str, float] = field(default_factory=dict)
-    profiles: dict[int, dict[str, Any]] = field(default_factory=dict)
+    profiles: dict[int, JsonObject] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-able form; keys of per-node maps are strings."""
         d = asdict(self)
         d["pp_split"] = list(self.pp_split) if self.pp_split else None
@@ -274,7 +275,7 @@ def static_reason(cell: Cell) -> str | None:
 
 
 def decide(cell: Cell, m: ModelSpec, costs: StageCosts, nodes: dict[int, NodeGpus] | None = None,
-           max_layers: int | None = None, profiles: dict[int, dict[str, Any]] | None = None) -> Decision:
+           max_layers: int | None = None, profiles: dict[int, JsonObject] | None = None) -> Decision:
     """Decide the placement of a cell.
 
     Args:

@@ -20,6 +20,7 @@ from calorimeter.plan.definitions import definitions_of
 from calorimeter.plan.flops import iteration_flops
 from calorimeter.plan.grid import expand
 from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.kinds import get_kind, kind_reasons
 from calorimeter.plan.memory import estimate_memory
 from calorimeter.plan.models import get_model, padded_vocab_size, parameter_count
@@ -38,7 +39,7 @@ class PlannedCell:
     estimates: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Flat dict: parameters, status, reasons, estimates, notes."""
         return {**self.cell.to_dict(), "status": self.status, "reasons": self.reasons, **self.estimates,
                 "notes": self.notes}
@@ -50,7 +51,7 @@ class Plan:
 
     sweep: str
     results_dir: str
-    config: dict[str, Any]
+    config: JsonObject
     cells: list[PlannedCell]
 
     @property
@@ -98,7 +99,7 @@ def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
     return PlannedCell(cell, "pruned" if reasons else "planned", reasons, estimates, notes)
 
 
-def make_plan(config: dict[str, Any]) -> Plan:
+def make_plan(config: JsonObject) -> Plan:
     """Validate a sweep config (``_source``: the file it came from, for messages and ``subset_of``) and plan it.
 
     The plan keeps the validated config: the workflow reads its settings from there, so the config is validated
@@ -107,7 +108,7 @@ def make_plan(config: dict[str, Any]) -> Plan:
     return _plan(validate_config(config, str(config.get("_source", "config"))))
 
 
-def _plan(cfg: dict[str, Any]) -> Plan:
+def _plan(cfg: JsonObject) -> Plan:
     """``Plan.sweep`` names the folder of the plan, tables and figures; cells keep their own sweep (a ``subset_of``
     sweep has its own name but selects cells of its base sweep, which stay where the base measures them)."""
     cells = [check_cell(c, cfg["memory_check"]) for c in expand(cfg)]
@@ -122,7 +123,7 @@ def _plan(cfg: dict[str, Any]) -> Plan:
     return Plan(name, cfg["results_dir"], cfg, cells)
 
 
-def _prune_beyond_time_limit(cells: list[PlannedCell], cfg: dict[str, Any]) -> None:
+def _prune_beyond_time_limit(cells: list[PlannedCell], cfg: JsonObject) -> None:
     """Prune the planned cells that cannot finish within ``launcher.timeout_min`` (:mod:`calorimeter.plan.time_limit`).
     """
     settings = LauncherSettings.from_config(cfg)
@@ -169,7 +170,7 @@ def plan_row(c: PlannedCell) -> dict[str, str]:
     return out
 
 
-def format_json(plan: Plan, extra: dict[str, dict[str, Any]] | None = None, **more: Any) -> str:
+def format_json(plan: Plan, extra: dict[str, JsonObject] | None = None, **more: Any) -> str:
     """The plan as JSON (every parameter of every cell; ``extra``: cell id -> more keys of that cell; ``more``: more
     top-level keys)."""
     extra = extra or {}

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from calorimeter.plan.config import load_schema
+from calorimeter.plan.json_types import JsonObject
 
 #: the folder of the hosts' thermal profiles under ``results_dir`` (:mod:`calorimeter.placement.profile`)
 PROFILES_DIR = "thermal-profiles"
 
 
-def schema_defaults(*path: str) -> dict[str, Any]:
+def schema_defaults(*path: str) -> JsonObject:
     """The schema's defaults of the keys of one block: ``schema_defaults("launcher", "slurm")``."""
     node = load_schema()
     for key in path:
@@ -30,7 +31,7 @@ def schema_defaults(*path: str) -> dict[str, Any]:
     return {k: v["default"] for k, v in node["properties"].items() if "default" in v}
 
 
-def _known(cls: type, d: Mapping[str, Any]) -> dict[str, Any]:
+def _known(cls: type, d: Mapping[str, Any]) -> JsonObject:
     """The keys of ``d`` that are fields of ``cls`` (older or newer files may carry others)."""
     names = {f.name for f in fields(cls)}
     return {k: v for k, v in d.items() if k in names}
@@ -179,7 +180,7 @@ class LauncherSettings:
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     placement: PlacementSettings = field(default_factory=PlacementSettings)
-    definitions: dict[str, Any] = field(default_factory=dict)
+    definitions: JsonObject = field(default_factory=dict)
     sweep_file: str | None = None
     code_snapshot: str | None = None
 
@@ -202,7 +203,7 @@ class LauncherSettings:
         kw["definitions"] = dict(d.get("definitions") or {})
         return cls(**kw)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON form (``job.json``'s ``launcher``)."""
         return asdict(self)
 

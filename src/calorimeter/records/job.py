@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.atomic import write_json_atomic
 
@@ -45,7 +45,7 @@ class JobRecord:
     array: bool = False
     launcher: LauncherSettings = field(default_factory=LauncherSettings)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON form (``array`` only when true, as before it existed)."""
         out = {"job_id": self.job_id, "executor": self.executor, "submitted_s": self.submitted_s, "host": self.host,
                "cell_id": self.cell_id, "cell_key": self.cell_key, "world_size": self.world_size,
@@ -53,7 +53,7 @@ class JobRecord:
         return {**out, "array": True} if self.array else out
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> JobRecord:
+    def from_dict(cls, d: JsonObject) -> JobRecord:
         """From :meth:`to_dict`'s form (keys an older file lacks take their defaults).
 
         Raises:

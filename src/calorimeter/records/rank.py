@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.settings import TelemetrySettings
 from calorimeter.records.paths import AttemptPaths, RunPaths
 
@@ -83,9 +83,9 @@ class RankResult:
         command: kind ``command``: the command's exit code and wall time on this rank.
     """
 
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[JsonObject] = field(default_factory=list)
     peak_memory_bytes: int | None = None
-    kind_metrics: dict[str, Any] | None = None
+    kind_metrics: JsonObject | None = None
     stage: int = 0
     num_stages: int = 1
     dp_rank: int | None = None
@@ -96,12 +96,12 @@ class RankResult:
     parameters_on_rank: int = 0
     parameters_model: int = 0
     traced: bool = False
-    engine: dict[str, Any] | None = None
-    warmup: dict[str, Any] | None = None
-    calibration: dict[str, Any] | None = None
-    command: dict[str, Any] | None = None
+    engine: JsonObject | None = None
+    warmup: JsonObject | None = None
+    calibration: JsonObject | None = None
+    command: JsonObject | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON-able form written into ``rank-<r>.json`` (fields that say nothing are left out)."""
         return {k: v for k, v in asdict(self).items() if v is not None}
 
@@ -148,9 +148,9 @@ class RankReport(RankResult):
     node: int | None = None
     hostname: str | None = None
     backend: str | None = None
-    device_info: dict[str, Any] | None = None
-    host_cpu: dict[str, Any] | None = None
-    placement: dict[str, Any] | None = None
+    device_info: JsonObject | None = None
+    host_cpu: JsonObject | None = None
+    placement: JsonObject | None = None
 
     @property
     def ok(self) -> bool:
@@ -163,7 +163,7 @@ class RankReport(RankResult):
             setattr(self, f.name, getattr(result, f.name))
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RankReport:
+    def from_dict(cls, d: JsonObject) -> RankReport:
         """From :meth:`to_dict`'s form (``rank-<r>.json``).
 
         Raises:
@@ -222,13 +222,13 @@ class RankOutput:
         """The last ``n`` lines of its stderr, or of its stdout where it wrote nothing to stderr."""
         return list(self.stderr or self.stdout)[-n:]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON form."""
         return {"rank": self.rank, "host": self.host, "status": self.status, "stdout": list(self.stdout),
                 "stderr": list(self.stderr)}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RankOutput:
+    def from_dict(cls, d: JsonObject) -> RankOutput:
         """From :meth:`to_dict`'s form."""
         return cls(int(d.get("rank", -1)), d.get("host"), str(d.get("status") or "no result"),
                    tuple(d.get("stdout") or ()), tuple(d.get("stderr") or ()))
@@ -277,13 +277,13 @@ class RankDeath:
                 + (f" (also gone: ranks {', '.join(map(str, others))})" if others else "")
                 + "; the other ranks were stopped")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON form (what is not known left out)."""
         out = {k: v for k, v in asdict(self).items() if v is not None and k != "ranks_dead"}
         return {**out, "ranks_dead": list(self.ranks_dead)} if self.ranks_dead else out
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RankDeath:
+    def from_dict(cls, d: JsonObject) -> RankDeath:
         """From :meth:`to_dict`'s form.
 
         Raises:

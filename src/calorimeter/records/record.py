@@ -6,12 +6,12 @@ import hashlib
 import math
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.models import get_model
 from calorimeter.records import job_states
@@ -60,7 +60,7 @@ def transient_class(error: str | None) -> str:
     return next((name for name, patterns in TRANSIENT_CLASSES if any(p in t for p in patterns)), "transient")
 
 
-def describe_node_loss(cancelled: dict[str, Any]) -> str:
+def describe_node_loss(cancelled: JsonObject) -> str:
     """The reason of a cell whose job lost a node and found none to run it again (``launcher_cancelled.json``, with
     ``rerun``: the command that reruns the sweep's failed cells)."""
     lost = cancelled.get("node_lost") or {}
@@ -153,8 +153,8 @@ def steps_frame(rank_results: list[RankReport]) -> pd.DataFrame:
                       "time_s": "float64"})
 
 
-def build_record(cell: Cell, rank_results: list[RankReport], launch: dict[str, Any],
-                 estimates: dict[str, Any] | None = None, evidence: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_record(cell: Cell, rank_results: list[RankReport], launch: JsonObject,
+                 estimates: JsonObject | None = None, evidence: JsonObject | None = None) -> JsonObject:
     """The run.json content of one attempt.
 
     ``evidence`` (SLURM's view from sacct, requeue events, log tails, exit codes) is stored under ``evidence``
@@ -177,7 +177,7 @@ def build_record(cell: Cell, rank_results: list[RankReport], launch: dict[str, A
             f"the launcher cancelled the job: {cancelled.get('why')}"
     profile = PROFILES.get(cell.hardware)
     kind = get_kind(cell.kind)
-    record: dict[str, Any] = {
+    record: JsonObject = {
         "schema_version": SCHEMA_VERSION,
         "cell_id": cell.cell_id,
         "status": status,
@@ -219,12 +219,12 @@ def build_record(cell: Cell, rank_results: list[RankReport], launch: dict[str, A
     return record
 
 
-def _death(d: dict[str, Any] | None) -> RankDeath | None:
+def _death(d: JsonObject | None) -> RankDeath | None:
     """The death an attempt's evidence names (``evidence.peer_died``), if any."""
     return RankDeath.from_dict(d) if d else None
 
 
-def abandoned_record(cell: Cell, reason: str) -> dict[str, Any]:
+def abandoned_record(cell: Cell, reason: str) -> JsonObject:
     """The run.json of an attempt nobody will finish (its launcher died and its job is gone): ``transient`` with the
     reason, a cell record like any other (:func:`~calorimeter.records.run_record.read_run_record` reads it), so
     ``calorimeter status`` counts the attempt as closed and the next run submits the cell again."""
@@ -232,7 +232,7 @@ def abandoned_record(cell: Cell, reason: str) -> dict[str, Any]:
             "failure_class": "transient", "reason": reason, "cell": cell.recorded()}
 
 
-def write_cell_record(cell: CellPaths, attempt: AttemptPaths, record: dict[str, Any], steps: pd.DataFrame) -> Path:
+def write_cell_record(cell: CellPaths, attempt: AttemptPaths, record: JsonObject, steps: pd.DataFrame) -> Path:
     """Write steps.parquet, then run.json last (the cell's completion marker), each atomically.
 
     Both files are also kept in the attempt folder, so a later rerun that replaces the top-level files never
@@ -246,7 +246,7 @@ def write_cell_record(cell: CellPaths, attempt: AttemptPaths, record: dict[str, 
     return cell.run_json
 
 
-def _keep_patch(cell: CellPaths, attempt: AttemptPaths, record: dict[str, Any]) -> None:
+def _keep_patch(cell: CellPaths, attempt: AttemptPaths, record: JsonObject) -> None:
     """A record from a modified tree keeps the modification: ``source.patch`` (``git diff HEAD`` outside the
     measurements, :data:`~calorimeter.records.provenance.PATCH_EXCLUDES`) next to its
     run.json in the cell and the attempt folder, named with its SHA-256 under ``provenance.git`` (so that commit +

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import accelerator_of
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.models import get_model, padded_vocab_size
 from calorimeter.records.paths import RunPaths
 from calorimeter.records.progress import ProgressWriter
@@ -128,7 +129,7 @@ def train_cell(cell: Cell, out_dir: Path, device: torch.device, step_callback: S
     seed_everything(cell.seed)
     spec = get_model(cell.model)
     model_spec = dataclasses.replace(spec, vocab_size=padded_vocab_size(spec, cell.tp))
-    steps: list[dict[str, Any]] = []
+    steps: list[JsonObject] = []
     try:
         te = build_engine(cell, model_spec, device, model_hook=model_hook)
         engine = te.engine
