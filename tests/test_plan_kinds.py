@@ -50,8 +50,6 @@ def test_kinds_are_asked_by_their_flags() -> None:
 
 #: a kind's name compared with a value: ``kind == "lora"``, ``"train" != row["kind"]``, ``kind in ("train", ...)``
 _BRANCH = re.compile(r"""(==|!=|\bin)\s*\(?\s*["'](?P<a>[a-z-]+)["']|["'](?P<b>[a-z-]+)["']\s*(==|!=)""")
-#: branches on a kind's name left outside the registry
-KNOWN = {"reproduce/charllm.py"}
 
 
 def test_no_module_but_the_registry_branches_on_a_kinds_name() -> None:
@@ -63,4 +61,4 @@ def test_no_module_but_the_registry_branches_on_a_kinds_name() -> None:
             for m in _BRANCH.finditer(line if "kind" in line else ""):
                 if (m.group("a") or m.group("b")) in KINDS:
                     found.add(str(path.relative_to(SRC)))
-    assert found <= KNOWN, sorted(found - KNOWN)
+    assert not found, sorted(found)

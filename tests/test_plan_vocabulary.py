@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from calorimeter.analysis.cell import PARAM_KEYS
-from calorimeter.findings.select import CONFIG_PARAMS
+from calorimeter.findings.select import CONFIG_PARAMS, pairs
 from calorimeter.plan.cell import Cell, parse_cell_id
 from calorimeter.plan.config import load_schema
 from calorimeter.plan.grid import AXES as GRID_AXES
@@ -52,6 +52,9 @@ def test_the_schemas_grid_keys_are_the_axes() -> None:
 def test_tables_and_findings_take_their_columns_from_it() -> None:
     assert PARAM_KEYS == RUN_COLUMNS and CONFIG_PARAMS == CONFIGURATION
     assert set(RUN_COLUMNS) <= set(PARAMETERS) | set(DERIVED)
+    # a comparison that names a parameter no configuration has (a column no table carries) is refused, not ignored
+    with pytest.raises(ValueError, match="lora_alpha"):
+        pairs([], "kind", bool, bool, also=("lora_alpha",))
 
 
 @pytest.mark.parametrize("name", sorted(OTHER))

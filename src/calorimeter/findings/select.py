@@ -108,7 +108,14 @@ def matched(cfgs: list[Config], knob: Sequence[str]) -> list[list[Config]]:
 def pairs(cfgs: list[Config], knob: str, a: Callable[[Any], bool], b: Callable[[Any], bool],
           also: Sequence[str] = ()) -> list[tuple[Config, Config]]:
     """(a, b) pairs of configurations that differ only in ``knob`` (and in ``also``), ``a``/``b`` telling the two
-    sides apart by the knob's value; every a-side is paired with every b-side of its group."""
+    sides apart by the knob's value; every a-side is paired with every b-side of its group.
+
+    Raises:
+        ValueError: ``knob`` or ``also`` names no parameter of a configuration (:data:`CONFIG_PARAMS`).
+    """
+    unknown = [p for p in (knob, *also) if p not in CONFIG_PARAMS]
+    if unknown:
+        raise ValueError(f"{unknown} name no parameter of a configuration (known: {', '.join(CONFIG_PARAMS)})")
     out = []
     for g in matched(cfgs, (knob, *also)):
         sa = [c for c in g if a(c.params.get(knob))]

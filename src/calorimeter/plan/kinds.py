@@ -113,6 +113,11 @@ class CellKind:
     provenance: str | None = None
     checks: Callable[[KindCell], list[str]] | None = None
 
+    @property
+    def full_training(self) -> bool:
+        """It trains every weight of the cell's model (not adapters on a frozen base)."""
+        return self.trains_model and not self.adapters
+
     def reasons(self, cell: KindCell) -> list[str]:
         """Plan-time reasons why ``cell`` cannot run as this kind (empty when it can)."""
         return self.checks(cell) if self.checks else []

@@ -55,7 +55,7 @@ class CommOp:
     """One kind of collective a rank issues, with its per-iteration count.
 
     Attributes:
-        kind: one of :data:`COLLECTIVES`.
+        collective: one of :data:`COLLECTIVES`.
         role: what it is for: ``tp`` (tensor/sequence parallel), ``zero3`` (parameter gathers and gradient
             reduce-scatters), ``dp`` (gradient synchronisation of ZeRO 0-2), ``ep`` (MoE dispatch/combine), ``pp``
             (activations between stages), ``sync`` (small latency-bound reductions: norm gradients, loss, grad norm).
@@ -68,7 +68,7 @@ class CommOp:
             far as compute lasts), ``step`` (once per iteration, after the last micro-batch).
     """
 
-    kind: str
+    collective: str
     role: str
     size_bytes: float
     group: int
