@@ -458,7 +458,7 @@ def test_the_watch_names_a_dead_rank_of_its_host_but_not_a_requeued_one(tmp_path
     import subprocess
     import sys
 
-    from calorimeter.launch.watch import PEER_DIED, PeerWatch, announce
+    from calorimeter.launch.watch import PeerWatch, announce
 
     attempt = AttemptPaths(tmp_path / "a")
     announce(attempt, 0, 0)  # this process: alive
@@ -473,7 +473,7 @@ def test_the_watch_names_a_dead_rank_of_its_host_but_not_a_requeued_one(tmp_path
     attempt.requeues.write_text(json.dumps({"time_s": 0.5}) + "\n")  # ... before it started: it died
     death = PeerWatch(attempt).check()
     assert (death.rank, death.pid, death.ranks_dead) == (1, gone.pid, (1,))  # rank 2: another host
-    assert json.loads((attempt.root / PEER_DIED).read_text())["rank"] == 1
+    assert json.loads(attempt.peer_died.read_text())["rank"] == 1
 
 
 def test_the_rank_whose_heartbeat_stopped_first_is_named(tmp_path: Path) -> None:
@@ -502,7 +502,7 @@ def test_a_silent_rank_is_found_by_its_stale_heartbeat_relative_to_its_peers(tmp
     once it is STALE_S behind the freshest heartbeat, whatever the clocks say; never when it wrote its result."""
     import os
 
-    from calorimeter.launch.watch import PEER_DIED, STALE_S, PeerWatch
+    from calorimeter.launch.watch import STALE_S, PeerWatch
 
     attempt = AttemptPaths(tmp_path / "a")
     attempt.staging.mkdir(parents=True)
@@ -532,7 +532,7 @@ def test_a_silent_rank_is_found_by_its_stale_heartbeat_relative_to_its_peers(tmp
     restart(1, "node2", 1, base + 100 - STALE_S - 5)  # rank 1 of the new run went silent
     death = watch.check()
     assert (death.rank, death.host, death.source) == (1, "node2", "heartbeat")
-    assert json.loads((attempt.root / PEER_DIED).read_text())["rank"] == 1
+    assert json.loads(attempt.peer_died.read_text())["rank"] == 1
     assert death.describe() == (f"rank 1 on host node2 (pid 21) died without a result (no heartbeat for "
                                f"{STALE_S + 5:.0f} s while its peers' went on); the other ranks were stopped")
 
@@ -589,7 +589,7 @@ def test_a_rank_that_starts_after_its_peer_died_never_waits_for_it(tmp_path: Pat
     import sys
     import threading
 
-    from calorimeter.launch.watch import PEER_DIED, stop_ranks
+    from calorimeter.launch.watch import stop_ranks
     from calorimeter.records.atomic import write_json_atomic
 
     attempt = AttemptPaths(tmp_path / "a")
@@ -608,7 +608,7 @@ def test_a_rank_that_starts_after_its_peer_died_never_waits_for_it(tmp_path: Pat
         hung.kill()
         late.kill()
 
-    write_json_atomic(attempt.root / PEER_DIED, {"rank": 1, "host": "h", "pid": 1, "restart": 0})
+    write_json_atomic(attempt.peer_died, {"rank": 1, "host": "h", "pid": 1, "restart": 0})
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     code = ("import sys; from pathlib import Path; from calorimeter.launch.watch import leave_if_a_peer_died; "
             "from calorimeter.records.paths import AttemptPaths; "
@@ -630,7 +630,7 @@ def test_a_local_jobs_rank_processes_are_watched_before_they_announce_themselves
     import sys
 
     from calorimeter.launch import watch
-    from calorimeter.launch.watch import PEER_DIED, PeerWatch, local_ranks
+    from calorimeter.launch.watch import PeerWatch, local_ranks
 
     attempt = AttemptPaths(tmp_path / "a")
     attempt.staging.mkdir(parents=True)
@@ -649,9 +649,9 @@ def test_a_local_jobs_rank_processes_are_watched_before_they_announce_themselves
         tasks[1].wait()
         death = w.check()
         assert (death.rank, death.pid, death.host, death.source) == (1, tasks[1].pid, "h", "process")
-        assert "the rank had not announced itself" in death.how and (attempt.root / PEER_DIED).is_file()
+        assert "the rank had not announced itself" in death.how and attempt.peer_died.is_file()
         # rank 1 never seen running while rank 0 ran NEVER_SEEN_S: dead, pid unknown
-        (attempt.root / PEER_DIED).unlink()
+        attempt.peer_died.unlink()
         monkeypatch.setattr(watch, "NEVER_SEEN_S", 0.2)
         w = PeerWatch(attempt, host="h", processes=lambda: {0: tasks[0].pid}, world_size=2)
         assert w.check() is None
@@ -659,7 +659,7 @@ def test_a_local_jobs_rank_processes_are_watched_before_they_announce_themselves
         death = w.check()
         assert (death.rank, death.pid) == (1, None) and "before the launcher saw it" in death.how
         # a rank that ended with its result is no death, nor are the ranks of a job at its time limit
-        (attempt.root / PEER_DIED).unlink()
+        attempt.peer_died.unlink()
         (attempt.staging / "rank-1.json").write_text(json.dumps({"rank": 1, "status": "ok"}))
         assert PeerWatch(attempt, host="h", processes=lambda: {0: tasks[0].pid}, world_size=2).check() is None
         (attempt.staging / "rank-1.json").write_text(json.dumps({"rank": 1, "status": "timeout"}))

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from calorimeter.launch.output import describe_outputs, first_failed_first
-from calorimeter.launch.space import DISK_FULL, FIXED_BYTES, RECORD_ERROR, DiskSpaceError, free_bytes, is_disk_full
+from calorimeter.launch.space import DISK_FULL, FIXED_BYTES, DiskSpaceError, free_bytes, is_disk_full
 from calorimeter.launch.submit import CellConfigError, LaunchOutcome, launch_cell
 from calorimeter.launch.watch import heartbeat_death, peer_death, srun_death
 from calorimeter.placement.apply import placement_record
@@ -18,7 +18,7 @@ from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.atomic import read_json_object, write_atomic, write_json_atomic
-from calorimeter.records.paths import CellPaths, record_files, results_relative
+from calorimeter.records.paths import AttemptPaths, CellPaths, record_files, results_relative
 from calorimeter.records.rank import RankOutput
 from calorimeter.records.record import TransientCellError, build_record, steps_frame, write_cell_record
 from calorimeter.telemetry.collect import collect_telemetry
@@ -46,7 +46,7 @@ def _evidence(outcome: LaunchOutcome, sweep_file: str | None = None) -> JsonObje
     if death is not None:
         ev["peer_died"] = death.to_dict()
     with contextlib.suppress(OSError, ValueError):
-        ev["launcher_cancelled"] = json.loads((outcome.attempt.root / "launcher_cancelled.json").read_text())
+        ev["launcher_cancelled"] = json.loads(outcome.attempt.launcher_cancelled.read_text())
         if sweep_file and ev["launcher_cancelled"].get("node_lost") is not None:
             ev["launcher_cancelled"]["rerun"] = f"calorimeter rerun {sweep_file} --failed"
     return ev
@@ -151,9 +151,9 @@ def _write_record(cell: Cell, outcome: LaunchOutcome, paths: CellPaths, record: 
                   f"{free_bytes(paths.root) / 2**20:.1f} MiB free): the measurement is kept in attempt "
                   f"{outcome.attempt.name}; free space and run the cell again (calorimeter rerun --failed) to "
                   "complete its record without retraining")
-        _note_record_error(outcome.attempt.root, DISK_FULL, reason)
+        _note_record_error(outcome.attempt, DISK_FULL, reason)
         raise DiskSpaceError(f"cell {cell.cell_id}: {DISK_FULL}: {reason}") from e
-    (outcome.attempt.root / RECORD_ERROR).unlink(missing_ok=True)
+    outcome.attempt.record_error.unlink(missing_ok=True)
 
 
 def _mtime(path: Path) -> float | None:
@@ -163,13 +163,13 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def _note_record_error(attempt_root: Path, failure_class: str, reason: str) -> None:
+def _note_record_error(attempt: AttemptPaths, failure_class: str, reason: str) -> None:
     """Best effort: the disk may still be full (the files removed above usually made room for these bytes)."""
     try:
-        write_json_atomic(attempt_root / RECORD_ERROR, {"failure_class": failure_class, "reason": reason,
-                                                        "time_s": time.time()})
+        write_json_atomic(attempt.record_error, {"failure_class": failure_class, "reason": reason,
+                                                 "time_s": time.time()})
     except OSError:
-        log.error("%s: %s", attempt_root, reason)
+        log.error("%s: %s", attempt.root, reason)
 
 
 def _blame_full_disk(outcome: LaunchOutcome, record: JsonObject) -> None:

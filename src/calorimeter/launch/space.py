@@ -39,8 +39,6 @@ FIXED_BYTES = 8 * 2**20
 NEED_ENV = "CALORIMETER_TEST_RECORD_BYTES"
 #: failure class of a cell stopped by a full disk
 DISK_FULL = "disk_full"
-#: an open attempt's note of why its record could not be written (read by ``calorimeter status``)
-RECORD_ERROR = "record_error.json"
 
 
 class DiskSpaceError(TransientCellError):

@@ -258,7 +258,7 @@ def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None,
                 log.warning("job %s: %s: cancelling it", job.job_id, why)
                 lost = slurm_cli.lost_nodes(str(job.job_id)) if action == "node_lost" else None
                 job.cancel(check=False)
-                write_json_atomic(attempt.root / "launcher_cancelled.json", {
+                write_json_atomic(attempt.launcher_cancelled, {
                     "job_id": str(job.job_id), "why": why, "time_s": time.time(),
                     **({"node_lost": {**lost, "waited_s": time.time() - (waiting_since or time.time())}}
                        if lost is not None else {})})

@@ -45,8 +45,6 @@ from calorimeter.records.atomic import read_json_object, write_json_atomic
 from calorimeter.records.paths import AttemptPaths
 from calorimeter.records.rank import RankDeath, RankReport
 
-#: the file of the first rank death the launcher saw, in the attempt folder
-PEER_DIED = "peer_died.json"
 #: what a rank writes as it starts (``alive-<rank>.json``: rank, pid, host, restart, t_start_s)
 Alive = JsonObject
 
@@ -181,7 +179,7 @@ def local_ranks(root_pid: int) -> dict[int, int]:
 
 def peer_death(attempt: AttemptPaths) -> RankDeath | None:
     """The first rank death recorded for this attempt (``peer_died.json``), if any."""
-    d = read_json_object(attempt.root / PEER_DIED)
+    d = read_json_object(attempt.peer_died)
     try:
         return RankDeath.from_dict(d) if d is not None else None
     except ValueError:
@@ -283,7 +281,7 @@ class PeerWatch:
         death = dataclasses.replace(first, t_detected_s=time.time(), ranks_dead=tuple(sorted(d.rank for d in dead)))
         if first.rank not in announced:  # found as a process: it never wrote its alive file
             death = dataclasses.replace(death, how=f"{first.how}; the rank had not announced itself")
-        write_json_atomic(self.attempt.root / PEER_DIED, death.to_dict())
+        write_json_atomic(self.attempt.peer_died, death.to_dict())
         return death
 
     def _silent(self, beats: list[tuple[float, Alive]], stale_s: float = STALE_S) -> RankDeath | None:
@@ -298,7 +296,7 @@ class PeerWatch:
         death = dataclasses.replace(_announced(a), source="heartbeat", t_detected_s=time.time(), t_last_beat_s=t_stale,
                                     how=f"no heartbeat for {t_fresh - t_stale:.0f} s while its peers' went on",
                                     ranks_dead=(int(a["rank"]),))
-        write_json_atomic(self.attempt.root / PEER_DIED, death.to_dict())
+        write_json_atomic(self.attempt.peer_died, death.to_dict())
         return death
 
 

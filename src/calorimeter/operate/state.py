@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calorimeter.launch import slurm
-from calorimeter.launch.space import RECORD_ERROR
 from calorimeter.launch.submit import attempts
 from calorimeter.launch.watch import peer_death
 from calorimeter.plan.json_types import JsonObject
@@ -220,7 +219,7 @@ def cell_status(pc: PlannedCell, paths: CellPaths, scheduler: dict[str, dict[str
         if cs.state == "interrupted":
             cs.state = "failed"
         cs.note = ("ending the cell: " if cs.state == "running" else "") + cs.reason
-    error = _read_json(newest.root / RECORD_ERROR)
+    error = _read_json(newest.record_error)
     if error is not None and cs.state == "interrupted":  # the measurement finished, its record could not be written
         cs.state, cs.failure_class = "failed", str(error.get("failure_class") or "failed")
         cs.reason = str(error.get("reason") or "")
