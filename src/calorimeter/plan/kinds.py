@@ -15,7 +15,7 @@ only the work in the middle differs. A kind names:
   policies apply and whether it profiles its hosts.
 
 Adding a kind (e.g. a thermal profile) = one entry here, its module, and its name in the config schema's ``kind``
-(tests/test_collectives.py holds the schema's list to this registry's).
+(tests/test_plan_kinds.py holds the schema's list to this registry's).
 
 This module stands below :mod:`calorimeter.plan.cell` (a cell's id is shaped by its kind); the checks read a cell
 through :class:`KindCell`, the parameters they need.
