@@ -12,7 +12,7 @@ The launcher's settings travel with every cell: into ``job.json`` (:meth:`Launch
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -189,9 +189,9 @@ class LauncherSettings:
         """From a sweep config as :func:`calorimeter.plan.config.validate_config` returns it (every default filled
         in): its ``launcher``, ``telemetry`` and ``placement`` blocks, the definitions the plan found
         (``_definitions``) and the sweep file (``_source``)."""
-        return cls.from_dict({**config.get("launcher", {}), "telemetry": config.get("telemetry"),
-                              "placement": asdict(PlacementSettings.from_config(config)),
-                              "definitions": config.get("_definitions") or {}, "sweep_file": config.get("_source")})
+        launcher = cls.from_dict({**config.get("launcher", {}), "telemetry": config.get("telemetry"),
+                                  "definitions": config.get("_definitions") or {}, "sweep_file": config.get("_source")})
+        return replace(launcher, placement=PlacementSettings.from_config(config))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LauncherSettings:
