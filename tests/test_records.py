@@ -161,3 +161,20 @@ def test_every_committed_record_reads_through_the_one_reader(tmp_path: Path) -> 
             path.write_text(text)
         with pytest.raises(RecordError, match=why):
             read_run_record(path)
+
+
+def test_rank_report_round_trips_and_the_last_run_is_the_attempts(tmp_path: Path) -> None:
+    from calorimeter.records.paths import AttemptPaths
+    from calorimeter.records.rank import RankResult, last_run, read_rank_reports
+
+    report = RankReport(rank=1, status="ok", restart=1, hostname="h", device_info={"uuid": "GPU-a"}, t_end_s=2.0)
+    report.take(RankResult(steps=[{"step": 0, "phase": "measured", "time_s": 0.1}], stage=1, num_stages=2))
+    assert RankReport.from_dict(report.to_dict()) == report
+    failed = RankReport.from_dict({"rank": 0, "status": "failed", "error": "x", "unknown_key": 1})
+    assert (failed.stage, failed.traced, failed.steps) == (None, None, [])  # no result: no stage claimed
+    attempt = AttemptPaths(tmp_path)
+    attempt.staging.mkdir()
+    for r in (report, failed, RankReport(rank=0, status="ok", restart=1)):
+        write_json_atomic(attempt.rank_json(r.rank + 10 * r.restart), r.to_dict())
+    (attempt.staging / "rank-9.json").write_text("{")  # a half-written file is no report
+    assert [(r.rank, r.restart) for r in last_run([r for _, r in read_rank_reports(attempt)])] == [(0, 1), (1, 1)]
