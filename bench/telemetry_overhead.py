@@ -12,6 +12,7 @@ measured steps and the overhead relative to telemetry off; writes ``overhead.csv
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 from pathlib import Path
 
@@ -47,8 +48,8 @@ def main() -> None:
     for rep in range(args.reps):
         for name, tel in VARIANTS.items():
             cell = CellPaths(args.out / f"{name}-rep{rep}")
-            rec = run_cell(pc.cell, {**settings, "telemetry": {**settings["telemetry"], **tel, "profile_steps": 0}},
-                           cell, pc.estimates)
+            telemetry = dataclasses.replace(settings.telemetry, **tel, profile_steps=0)
+            rec = run_cell(pc.cell, dataclasses.replace(settings, telemetry=telemetry), cell, pc.estimates)
             times = []
             if rec["status"] == "ok":
                 steps = pd.read_parquet(cell.steps)

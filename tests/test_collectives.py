@@ -82,7 +82,7 @@ from calorimeter.records.paths import RunPaths
 from calorimeter.records.rank import RankContext, RankInfo
 rank = dist.get_rank()
 info = RankInfo(rank, 2, rank, 2, 0, "localhost", "gloo", "cpu")
-out = run_collectives(RankContext(cell, RunPaths(Path(sys.argv[1])), info, {})).to_dict()
+out = run_collectives(RankContext(cell, RunPaths(Path(sys.argv[1])), info)).to_dict()
 import json; Path(sys.argv[1], f"rank{rank}.json").write_text(json.dumps(out))
 dist.destroy_process_group()
 """

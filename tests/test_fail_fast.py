@@ -23,6 +23,7 @@ from calorimeter.operate.state import cell_status
 from calorimeter.operate.view import cell_folders
 from calorimeter.plan.plan import plan_file
 from calorimeter.records.atomic import write_json_atomic
+from calorimeter.records.rank import RankReport
 from calorimeter.records.record import build_record, steps_frame, write_cell_record
 
 pytestmark = pytest.mark.integration
@@ -143,9 +144,9 @@ def test_a_dead_rank_ends_its_cell_fast_and_rerun_selects_exactly_those_cells(tm
     attempt = ok.attempt("20260101T000000Z")
     attempt.staging.mkdir(parents=True)
     write_json_atomic(attempt.job_json, {"job_id": "1", "executor": "local", "submitted_s": time.time()})
-    ranks = [{"rank": r, "status": "ok", "hostname": "h", "node": 0, "restart": 0,
-              "steps": [{"step": i, "phase": "warmup" if i < 1 else "measured", "loss": 5.0, "grad_norm": 1.0,
-                         "time_s": 0.1, "t_begin_s": 1000.0 + i, "t_end_s": 1000.1 + i} for i in range(3)]}
+    ranks = [RankReport(rank=r, status="ok", hostname="h", node=0, restart=0,
+                        steps=[{"step": i, "phase": "warmup" if i < 1 else "measured", "loss": 5.0, "grad_norm": 1.0,
+                                "time_s": 0.1, "t_begin_s": 1000.0 + i, "t_end_s": 1000.1 + i} for i in range(3)])
              for r in range(2)]
     write_cell_record(ok, attempt, build_record(pcs["ok"].cell, ranks, {"executor": "local", "job_id": "1",
                                                                        "attempt": attempt.name}),

@@ -19,7 +19,7 @@ import yaml
 from calorimeter.launch import submit
 from calorimeter.launch.run import run_cell
 from calorimeter.launch.settings import launcher_settings
-from calorimeter.launch.space import RECORD_ERROR, DiskSpaceError, record_bytes_estimate
+from calorimeter.launch.space import DiskSpaceError, record_bytes_estimate
 from calorimeter.operate.state import cell_status
 from calorimeter.operate.view import cell_folders
 from calorimeter.plan.plan import plan_file
@@ -114,7 +114,7 @@ def test_a_disk_that_fills_while_the_record_is_written_leaves_nothing_partial(
     rec = run_cell(pc.cell, settings, paths)
     assert rec["status"] == "ok" and rec["provenance"]["launcher"]["attempt"] == attempt.name
     assert json.loads(paths.run_json.read_text())["status"] == "ok" and paths.steps.is_file()
-    assert not (attempt.root / RECORD_ERROR).exists()
+    assert not attempt.record_error.exists()
     assert cell_status(pc, paths, None).state == "ok"
 
 

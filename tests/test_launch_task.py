@@ -15,7 +15,9 @@ from calorimeter.launch.settings import launcher_settings
 from calorimeter.launch.task import CellTask
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.config import validate_config
+from calorimeter.plan.settings import TelemetrySettings
 from calorimeter.records.paths import AttemptPaths
+from calorimeter.records.rank import RankOutput, RankReport
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CellTask:
     cell = Cell(sweep="s", model="tiny-gpt", hardware="cpu", nodes=1, gpus_per_node=2, lr=0.5)
     attempt = AttemptPaths(tmp_path / "attempt")
     attempt.staging.mkdir(parents=True)
-    return CellTask(cell.to_dict(), str(attempt.root), launcher_settings(config, {"slurm_account": "acct"}))
+    return CellTask(cell, str(attempt.root), launcher_settings(config, {"slurm_account": "acct"}))
 
 
 def test_requeued_task_keeps_every_setting(task: CellTask) -> None:
@@ -44,8 +46,8 @@ def test_requeued_task_keeps_every_setting(task: CellTask) -> None:
     assert isinstance(requeued, CellTask) and requeued is not task
     # Every attribute, present and future, equal to the original's: only the requeue count moves on.
     assert vars(requeued) == {**vars(task), "requeues": 1}
-    assert requeued.settings["telemetry"] == {"enabled": False, "period_ms": 10, "profile_steps": 3,
-                                              "profile_all_ranks": True}
+    assert requeued.settings.telemetry == TelemetrySettings(enabled=False, period_ms=10, profile_steps=3,
+                                                            profile_all_ranks=True)
     assert vars(requeued.checkpoint().function) == {**vars(task), "requeues": 2}
 
 
@@ -80,16 +82,17 @@ def test_rank_outputs_keep_every_ranks_tail_named_relative_to_the_checkout_first
         f"submitit INFO (2026-11-27 10:00:00,000) - Starting\n{kernels}:236: UserWarning: x\n/opt/torch/x.py:1: W\n")
     (attempt.submitit / "7_0_log.out").write_text("step 1\nRuntimeError: shape mismatch\n")
     (attempt.submitit / "7_1_log.out").write_text("")
-    results = [{"rank": 0, "status": "failed", "t_end_s": 10.0, "hostname": "h"},
-               {"rank": 1, "status": "failed", "t_end_s": 9.0, "hostname": "h"}]
+    results = [RankReport(rank=0, status="failed", t_end_s=10.0, hostname="h"),
+               RankReport(rank=1, status="failed", t_end_s=9.0, hostname="h")]
     outs = output.rank_outputs(attempt, "7", 3, results)
-    assert [(o["rank"], o["status"]) for o in outs] == [(0, "failed"), (1, "failed"), (2, "no result")]
-    assert outs[0]["stderr"] == ["src/calorimeter/train/kernels.py:236: UserWarning: x", "/opt/torch/x.py:1: W"]
-    assert outs[0]["stdout"] == ["step 1", "RuntimeError: shape mismatch"] and outs[1]["stdout"] == []
+    assert [(o.rank, o.status) for o in outs] == [(0, "failed"), (1, "failed"), (2, "no result")]
+    assert outs[0].stderr == ("src/calorimeter/train/kernels.py:236: UserWarning: x", "/opt/torch/x.py:1: W")
+    assert outs[0].stdout == ("step 1", "RuntimeError: shape mismatch") and outs[1].stdout == ()
+    assert [RankOutput.from_dict(o.to_dict()) for o in outs] == outs  # as the record keeps them
     # the rank the reason names first, then the others that failed in the order they failed, then the silent
     ordered = output.first_failed_first(outs, "rank 0 on host h: RuntimeError: shape mismatch", results)
-    assert [o["rank"] for o in ordered] == [0, 1, 2]
-    assert [o["rank"] for o in output.first_failed_first(outs, "SLURM CANCELLED", results)] == [1, 0, 2]
+    assert [o.rank for o in ordered] == [0, 1, 2]
+    assert [o.rank for o in output.first_failed_first(outs, "SLURM CANCELLED", results)] == [1, 0, 2]
     assert output.describe_outputs(ordered[:2], 2, "") == [
         "rank 0 on h (failed): src/calorimeter/train/kernels.py:236: UserWarning: x", "  /opt/torch/x.py:1: W",
         "rank 1 on h (failed): (no output)"]

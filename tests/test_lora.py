@@ -112,16 +112,17 @@ from pathlib import Path
 import torch.distributed as dist
 from calorimeter.launch.task import run_kind
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.settings import TelemetrySettings
 from calorimeter.records.paths import RunPaths
-from calorimeter.records.rank import RankContext, RankInfo
+from calorimeter.records.rank import RankContext, RankInfo, RankReport
 from calorimeter.records.record import build_record
 dist.init_process_group("gloo")
 cell = Cell(sweep="cpu-lora", model="tiny-llama", hardware="cpu", nodes=1, gpus_per_node=1, kind="lora",
             lora_rank=4, seq_len=64, global_batch=2, warmup="fixed", warmup_steps=1, measured_steps=2)
 out = Path(sys.argv[1])
 info = RankInfo(0, 1, 0, 1, 0, "localhost", "gloo", "cpu")
-res = run_kind(RankContext(cell, RunPaths(out), info, {"profile_steps": 0})).to_dict()
-rec = build_record(cell, [{**res, "status": "ok", "rank": 0}], {})  # as the rank task reports it
+res = run_kind(RankContext(cell, RunPaths(out), info, TelemetrySettings(profile_steps=0))).to_dict()
+rec = build_record(cell, [RankReport.from_dict({**res, "status": "ok", "rank": 0})], {})  # as the rank task reports it
 (out / "record.json").write_text(json.dumps({"result": res, "record": rec}, default=str))
 dist.destroy_process_group()
 """

@@ -25,6 +25,7 @@ from calorimeter.plan.plan import plan_file
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import AttemptPaths, CellPaths, RunPaths
 from calorimeter.records.progress import ProgressLog, ProgressTail, ProgressWriter, read_progress
+from calorimeter.records.rank import RankReport
 from calorimeter.records.record import build_record, steps_frame, write_cell_record
 
 GRID = [{"model": "tiny-gpt", "gpus_per_node": 1, "zero_stage": [0, 1, 2, 3]},
@@ -141,12 +142,13 @@ def _finish(pc, paths: CellPaths, name: str, ranks: list[dict], wall_s: float = 
     """A finished attempt written as the launcher writes it (record at the top and in the attempt)."""
     attempt = _attempt(paths, name, {"job_id": job_id})
     launch = {"executor": "local", "job_id": job_id, "attempt": name, "wall_time_s": wall_s}
-    rec = build_record(pc.cell, ranks, launch, pc.estimates)
+    reports = [RankReport.from_dict(r) for r in ranks]
+    rec = build_record(pc.cell, reports, launch, pc.estimates)
     if rec["status"] == "transient":
         write_json_atomic(attempt.run_json, rec)
     else:
         (paths.root / "host_telemetry.parquet").write_bytes(b"PAR1 stand-in PAR1")
-        write_cell_record(paths, attempt, rec, steps_frame(ranks))
+        write_cell_record(paths, attempt, rec, steps_frame(reports))
     return rec
 
 

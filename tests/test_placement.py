@@ -49,7 +49,9 @@ from calorimeter.plan.placement import (
     stage_times,
 )
 from calorimeter.plan.plan import check_cell
+from calorimeter.plan.settings import PlacementSettings
 from calorimeter.plan.work import stage_work
+from calorimeter.records.rank import RankReport
 
 REF = Path(__file__).resolve().parents[1] / "results" / "reference"
 X2 = REF / "h200x2-2026-11-21" / "gpu-llama8b"
@@ -108,14 +110,15 @@ def test_profiles_are_kept_from_the_tables_rule_cell_tables_wrote(tmp_path: Path
         getattr(written, name).to_parquet(tmp_path / f"{name}.parquet", index=False)
     tables = CellTables(*(pd.read_parquet(tmp_path / f"{name}.parquet") for name in ("runs", "gpus")))
     monkeypatch.setattr(pprofile, "cell_tables", lambda *a, **k: pytest.fail("tables computed again"))
-    out = keep_cell_profiles(X2_Z3, read_run_record(X2_Z3 / "run.json"), {"profiles_dir": str(tmp_path / "p")}, tables)
+    out = keep_cell_profiles(X2_Z3, read_run_record(X2_Z3 / "run.json"),
+                             PlacementSettings(profiles_dir=str(tmp_path / "p")), tables)
     assert out["reasons"] == [] and out["current"] == ["vm"] and len(out["written"]) == 1
     kept = load_profile(tmp_path / "p", "vm")
     monkeypatch.undo()
     (expected,), _ = profiles_from_cell(X2_Z3)
     assert kept is not None and kept.to_dict() == expected.to_dict()
     off = keep_cell_profiles(X2_Z3, read_run_record(X2_Z3 / "run.json"),
-                             {"profiles_dir": str(tmp_path / "q"), "derive_profiles": False}, tables)
+                             PlacementSettings(profiles_dir=str(tmp_path / "q"), derive_profiles=False), tables)
     assert off["written"] == [] and off["reasons"] == ["placement.derive_profiles is off"]
 
 
@@ -393,7 +396,7 @@ def test_in_job_decision_on_slurm_uses_the_host_it_runs_on(tmp_path: Path, monke
     save_profile(tmp_path, replace(_profile({"GPU-x0": 1.0, "GPU-x1": 0.97}, taken_s=now - 60), host="gpu01"), now)
     save_profile(tmp_path, replace(_profile({"GPU-y0": 0.9, "GPU-y1": 1.0}, taken_s=now - 60), host="gpu02"), now)
     cell = Cell("s", "llama3-8b", "h200", 2, 2, pp=4, seq_len=8192, precision="bf16", placement="thermal")
-    settings = {"profiles_dir": str(tmp_path), "profile_max_age_h": 12, "stage_costs": "flops"}
+    settings = PlacementSettings(profiles_dir=str(tmp_path), profile_max_age_h=12, stage_costs="flops")
     _slurm_env(monkeypatch, 1)
     assert papply.job_hosts() == ["gpu01", "gpu02"]
     local = (["GPU-y0", "GPU-y1"], HostGpus("gpu02", "580", {"GPU-y0": 700.0, "GPU-y1": 700.0}))
@@ -422,17 +425,17 @@ def test_job_placement_sets_the_device_order_and_records_it(tmp_path: Path, monk
     monkeypatch.setattr(papply, "job_gpus", lambda: (visible_uuids("0,1", ["GPU-a", "GPU-b"]),
                                                      HostGpus("vm", "580", {"GPU-a": 700.0, "GPU-b": 700.0})))
     monkeypatch.setattr(papply.time, "time", lambda: now)
-    job = JobPlacement.start(_pp2(), {"profiles_dir": str(tmp_path), "stage_costs": "flops"}, None)
+    job = JobPlacement.start(_pp2(), PlacementSettings(profiles_dir=str(tmp_path), stage_costs="flops"), None)
     assert job.cuda_visible_devices == "GPU-b,GPU-a"
     import os
 
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-b,GPU-a"
     assert job.cell.pp_split == (17, 15) and job.cell.cell_id != _pp2().cell_id
-    views = [{"rank": r, "placement": job.record({"uuid": u}, r)} for r, u in ((0, "GPU-b"), (1, "GPU-a"))]
+    views = [RankReport(rank=r, placement=job.record({"uuid": u}, r)) for r, u in ((0, "GPU-b"), (1, "GPU-a"))]
     rec = placement_record(views)
     assert rec["applied"] and rec["pp_split"] == [17, 15] and all(r["device_verified"] for r in rec["ranks"])
     # a rank that got another GPU than intended makes the record say so
-    views[1]["placement"] = job.record({"uuid": "GPU-b"}, 1)
+    views[1].placement = job.record({"uuid": "GPU-b"}, 1)
     rec = placement_record(views)
     assert not rec["applied"] and "rank(s) [1]" in rec["reason"]
 
@@ -599,5 +602,5 @@ def test_the_gpu_placement_sweep_plans_and_orders_its_cells() -> None:
 
 def test_a_calibration_cell_keeps_the_default_placement_without_a_model() -> None:
     cal = Cell("s", "-", "h200", 1, 2, kind="thermal-calibration")
-    d = decide_in_job(cal, {}, None, local=None)
+    d = decide_in_job(cal, PlacementSettings(), None, local=None)
     assert d.applied and d.policy == "default" and d.pp_split is None

@@ -74,7 +74,7 @@ def test_workload_collective_counts_match_the_recorded_trace(measured) -> None:
     """Sequence-parallel all-gathers/reduce-scatters per iteration as counted in the profiled step (the embedding
     and head add a few)."""
     w = workload(measured.cell(TP4))
-    ops = {(o.kind, o.role): o for o in w.stages[0].comm}
+    ops = {(o.collective, o.role): o for o in w.stages[0].comm}
     k = measured.kernels.set_index("cell_id").loc[TP4]
     assert ops[("all_gather", "tp")].calls == pytest.approx(k["all_gather_count"], rel=0.03)
     assert ops[("reduce_scatter", "tp")].calls == pytest.approx(k["reduce_scatter_count"], rel=0.03)

@@ -145,7 +145,7 @@ def test_the_train_rule_ignores_its_projected_wall_resource() -> None:
     cfg = validate_config({"sweep": "x", "grid": [{"model": "tiny-gpt"}]}, "x")
     settings = launcher_settings(cfg, {"projected_wall": "projected wall time 8 min (6-9 min)", "runtime": 20},
                                  set())
-    assert settings["timeout_min"] == 20
+    assert settings.timeout_min == 20
 
 
 def test_committed_set_is_found_from_any_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from calorimeter.records.paths import CellPaths, results_relative
 from calorimeter.records.provenance import PATCH_NAME, git_state
+from calorimeter.records.rank import RankReport
 from calorimeter.records.record import write_cell_record
 
 
@@ -109,6 +110,6 @@ def test_kernel_table_names_its_traces_relative_to_the_results_folder(tmp_path: 
     for name in ("gpu-check.arrows", "sampler-check.json"):
         shutil.copy(fixture / name, run.node(0) / name)
     shutil.copytree(fixture / "traces", run.traces)
-    collect_telemetry(run, cell, [{"rank": 0, "local_rank": 0, "node": 0, "hostname": "h", "stage": 0}])
+    collect_telemetry(run, cell, [RankReport(rank=0, local_rank=0, node=0, hostname="h", stage=0)])
     files = set(pd.read_parquet(cell.kernels)["file"])
     assert files and all(f.startswith("sweep/cells/c1/attempts/a/staging/") for f in files), files

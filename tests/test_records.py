@@ -15,6 +15,7 @@ from calorimeter.figures import render
 from calorimeter.plan import make_plan
 from calorimeter.records.atomic import write_atomic, write_json_atomic
 from calorimeter.records.paths import CellPaths
+from calorimeter.records.rank import RankReport
 from calorimeter.records.record import (
     abandoned_record,
     build_record,
@@ -57,11 +58,11 @@ def test_records_and_tables_are_written_zstd_compressed_and_read_back_unchanged(
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "t.parquet"), df)
 
 
-def _rank(rank: int, status: str = "ok", t: float = 0.0, **kw: object) -> dict:
+def _rank(rank: int, status: str = "ok", t: float = 0.0, **kw: object) -> RankReport:
     steps = [{"step": s, "phase": "warmup" if s < 1 else "measured", "loss": 5.0 - s * 0.1, "time_s": 0.1 + rank * 0.01,
               "t_begin_s": 100.0 + s, "t_end_s": 100.1 + s} for s in range(3)]
-    return {"rank": rank, "status": status, "t_end_s": t, "steps": steps if status == "ok" else [],
-            "peak_memory_bytes": 1e9 * (rank + 1), **kw}
+    return RankReport.from_dict({"rank": rank, "status": status, "t_end_s": t, "steps": steps if status == "ok" else [],
+                                 "peak_memory_bytes": 1e9 * (rank + 1), **kw})
 
 
 def test_classify() -> None:
@@ -160,3 +161,20 @@ def test_every_committed_record_reads_through_the_one_reader(tmp_path: Path) -> 
             path.write_text(text)
         with pytest.raises(RecordError, match=why):
             read_run_record(path)
+
+
+def test_rank_report_round_trips_and_the_last_run_is_the_attempts(tmp_path: Path) -> None:
+    from calorimeter.records.paths import AttemptPaths
+    from calorimeter.records.rank import RankResult, last_run, read_rank_reports
+
+    report = RankReport(rank=1, status="ok", restart=1, hostname="h", device_info={"uuid": "GPU-a"}, t_end_s=2.0)
+    report.take(RankResult(steps=[{"step": 0, "phase": "measured", "time_s": 0.1}], stage=1, num_stages=2))
+    assert RankReport.from_dict(report.to_dict()) == report
+    failed = RankReport.from_dict({"rank": 0, "status": "failed", "error": "x", "unknown_key": 1})
+    assert (failed.stage, failed.traced, failed.steps) == (None, None, [])  # no result: no stage claimed
+    attempt = AttemptPaths(tmp_path)
+    attempt.staging.mkdir()
+    for r in (report, failed, RankReport(rank=0, status="ok", restart=1)):
+        write_json_atomic(attempt.rank_json(r.rank + 10 * r.restart), r.to_dict())
+    (attempt.staging / "rank-9.json").write_text("{")  # a half-written file is no report
+    assert [(r.rank, r.restart) for r in last_run([r for _, r in read_rank_reports(attempt)])] == [(0, 1), (1, 1)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -14,8 +15,14 @@ from calorimeter.launch.settings import launcher_settings
 from calorimeter.launch.submit import CellConfigError, executor_parameters
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.config import validate_config
+from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.paths import AttemptPaths, CellPaths
+from calorimeter.records.rank import RankDeath, RankReport
 from calorimeter.records.record import classify_attempt
+
+
+def _reports(*ranks: dict) -> list[RankReport]:
+    return [RankReport.from_dict(r) for r in ranks]
 
 
 def _cell(**kw) -> Cell:
@@ -23,7 +30,7 @@ def _cell(**kw) -> Cell:
     return Cell(**{**base, **kw})
 
 
-def _settings(launcher: dict, resources: dict | None = None) -> dict:
+def _settings(launcher: dict, resources: dict | None = None) -> LauncherSettings:
     """Launcher settings of a sweep with this launcher block (schema defaults filled in), under a profile."""
     return launcher_settings(validate_config({"launcher": launcher}), resources)
 
@@ -32,9 +39,9 @@ def test_profile_resources_win_over_the_sweep_and_defaults_fill_the_rest() -> No
     s = _settings({"executor": "local", "timeout_min": 30, "slurm": {"partition": "a", "exclusive": True}},
                           {"launcher": "slurm", "slurm_partition": "gpu", "slurm_account": "proj", "runtime": 90,
                            "slurm_constraint": "none", "_cores": 0, "slurm_slots": 1})
-    assert s["executor"] == "slurm" and s["timeout_min"] == 90
-    assert s["slurm"]["partition"] == "gpu" and s["slurm"]["account"] == "proj" and s["slurm"]["exclusive"]
-    assert s["slurm"]["constraint"] is None and s["max_requeues"] == 3 and s["slurm"]["qos"] is None
+    assert s.executor == "slurm" and s.timeout_min == 90
+    assert s.slurm.partition == "gpu" and s.slurm.account == "proj" and s.slurm.exclusive
+    assert s.slurm.constraint is None and s.max_requeues == 3 and s.slurm.qos is None
 
 
 def test_sbatch_parameters_come_from_the_cell_and_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,20 +89,23 @@ def test_config_errors_are_caught_before_submission(monkeypatch: pytest.MonkeyPa
     ([{"rank": 0, "status": "ok"}], "FAILED", ("transient", "transient")),  # rank 1 left nothing
 ])
 def test_failure_classes(ranks: list, state: str, want: tuple) -> None:
-    status, failure_class, reason = classify_attempt(ranks, 2, None, state)
+    status, failure_class, reason = classify_attempt(_reports(*ranks), 2, None, state)
     assert (status, failure_class) == want, reason
 
 
 def test_a_death_after_a_deterministic_failure_is_its_consequence() -> None:
     """srun ends the other ranks when one fails: the failure names the cell, not the ranks srun killed; a death seen
     before the first failure (or a failure that names a lost peer) is the cause."""
-    death = {"rank": 1, "host": "node2", "pid": 5, "t_detected_s": 11.0}
+    death = RankDeath(1, "node2", 5, t_detected_s=11.0)
     bug = [{"rank": 0, "status": "failed", "error": "ValueError: bad shape", "t_end_s": 10.0}]
-    assert classify_attempt(bug, 2, None, "FAILED", {k: v for k, v in death.items() if k != "t_detected_s"})[:2] == (
-        "failed", "failed")  # srun's own account (no detection time): the failure came first
-    assert classify_attempt(bug, 2, None, None, death)[:2] == ("failed", "failed")
-    assert classify_attempt([dict(bug[0], t_end_s=12.0)], 2, None, None, death)[:2] == ("transient", "peer_died")
-    reset = [{"rank": 0, "status": "failed", "error": "RuntimeError: Connection reset by peer", "t_end_s": 10.0}]
+    srun_said = dataclasses.replace(death, t_detected_s=None)
+    # srun's own account (no detection time): the failure came first
+    assert classify_attempt(_reports(*bug), 2, None, "FAILED", srun_said)[:2] == ("failed", "failed")
+    assert classify_attempt(_reports(*bug), 2, None, None, death)[:2] == ("failed", "failed")
+    assert classify_attempt(_reports(dict(bug[0], t_end_s=12.0)), 2, None, None, death)[:2] == ("transient",
+                                                                                                 "peer_died")
+    reset = _reports({"rank": 0, "status": "failed", "error": "RuntimeError: Connection reset by peer",
+                      "t_end_s": 10.0})
     status, klass, reason = classify_attempt(reset, 2, None, None, death)
     assert (status, klass) == ("transient", "peer_died") and reason.startswith("rank 1 on host node2 (pid 5)")
 
@@ -116,7 +126,7 @@ def test_collect_sets_interrupted_runs_aside(tmp_path: Path) -> None:
     (staging / "rank-0.json").write_text(json.dumps({"rank": 0, "status": "ok", "restart": 1}))
     (staging / "rank-1.json").write_text(json.dumps({"rank": 1, "status": "failed", "restart": 0}))
     got = submit._collect(AttemptPaths(tmp_path))
-    assert [r["rank"] for r in got] == [0]
+    assert [r.rank for r in got] == [0]
     assert (tmp_path / "interrupted" / "restart-0" / "rank-1.json").is_file()
 
 
@@ -125,7 +135,7 @@ def test_open_attempt_only_for_the_same_cell(tmp_path: Path) -> None:
     a = tmp_path / "attempts" / "20260101T000000Z"
     a.mkdir(parents=True)
     (a / "job.json").write_text(json.dumps({"job_id": "7", "executor": "slurm", "cell_key": submit.cell_key(cell)}))
-    assert submit.open_attempt(cell, CellPaths(tmp_path))[1]["job_id"] == "7"
+    assert submit.open_attempt(cell, CellPaths(tmp_path))[1].job_id == "7"
     assert submit.open_attempt(_cell(lr=0.5), CellPaths(tmp_path)) is None  # a changed value never re-attaches
     (a / "run.json").write_text("{}")
     assert submit.open_attempt(cell, CellPaths(tmp_path)) is None  # closed attempts are history
@@ -313,9 +323,9 @@ def test_cells_of_one_shape_go_to_the_queue_as_one_array(monkeypatch: pytest.Mon
     assert len(fake.batches) == 1 and len(fake.batches[0]) == 2 and made[0]["job_name"] == "s-array"
     for c, job_id in ((cells[0], "700_0"), (cells[1], "700_1")):
         attempt, info = submit.open_attempt(c, CellPaths.of(tmp_path, "s", c.cell_id))
-        assert info["job_id"] == job_id and info["array"] and Path(info["submitit_folder"]).parent.name == "arrays"
+        assert info.job_id == job_id and info.array and Path(info.submitit_folder).parent.name == "arrays"
         handle = submit._job_handle(info, attempt, c.world_size)
-        assert str(handle.paths.folder) == info["submitit_folder"]
+        assert str(handle.paths.folder) == info.submitit_folder
     # the mate's own train job finds its task in the queue: nothing submitted again
     assert arrays.submit_array(cells[1], cells, settings, tmp_path) == 0 and len(fake.batches) == 1
     # alone in its shape: launched as usual
@@ -363,32 +373,32 @@ def test_slurm_wait_decisions_bound_a_lost_node_and_never_run_two_copies() -> No
 
     COMPLETING_GRACE_S, FAILED_RANK_GRACE_S = watch.COMPLETING_GRACE_S, watch.FAILED_RANK_GRACE_S  # noqa: N806
     WAIT_S = 40.0  # noqa: N806 - launcher.node_lost_wait_s
-    assert watch.NODE_LOST_WAIT_S <= 600  # the default: at most 10 minutes
+    assert LauncherSettings().node_lost_wait_s <= 600  # the default: at most 10 minutes
 
     now = 10_000.0
-    ok = [{"rank": 0, "status": "ok", "t_end_s": now - 1}, {"rank": 1, "status": "ok", "t_end_s": now - 1}]
-    assert slurm_decision(True, None, ok, 2, now, None)[0] == "return"
+    ok = _reports({"rank": 0, "status": "ok", "t_end_s": now - 1}, {"rank": 1, "status": "ok", "t_end_s": now - 1})
+    assert slurm_decision(True, None, ok, 2, now, None, WAIT_S)[0] == "return"
     # requeued after NODE_FAIL: waited for (submitit may even call it done), never resubmitted beside it ...
-    assert slurm_decision(True, "PENDING", [], 2, now, now - 5)[0] == "wait"
-    assert slurm_decision(True, "RUNNING", [], 2, now, None)[0] == "wait"  # requeued and already running again
+    assert slurm_decision(True, "PENDING", [], 2, now, now - 5, WAIT_S)[0] == "wait"
+    assert slurm_decision(True, "RUNNING", [], 2, now, None, WAIT_S)[0] == "wait"  # requeued and already running again
     # ... and in the seconds before the requeue, while SLURM kills the run (COMPLETING, sacct already NODE_FAIL)
-    assert slurm_decision(True, "COMPLETING", [], 2, now, now - 5)[0] == "wait"
-    assert slurm_decision(True, "COMPLETING", [], 2, now, None)[0] == "return"  # an ordinary end
+    assert slurm_decision(True, "COMPLETING", [], 2, now, now - 5, WAIT_S)[0] == "wait"
+    assert slurm_decision(True, "COMPLETING", [], 2, now, None, WAIT_S)[0] == "return"  # an ordinary end
     assert slurm_decision(True, "COMPLETING", [], 2, now, now - WAIT_S - 1, WAIT_S)[0] == "node_lost"
     # ... but not for longer than the bound while SLURM waits for a node to replace the lost one
     assert slurm_decision(False, "PENDING", [], 2, now, now - WAIT_S + 1, WAIT_S)[0] == "wait"
     action, why = slurm_decision(False, "PENDING", [], 2, now, now - WAIT_S - 1, WAIT_S)
     assert action == "node_lost" and "no node took the lost one's place" in why and "node_lost_wait_s" in why
     # a rank failed (its peer's node is gone) and SLURM has not noticed: the job is ended after the grace
-    failed = [{"rank": 0, "status": "failed", "error": "Connection reset by peer", "t_end_s": now - 5}]
-    assert slurm_decision(False, "RUNNING", failed, 2, now, None)[0] == "wait"
-    failed[0]["t_end_s"] = now - FAILED_RANK_GRACE_S - 1
-    assert slurm_decision(False, "RUNNING", failed, 2, now, None)[0] == "cancel"
+    failed = _reports({"rank": 0, "status": "failed", "error": "Connection reset by peer", "t_end_s": now - 5})
+    assert slurm_decision(False, "RUNNING", failed, 2, now, None, WAIT_S)[0] == "wait"
+    failed[0].t_end_s = now - FAILED_RANK_GRACE_S - 1
+    assert slurm_decision(False, "RUNNING", failed, 2, now, None, WAIT_S)[0] == "cancel"
     # every rank's result written, the job held COMPLETING by a stopped slurmd: not waited for
-    assert slurm_decision(False, "COMPLETING", ok, 2, now, None)[0] == "wait"
-    late = [dict(r, t_end_s=now - COMPLETING_GRACE_S - 1) for r in ok]
-    assert slurm_decision(False, "COMPLETING", late, 2, now, None)[0] == "return"
-    assert slurm_decision(False, "COMPLETING", late[:1], 2, now, None)[0] == "wait"  # a rank's result missing
+    assert slurm_decision(False, "COMPLETING", ok, 2, now, None, WAIT_S)[0] == "wait"
+    late = [dataclasses.replace(r, t_end_s=now - COMPLETING_GRACE_S - 1) for r in ok]
+    assert slurm_decision(False, "COMPLETING", late, 2, now, None, WAIT_S)[0] == "return"
+    assert slurm_decision(False, "COMPLETING", late[:1], 2, now, None, WAIT_S)[0] == "wait"  # a rank's result missing
 
 
 def test_a_job_cancelled_by_the_launcher_is_classed_by_its_cause(tmp_path: Path) -> None:
@@ -399,13 +409,13 @@ def test_a_job_cancelled_by_the_launcher_is_classed_by_its_cause(tmp_path: Path)
     rec = build_record(cell, [], {"executor": "slurm"}, None, {"slurm": {"state": "CANCELLED by 0"},
                                                                  "launcher_cancelled": why})
     assert (rec["status"], rec["failure_class"]) == ("transient", "node_fail") and why["why"] in rec["reason"]
-    ranks = [{"rank": 1, "status": "failed", "error": "RuntimeError: Connection reset by peer", "t_end_s": 1.0,
-              "hostname": "node2"}]
+    ranks = _reports({"rank": 1, "status": "failed", "error": "RuntimeError: Connection reset by peer", "t_end_s": 1.0,
+                      "hostname": "node2"})
     rec = build_record(cell, ranks, {"executor": "slurm"}, None, {"slurm": {"state": "CANCELLED"},
                                                                     "launcher_cancelled": {"why": "rank 1 failed"}})
     assert (rec["status"], rec["failure_class"]) == ("transient", "peer_died")
     assert rec["reason"].startswith("rank 1: RuntimeError: Connection reset by peer; the launcher cancelled")
-    ranks[0]["error"] = "ValueError: a bug"  # a deterministic error stays one, whoever ended the job
+    ranks[0].error = "ValueError: a bug"  # a deterministic error stays one, whoever ended the job
     rec = build_record(cell, ranks, {"executor": "slurm"}, None, {"slurm": {"state": "CANCELLED"},
                                                                     "launcher_cancelled": {"why": "rank 1 failed"}})
     assert (rec["status"], rec["failure_class"]) == ("failed", "failed")
@@ -482,15 +492,14 @@ def test_the_launcher_waits_for_the_requeued_copy_instead_of_returning(tmp_path:
 
 def test_srun_names_the_rank_that_went_first_only_when_it_left_no_result() -> None:
     from calorimeter.launch.watch import srun_death
-    from calorimeter.records.record import describe_death as describe
 
     log = ("srun: error: node2: task 1: Killed\nsrun: launch/slurm: _step_signal: Terminating StepId=7.0\n"
            "srun: error: node1: task 0: Killed\n")
     death = srun_death(["", log], set())
-    assert (death["rank"], death["host"], death["how"]) == (1, "node2", "Killed")
-    assert describe(death) == ("rank 1 on host node2 died without a result (Killed, said srun); the other ranks "
-                               "were stopped")
-    assert srun_death([log], {1}) == {"rank": 0, "host": "node1", "pid": None, "how": "Killed", "source": "srun"}
+    assert (death.rank, death.host, death.how) == (1, "node2", "Killed")
+    assert death.describe() == ("rank 1 on host node2 died without a result (Killed, said srun); the other ranks "
+                                "were stopped")
+    assert srun_death([log], {1}).to_dict() == {"rank": 0, "host": "node1", "how": "Killed", "source": "srun"}
     assert srun_death(["srun: error: node1: task 0: Exited with exit code 3"], {0}) is None  # it wrote its result
 
 
@@ -499,7 +508,7 @@ def test_the_watch_names_a_dead_rank_of_its_host_but_not_a_requeued_one(tmp_path
     import subprocess
     import sys
 
-    from calorimeter.launch.watch import PEER_DIED, PeerWatch, announce
+    from calorimeter.launch.watch import PeerWatch, announce
 
     attempt = AttemptPaths(tmp_path / "a")
     announce(attempt, 0, 0)  # this process: alive
@@ -513,15 +522,14 @@ def test_the_watch_names_a_dead_rank_of_its_host_but_not_a_requeued_one(tmp_path
     assert PeerWatch(attempt).check() is None
     attempt.requeues.write_text(json.dumps({"time_s": 0.5}) + "\n")  # ... before it started: it died
     death = PeerWatch(attempt).check()
-    assert (death["rank"], death["pid"], death["ranks_dead"]) == (1, gone.pid, [1])  # rank 2: another host
-    assert json.loads((attempt.root / PEER_DIED).read_text())["rank"] == 1
+    assert (death.rank, death.pid, death.ranks_dead) == (1, gone.pid, (1,))  # rank 2: another host
+    assert json.loads(attempt.peer_died.read_text())["rank"] == 1
 
 
 def test_the_rank_whose_heartbeat_stopped_first_is_named(tmp_path: Path) -> None:
     import os
 
     from calorimeter.launch.watch import heartbeat_death
-    from calorimeter.records.record import describe_death as describe
 
     attempt = AttemptPaths(tmp_path / "a")
     attempt.staging.mkdir(parents=True)
@@ -530,8 +538,9 @@ def test_the_rank_whose_heartbeat_stopped_first_is_named(tmp_path: Path) -> None
         f.write_text(json.dumps({"rank": rank, "host": host, "pid": 10 + rank, "restart": 1}))
         os.utime(f, (last, last))
     death = heartbeat_death(attempt, set())
-    assert (death["rank"], death["host"], death["others_lived_s"]) == (1, "node2", 40.0)
-    assert describe(death).startswith("rank 1 on host node2 (pid 11) died without a result (its heartbeat stopped "
+    assert (death.rank, death.host, death.others_lived_s) == (1, "node2", 40.0)
+    assert RankDeath.from_dict(death.to_dict()) == death  # as peer_died.json and the record's evidence keep it
+    assert death.describe().startswith("rank 1 on host node2 (pid 11) died without a result (its heartbeat stopped "
                                       "40 s before any other rank's)")
     assert heartbeat_death(attempt, {1}) is None  # it wrote its result: not a death
     os.utime(attempt.staging / "alive-1.json", (999.0, 999.0))
@@ -543,8 +552,7 @@ def test_a_silent_rank_is_found_by_its_stale_heartbeat_relative_to_its_peers(tmp
     once it is STALE_S behind the freshest heartbeat, whatever the clocks say; never when it wrote its result."""
     import os
 
-    from calorimeter.launch.watch import PEER_DIED, STALE_S, PeerWatch
-    from calorimeter.records.record import describe_death as describe
+    from calorimeter.launch.watch import STALE_S, PeerWatch
 
     attempt = AttemptPaths(tmp_path / "a")
     attempt.staging.mkdir(parents=True)
@@ -573,9 +581,9 @@ def test_a_silent_rank_is_found_by_its_stale_heartbeat_relative_to_its_peers(tmp
     assert watch.check() is None
     restart(1, "node2", 1, base + 100 - STALE_S - 5)  # rank 1 of the new run went silent
     death = watch.check()
-    assert (death["rank"], death["host"], death["source"]) == (1, "node2", "heartbeat")
-    assert json.loads((attempt.root / PEER_DIED).read_text())["rank"] == 1
-    assert describe(death) == (f"rank 1 on host node2 (pid 21) died without a result (no heartbeat for "
+    assert (death.rank, death.host, death.source) == (1, "node2", "heartbeat")
+    assert json.loads(attempt.peer_died.read_text())["rank"] == 1
+    assert death.describe() == (f"rank 1 on host node2 (pid 21) died without a result (no heartbeat for "
                                f"{STALE_S + 5:.0f} s while its peers' went on); the other ranks were stopped")
 
 
@@ -631,7 +639,7 @@ def test_a_rank_that_starts_after_its_peer_died_never_waits_for_it(tmp_path: Pat
     import sys
     import threading
 
-    from calorimeter.launch.watch import PEER_DIED, stop_ranks
+    from calorimeter.launch.watch import stop_ranks
     from calorimeter.records.atomic import write_json_atomic
 
     attempt = AttemptPaths(tmp_path / "a")
@@ -650,7 +658,7 @@ def test_a_rank_that_starts_after_its_peer_died_never_waits_for_it(tmp_path: Pat
         hung.kill()
         late.kill()
 
-    write_json_atomic(attempt.root / PEER_DIED, {"rank": 1, "host": "h", "pid": 1, "restart": 0})
+    write_json_atomic(attempt.peer_died, {"rank": 1, "host": "h", "pid": 1, "restart": 0})
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     code = ("import sys; from pathlib import Path; from calorimeter.launch.watch import leave_if_a_peer_died; "
             "from calorimeter.records.paths import AttemptPaths; "
@@ -672,7 +680,7 @@ def test_a_local_jobs_rank_processes_are_watched_before_they_announce_themselves
     import sys
 
     from calorimeter.launch import watch
-    from calorimeter.launch.watch import PEER_DIED, PeerWatch, local_ranks
+    from calorimeter.launch.watch import PeerWatch, local_ranks
 
     attempt = AttemptPaths(tmp_path / "a")
     attempt.staging.mkdir(parents=True)
@@ -690,18 +698,18 @@ def test_a_local_jobs_rank_processes_are_watched_before_they_announce_themselves
         tasks[1].kill()
         tasks[1].wait()
         death = w.check()
-        assert (death["rank"], death["pid"], death["host"], death["source"]) == (1, tasks[1].pid, "h", "process")
-        assert "the rank had not announced itself" in death["how"] and (attempt.root / PEER_DIED).is_file()
+        assert (death.rank, death.pid, death.host, death.source) == (1, tasks[1].pid, "h", "process")
+        assert "the rank had not announced itself" in death.how and attempt.peer_died.is_file()
         # rank 1 never seen running while rank 0 ran NEVER_SEEN_S: dead, pid unknown
-        (attempt.root / PEER_DIED).unlink()
+        attempt.peer_died.unlink()
         monkeypatch.setattr(watch, "NEVER_SEEN_S", 0.2)
         w = PeerWatch(attempt, host="h", processes=lambda: {0: tasks[0].pid}, world_size=2)
         assert w.check() is None
         time.sleep(0.3)
         death = w.check()
-        assert (death["rank"], death["pid"]) == (1, None) and "before the launcher saw it" in death["how"]
+        assert (death.rank, death.pid) == (1, None) and "before the launcher saw it" in death.how
         # a rank that ended with its result is no death, nor are the ranks of a job at its time limit
-        (attempt.root / PEER_DIED).unlink()
+        attempt.peer_died.unlink()
         (attempt.staging / "rank-1.json").write_text(json.dumps({"rank": 1, "status": "ok"}))
         assert PeerWatch(attempt, host="h", processes=lambda: {0: tasks[0].pid}, world_size=2).check() is None
         (attempt.staging / "rank-1.json").write_text(json.dumps({"rank": 1, "status": "timeout"}))
@@ -762,7 +770,7 @@ def settings(rule):
     def dump(wildcards, resources):
         s = launcher_settings(validate_config({{"launcher": {{"executor": "slurm"}}}}), dict(resources.items()),
                               explicit_train_resources(workflow, rule))
-        json.dump(s, open(rule + ".json", "w"))
+        json.dump(s.to_dict(), open(rule + ".json", "w"))
         return ""
     return dump
 {rules}
@@ -783,7 +791,7 @@ rule all:
     monkeypatch.setattr(submit.slurm_cli, "available", lambda: True)
     monkeypatch.setattr(submit.slurm_cli, "node_cpus", lambda partition=None: None)
     for rule, (_, want) in PLUGIN_FORMS.items():
-        s = json.loads((tmp_path / f"{rule}.json").read_text())
+        s = LauncherSettings.from_dict(json.loads((tmp_path / f"{rule}.json").read_text()))
         _, p = executor_parameters(_cell(gpus_per_node=2), s)
         sent = {**p, **p["additional_parameters"]}
         assert {k: sent.get(k) for k in want} == want, (rule, p)

@@ -15,6 +15,7 @@ import pytest
 
 from calorimeter.analysis.cell import gpu_samples, measured_window, normalize_telemetry, rank_table, sampler_periods
 from calorimeter.records.paths import CellPaths, RunPaths
+from calorimeter.records.rank import RankReport
 from calorimeter.records.run_record import RunRecord
 from calorimeter.telemetry.collect import collect_telemetry
 
@@ -40,7 +41,7 @@ def staging(tmp_path: Path) -> RunPaths:
 
 def test_collect_real_h200_sample(staging: RunPaths, tmp_path: Path) -> None:
     dest = CellPaths(tmp_path / "cell")
-    ranks = [{"rank": 0, "local_rank": 0, "node": 0, "hostname": "gpu-host-a", "stage": 0}]
+    ranks = [RankReport(rank=0, local_rank=0, node=0, hostname="gpu-host-a", stage=0)]
     written = collect_telemetry(staging, dest, ranks)
     assert written == ["telemetry.parquet", "host_telemetry.parquet", "telemetry.json", "kernels.parquet"]
     tel = pd.read_parquet(dest.telemetry)
@@ -63,7 +64,7 @@ def test_collect_real_h200_sample(staging: RunPaths, tmp_path: Path) -> None:
 def test_energy_counter_and_integral_agree_on_real_data(staging: RunPaths, tmp_path: Path) -> None:
     dest = CellPaths(tmp_path / "cell")
     ranks = [{"rank": 0, "local_rank": 0, "node": 0, "hostname": "h", "stage": 0}]
-    collect_telemetry(staging, dest, ranks)
+    collect_telemetry(staging, dest, [RankReport.from_dict(r) for r in ranks])
     tel = normalize_telemetry(pd.read_parquet(dest.telemetry),
                               rank_table(RunRecord({"world_size": 1}, "ok", provenance={"ranks": ranks})))
     samples = gpu_samples(tel, sampler_periods(json.loads(dest.telemetry_json.read_text())))

@@ -78,10 +78,26 @@ def test_every_layout_sees_the_same_global_batches() -> None:
 
 
 def test_layout_rejects_batches_that_do_not_divide() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="global batch 10 not divisible by micro batch x dp = 4x2 = 8"):
         BatchLayout(10, 4, 2, 0)
     with pytest.raises(ValueError):
         BatchLayout(8, 2, 2, 2)
+
+
+def test_a_cells_layout_is_its_engines_and_follows_the_cells_batch_rule() -> None:
+    """One batch rule for the plan, the engine and the data: the layout's micro-batches per step are the cell's."""
+    from calorimeter.plan.cell import Cell
+
+    cell = Cell(sweep="s", model="tiny-gpt", hardware="cpu", nodes=1, gpus_per_node=4, tp=2, global_batch=8,
+                micro_batch=2)
+    layout = BatchLayout.of(cell, cell.dp, 1)
+    assert cell.batch_reason is None and layout.grad_accum == cell.grad_accum == 2
+    with pytest.raises(ValueError, match="the engine has 4 data-parallel ranks, the cell 2"):
+        BatchLayout.of(cell, 4, 0)
+    odd = Cell(**{**vars(cell), "global_batch": 6})
+    assert odd.batch_reason == "global batch 6 not divisible by micro batch x dp = 2x2 = 4"
+    with pytest.raises(ValueError, match=odd.batch_reason):
+        BatchLayout.of(odd, odd.dp, 0)
 
 
 def test_token_file_round_trip_and_windows(tmp_path: Path) -> None:

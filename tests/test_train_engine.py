@@ -86,7 +86,7 @@ def test_precision_bf16_only_on_cuda() -> None:
 def test_refusals() -> None:
     with pytest.raises(ValueError, match="ZeRO-2"):
         ds_config(_cell(pp=2, zero_stage=2), CPU)
-    with pytest.raises(ValueError, match="divide"):
+    with pytest.raises(ValueError, match="not divisible by micro batch x dp"):
         ds_config(_cell(global_batch=6), CPU)
 
 

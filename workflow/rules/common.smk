@@ -100,13 +100,14 @@ def get_cell_profiles():
     """What every cell that can profile its hosts gave the thermal-profile store (the thermal_profile rule's
     outputs): each calibration cell, and with placement.derive_profiles (the default) each dense training cell
     without pipeline stages."""
+    from calorimeter.plan.kinds import get_kind
     from calorimeter.plan.models import CATALOGUE
     from calorimeter.plan.placement import profiles_host
 
-    derive = config.get("placement", {}).get("derive_profiles", True)
+    derive = PLAN.settings.placement.derive_profiles
     return [str(cell_paths(cid).thermal_profile) for cid, pc in CELLS.items()
             if profiles_host(pc.cell, CATALOGUE.get(pc.cell.model))
-            and (derive or pc.cell.kind == "thermal-calibration")]
+            and (derive or get_kind(pc.cell.kind).profiles_hosts)]
 
 
 def figures_only():

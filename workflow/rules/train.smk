@@ -26,7 +26,7 @@ rule train:
     # stage costs to its kernel times (docs/placement.md)
     priority: lambda wc: -CELL_ORDER[wc.cell]
     resources:
-        runtime=config["launcher"]["timeout_min"],
+        runtime=PLAN.settings.timeout_min,
         # one per cell waiting on its job: cap concurrent cells with --resources slurm_slots=N
         slurm_slots=1,
         # for the message (and snakemake -n): the projected wall time, which no rerun trigger sees

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from calorimeter.analysis.cell import CellTables
-from calorimeter.placement.apply import placement_settings
 from calorimeter.placement.profile import keep_cell_profiles
+from calorimeter.plan.settings import PlacementSettings
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import CellPaths
 from calorimeter.records.run_record import read_run_record
@@ -20,6 +20,7 @@ logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(mess
                     handlers=[logging.FileHandler(sm.log[0])])
 cell = CellPaths(Path(sm.input.run).parent)
 tables = CellTables(runs=pd.read_parquet(sm.input.runs), gpus=pd.read_parquet(sm.input.gpus))
-outcome = keep_cell_profiles(cell.root, read_run_record(cell.run_json), placement_settings(sm.config), tables)
+settings = PlacementSettings.from_config(sm.config)
+outcome = keep_cell_profiles(cell.root, read_run_record(cell.run_json), settings, tables)
 write_json_atomic(Path(sm.output[0]), outcome)
 logging.info("%s", outcome)

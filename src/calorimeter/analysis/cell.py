@@ -34,6 +34,7 @@ from calorimeter.analysis.window import (
     valid_readings,
 )
 from calorimeter.plan.layout import Layout
+from calorimeter.plan.vocabulary import RUN_COLUMNS
 from calorimeter.records.atomic import write_parquet_atomic
 from calorimeter.records.machines import machine_id
 from calorimeter.records.metrics import energy_metrics
@@ -44,10 +45,8 @@ from calorimeter.telemetry.kernels import CATEGORIES, COMM_CATEGORIES
 
 METRIC_KEYS = ("iteration_time_s", "iteration_time_std_s", "samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
                "tflops_per_gpu", "model_tflops_per_gpu", "mfu_full", "mfu_causal", "hfu", "measured_steps")
-PARAM_KEYS = ("cell_id", "config_id", "repeat", "sweep", "kind", "model", "hardware", "nodes", "gpus_per_node",
-              "world_size", "tp", "pp", "dp", "ep", "cp", "sequence_parallel", "zero_stage", "recompute",
-              "recompute_layers", "overlap", "micro_batch", "global_batch", "grad_accum", "seq_len", "precision",
-              "parallel_label", "optimization_label", "placement")
+#: the run row's parameter columns (the cell's vocabulary)
+PARAM_KEYS = RUN_COLUMNS
 #: run-row columns derived from telemetry and kernels (NaN where not measured)
 TELEMETRY_KEYS = (
     "n_gpus", "energy_per_iteration_j", "energy_per_token_j", "efficiency", "energy_source",

@@ -10,13 +10,14 @@ With a single repetition on either side the interval is NaN: a gain without an i
 from __future__ import annotations
 
 import math
-import re
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from calorimeter.findings.stats import AGREES, DISAGREES, Claim, Effect, mean_interval, verdict, welch
+from calorimeter.plan.cell import parse_cell_id
 from calorimeter.records.run_record import RunRecord
 
 #: the study's placement result, from a secondary source only (shared/notes/paper-findings.md, S3)
@@ -42,8 +43,12 @@ def relative_gain(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float, fl
 
 
 def layout_id(cell_id: str) -> str:
-    """The cell id without its placement part and repetition suffix."""
-    return re.sub(r"_r\d+$", "", re.sub(r"_pl-[a-z0-9-]+", "", str(cell_id)))
+    """The cell id without its placement part and repetition suffix (an id that names no cell as it is)."""
+    try:
+        cell = parse_cell_id(str(cell_id))
+    except ValueError:
+        return str(cell_id)
+    return replace(cell, placement="default", repeat=0).cell_id
 
 
 def placement_columns(record: RunRecord) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from calorimeter.collectives.table import bus_factor
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.work import COLLECTIVES
 from calorimeter.telemetry.timer import synchronize, time_batch
 
@@ -34,7 +35,7 @@ class SweepSpec:
         min_bytes, max_bytes: message size range (powers of two in between).
         warmup: untimed calls per point.
         iterations: timed calls per point.
-        kinds: collectives to time.
+        ops: the collectives to time.
         dtype: element type (bf16 on CUDA, fp32 on CPU: gloo reduces no bf16).
     """
 
@@ -42,7 +43,7 @@ class SweepSpec:
     max_bytes: int
     warmup: int
     iterations: int
-    kinds: tuple[str, ...] = COLLECTIVES
+    ops: tuple[str, ...] = COLLECTIVES
     dtype: torch.dtype = torch.float32
 
     @classmethod
@@ -69,24 +70,25 @@ def group_sizes(world: int) -> list[int]:
     return out
 
 
-def _op(kind: str, size: int, group: Any, g: int, rank_in_group: int, spec: SweepSpec,
+def _op(op: str, size: int, group: Any, g: int, rank_in_group: int, spec: SweepSpec,
         device: torch.device) -> Callable[[], None]:
-    """A closure issuing one call of ``kind`` with a message of ``size`` bytes over ``group`` (``g`` ranks)."""
+    """A closure issuing one call of the collective ``op`` with a message of ``size`` bytes over ``group`` (``g``
+    ranks)."""
     esize = torch.tensor([], dtype=spec.dtype).element_size()
     n = max(g, (size // esize) // g * g)  # elements, a multiple of the group size
     buf = torch.ones(n, dtype=spec.dtype, device=device)
-    if kind == "all_reduce":
+    if op == "all_reduce":
         return lambda: dist.all_reduce(buf, group=group)
-    if kind == "all_gather":
+    if op == "all_gather":
         part = buf[: n // g]
         return lambda: dist.all_gather_into_tensor(buf, part, group=group)
-    if kind == "reduce_scatter":
+    if op == "reduce_scatter":
         out = torch.empty(n // g, dtype=spec.dtype, device=device)
         return lambda: dist.reduce_scatter_tensor(out, buf, group=group)
-    if kind == "all_to_all":
+    if op == "all_to_all":
         out = torch.empty_like(buf)
         return lambda: dist.all_to_all_single(out, buf, group=group)
-    if kind == "send_recv":
+    if op == "send_recv":
         ranks = dist.get_process_group_ranks(group)
         peer = ranks[rank_in_group ^ 1]
         out = torch.empty_like(buf)
@@ -99,7 +101,7 @@ def _op(kind: str, size: int, group: Any, g: int, rank_in_group: int, spec: Swee
                 req.wait()
 
         return sendrecv
-    raise ValueError(f"unknown collective {kind!r}; known: {', '.join(COLLECTIVES)}")
+    raise ValueError(f"unknown collective {op!r}; known: {', '.join(COLLECTIVES)}")
 
 
 def _time_point(call: Callable[[], None], spec: SweepSpec, device: torch.device) -> float:
@@ -114,36 +116,36 @@ def _time_point(call: Callable[[], None], spec: SweepSpec, device: torch.device)
 
 
 def measure(spec: SweepSpec, device: torch.device, gpus_per_node: int,
-            progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Time every (kind, group size, message size) point; every rank calls this, every rank gets the rows.
+            progress: Callable[[str], None] | None = None) -> list[JsonObject]:
+    """Time every (collective, group size, message size) point; every rank calls this, every rank gets the rows.
 
     A collective the backend refuses is recorded once per group size with its error and no time.
     """
     world, rank = dist.get_world_size(), dist.get_rank()
     backend = dist.get_backend()
     dtype = str(spec.dtype).replace("torch.", "")
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonObject] = []
     for g in group_sizes(world):
         group, _ = dist.new_subgroups(group_size=g) if g < world else (dist.group.WORLD, None)
         rank_in_group = rank % g
         nodes = max(1, math.ceil(g / max(gpus_per_node, 1)))
-        for kind in spec.kinds:
-            if kind == "send_recv" and g != 2:
+        for op in spec.ops:
+            if op == "send_recv" and g != 2:
                 continue
             for size in spec.sizes():
-                base = {"kind": kind, "group": g, "size_bytes": float(size), "iterations": spec.iterations,
+                base = {"kind": op, "group": g, "size_bytes": float(size), "iterations": spec.iterations,
                         "backend": backend, "dtype": dtype, "nodes": nodes}
                 try:
-                    t = _time_point(_op(kind, size, group, g, rank_in_group, spec, device), spec, device)
+                    t = _time_point(_op(op, size, group, g, rank_in_group, spec, device), spec, device)
                 except (RuntimeError, ValueError) as e:  # unsupported by this backend: say so, keep going
                     rows.append({**base, "time_s": math.nan, "algbw_gbyte_s": math.nan, "busbw_gbyte_s": math.nan,
                                  "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
                     break
                 algbw = size / t / 1e9
                 rows.append({**base, "time_s": t, "algbw_gbyte_s": algbw,
-                             "busbw_gbyte_s": algbw * (bus_factor(kind, g) if kind != "send_recv" else 1.0),
+                             "busbw_gbyte_s": algbw * (bus_factor(op, g) if op != "send_recv" else 1.0),
                              "error": None})
             if progress is not None and rows:
-                progress(f"group {g} {kind}: {rows[-1].get('busbw_gbyte_s', math.nan):.2f} GB/s busbw at "
+                progress(f"group {g} {op}: {rows[-1].get('busbw_gbyte_s', math.nan):.2f} GB/s busbw at "
                          f"{rows[-1]['size_bytes']:.0f} B")
     return rows

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
 import torch
 
 from calorimeter.collectives.measure import SweepSpec, measure
 from calorimeter.collectives.table import write_table
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.records.rank import RankContext, RankResult
 
 
-def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(rows: list[JsonObject]) -> JsonObject:
     """Per collective and group size: the largest bus bandwidth (GB/s) and the smallest time (s) measured."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for r in rows:
         if r.get("error") or not (r.get("time_s") or 0) > 0:
             continue

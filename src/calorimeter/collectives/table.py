@@ -27,13 +27,13 @@ TABLE_COLUMNS: tuple[str, ...] = ("kind", "group", "size_bytes", "time_s", "algb
                                   "iterations", "backend", "dtype", "nodes", "error")
 
 
-def bus_factor(kind: str, n: int) -> float:
+def bus_factor(op: str, n: int) -> float:
     """nccl-tests' bus-bandwidth factor of a collective over ``n`` ranks."""
     if n <= 1:
         return 0.0
-    if kind == "all_reduce":
+    if op == "all_reduce":
         return 2.0 * (n - 1) / n
-    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return (n - 1) / n
     return 1.0
 

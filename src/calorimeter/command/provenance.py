@@ -21,13 +21,15 @@ import os
 import re
 import shlex
 import sys
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+
+from calorimeter.plan.json_types import JsonObject
+from calorimeter.plan.kinds import COMMAND_PROVENANCE
 
 #: the folder of a run that holds the command's files (console and step logs, this record)
-COMMAND_DIR = "command"
-#: the file rank 0 writes into it
-PROVENANCE_JSON = "provenance.json"
+COMMAND_DIR = PurePosixPath(COMMAND_PROVENANCE).parent.name
+#: the file rank 0 writes into it (the kind's provenance: :data:`calorimeter.plan.kinds.COMMAND_PROVENANCE`)
+PROVENANCE_JSON = PurePosixPath(COMMAND_PROVENANCE).name
 #: the folder of the reporting ``sitecustomize`` (:mod:`calorimeter.command.hook`)
 HOOK_DIR = Path(__file__).resolve().parent / "hook"
 #: the environment variable naming where the command's Python processes report
@@ -50,7 +52,7 @@ def hook_env(env: dict[str, str], imports_dir: Path) -> dict[str, str]:
     return {**env, "PYTHONPATH": path, IMPORTS_ENV: str(imports_dir)}
 
 
-def file_entry(path: Path, cwd: Path, source: str) -> dict[str, Any]:
+def file_entry(path: Path, cwd: Path, source: str) -> JsonObject:
     """A file as the record names it: its path (relative to ``cwd``, the command's working folder, where it lies
     below it), where it was found, its size and SHA-256."""
     real = path.resolve()
@@ -58,7 +60,7 @@ def file_entry(path: Path, cwd: Path, source: str) -> dict[str, Any]:
         shown = str(real.relative_to(cwd.resolve()))
     except ValueError:
         shown = str(real)
-    entry: dict[str, Any] = {"path": shown, "from": source}
+    entry: JsonObject = {"path": shown, "from": source}
     try:
         size = real.stat().st_size
         entry["bytes"] = size
@@ -108,7 +110,7 @@ def command_line_files(command: str, env: dict[str, str], cwd: Path) -> list[Pat
     return found
 
 
-def read_reports(imports_dir: Path) -> list[dict[str, Any]]:
+def read_reports(imports_dir: Path) -> list[JsonObject]:
     """The reports the command's Python processes wrote (:mod:`calorimeter.command.hook`), by pid."""
     reports = []
     for f in sorted(imports_dir.glob("imports-*.json")) if imports_dir.is_dir() else []:
@@ -122,7 +124,7 @@ def read_reports(imports_dir: Path) -> list[dict[str, Any]]:
 
 
 def command_provenance(command: str, env: dict[str, str], cwd: Path, imports_dir: Path,
-                       named: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                       named: list[JsonObject] | None = None) -> JsonObject:
     """The record's ``command`` section: the command, how it was launched, the files it ran (those its command line
     names, ``named``: :func:`file_entry` of each, taken before it started, else now; those its Python processes ran,
     hashed now), the distributions and versions they imported, their interpreters."""
@@ -137,7 +139,7 @@ def command_provenance(command: str, env: dict[str, str], cwd: Path, imports_dir
             if isinstance(path, str) and not path.startswith(_SYSTEM) and path not in seen and Path(path) not in files:
                 files[Path(path)] = "main file" if path == r.get("main") else "imported"
         packages.update({str(k): v for k, v in (r.get("distributions") or {}).items()})
-    out: dict[str, Any] = {
+    out: JsonObject = {
         "command": command, "launcher": LAUNCHER,
         "files": named + [file_entry(p, cwd, source) for p, source in files.items() if p.is_file()],
         "packages": dict(sorted(packages.items())),

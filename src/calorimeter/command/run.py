@@ -47,6 +47,7 @@ from calorimeter.command.provenance import (
 from calorimeter.command.steplog import STEP_LOG_ENV, ConsoleParser, LoggedStep, StepLogWriter, read_step_log
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES, accelerator_of
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.models import get_model
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.metrics import step_times_s, throughput_metrics
@@ -152,7 +153,7 @@ class _StepLogTail:
         self.poll()
 
 
-def phases(cell: Cell, steps: list[LoggedStep], warmup_steps: int | None = None) -> list[dict[str, Any]]:
+def phases(cell: Cell, steps: list[LoggedStep], warmup_steps: int | None = None) -> list[JsonObject]:
     """Step rows as the engine records them: the first ``warmup_steps`` (default the cell's) warm-up, the rest
     measured."""
     n = cell.warmup_steps if warmup_steps is None else warmup_steps
@@ -189,7 +190,7 @@ def steady_warmup(cell: Cell, steps: list[LoggedStep], readings: list[tuple[floa
 
 
 def command_metrics(cell: Cell, rank_steps: list[list[LoggedStep]], peak_tflops: float | None,
-                    warmup_steps: int | None = None) -> dict[str, Any]:
+                    warmup_steps: int | None = None) -> JsonObject:
     """Throughput of the measured steps over all ranks (the slowest rank's time per step).
 
     Raises:
@@ -205,7 +206,7 @@ def command_metrics(cell: Cell, rank_steps: list[list[LoggedStep]], peak_tflops:
                            "(run more steps: CALORIMETER_STEPS tells the command how many the cell expects)")
     logged = sorted({s.tokens for steps in rank_steps for s in steps if s.tokens is not None})
     declared = cell.global_batch * cell.seq_len
-    out: dict[str, Any] = {"steps_logged": max(len(s) for s in rank_steps), "log_format": cell.log_format or "jsonl"}
+    out: JsonObject = {"steps_logged": max(len(s) for s in rank_steps), "log_format": cell.log_format or "jsonl"}
     if cell.model != "-":
         if logged and logged != [declared]:
             raise RuntimeError(f"the command logged {logged} tokens per step, the cell declares global_batch x seq_len"
@@ -288,7 +289,7 @@ def run_command(ctx: RankContext) -> RankResult:
     return out
 
 
-def _warmup(cell: Cell, steps: list[LoggedStep], run_dir: Path, local_rank: int) -> dict[str, Any]:
+def _warmup(cell: Cell, steps: list[LoggedStep], run_dir: Path, local_rank: int) -> JsonObject:
     """The warm-up of this cell, agreed by every rank (the most warm-up steps any rank needs): ``steady`` from this
     GPU's temperature in the node sampler's stream where there is one, else the fixed ``warmup_steps``."""
     import torch

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
+
 #: environment variable naming the step log of a rank
 STEP_LOG_ENV = "CALORIMETER_STEP_LOG"
 LOG_FORMATS = ("jsonl", "torchtitan", "megatron")
@@ -96,7 +98,7 @@ def read_step_log(path: Path) -> list[LoggedStep]:
     return steps
 
 
-def _opt(d: dict[str, Any], key: str, kind: type) -> Any:
+def _opt(d: JsonObject, key: str, kind: type) -> Any:
     v = d.get(key)
     return None if v is None else kind(v)
 

@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 
 from calorimeter.analysis.repeats import CONFIG_METRICS  # noqa: E402
 from calorimeter.findings.preconditions import STEADY  # noqa: E402
-from calorimeter.plan.cell import TRAINING_KINDS  # noqa: E402
+from calorimeter.plan.kinds import DEFAULT_KIND, kind_of, kinds_where  # noqa: E402
 from calorimeter.records.atomic import write_atomic  # noqa: E402
 from calorimeter.records.legacy import add_machines, config_ids  # noqa: E402
 from calorimeter.records.machines import machine_label  # noqa: E402
@@ -81,7 +81,7 @@ def config_label(row: pd.Series | dict, short: bool = False) -> str:
         lab = lab.replace("TP", "T").replace("PP", "P").replace("EP", "E").replace("-DP", "-D")
     if _true(row.get("sequence_parallel")) and "+SP" not in lab:
         lab = re.sub(r"(T(?:P)?\d+)", r"\1+SP", lab, count=1)
-    if str(row.get("kind") or "train") == "lora":
+    if (kind := kind_of(row.get("kind"))) is not None and kind.adapters:
         lab += " LoRA"
     pl = row.get("placement")
     if isinstance(pl, str) and pl not in ("", "default"):  # the placement knob is part of what a cell compares
@@ -197,7 +197,7 @@ def config_key(row: pd.Series | dict) -> tuple:
     configurations)."""
     return (row["model"], row["hardware"], row["world_size"], row["parallel_label"], row["zero_stage"],
             str(row.get("pp_split") or ""), bool(row.get("sequence_parallel")), str(row.get("placement") or "default"),
-            str(row.get("kind") or "train"))
+            str(row.get("kind") or DEFAULT_KIND))
 
 
 def model_order(df: pd.DataFrame) -> dict[str, int]:
@@ -523,7 +523,7 @@ def training_only(tables: Tables) -> tuple[Tables, list[str]]:
     runs = tables.get("runs")
     if runs is None or runs.empty or "kind" not in runs.columns:
         return tables, []
-    other = runs[~runs["kind"].fillna("train").astype(str).isin(TRAINING_KINDS)]
+    other = runs[~runs["kind"].fillna(DEFAULT_KIND).astype(str).isin(kinds_where(trains_model=True))]
     if other.empty:
         return tables, []
     drop = set(other["cell_id"])

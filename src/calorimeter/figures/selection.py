@@ -7,7 +7,7 @@ import pandas as pd
 
 from calorimeter.figures import ALL_KINDS, FIGURES
 from calorimeter.figures.common import order_configs
-from calorimeter.plan.cell import TRAINING_KINDS
+from calorimeter.plan.kinds import DEFAULT_KIND, kinds_where
 
 
 def figure_cells(name: str, cells: list[dict]) -> list[str]:
@@ -21,7 +21,7 @@ def figure_cells(name: str, cells: list[dict]) -> list[str]:
         return []
     df = pd.DataFrame(cells)
     if name not in ALL_KINDS and "kind" in df.columns:  # as render(): training figures draw training cells only
-        df = df[df["kind"].fillna("train").astype(str).isin(TRAINING_KINDS)]
+        df = df[df["kind"].fillna(DEFAULT_KIND).astype(str).isin(kinds_where(trains_model=True))]
         if df.empty:
             return []
     sel = getattr(FIGURES[name], "select", None)

@@ -44,6 +44,7 @@ from calorimeter.findings.preconditions import (
 )
 from calorimeter.findings.select import LAYOUT_PARAMS, column
 from calorimeter.findings.stats import Claim
+from calorimeter.plan.kinds import kind_of
 from calorimeter.plan.models import CATALOGUE
 
 #: the catalogue's version, written into every ``findings.csv``
@@ -186,9 +187,8 @@ _DP = lambda d: (column(d, "dp") >= 2) & (column(d, "pp") < DEEP_PP_MIN)  # noqa
 _FSDP = lambda d: (column(d, "pp") == 1) & (column(d, "zero_stage") == 3) & (column(d, "dp") >= 2)  # noqa: E731
 _MULTI = lambda d: column(d, "world_size") > 1  # noqa: E731 - one GPU has nothing to communicate
 _DENSE = lambda d: ~is_moe(d)  # noqa: E731
-_LORA_OR_FULL = ("kind", "lora_rank", "lora_alpha", "lora_targets")
-_is_lora = lambda v: v == "lora"  # noqa: E731
-_is_full = lambda v: v in (None, "train")  # noqa: E731
+_is_lora = lambda v: (k := kind_of(v)) is not None and k.adapters  # noqa: E731 - LoRA adapters on a frozen base
+_is_full = lambda v: (k := kind_of(v)) is not None and k.full_training  # noqa: E731
 _pct = lambda v: (v - 1.0) * 100.0  # noqa: E731 - a ratio as a % change
 
 
@@ -408,7 +408,7 @@ FINDINGS: tuple[Finding, ...] = (
             "average GPU power, LoRA / full training of the same model and layout (below 1: lower)", "x",
             Claim(-1, 1.0, 0.02),
             ck.knob(("power_avg_w",), "kind", _is_lora, _is_full, "kind (lora / train)", "no LoRA / full-training "
-                    "pair of one model and layout (kind: lora)", _THERMAL, ratio=True, also=_LORA_OR_FULL[1:]),
+                    "pair of one model and layout (kind: lora)", _THERMAL, ratio=True),
             _THERMAL, needs="1 GPU: LoRA and full training of Llama-3 8B (8 layers) in a configuration whose full "
             "training stays below the power cap (shorter sequence or fewer layers), >= 3 interleaved repetitions, "
             "steady"),
@@ -418,7 +418,7 @@ FINDINGS: tuple[Finding, ...] = (
             "mean GPU temperature, LoRA - full training of the same model and layout", "degC",
             Claim(-1, 0.0, TEMP_RESOLUTION_C),
             ck.knob(("temp_avg_c",), "kind", _is_lora, _is_full, "kind (lora - train)", "no LoRA / full-training pair "
-                    "of one model and layout (kind: lora)", _THERMAL, also=_LORA_OR_FULL[1:]),
+                    "of one model and layout (kind: lora)", _THERMAL),
             _THERMAL, needs="1 GPU: as lora_lower_power"),
     Finding("lora_efficiency_10x",
             "LoRA fine-tuning lowers power and temperature and gives >10x training efficiency.",
@@ -427,7 +427,7 @@ FINDINGS: tuple[Finding, ...] = (
             "per joule), LoRA / full training of the same model and layout", "x",
             Claim(+1, 1.0, 0.02, size=(10.0, math.inf)),
             ck.knob(("efficiency",), "kind", _is_lora, _is_full, "kind (lora / train)", "no LoRA / full-training "
-                    "pair of one model and layout (kind: lora)", _SPEED_STEADY, ratio=True, also=_LORA_OR_FULL[1:],
+                    "pair of one model and layout (kind: lora)", _SPEED_STEADY, ratio=True,
                     secondary=("energy_per_token_j", "tokens per joule", True)),
             _SPEED_STEADY, needs="several nodes for the study's size (data-parallel LoRA over a network, or its "
             "shorter fine-tuning sequences); the direction on 1 GPU: as lora_lower_power",

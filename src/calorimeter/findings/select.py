@@ -20,15 +20,12 @@ import numpy as np
 import pandas as pd
 
 from calorimeter.findings.stats import Effect, mean_interval, welch, within_slope
+from calorimeter.plan.vocabulary import CONFIGURATION
 from calorimeter.records.legacy import config_ids
 
-#: parameters that define a configuration; a comparison holds every one of them fixed but its knob
-#: (columns a table does not have are skipped: ``placement``, ``kind`` and ``engine`` are newer)
-CONFIG_PARAMS: tuple[str, ...] = (
-    "model", "hardware", "nodes", "gpus_per_node", "world_size", "tp", "pp", "dp", "ep", "cp", "sequence_parallel",
-    "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch", "seq_len", "precision",
-    "pp_split", "placement", "kind", "engine",
-)  # fmt: skip
+#: parameters that define a configuration (the cell's vocabulary); a comparison holds every one of them fixed but its
+#: knob (columns a table does not have are skipped: ``placement``, ``kind`` and ``engine`` are newer)
+CONFIG_PARAMS: tuple[str, ...] = CONFIGURATION
 #: a parallel layout (what Fig. 4 compares)
 LAYOUT_PARAMS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "sequence_parallel", "zero_stage", "pp_split")
 
@@ -111,7 +108,14 @@ def matched(cfgs: list[Config], knob: Sequence[str]) -> list[list[Config]]:
 def pairs(cfgs: list[Config], knob: str, a: Callable[[Any], bool], b: Callable[[Any], bool],
           also: Sequence[str] = ()) -> list[tuple[Config, Config]]:
     """(a, b) pairs of configurations that differ only in ``knob`` (and in ``also``), ``a``/``b`` telling the two
-    sides apart by the knob's value; every a-side is paired with every b-side of its group."""
+    sides apart by the knob's value; every a-side is paired with every b-side of its group.
+
+    Raises:
+        ValueError: ``knob`` or ``also`` names no parameter of a configuration (:data:`CONFIG_PARAMS`).
+    """
+    unknown = [p for p in (knob, *also) if p not in CONFIG_PARAMS]
+    if unknown:
+        raise ValueError(f"{unknown} name no parameter of a configuration (known: {', '.join(CONFIG_PARAMS)})")
     out = []
     for g in matched(cfgs, (knob, *also)):
         sa = [c for c in g if a(c.params.get(knob))]

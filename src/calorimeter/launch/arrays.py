@@ -14,12 +14,12 @@ wants, but not what a run of a few chosen cells (``snakemake <one run.json>``) e
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import logging
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
 from calorimeter.launch.snapshot import with_snapshot
 from calorimeter.launch.submit import (
@@ -33,24 +33,26 @@ from calorimeter.launch.submit import (
 )
 from calorimeter.launch.task import CellTask
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.placement import prerequisites
 from calorimeter.plan.plan import make_plan
-from calorimeter.records.atomic import write_json_atomic
+from calorimeter.plan.settings import LauncherSettings
+from calorimeter.records.job import JobRecord
 from calorimeter.records.paths import CellPaths
 
 log = logging.getLogger(__name__)
 
 
-def _shape(params: dict[str, Any]) -> dict[str, Any]:
+def _shape(params: JsonObject) -> JsonObject:
     """The sbatch parameters that decide which cells can share an array (all but the job name)."""
     return {k: v for k, v in params.items() if k != "job_name"}
 
 
-def array_mates(cell: Cell, cells: list[Cell], settings: dict[str, Any], results_dir: str | Path) -> list[Cell]:
+def array_mates(cell: Cell, cells: list[Cell], settings: LauncherSettings, results_dir: str | Path) -> list[Cell]:
     """``cell`` and the other cells that can go into its array: same sbatch parameters, no record, no open attempt,
     waiting for no other cell."""
-    kind, mine = executor_parameters(cell, settings)
-    if kind != "slurm":
+    executor, mine = executor_parameters(cell, settings)
+    if executor != "slurm":
         return [cell]
     out = [cell]
     for other in cells:
@@ -67,7 +69,7 @@ def array_mates(cell: Cell, cells: list[Cell], settings: dict[str, Any], results
     return out
 
 
-def submit_array(cell: Cell, cells: list[Cell], settings: dict[str, Any], results_dir: str | Path) -> int:
+def submit_array(cell: Cell, cells: list[Cell], settings: LauncherSettings, results_dir: str | Path) -> int:
     """Submit ``cell`` with its array mates as one SLURM array (nothing when the cell already has an open attempt
     or the executor is not SLURM); returns the number of cells submitted.
 
@@ -84,32 +86,29 @@ def submit_array(cell: Cell, cells: list[Cell], settings: dict[str, Any], result
         mates = array_mates(cell, cells, settings, results_dir)
         if len(mates) < 2:
             return 0  # one cell: launch_cell submits it as usual
-        kind, params = executor_parameters(cell, settings)
-        if settings.get("snapshot", True):
+        executor, params = executor_parameters(cell, settings)
+        if settings.snapshot:
             params, code = with_snapshot(params, paths.root.parents[1])
-            settings = {**settings, "code_snapshot": str(code)}
+            settings = dataclasses.replace(settings, code_snapshot=str(code))
         params = {**params, "job_name": f"{cell.sweep}-array"}
         folder = root / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        executor = make_executor(kind, params, folder, int(settings["max_requeues"]))
+        submitter = make_executor(executor, params, folder, settings.max_requeues)
         attempts = [_new_attempt(CellPaths.of(results_dir, c.sweep, c.cell_id)) for c in mates]
         t0 = time.time()
-        with executor.batch():
-            jobs = [executor.submit(CellTask(c.to_dict(), str(a.root), settings)) for c, a in zip(mates, attempts,
-                                                                                                  strict=True)]
+        with submitter.batch():
+            jobs = [submitter.submit(CellTask(c, str(a.root), settings)) for c, a in zip(mates, attempts, strict=True)]
         for c, a, job in zip(mates, attempts, jobs, strict=True):
-            write_json_atomic(a.job_json, {
-                "job_id": str(job.job_id), "executor": kind, "submitted_s": t0, "host": socket.gethostname(),
-                "cell_id": c.cell_id, "cell_key": cell_key(c), "world_size": c.world_size,
-                "submitit_folder": str(folder), "array": True, "launcher": settings})
+            JobRecord(str(job.job_id), executor, c.cell_id, cell_key(c), c.world_size, t0, socket.gethostname(),
+                      str(folder), array=True, launcher=settings).write(a.job_json)
         log.info("cell %s: submitted with %d other cells of its shape as SLURM array %s", cell.cell_id,
                  len(mates) - 1, str(jobs[0].job_id).split("_")[0])
         return len(mates)
 
 
-def submit_ahead(cell: Cell, settings: dict[str, Any], config: dict[str, Any]) -> int:
+def submit_ahead(cell: Cell, settings: LauncherSettings, config: JsonObject) -> int:
     """The train rule's hook: with ``launcher.array`` on SLURM, submit the cell's array (:func:`submit_array`) over
     the sweep's runnable cells; 0 otherwise."""
-    if not settings.get("array") or resolve_executor(settings.get("executor") or "local") != "slurm":
+    if not settings.array or resolve_executor(settings.executor) != "slurm":
         return 0
     plan = make_plan(dict(config))
     return submit_array(cell, [pc.cell for pc in plan.runnable], settings, plan.results_dir)

@@ -47,10 +47,58 @@ import os
 import signal
 import threading
 import time
+from dataclasses import dataclass
 
 from calorimeter.train.errors import CellOOMError
 
 ENV = "CALORIMETER_TEST_FAULTS"
+
+
+@dataclass(frozen=True)
+class RankFaults:
+    """The faults of one rank of one run, read once when the rank starts (:meth:`of`); inert (no fault, nothing
+    done) unless :data:`ENV` names the cell, so the rank's task asks it at its phases at no cost.
+
+    Attributes:
+        cell_id: the cell.
+        rank: this rank.
+        restart: the run of the job (how often it was requeued before).
+        faults: the faults :data:`ENV` gives the cell.
+    """
+
+    cell_id: str
+    rank: int
+    restart: int
+    faults: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, cell_id: str, rank: int, restart: int) -> RankFaults:
+        """This rank's faults from the environment."""
+        return cls(cell_id, rank, restart, tuple(faults_for(cell_id)) if os.environ.get(ENV) else ())
+
+    @property
+    def tiny(self) -> bool:
+        """The rank runs as a ``tiny`` cell (no model, no process group; module docstring)."""
+        return "tiny" in self.faults
+
+    def point(self, where: str) -> None:
+        """A ``kill-at`` point of the rank's life (``start``, ``rendezvous``, ``step``, ``result``)."""
+        if self.faults:
+            kill_point(self.cell_id, self.rank, self.restart, where)
+
+    def arm(self) -> None:
+        """Start the ``kill-after``/``term-after`` timers (once the process group is up)."""
+        if self.faults:
+            arm_timers(self.cell_id, self.rank, self.restart)
+
+    def inject(self) -> None:
+        """Apply the faults due before the work (``oom``, ``fail``, ``sleep``, ``hold``)."""
+        if self.faults:
+            inject(self.cell_id, self.rank, self.restart)
+
+    def tiny_steps(self, warmup_steps: int, measured_steps: int) -> list[dict[str, object]]:
+        """The timed no-op steps of a ``tiny`` cell (:func:`tiny_steps`)."""
+        return tiny_steps(self.cell_id, self.rank, self.restart, warmup_steps, measured_steps)
 
 
 def faults_for(cell_id: str, env: str | None = None) -> list[str]:
@@ -117,11 +165,6 @@ def arm_timers(cell_id: str, rank: int, restart: int) -> None:
 
 #: plain-Python work of one ``tiny`` step (about 5 ms)
 TINY_STEP_OPS = 100_000
-
-
-def is_tiny(cell_id: str) -> bool:
-    """Whether the cell runs as a ``tiny`` cell (see the module docstring)."""
-    return "tiny" in faults_for(cell_id)
 
 
 def tiny_steps(cell_id: str, rank: int, restart: int, warmup_steps: int, measured_steps: int

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from calorimeter.launch.watch import alive_path
 from calorimeter.records.atomic import read_json_object
 from calorimeter.records.paths import AttemptPaths
+from calorimeter.records.rank import RankOutput, RankReport
 
 #: lines kept from the end of each stream of each rank
 TAIL_LINES = 15
@@ -37,53 +37,47 @@ def _tail(path: Path, lines: int) -> list[str]:
     return [t.replace(_CHECKOUT, "")[-LINE_CHARS:] for t in kept[-lines:]]
 
 
-def rank_outputs(attempt: AttemptPaths, job_id: str, world_size: int, rank_results: list[dict[str, Any]],
-                 host: str | None = None, lines: int = TAIL_LINES) -> list[dict[str, Any]]:
+def rank_outputs(attempt: AttemptPaths, job_id: str, world_size: int, rank_results: list[RankReport],
+                 host: str | None = None, lines: int = TAIL_LINES) -> list[RankOutput]:
     """Per rank (in rank order): ``rank``, ``host`` (from its result, else from its alive file, else ``host``: a
     local job's) and ``status`` (from its result; ``no result`` without one), ``stdout`` and ``stderr`` (their last
     ``lines`` lines)."""
     files = attempt.submitit
     pattern = re.compile(rf"^{re.escape(str(job_id))}_(\d+)_log\.(out|err)$")
     found = {int(m.group(1)) for f in (files.iterdir() if files.is_dir() else []) if (m := pattern.match(f.name))}
-    results = {int(r.get("rank", -1)): r for r in rank_results}
+    results = {r.rank: r for r in rank_results}
     out = []
     for rank in sorted(found | set(range(world_size))):
-        r = results.get(rank, {})
-        where = r.get("hostname") or (read_json_object(alive_path(attempt, rank)) or {}).get("host") or host
-        out.append({"rank": rank, "host": where, "status": r.get("status") or "no result",
-                    "stdout": _tail(files / f"{job_id}_{rank}_log.out", lines),
-                    "stderr": _tail(files / f"{job_id}_{rank}_log.err", lines)})
+        r = results.get(rank)
+        where = (r.hostname if r else None) or (read_json_object(alive_path(attempt, rank)) or {}).get("host") or host
+        out.append(RankOutput(rank, where, (r.status if r else "") or "no result",
+                              tuple(_tail(files / f"{job_id}_{rank}_log.out", lines)),
+                              tuple(_tail(files / f"{job_id}_{rank}_log.err", lines))))
     return out
 
 
-def first_failed_first(outputs: list[dict[str, Any]], reason: str,
-                       rank_results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def first_failed_first(outputs: list[RankOutput], reason: str, rank_results: list[RankReport]) -> list[RankOutput]:
     """``outputs`` ordered: the rank ``reason`` names (``rank <r> ...``) first, then the other ranks that failed in
     the order they failed, then those without a result, then the rest."""
     named = re.match(r"rank (\d+)", reason or "")
-    ends = {int(r.get("rank", -1)): float(r.get("t_end_s") or 0) for r in rank_results if r.get("status") != "ok"}
+    ends = {r.rank: float(r.t_end_s or 0) for r in rank_results if not r.ok}
 
-    def key(o: dict[str, Any]) -> tuple[int, float, int]:
-        if named and o["rank"] == int(named.group(1)):
-            return 0, 0.0, o["rank"]
-        if o["rank"] in ends:
-            return 1, ends[o["rank"]], o["rank"]
-        return (2 if o["status"] == "no result" else 3), 0.0, o["rank"]
+    def key(o: RankOutput) -> tuple[int, float, int]:
+        if named and o.rank == int(named.group(1)):
+            return 0, 0.0, o.rank
+        if o.rank in ends:
+            return 1, ends[o.rank], o.rank
+        return (2 if o.status == "no result" else 3), 0.0, o.rank
 
     return sorted(outputs, key=key)
 
 
-def last_lines(output: dict[str, Any], n: int = 2) -> list[str]:
-    """A rank's last ``n`` lines: of its stderr, or of its stdout where it wrote nothing to stderr."""
-    return (output.get("stderr") or output.get("stdout") or [])[-n:]
-
-
-def describe_outputs(outputs: list[dict[str, Any]], n: int = 2, indent: str = "  ") -> list[str]:
+def describe_outputs(outputs: list[RankOutput], n: int = 2, indent: str = "  ") -> list[str]:
     """Lines for a person: per rank, where it ran, how it ended, and its last ``n`` lines (``(no output)``)."""
     out = []
     for o in outputs:
-        where = f" on {o['host']}" if o.get("host") else ""
-        tail = last_lines(o, n)
-        out.append(f"{indent}rank {o['rank']}{where} ({o['status']}): " + (tail[0] if tail else "(no output)"))
+        where = f" on {o.host}" if o.host else ""
+        tail = o.last_lines(n)
+        out.append(f"{indent}rank {o.rank}{where} ({o.status}): " + (tail[0] if tail else "(no output)"))
         out.extend(f"{indent}  {t}" for t in tail[1:])
     return out

@@ -7,18 +7,19 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
-from calorimeter.command.provenance import COMMAND_DIR, PROVENANCE_JSON
 from calorimeter.launch.output import describe_outputs, first_failed_first
-from calorimeter.launch.space import DISK_FULL, FIXED_BYTES, RECORD_ERROR, DiskSpaceError, free_bytes, is_disk_full
+from calorimeter.launch.space import DISK_FULL, FIXED_BYTES, DiskSpaceError, free_bytes, is_disk_full
 from calorimeter.launch.submit import CellConfigError, LaunchOutcome, launch_cell
 from calorimeter.launch.watch import heartbeat_death, peer_death, srun_death
 from calorimeter.placement.apply import placement_record
-from calorimeter.plan.cell import TRAINING_KINDS, Cell
+from calorimeter.plan.cell import Cell
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.kinds import get_kind
+from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.atomic import read_json_object, write_atomic, write_json_atomic
-from calorimeter.records.paths import CellPaths, record_files, results_relative
+from calorimeter.records.paths import AttemptPaths, CellPaths, record_files, results_relative
+from calorimeter.records.rank import RankOutput
 from calorimeter.records.record import TransientCellError, build_record, steps_frame, write_cell_record
 from calorimeter.telemetry.collect import collect_telemetry
 
@@ -27,58 +28,53 @@ log = logging.getLogger(__name__)
 __all__ = ["CellConfigError", "TransientCellError", "run_cell"]
 
 
-def _evidence(outcome: LaunchOutcome, sweep_file: str | None = None) -> dict[str, Any]:
+def _evidence(outcome: LaunchOutcome, sweep_file: str | None = None) -> JsonObject:
     """What the launcher saw besides the ranks' own results: SLURM's state and exit code, requeues, every rank's
     output tail, the rank that died first, why the launcher ended the job."""
-    ev: dict[str, Any] = {"launcher_error": outcome.launcher_error, "reattached": outcome.reattached,
-                          "requeues": outcome.requeues, "rank_output": outcome.rank_output,
-                          "rank_status": {str(r.get("rank")): r.get("status") for r in outcome.rank_results},
-                          "rank_restart": {str(r.get("rank")): r.get("restart") for r in outcome.rank_results}}
+    ev: JsonObject = {"launcher_error": outcome.launcher_error, "reattached": outcome.reattached,
+                          "requeues": outcome.requeues, "rank_output": [o.to_dict() for o in outcome.rank_output],
+                          "rank_status": {str(r.rank): r.status for r in outcome.rank_results},
+                          "rank_restart": {str(r.rank): r.restart for r in outcome.rank_results}}
     if outcome.slurm is not None:
         ev["slurm"] = outcome.slurm
     death = peer_death(outcome.attempt)
     if death is None and outcome.executor == "slurm":  # SLURM's own account of the rank that went first
         # srun's own stderr (in the batch step's log, rank 0's) first: the launcher's error holds a cut tail of it
-        texts = [*("\n".join(o["stderr"]) for o in outcome.rank_output), outcome.launcher_error or ""]
-        with_result = {int(r.get("rank", -1)) for r in outcome.rank_results}
+        texts = [*("\n".join(o.stderr) for o in outcome.rank_output), outcome.launcher_error or ""]
+        with_result = {r.rank for r in outcome.rank_results}
         death = heartbeat_death(outcome.attempt, with_result) or srun_death(texts, with_result)
     if death is not None:
-        ev["peer_died"] = death
+        ev["peer_died"] = death.to_dict()
     with contextlib.suppress(OSError, ValueError):
-        ev["launcher_cancelled"] = json.loads((outcome.attempt.root / "launcher_cancelled.json").read_text())
+        ev["launcher_cancelled"] = json.loads(outcome.attempt.launcher_cancelled.read_text())
         if sweep_file and ev["launcher_cancelled"].get("node_lost") is not None:
             ev["launcher_cancelled"]["rerun"] = f"calorimeter rerun {sweep_file} --failed"
     return ev
 
 
-def _record(cell: Cell, outcome: LaunchOutcome, estimates: dict[str, Any] | None,
-            settings: dict[str, Any]) -> dict[str, Any]:
+def _record(cell: Cell, outcome: LaunchOutcome, estimates: JsonObject | None,
+            settings: LauncherSettings) -> JsonObject:
     launch = {"executor": outcome.executor, "job_id": outcome.job_id, "attempt": outcome.attempt.name,
               "launcher_error": outcome.launcher_error, "wall_time_s": outcome.wall_time_s,
               "reattached": outcome.reattached,
               "submitit_folder": results_relative(outcome.attempt.submitit, outcome.attempt.root.parents[1]),
               "requeues": len([e for e in outcome.requeues if e.get("requeued")])}
     record = build_record(cell, outcome.rank_results, launch, estimates,
-                          _evidence(outcome, settings.get("sweep_file")))
-    record["evidence"]["rank_output"] = first_failed_first(outcome.rank_output, record["reason"],
-                                                           outcome.rank_results)
+                          _evidence(outcome, settings.sweep_file))
+    record["evidence"]["rank_output"] = [o.to_dict() for o in first_failed_first(
+        outcome.rank_output, record["reason"], outcome.rank_results)]
     placement = placement_record(outcome.rank_results)
     if placement is not None:
         record["placement"] = placement
-    if cell.kind == "command":  # what it ran: the command, its files' hashes, the packages it imported
-        record["command"] = read_json_object(outcome.attempt.run(_restart(outcome)).root / COMMAND_DIR /
-                                             PROVENANCE_JSON) or {
+    kind = get_kind(cell.kind)
+    if kind.provenance:  # a command's: what it ran, its files' hashes, the packages it imported
+        record[kind.name] = read_json_object(outcome.run.root / kind.provenance) or {
             "command": cell.command, "note": "rank 0 wrote no provenance (it ended before its command did)"}
     return record
 
 
-def _restart(outcome: LaunchOutcome) -> int:
-    """The job's run the results come from (its last)."""
-    return max((int(r.get("restart") or 0) for r in outcome.rank_results), default=0)
-
-
-def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: dict[str, Any] | None = None
-             ) -> dict[str, Any]:
+def run_cell(cell: Cell, settings: LauncherSettings, paths: CellPaths, estimates: JsonObject | None = None
+             ) -> JsonObject:
     """Launch a cell (or re-attach to its running job), wait, and write ``run.json`` (status ok, oom or failed).
 
     Args:
@@ -119,14 +115,14 @@ def run_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths, estimates: 
     return record
 
 
-def _log_outputs(cell: Cell, record: dict[str, Any]) -> None:
+def _log_outputs(cell: Cell, record: JsonObject) -> None:
     """Every rank's last lines in the cell's log, the rank the reason names first."""
-    outputs = record.get("evidence", {}).get("rank_output") or []
+    outputs = [RankOutput.from_dict(o) for o in record.get("evidence", {}).get("rank_output") or []]
     if outputs:
         log.warning("cell %s: each rank's last lines:\n%s", cell.cell_id, "\n".join(describe_outputs(outputs, 5)))
 
 
-def _write_record(cell: Cell, outcome: LaunchOutcome, paths: CellPaths, record: dict[str, Any]) -> None:
+def _write_record(cell: Cell, outcome: LaunchOutcome, paths: CellPaths, record: JsonObject) -> None:
     """Collect the telemetry and kind files and write the record (run.json last).
 
     On a full disk nothing partial stays: the files this call put at the top of the cell folder are removed, the
@@ -139,7 +135,7 @@ def _write_record(cell: Cell, outcome: LaunchOutcome, paths: CellPaths, record: 
     attempt_closed = outcome.attempt.run_json.exists()
     try:
         record["telemetry_files"] = _collect_telemetry(outcome, paths, record)
-        if cell.kind not in TRAINING_KINDS:
+        if not get_kind(cell.kind).trains_model:
             record["kind_files"] = _collect_kind_outputs(cell, outcome, paths)
         write_cell_record(paths, outcome.attempt, record, steps_frame(outcome.rank_results))
     except OSError as e:
@@ -155,9 +151,9 @@ def _write_record(cell: Cell, outcome: LaunchOutcome, paths: CellPaths, record: 
                   f"{free_bytes(paths.root) / 2**20:.1f} MiB free): the measurement is kept in attempt "
                   f"{outcome.attempt.name}; free space and run the cell again (calorimeter rerun --failed) to "
                   "complete its record without retraining")
-        _note_record_error(outcome.attempt.root, DISK_FULL, reason)
+        _note_record_error(outcome.attempt, DISK_FULL, reason)
         raise DiskSpaceError(f"cell {cell.cell_id}: {DISK_FULL}: {reason}") from e
-    (outcome.attempt.root / RECORD_ERROR).unlink(missing_ok=True)
+    outcome.attempt.record_error.unlink(missing_ok=True)
 
 
 def _mtime(path: Path) -> float | None:
@@ -167,16 +163,16 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def _note_record_error(attempt_root: Path, failure_class: str, reason: str) -> None:
+def _note_record_error(attempt: AttemptPaths, failure_class: str, reason: str) -> None:
     """Best effort: the disk may still be full (the files removed above usually made room for these bytes)."""
     try:
-        write_json_atomic(attempt_root / RECORD_ERROR, {"failure_class": failure_class, "reason": reason,
-                                                        "time_s": time.time()})
+        write_json_atomic(attempt.record_error, {"failure_class": failure_class, "reason": reason,
+                                                 "time_s": time.time()})
     except OSError:
-        log.error("%s: %s", attempt_root, reason)
+        log.error("%s: %s", attempt.root, reason)
 
 
-def _blame_full_disk(outcome: LaunchOutcome, record: dict[str, Any]) -> None:
+def _blame_full_disk(outcome: LaunchOutcome, record: JsonObject) -> None:
     """Ranks that left no result on a (nearly) full disk: say so (class ``disk_full``), not a dead launcher."""
     free = free_bytes(outcome.attempt.root)
     if len(outcome.rank_results) < int(record["cell"].get("world_size") or 0) and free < FIXED_BYTES:
@@ -184,13 +180,13 @@ def _blame_full_disk(outcome: LaunchOutcome, record: dict[str, Any]) -> None:
         record["reason"] = f"disk full ({free / 2**20:.1f} MiB free): {record['reason']}"
 
 
-def _collect_telemetry(outcome: LaunchOutcome, paths: CellPaths, record: dict[str, Any]) -> list[str]:
+def _collect_telemetry(outcome: LaunchOutcome, paths: CellPaths, record: JsonObject) -> list[str]:
     """Turn the attempt's sampler streams and traces into the cell's telemetry tables (before run.json).
 
     A failure here never loses the measurement: it is logged and noted in the record.
     """
     try:
-        return collect_telemetry(outcome.attempt.run(_restart(outcome)), paths, outcome.rank_results)
+        return collect_telemetry(outcome.run, paths, outcome.rank_results)
     except Exception as e:  # noqa: BLE001
         if is_disk_full(e):
             raise
@@ -204,7 +200,7 @@ def _collect_kind_outputs(cell: Cell, outcome: LaunchOutcome, paths: CellPaths) 
     folder, atomically and before run.json; the attempt keeps its own copies."""
     import shutil
 
-    run_dir = outcome.attempt.run(_restart(outcome)).root
+    run_dir = outcome.run.root
     copied = []
     for name in get_kind(cell.kind).outputs:
         src = run_dir / name

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _OPTION = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 #: where each submitit parameter comes from, for messages
@@ -38,7 +40,7 @@ def _check(name: str, value: Any, origin: str) -> None:
                                "line")
 
 
-def check_sbatch_parameters(params: dict[str, Any]) -> dict[str, Any]:
+def check_sbatch_parameters(params: JsonObject) -> JsonObject:
     """Refuse control characters in any value (and malformed option names) of submitit's SLURM parameters.
 
     Returns:

@@ -48,13 +48,14 @@ cell is.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import math
 from typing import Any
 
-from calorimeter.placement.apply import placement_settings
 from calorimeter.plan.config_errors import ConfigError, short, suggest
 from calorimeter.plan.definitions import definitions_of, register_definitions
+from calorimeter.plan.json_types import JsonObject
+from calorimeter.plan.settings import LauncherSettings, SlurmSettings
 
 #: profile resource -> key of ``launcher.slurm``
 SLURM_RESOURCES = {
@@ -99,8 +100,8 @@ _BOOL = {"exclusive", "gpus_as_gres"}
 _INT = {"timeout_min", "cpus_per_task", "max_requeues", "signal_delay_s", "poll_s", "node_lost_wait_s"}
 
 
-def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None = None,
-                      explicit: set[str] | None = None) -> dict[str, Any]:
+def launcher_settings(config: JsonObject, resources: JsonObject | None = None,
+                      explicit: set[str] | None = None) -> LauncherSettings:
     """The launcher settings of a validated sweep config, overridden by profile resources (module docstring).
 
     Args:
@@ -111,46 +112,43 @@ def launcher_settings(config: dict[str, Any], resources: dict[str, Any] | None =
             ``resources``.
 
     Returns:
-        ``config["launcher"]`` with the resources applied, plus the sweep's ``telemetry`` block, its
-        ``placement`` settings (with the absolute folder of the hosts' thermal profiles) and the models and
-        hardware it defines (``definitions``).
+        :meth:`LauncherSettings.from_config` with the resources applied: ``config["launcher"]``, the sweep's
+        ``telemetry`` block, its ``placement`` settings (with the absolute folder of the hosts' thermal profiles) and
+        the models and hardware it defines (``definitions``).
     """
-    out = copy.deepcopy(config["launcher"])
-    resources = _plugin_resources(dict(resources or {}), explicit, out)
     # models and hardware the sweep defined (plan time): this process and every rank register them
     register_definitions(config.get("_definitions"))
-    out["definitions"] = config.get("_definitions") or definitions_of()
+    base = LauncherSettings.from_config({**config, "_definitions": config.get("_definitions") or definitions_of()})
+    slurm = dataclasses.asdict(base.slurm)
+    resources = _plugin_resources(dict(resources or {}), explicit, slurm)
+    launcher: JsonObject = {}
     for res, key in LAUNCHER_RESOURCES.items():
-        v = (resources or {}).get(res)
+        v = resources.get(res)
         if v is not None and str(v) != "":
-            out[key] = _minutes(res, v) if res == "runtime" else _number(res, v, int) if key in _INT else str(v)
+            launcher[key] = _minutes(res, v) if res == "runtime" else _number(res, v, int) if key in _INT else str(v)
     for res, key in SLURM_RESOURCES.items():
-        v = (resources or {}).get(res)
+        v = resources.get(res)
         if v is None or str(v) == "":
             continue
         if key in _BOOL:
-            out["slurm"][key] = str(v).lower() in ("1", "true", "yes", "on")
+            slurm[key] = str(v).lower() in ("1", "true", "yes", "on")
         elif key == "mem_gb":
-            out["slurm"][key] = _number(res, v, float)
+            slurm[key] = _number(res, v, float)
         else:
-            out["slurm"][key] = None if str(v).lower() in ("none", "null") else str(v)
-    out["telemetry"] = copy.deepcopy(config["telemetry"])
-    out["sweep_file"] = config.get("_source")  # for the commands a record tells its reader to run
-
-    out["placement"] = placement_settings(config)
-    return out
+            slurm[key] = None if str(v).lower() in ("none", "null") else str(v)
+    return dataclasses.replace(base, **launcher, slurm=SlurmSettings.from_dict(slurm))
 
 
-def _plugin_resources(resources: dict[str, Any], explicit: set[str] | None, out: dict[str, Any]) -> dict[str, Any]:
-    """The resources in calorimeter's names: plugin names translated (into ``out["slurm"]`` where they have no
-    calorimeter name), Snakemake's implicit ones dropped, refused and unknown names raised (module docstring)."""
+def _plugin_resources(resources: JsonObject, explicit: set[str] | None, slurm: JsonObject) -> JsonObject:
+    """The resources in calorimeter's names: plugin names translated (into ``slurm``, the SLURM settings being
+    built, where they have no calorimeter name), Snakemake's implicit ones dropped, refused and unknown names raised
+    (module docstring)."""
     given = set(resources) if explicit is None else {k for k in resources if k in explicit or
                                                      k not in SNAKEMAKE_RESOURCES | WORKFLOW_RESOURCES}
     known = sorted({*LAUNCHER_RESOURCES, *SLURM_RESOURCES, *PLUGIN_ALIASES, "mem", "mem_mb", "mem_mib",
                     "mem_mb_per_cpu", "slurm_extra", "gpu", "gres", "gpu_model", *_CLUSTER_NAMES})
     where = "resource {} of rule train (profile or --set-resources)"
-    kept: dict[str, Any] = {}
-    slurm = out["slurm"]
+    kept: JsonObject = {}
     for name in sorted(given):
         value = resources[name]
         if value is None or str(value) == "":
@@ -214,7 +212,7 @@ def _minutes(resource: str, value: Any) -> int:
                           "a time (minutes, or e.g. 4h, 90m)") from None
 
 
-def _slurm_extra(text: str, slurm: dict[str, Any], where: str) -> None:
+def _slurm_extra(text: str, slurm: JsonObject, where: str) -> None:
     """The plugin's ``slurm_extra`` (sbatch options as one string) into ``exclusive`` and ``extra``."""
     import shlex
 
@@ -239,7 +237,7 @@ def _slurm_extra(text: str, slurm: dict[str, Any], where: str) -> None:
         i += 1
 
 
-def _gpu_request(name: str, value: Any, slurm: dict[str, Any], where: str) -> None:
+def _gpu_request(name: str, value: Any, slurm: JsonObject, where: str) -> None:
     """``gpu: N``, ``gres: gpu[:type]:N`` or ``gpu_model: type``: the GPU type for the request; a count is checked
     against the cell's GPUs per node when the cell is submitted."""
     text = str(value).strip()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.records.job_states import ENDED, base_state
 
 SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "DerivedExitCode", "Reason", "Elapsed", "Timelimit",
@@ -83,7 +83,7 @@ def job_states(job_ids: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
-def final_evidence(job_id: str, wait_s: float = 20.0) -> dict[str, Any]:
+def final_evidence(job_id: str, wait_s: float = 20.0) -> JsonObject:
     """sacct's view of a finished job: final state, exit code, reason and every run (requeues).
 
     Accounting lags the job's end by a moment, so this waits up to ``wait_s`` for a terminal state.
@@ -118,7 +118,7 @@ def node_cpus(partition: str | None = None) -> int | None:
 _LOST_STATES = ("down", "drain", "drained", "draining", "fail", "failing", "no_respond", "unknown")
 
 
-def lost_nodes(job_id: str) -> dict[str, Any]:
+def lost_nodes(job_id: str) -> JsonObject:
     """The nodes a job lost: of the nodes its run that ended NODE_FAIL had (sacct), those sinfo says cannot run a
     job now (down, drained, failing, not responding), each with its state and SLURM's reason; ``nodelist`` is that
     run's node list (all of them, where sinfo names none)."""

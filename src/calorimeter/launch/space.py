@@ -21,10 +21,10 @@ import errno
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import accelerator_of
+from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.record import TransientCellError
 
 #: bytes written per GPU sample, all copies together (upper bound)
@@ -39,8 +39,6 @@ FIXED_BYTES = 8 * 2**20
 NEED_ENV = "CALORIMETER_TEST_RECORD_BYTES"
 #: failure class of a cell stopped by a full disk
 DISK_FULL = "disk_full"
-#: an open attempt's note of why its record could not be written (read by ``calorimeter status``)
-RECORD_ERROR = "record_error.json"
 
 
 class DiskSpaceError(TransientCellError):
@@ -52,18 +50,18 @@ def is_disk_full(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-def record_bytes_estimate(cell: Cell, settings: dict[str, Any]) -> int:
+def record_bytes_estimate(cell: Cell, settings: LauncherSettings) -> int:
     """Upper bound of the bytes one attempt of the cell writes (module docstring)."""
     if os.environ.get(NEED_ENV):
         return int(os.environ[NEED_ENV])
-    telemetry = settings.get("telemetry") or {}
-    limit_s = 60.0 * float(settings.get("timeout_min") or 60)
+    telemetry = settings.telemetry
+    limit_s = 60.0 * settings.timeout_min
     samples = 0.0
-    if telemetry.get("enabled", True):
+    if telemetry.enabled:
         streams = cell.gpus_per_node if accelerator_of(cell.hardware) != "cpu" else 1  # CPU ranks: host rows
-        samples = limit_s * 1000.0 / float(telemetry.get("period_ms") or 50) * streams * cell.nodes
-    steps = int(telemetry.get("profile_steps") or 0)
-    ranks = cell.world_size if telemetry.get("profile_all_ranks") else max(1, cell.pp) * cell.nodes
+        samples = limit_s * 1000.0 / float(telemetry.period_ms) * streams * cell.nodes
+    steps = telemetry.profile_steps
+    ranks = cell.world_size if telemetry.profile_all_ranks else max(1, cell.pp) * cell.nodes
     per_trace = CPU_TRACE_BYTES if accelerator_of(cell.hardware) == "cpu" else TRACE_BYTES
     return int(samples * SAMPLE_BYTES + steps * ranks * per_trace + FIXED_BYTES)
 
@@ -76,7 +74,7 @@ def free_bytes(path: Path) -> int:
     return shutil.disk_usage(p).free
 
 
-def check_free_space(cell: Cell, settings: dict[str, Any], folder: Path) -> None:
+def check_free_space(cell: Cell, settings: LauncherSettings, folder: Path) -> None:
     """Refuse the cell (:class:`DiskSpaceError`, with the numbers) when ``folder``'s file system has less free
     space than the cell's estimate."""
     need = record_bytes_estimate(cell, settings)

@@ -13,6 +13,7 @@ instead of submitting a duplicate.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -24,7 +25,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import submitit
 
@@ -34,14 +34,18 @@ from calorimeter.launch.sbatch import SbatchValueError, check_sbatch_parameters
 from calorimeter.launch.snapshot import with_snapshot
 from calorimeter.launch.space import check_free_space
 from calorimeter.launch.task import CellTask
-from calorimeter.launch.watch import NODE_LOST_WAIT_S, PeerWatch, local_ranks, slurm_decision, stop_ranks
+from calorimeter.launch.watch import PeerWatch, local_ranks, slurm_decision, stop_ranks
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES, accelerator_of
+from calorimeter.plan.json_types import JsonObject
+from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.atomic import write_json_atomic
+from calorimeter.records.job import JobRecord, read_job_record
 from calorimeter.records.job_states import AFTER_A_RUN, ENDED, RESTARTING, base_state
-from calorimeter.records.paths import AttemptPaths, CellPaths
+from calorimeter.records.paths import AttemptPaths, CellPaths, RunPaths
 from calorimeter.records.progress import ProgressLog
-from calorimeter.records.record import abandoned_record, describe_death
+from calorimeter.records.rank import RankDeath, RankOutput, RankReport, last_restart, last_run, read_rank_reports
+from calorimeter.records.record import abandoned_record
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +61,20 @@ class LaunchOutcome:
     attempt: AttemptPaths
     job_id: str
     executor: str
-    rank_results: list[dict[str, Any]] = field(default_factory=list)
+    rank_results: list[RankReport] = field(default_factory=list)
     launcher_error: str | None = None
     wall_time_s: float = 0.0
     reattached: bool = False
     ended_unwatched: bool = False
-    slurm: dict[str, Any] | None = None
-    requeues: list[dict[str, Any]] = field(default_factory=list)
+    slurm: JsonObject | None = None
+    requeues: list[JsonObject] = field(default_factory=list)
     #: every rank's output tail (:func:`calorimeter.launch.output.rank_outputs`)
-    rank_output: list[dict[str, Any]] = field(default_factory=list)
+    rank_output: list[RankOutput] = field(default_factory=list)
+
+    @property
+    def run(self) -> RunPaths:
+        """The run of the job the rank results come from (its last)."""
+        return self.attempt.run(last_restart(self.rank_results))
 
 
 def resolve_executor(name: str) -> str:
@@ -80,82 +89,82 @@ def cell_key(cell: Cell) -> str:
     return hashlib.sha256(json.dumps(cell.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def executor_parameters(cell: Cell, launcher: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(executor kind, submitit parameters) of a cell under the launcher settings
+def executor_parameters(cell: Cell, launcher: LauncherSettings) -> tuple[str, JsonObject]:
+    """(executor, submitit parameters) of a cell under the launcher settings
     (:func:`calorimeter.launch.settings.launcher_settings`); raises CellConfigError before anything is submitted."""
-    kind = resolve_executor(launcher.get("executor") or "local")
+    executor = resolve_executor(launcher.executor)
     accelerator = accelerator_of(cell.hardware)
     gpus = cell.gpus_per_node if accelerator in ("cuda", "rocm") else 0
-    timeout_min = int(launcher["timeout_min"])
-    cpus = _cpus_per_task(cell, launcher, kind)
+    timeout_min = launcher.timeout_min
+    cpus = _cpus_per_task(cell, launcher, executor)
     env_setup = [f"export OMP_NUM_THREADS={cpus}"]
     if accelerator == "cpu":
         env_setup.append("export DS_ACCELERATOR=cpu")
-    if kind == "local":
+    if executor == "local":
         if cell.nodes != 1:
             raise CellConfigError(f"cell {cell.cell_id} needs {cell.nodes} nodes; the local executor runs one node "
                                   "(use launcher.executor: slurm, e.g. snakemake --profile profiles/slurm)")
         # the controller warns rank 0 this long before the limit (rank 0 then records the time-out): never later
         # than a quarter of the limit, so that a short limit is warned too
-        delay_s = min(int(launcher["signal_delay_s"]), max(15, timeout_min * 60 // 4))
-        return kind, dict(tasks_per_node=cell.gpus_per_node, gpus_per_node=gpus, timeout_min=timeout_min,
+        delay_s = min(launcher.signal_delay_s, max(15, timeout_min * 60 // 4))
+        return executor, dict(tasks_per_node=cell.gpus_per_node, gpus_per_node=gpus, timeout_min=timeout_min,
                           signal_delay_s=delay_s, setup=env_setup)
-    if kind != "slurm":
-        raise CellConfigError(f"launcher.executor: unknown executor {kind!r} (local, slurm, auto)")
+    if executor != "slurm":
+        raise CellConfigError(f"launcher.executor: unknown executor {executor!r} (local, slurm, auto)")
     if not slurm_cli.available():
         raise CellConfigError("launcher.executor is slurm but sbatch/squeue are not on PATH (run Snakemake on a "
                               "login node of the cluster, or use the local executor)")
-    s = launcher["slurm"]
-    constraint = s.get("constraint")
+    s = launcher.slurm
+    constraint = s.constraint
     if constraint == "auto":
         constraint = PROFILES[cell.hardware].slurm_constraint if cell.hardware in PROFILES else None
-    params: dict[str, Any] = dict(
+    params: JsonObject = dict(
         job_name=cell.cell_id, nodes=cell.nodes, ntasks_per_node=cell.gpus_per_node, cpus_per_task=cpus,
-        time=timeout_min, signal_delay_s=int(launcher["signal_delay_s"]),
-        setup=[*(s.get("setup") or []), *env_setup],
-        additional_parameters={"open-mode": "append", **(s.get("extra") or {})},
+        time=timeout_min, signal_delay_s=launcher.signal_delay_s,
+        setup=[*s.setup, *env_setup],
+        additional_parameters={"open-mode": "append", **s.extra},
         srun_args=["--kill-on-bad-exit=1"],  # a rank that dies ends the step at once (calorimeter.launch.watch)
     )
-    if s.get("gpus") is not None and int(s["gpus"]) != gpus:
-        raise CellConfigError(f"cell {cell.cell_id} uses {gpus} GPUs per node, the profile asks for {s['gpus']} "
+    if s.gpus is not None and s.gpus != gpus:
+        raise CellConfigError(f"cell {cell.cell_id} uses {gpus} GPUs per node, the profile asks for {s.gpus} "
                               "(resource gpu/gres of rule train): the cell decides, remove the count from the profile")
     if gpus:
-        typed: int | str = f"{s['gpu_type']}:{gpus}" if s.get("gpu_type") else gpus
-        if s.get("gpus_as_gres"):
+        typed: int | str = f"{s.gpu_type}:{gpus}" if s.gpu_type else gpus
+        if s.gpus_as_gres:
             params["gres"] = f"gpu:{typed}"
         else:
             params["gpus_per_node"] = typed
-    for key in ("partition", "account", "qos"):
-        if s.get(key):
-            params[key] = str(s[key])
+    for key, value in (("partition", s.partition), ("account", s.account), ("qos", s.qos)):
+        if value:
+            params[key] = str(value)
     if constraint:
         params["constraint"] = str(constraint)
-    if s.get("mem_mib"):  # the plugin's names (mem_mb, mem, mem_mib): as the plugin sends them
-        params["mem"] = f"{max(1, math.ceil(float(s['mem_mib'])))}M"
-    elif s.get("mem_gb"):  # GB = 10^9 bytes; SLURM's M is 2^20 bytes
-        params["mem"] = f"{max(1, math.ceil(float(s['mem_gb']) * 1e9 / 2**20))}M"
-    if s.get("exclusive"):
+    if s.mem_mib:  # the plugin's names (mem_mb, mem, mem_mib): as the plugin sends them
+        params["mem"] = f"{max(1, math.ceil(float(s.mem_mib)))}M"
+    elif s.mem_gb:  # GB = 10^9 bytes; SLURM's M is 2^20 bytes
+        params["mem"] = f"{max(1, math.ceil(float(s.mem_gb) * 1e9 / 2**20))}M"
+    if s.exclusive:
         params["exclusive"] = True
     try:
-        return kind, check_sbatch_parameters(params)
+        return executor, check_sbatch_parameters(params)
     except SbatchValueError as e:
         raise CellConfigError(f"cell {cell.cell_id}: {e}") from None
 
 
-def _cpus_per_task(cell: Cell, launcher: dict[str, Any], kind: str) -> int:
+def _cpus_per_task(cell: Cell, launcher: LauncherSettings, executor: str) -> int:
     """``launcher.cpus_per_task``, or where unset 1 locally and on SLURM the partition's cores per node divided by
     the cell's ranks per node."""
-    if launcher.get("cpus_per_task"):
-        return int(launcher["cpus_per_task"])
-    if kind != "slurm":
+    if launcher.cpus_per_task:
+        return launcher.cpus_per_task
+    if executor != "slurm":
         return 1
-    cores = slurm_cli.node_cpus((launcher.get("slurm") or {}).get("partition"))
+    cores = slurm_cli.node_cpus(launcher.slurm.partition)
     return max(1, cores // cell.gpus_per_node) if cores else 1
 
 
-def make_executor(kind: str, params: dict[str, Any], folder: Path, max_requeues: int) -> submitit.Executor:
-    """A submitit executor for :func:`executor_parameters`' (kind, parameters): one task per rank."""
-    if kind == "local":
+def make_executor(executor: str, params: JsonObject, folder: Path, max_requeues: int) -> submitit.Executor:
+    """A submitit executor for :func:`executor_parameters`' (executor, parameters): one task per rank."""
+    if executor == "local":
         ex = submitit.LocalExecutor(folder=str(folder))
     else:
         ex = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=max_requeues, python=sys.executable)
@@ -193,43 +202,28 @@ def _link_latest(cell: CellPaths, attempt: AttemptPaths) -> None:
         log.debug("no latest link: %s", e)
 
 
-def open_attempt(cell: Cell, paths: CellPaths) -> tuple[AttemptPaths, dict[str, Any]] | None:
+def open_attempt(cell: Cell, paths: CellPaths) -> tuple[AttemptPaths, JobRecord] | None:
     """The newest attempt of this very cell that is still open (job.json, no run.json), if any."""
     for attempt in reversed(attempts(paths)):
         if attempt.run_json.exists():
             return None  # the newest closed attempt ends the search: older open ones are abandoned
         if attempt.job_json.exists():
-            try:
-                job = json.loads(attempt.job_json.read_text())
-            except (OSError, ValueError):
-                return None
-            return (attempt, job) if job.get("cell_key") == cell_key(cell) else None
+            job = read_job_record(attempt.job_json)
+            return (attempt, job) if job is not None and job.cell_key == cell_key(cell) else None
     return None
 
 
-def _job_handle(job: dict[str, Any], attempt: AttemptPaths, world_size: int) -> submitit.Job | None:
+def _job_handle(job: JobRecord, attempt: AttemptPaths, world_size: int) -> submitit.Job | None:
     """A submitit handle on an earlier attempt's job, for waiting on it again; None if it cannot be re-attached."""
-    if job.get("executor") == "slurm" and slurm_cli.available():
-        folder = job.get("submitit_folder") or attempt.submitit  # an array's tasks share the array's folder
-        return submitit.SlurmJob(folder=folder, job_id=str(job["job_id"]), tasks=tuple(range(world_size)))
+    if job.executor == "slurm" and slurm_cli.available():
+        folder = job.submitit_folder or attempt.submitit  # an array's tasks share the array's folder
+        return submitit.SlurmJob(folder=folder, job_id=job.job_id, tasks=tuple(range(world_size)))
     return None  # a local attempt's processes died with the process that started them
 
 
-def _current_results(attempt: AttemptPaths) -> list[dict[str, Any]]:
-    """The rank results written so far by the job's current run (the highest restart)."""
-    found = []
-    for f in attempt.rank_jsons():
-        try:
-            found.append(json.loads(f.read_text()))
-        except (OSError, ValueError):
-            continue
-    last = max((int(r.get("restart") or 0) for r in found), default=0)
-    return [r for r in found if int(r.get("restart") or 0) == last]
-
-
 def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None, watch: PeerWatch | None = None,
-          slurm: tuple[AttemptPaths, int] | None = None, node_lost_wait_s: float = NODE_LOST_WAIT_S
-          ) -> dict[str, Any] | None:
+          slurm: tuple[AttemptPaths, int] | None = None, node_lost_wait_s: float = math.inf
+          ) -> RankDeath | None:
     """Block until the job is done, forcing a state check (sacct) at least every ``poll_s`` seconds; ``progress``
     logs the running cell's steps meanwhile; ``watch`` checks the ranks of this host every second: when one died
     without a result, the job is cancelled at once and that death is returned (:mod:`calorimeter.launch.watch`);
@@ -257,13 +251,14 @@ def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None,
                     waiting_since = time.time()
             elif live not in AFTER_A_RUN:
                 waiting_since = None
-            action, why = slurm_decision(done, live, _current_results(attempt), world_size, time.time(),
+            current = last_run([r for _, r in read_rank_reports(attempt)])  # the results of its run so far
+            action, why = slurm_decision(done, live, current, world_size, time.time(),
                                          waiting_since, node_lost_wait_s)
             if action in ("cancel", "node_lost"):
                 log.warning("job %s: %s: cancelling it", job.job_id, why)
                 lost = slurm_cli.lost_nodes(str(job.job_id)) if action == "node_lost" else None
                 job.cancel(check=False)
-                write_json_atomic(attempt.root / "launcher_cancelled.json", {
+                write_json_atomic(attempt.launcher_cancelled, {
                     "job_id": str(job.job_id), "why": why, "time_s": time.time(),
                     **({"node_lost": {**lost, "waited_s": time.time() - (waiting_since or time.time())}}
                        if lost is not None else {})})
@@ -276,7 +271,7 @@ def _wait(job: submitit.Job, poll_s: float, progress: ProgressLog | None = None,
         death = watch.check() if watch is not None else None
         limit = death is None and watch is not None and watch.processes is not None and watch.at_time_limit()
         if death is not None or limit:  # a dead rank, or a local job whose rank 0 recorded its time limit
-            log.warning("cell %s: %s", job.paths.folder, describe_death(death) if death is not None else
+            log.warning("cell %s: %s", job.paths.folder, death.describe() if death is not None else
                         "time limit reached: stopping the ranks")
             stop_ranks(watch.attempt, processes=watch.processes)
             job.cancel(check=False)
@@ -298,36 +293,26 @@ def _node_failed(job_id: str, live: str | None) -> bool:
     return bool(states) and states[-1] == "NODE_FAIL"
 
 
-def _collect(attempt: AttemptPaths) -> list[dict[str, Any]]:
+def _collect(attempt: AttemptPaths) -> list[RankReport]:
     """Rank results of the attempt's last run; results of runs interrupted by a requeue are moved aside."""
-    found = []
-    for f in attempt.rank_jsons():
-        try:
-            found.append((f, json.loads(f.read_text())))
-        except (OSError, ValueError):
-            continue
-    if not found:
-        return []
-    last = max(int(r.get("restart", 0)) for _, r in found)
-    results = []
+    found = read_rank_reports(attempt)
+    last = last_restart([r for _, r in found])
     for f, r in found:
-        if int(r.get("restart", 0)) < last:
-            dest = attempt.interrupted(int(r.get("restart", 0)))
+        if r.restart < last:
+            dest = attempt.interrupted(r.restart)
             dest.mkdir(parents=True, exist_ok=True)
             f.replace(dest / f.name)
-        else:
-            results.append(r)
-    return sorted(results, key=lambda r: int(r.get("rank", 0)))
+    return last_run([r for _, r in found])
 
 
-def _requeue_events(attempt: AttemptPaths) -> list[dict[str, Any]]:
+def _requeue_events(attempt: AttemptPaths) -> list[JsonObject]:
     f = attempt.requeues
     if not f.exists():
         return []
     return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
 
 
-def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> LaunchOutcome:
+def launch_cell(cell: Cell, settings: LauncherSettings, paths: CellPaths) -> LaunchOutcome:
     """Run one attempt of a cell (or re-attach to the open one) and collect every rank's result file.
 
     Each attempt has its own folder ``<cell>/attempts/<UTC time>/`` holding submitit's logs and the ranks'
@@ -341,7 +326,7 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
     Raises:
         CellConfigError: the cell cannot be submitted as configured (nothing was submitted).
     """
-    kind, params = executor_parameters(cell, settings)  # validates before anything is created or submitted
+    executor, params = executor_parameters(cell, settings)  # validates before anything is created or submitted
     t0 = time.time()
     reattached = ended_unwatched = False
     job = None
@@ -351,52 +336,48 @@ def launch_cell(cell: Cell, settings: dict[str, Any], paths: CellPaths) -> Launc
         job = _job_handle(info, attempt, cell.world_size)
         if job is not None:
             reattached = True
-            kind = info["executor"]
-            state = slurm_cli.job_state(str(info["job_id"]))
+            executor = info.executor
+            state = slurm_cli.job_state(info.job_id)
             ended_unwatched = state is None or base_state(state) in ENDED
-            log.info("cell %s: re-attaching to job %s of attempt %s (state %s)", cell.cell_id, info["job_id"],
+            log.info("cell %s: re-attaching to job %s of attempt %s (state %s)", cell.cell_id, info.job_id,
                      attempt.name, state)
         else:
             results = _collect(attempt)
-            if len(results) == cell.world_size and all(r.get("status") == "ok" for r in results):
+            if len(results) == cell.world_size and all(r.ok for r in results):
                 log.info("cell %s: attempt %s finished after its launcher died; using it", cell.cell_id,
                          attempt.name)
-                return LaunchOutcome(attempt, str(info["job_id"]), info["executor"], results, None, 0.0, True)
+                return LaunchOutcome(attempt, info.job_id, info.executor, results, None, 0.0, True)
             write_json_atomic(attempt.run_json, abandoned_record(cell, "abandoned: its launcher died"))
     if job is None:
         check_free_space(cell, settings, paths.root)  # refuse before training: DiskSpaceError with the numbers
         attempt = _new_attempt(paths)
-        if kind == "slurm" and settings.get("snapshot", True):  # a queued job runs the code of its submission
+        if executor == "slurm" and settings.snapshot:  # a queued job runs the code of its submission
             params, code = with_snapshot(params, paths.root.parents[1])
-            settings = {**settings, "code_snapshot": str(code)}
-        executor = make_executor(kind, params, attempt.submitit, int(settings["max_requeues"]))
-        job = executor.submit(CellTask(cell.to_dict(), str(attempt.root), settings))
-        write_json_atomic(attempt.job_json, {
-            "job_id": str(job.job_id), "executor": kind, "submitted_s": t0, "host": socket.gethostname(),
-            "cell_id": cell.cell_id,
-            "cell_key": cell_key(cell), "world_size": cell.world_size,
-            "submitit_folder": str(attempt.submitit), "launcher": settings})
-        log.info("cell %s: submitted job %s (%s, %d nodes x %d ranks)", cell.cell_id, job.job_id, kind, cell.nodes,
-                 cell.gpus_per_node)
+            settings = dataclasses.replace(settings, code_snapshot=str(code))
+        job = make_executor(executor, params, attempt.submitit, settings.max_requeues).submit(
+            CellTask(cell, str(attempt.root), settings))
+        JobRecord(str(job.job_id), executor, cell.cell_id, cell_key(cell), cell.world_size, t0, socket.gethostname(),
+                  str(attempt.submitit), launcher=settings).write(attempt.job_json)
+        log.info("cell %s: submitted job %s (%s, %d nodes x %d ranks)", cell.cell_id, job.job_id, executor,
+                 cell.nodes, cell.gpus_per_node)
     _link_latest(paths, attempt)
     error = None
     try:
         # a local job's ranks are this host's processes under its controller (pid = job id): watched from the start
-        processes = (lambda: local_ranks(int(job.job_id))) if kind == "local" else None
-        death = _wait(job, float(settings["poll_s"]), ProgressLog(attempt, cell.cell_id),
+        processes = (lambda: local_ranks(int(job.job_id))) if executor == "local" else None
+        death = _wait(job, float(settings.poll_s), ProgressLog(attempt, cell.cell_id),
                       PeerWatch(attempt, processes=processes, world_size=cell.world_size),
-                      (attempt, cell.world_size) if kind == "slurm" else None,
-                      float(settings.get("node_lost_wait_s", NODE_LOST_WAIT_S)))
+                      (attempt, cell.world_size) if executor == "slurm" else None, float(settings.node_lost_wait_s))
         if death is not None:  # never wait for the dead rank's result (submitit would, 15 s)
-            error = f"peer died: {describe_death(death)}"
+            error = f"peer died: {death.describe()}"
         else:
             job.results()
     except Exception as e:  # noqa: BLE001 - the ranks' own files say what happened; this is the launcher's view
         error = f"{type(e).__name__}: {str(e).strip()[-2000:]}"
     job_id = str(job.job_id)
-    evidence = slurm_cli.final_evidence(job_id) if kind == "slurm" else None
+    evidence = slurm_cli.final_evidence(job_id) if executor == "slurm" else None
     results = _collect(attempt)
-    return LaunchOutcome(attempt, job_id, kind, results, error, time.time() - t0, reattached, ended_unwatched,
+    return LaunchOutcome(attempt, job_id, executor, results, error, time.time() - t0, reattached, ended_unwatched,
                          evidence, _requeue_events(attempt),
                          rank_outputs(attempt, job_id, cell.world_size, results,
-                                      socket.gethostname() if kind == "local" else None))
+                                      socket.gethostname() if executor == "local" else None))

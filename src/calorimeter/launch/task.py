@@ -15,18 +15,20 @@ import submitit
 from submitit.core.utils import UncompletedJobError
 
 from calorimeter.launch.distributed import init_distributed
-from calorimeter.launch.faults import ENV, arm_timers, faults_for, inject, is_tiny, kill_point, tiny_steps
+from calorimeter.launch.faults import RankFaults
 from calorimeter.launch.warning import relay_warning
 from calorimeter.launch.watch import announce, leave_if_a_peer_died
 from calorimeter.placement.apply import JobPlacement
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.definitions import register_definitions
 from calorimeter.plan.hardware import accelerator_of, device_mismatch
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.kinds import get_kind
+from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.atomic import write_json_atomic
-from calorimeter.records.paths import AttemptPaths
+from calorimeter.records.paths import AttemptPaths, RunPaths
 from calorimeter.records.provenance import device_info, host_cpu, host_dispatch
-from calorimeter.records.rank import RankContext, RankResult
+from calorimeter.records.rank import RankContext, RankReport, RankResult
 from calorimeter.telemetry.cell import start_cell_sampler, stop_cell_sampler
 from calorimeter.train.errors import CellOOMError
 
@@ -50,97 +52,105 @@ class CellTask(submitit.helpers.Checkpointable):
     aside. Past ``max_requeues``, :meth:`checkpoint` returns None and rank 0 records ``preempted``.
 
     Attributes:
-        cell: ``Cell.to_dict()`` of the cell.
+        cell: the cell.
         attempt_dir: the attempt's folder.
         settings: the launcher settings (:func:`calorimeter.launch.settings.launcher_settings`, ``telemetry``
             included).
         requeues: how often this task was requeued by :meth:`checkpoint` so far.
     """
 
-    cell: dict[str, Any]
+    cell: Cell
     attempt_dir: str
-    settings: dict[str, Any]
+    settings: LauncherSettings
     requeues: int = 0
 
     def restart_count(self) -> int:
         """How often this job was restarted: SLURM's count (covers requeues by the scheduler), else our own."""
         return int(os.environ.get("SLURM_RESTART_COUNT", self.requeues))
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> JsonObject:
         """Entry point on each rank."""
         t0 = time.time()
-        register_definitions(self.settings.get("definitions"))  # the sweep's own models and hardware
-        cell = Cell.from_dict(self.cell)
+        register_definitions(self.settings.definitions)  # the sweep's own models and hardware
+        cell = self.cell
         attempt = AttemptPaths(Path(self.attempt_dir))
         attempt.staging.mkdir(parents=True, exist_ok=True)
         job = submitit.JobEnvironment()
         restart = self.restart_count()
-        run = attempt.run(restart)
-        telemetry = self.settings["telemetry"]
         rank = job.global_rank
-        out: dict[str, Any] = {"t_start_s": t0, "pid": os.getpid(), "restart": restart, "requeues": self.requeues,
-                               "job_id": job.job_id, "rank": rank}
+        report = RankReport(rank=rank, restart=restart, requeues=self.requeues, job_id=job.job_id, pid=os.getpid(),
+                            t_start_s=t0)
+        faults = RankFaults.of(cell.cell_id, rank, restart)  # test-only, inert without CALORIMETER_TEST_FAULTS
         _RUN_START_S[0] = t0
-        kill_point(cell.cell_id, rank, restart, "start")
+        faults.point("start")
         announce(attempt, rank, restart)  # first: the launcher watches this pid (calorimeter.launch.watch)
         leave_if_a_peer_died(attempt, rank, restart)  # it started after a peer's death was recorded: nothing to join
         relay_warning(attempt, rank, restart)  # SLURM's time-limit warning reaches rank 0 via any peer
-        kill_point(cell.cell_id, rank, restart, "rendezvous")
-        if is_tiny(cell.cell_id):  # test-only: no model, no process group (calorimeter.launch.faults)
-            return _run_tiny(cell, attempt, rank, restart, out)
+        faults.point("rendezvous")
         try:
-            # Decided here, where the host is known, and applied before anything starts CUDA.
-            placement = JobPlacement.start(cell, self.settings.get("placement"), Path(self.attempt_dir).parents[1],
-                                           node=job.node)
-            info = init_distributed(accelerator_of(cell.hardware), self.settings["master_port"])
-            placement.agree()
-            arm_timers(cell.cell_id, rank, restart)
-            out.update(world_size=info.world_size, local_rank=info.local_rank, node=info.node,
-                       hostname=info.hostname, backend=info.backend, device_info=device_info(info.device),
-                       host_cpu=host_cpu() | host_dispatch(info.device))
-            wrong_gpu = device_mismatch(cell.hardware, str(out["device_info"].get("name", "")))
-            if wrong_gpu:
-                raise RuntimeError(wrong_gpu)
-            out["placement"] = placement.record(out["device_info"], info.local_rank)
-
-            # Local rank 0 samples every GPU of its node for the whole attempt (stopped below, or killed with us).
-            sampler = start_cell_sampler(run, info.node, info.local_rank, telemetry)
-            try:
-                inject(cell.cell_id, rank, restart)
-                result = run_kind(RankContext(placement.cell, run, info, telemetry))  # training, or a calibration
-                out.update(status="ok", **result.to_dict())
-            except CellOOMError as e:
-                out.update(status="oom", peak_memory_bytes=e.peak_memory_bytes, error=str(e))
-            if out.get("status") == "ok":
-                _teardown(destroy=False)  # every rank done before the node's sampler stops
-            stop_cell_sampler(sampler)
+            if faults.tiny:  # no model, no process group (calorimeter.launch.faults)
+                _run_tiny(cell, report, faults)
+            else:
+                self._run(cell, attempt.run(restart), job.node, report, faults)
+        except CellOOMError as e:
+            report.status, report.peak_memory_bytes, report.error = "oom", e.peak_memory_bytes, str(e)
         except UncompletedJobError:
             # Raised by submitit's USR2 handler on rank 0 when the job is not requeued (any more).
-            elapsed = time.time() - t0
+            report.elapsed_s = elapsed = time.time() - t0
             if time_limit_reached(self.settings, elapsed):
-                out.update(status="timeout", elapsed_s=elapsed, error=(
-                    f"time limit of {int(self.settings['timeout_min'])} min reached after {elapsed:.0f} s "
-                    "(not requeued: the cell would restart from scratch and hit it again)"))
+                report.status, report.error = "timeout", (
+                    f"time limit of {self.settings.timeout_min} min reached after {elapsed:.0f} s "
+                    "(not requeued: the cell would restart from scratch and hit it again)")
             else:
-                out.update(status="preempted", elapsed_s=elapsed, error=(
-                    f"preempted {self.requeues + 1} times (launcher.max_requeues {self.settings['max_requeues']})"))
+                report.status, report.error = "preempted", (
+                    f"preempted {self.requeues + 1} times (launcher.max_requeues {self.settings.max_requeues})")
         except Exception as e:  # noqa: BLE001 - every failure is recorded, then the rank exits
-            out.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
-        out["t_end_s"] = time.time()
-        kill_point(cell.cell_id, rank, restart, "result")
-        write_json_atomic(attempt.rank_json(rank), out)
-        if out["status"] != "ok":
+            report.status, report.error = "failed", f"{type(e).__name__}: {e}"
+            report.traceback = traceback.format_exc()
+        report.t_end_s = time.time()
+        faults.point("result")
+        write_json_atomic(attempt.rank_json(rank), report.to_dict())
+        if not report.ok:
             # Peers may be blocked in a collective with this rank: leave now so that they fail fast.
-            print(json.dumps({k: out.get(k) for k in ("rank", "status", "error")}), flush=True)
+            print(json.dumps({"rank": rank, "status": report.status, "error": report.error}), flush=True)
             os._exit(3)
-        _teardown()
-        return {"rank": rank, "status": out["status"], "restart": restart}
+        if not faults.tiny:
+            _teardown()
+        return {"rank": rank, "status": report.status, "restart": restart}
+
+    def _run(self, cell: Cell, run: RunPaths, node: int, report: RankReport, faults: RankFaults) -> None:
+        """Place the rank, join the process group, and run the cell's kind under the node sampler."""
+        # Decided here, where the host is known, and applied before anything starts CUDA.
+        placement = JobPlacement.start(cell, self.settings.placement, Path(self.attempt_dir).parents[1], node=node)
+        info = init_distributed(accelerator_of(cell.hardware), self.settings.master_port)
+        placement.agree()
+        faults.arm()
+        report.world_size, report.local_rank, report.node = info.world_size, info.local_rank, info.node
+        report.hostname, report.backend = info.hostname, info.backend
+        report.device_info = device_info(info.device)
+        report.host_cpu = host_cpu() | host_dispatch(info.device)
+        wrong_gpu = device_mismatch(cell.hardware, str(report.device_info.get("name", "")))
+        if wrong_gpu:
+            raise RuntimeError(wrong_gpu)
+        report.placement = placement.record(report.device_info, info.local_rank)
+
+        # Local rank 0 samples every GPU of its node for the whole attempt (stopped below, or killed with us).
+        sampler = start_cell_sampler(run, info.node, info.local_rank, self.settings.telemetry)
+        try:
+            faults.inject()
+            report.take(run_kind(RankContext(placement.cell, run, info, self.settings.telemetry)))
+            report.status = "ok"
+            _teardown(destroy=False)  # every rank done before the node's sampler stops
+        except CellOOMError:
+            stop_cell_sampler(sampler)  # an out-of-memory rank records it; any other failure exits at once
+            raise
+        stop_cell_sampler(sampler)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission | None:
         """Called by submitit on rank 0 on a preemption or the time limit: requeue this task after a preemption
         (``requeues + 1``, every setting kept); None at the time limit, or past ``max_requeues``."""
         attempt = AttemptPaths(Path(self.attempt_dir))
-        max_requeues = int(self.settings["max_requeues"])
+        max_requeues = self.settings.max_requeues
         elapsed = time.time() - (_RUN_START_S[0] or time.time())
         time_limit = time_limit_reached(self.settings, elapsed)
         requeue = not time_limit and self.requeues < max_requeues
@@ -169,12 +179,12 @@ _RUN_START_S: list[float | None] = [None]
 LIMIT_MARGIN_S = 90
 
 
-def time_limit_reached(settings: dict[str, Any], elapsed_s: float) -> bool:
+def time_limit_reached(settings: LauncherSettings, elapsed_s: float) -> bool:
     """Whether a USR2 ``elapsed_s`` into a run is the time limit's warning (a local job's always is: nothing
     preempts it) rather than a preemption."""
     if os.environ.get("SUBMITIT_EXECUTOR") == "local":
         return True
-    return elapsed_s + int(settings["signal_delay_s"]) + LIMIT_MARGIN_S >= int(settings["timeout_min"]) * 60
+    return elapsed_s + settings.signal_delay_s + LIMIT_MARGIN_S >= settings.timeout_min * 60
 
 
 def run_kind(ctx: RankContext) -> RankResult:
@@ -183,29 +193,15 @@ def run_kind(ctx: RankContext) -> RankResult:
     return getattr(importlib.import_module(module), func)(ctx)
 
 
-def _run_tiny(cell: Cell, attempt: AttemptPaths, rank: int, restart: int, out: dict[str, Any]) -> dict[str, Any]:
+def _run_tiny(cell: Cell, report: RankReport, faults: RankFaults) -> None:
     """A ``tiny`` test cell on this rank: the injected faults, timed no-op steps (a :class:`RankResult` like any
-    kind's), the result written as usual."""
-    out.update(world_size=cell.world_size, local_rank=rank, node=0, hostname=os.uname().nodename, backend="none",
-               host_cpu=host_cpu())
-    try:
-        arm_timers(cell.cell_id, rank, restart)
-        if "oom" in faults_for(cell.cell_id):  # as CellOOMError says it, without importing torch
-            out.update(status="oom", peak_memory_bytes=0, error=f"out of memory (peak 0 bytes allocated): injected "
-                       f"by {ENV}")
-        else:
-            inject(cell.cell_id, rank, restart)
-            result = RankResult(steps=tiny_steps(cell.cell_id, rank, restart, cell.warmup_steps, cell.measured_steps),
-                                device="cpu")
-            out.update(status="ok", **result.to_dict())
-    except Exception as e:  # noqa: BLE001
-        out.update(status="failed", error=f"{type(e).__name__}: {e}")
-    out["t_end_s"] = time.time()
-    kill_point(cell.cell_id, rank, restart, "result")
-    write_json_atomic(attempt.rank_json(rank), out)
-    if out["status"] != "ok":
-        os._exit(3)
-    return {"rank": rank, "status": out["status"], "restart": restart}
+    kind's)."""
+    report.world_size, report.local_rank, report.node = cell.world_size, report.rank, 0
+    report.hostname, report.backend, report.host_cpu = os.uname().nodename, "none", host_cpu()
+    faults.arm()
+    faults.inject()
+    report.take(RankResult(steps=faults.tiny_steps(cell.warmup_steps, cell.measured_steps), device="cpu"))
+    report.status = "ok"
 
 
 def _teardown(destroy: bool = True) -> None:

@@ -28,6 +28,7 @@ nor stale.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -37,14 +38,21 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.records import job_states
 from calorimeter.records.atomic import read_json_object, write_json_atomic
 from calorimeter.records.paths import AttemptPaths
+from calorimeter.records.rank import RankDeath, RankReport
 
-#: the file of the first rank death the launcher saw, in the attempt folder
-PEER_DIED = "peer_died.json"
+#: what a rank writes as it starts (``alive-<rank>.json``: rank, pid, host, restart, t_start_s)
+Alive = JsonObject
+
+
+def _announced(alive: Alive) -> RankDeath:
+    """The death of a rank that announced itself (its alive file)."""
+    return RankDeath(int(alive["rank"]), alive.get("host"), alive.get("pid"), alive.get("restart"),
+                     t_start_s=alive.get("t_start_s"))
 
 
 def alive_path(attempt: AttemptPaths, rank: int) -> Path:
@@ -80,7 +88,7 @@ def announce(attempt: AttemptPaths, rank: int, restart: int) -> None:
 
 
 def heartbeat_death(attempt: AttemptPaths, ranks_with_result: set[int], margin_s: float = 3 * HEARTBEAT_S
-                    ) -> dict[str, Any] | None:
+                    ) -> RankDeath | None:
     """The rank (without a result) whose heartbeat stopped first, when it stopped at least ``margin_s`` before any
     other's (then it went first: its peers lived on), else None."""
     beats = []
@@ -98,8 +106,8 @@ def heartbeat_death(attempt: AttemptPaths, ranks_with_result: set[int], margin_s
     (t0, first), (t1, _) = beats[0], beats[1]
     if int(first.get("rank", -1)) in ranks_with_result or t1 - t0 < margin_s:
         return None
-    return {"rank": first.get("rank"), "host": first.get("host"), "pid": first.get("pid"),
-            "restart": first.get("restart"), "t_last_beat_s": t0, "others_lived_s": t1 - t0, "source": "heartbeat"}
+    return RankDeath(int(first["rank"]), first.get("host"), first.get("pid"), first.get("restart"), "heartbeat",
+                     t_last_beat_s=t0, others_lived_s=t1 - t0)
 
 
 def process_gone(pid: int) -> bool:
@@ -169,9 +177,13 @@ def local_ranks(root_pid: int) -> dict[int, int]:
     return ranks
 
 
-def peer_death(attempt: AttemptPaths) -> dict[str, Any] | None:
+def peer_death(attempt: AttemptPaths) -> RankDeath | None:
     """The first rank death recorded for this attempt (``peer_died.json``), if any."""
-    return read_json_object(attempt.root / PEER_DIED)
+    d = read_json_object(attempt.peer_died)
+    try:
+        return RankDeath.from_dict(d) if d is not None else None
+    except ValueError:
+        return None
 
 
 def leave_if_a_peer_died(attempt: AttemptPaths, rank: int, restart: int) -> None:
@@ -181,9 +193,9 @@ def leave_if_a_peer_died(attempt: AttemptPaths, rank: int, restart: int) -> None
     announced itself before that second read (and is stopped) or after ``peer_died.json`` was written (and sees it).
     """
     death = peer_death(attempt)
-    if death is not None and int(death.get("restart") or 0) == restart:
-        print(f"rank {rank}: rank {death.get('rank')} on host {death.get('host')} died before this rank started; "
-              "leaving", flush=True)
+    if death is not None and (death.restart or 0) == restart:
+        print(f"rank {rank}: rank {death.rank} on host {death.host} died before this rank started; leaving",
+              flush=True)
         os._exit(3)
 
 
@@ -211,7 +223,7 @@ class PeerWatch:
         """Whether a rank of this attempt recorded the time limit (its peers then end with the job)."""
         return any((read_json_object(f) or {}).get("status") == "timeout" for f in self.attempt.rank_jsons())
 
-    def _process_deaths(self, requeued_s: float | None) -> list[dict[str, Any]]:
+    def _process_deaths(self, requeued_s: float | None) -> list[RankDeath]:
         """The ranks whose process this launcher saw end (or never saw) without a result."""
         if self.processes is None:
             return []
@@ -222,20 +234,19 @@ class PeerWatch:
                 self.seen[rank] = (pid, now)
         if live and self._first_seen_s is None:
             self._first_seen_s = now
-        dead = [{"rank": rank, "host": self.host, "pid": pid, "restart": 0, "t_start_s": t, "source": "process",
-                 "how": "its process ended"}
+        dead = [RankDeath(rank, self.host, pid, 0, "process", "its process ended", t_start_s=t)
                 for rank, (pid, t) in self.seen.items() if rank not in live or process_gone(pid)]
         if self._first_seen_s is not None and now - self._first_seen_s > NEVER_SEEN_S:
-            dead += [{"rank": rank, "host": self.host, "pid": None, "restart": 0, "t_start_s": self._first_seen_s,
-                      "source": "process", "how": "its process ended before the launcher saw it, pid unknown"}
+            unseen = "its process ended before the launcher saw it, pid unknown"
+            dead += [RankDeath(rank, self.host, None, 0, "process", unseen, t_start_s=self._first_seen_s)
                      for rank in range(self.world_size) if rank not in self.seen]
-        return [d for d in dead if not self.attempt.rank_json(d["rank"]).exists()
-                and not (requeued_s is not None and requeued_s >= d["t_start_s"])]
+        return [d for d in dead if not self.attempt.rank_json(d.rank).exists()
+                and not (requeued_s is not None and requeued_s >= (d.t_start_s or 0.0))]
 
     def _last_requeue_s(self) -> float | None:
         return _last_requeue(self.attempt)
 
-    def check(self) -> dict[str, Any] | None:
+    def check(self) -> RankDeath | None:
         """The first death (also written to ``peer_died.json``), or None while every rank lives or has a result."""
         known = peer_death(self.attempt)
         if known is not None:
@@ -244,7 +255,7 @@ class PeerWatch:
             return None  # rank 0 hit the time limit: the other ranks are ended with the job, not dead peers
         dead = []
         requeued_s = self._last_requeue_s()
-        beats: list[tuple[float, dict[str, Any]]] = []
+        beats: list[tuple[float, Alive]] = []
         for f in self.attempt.staging.glob("alive-*.json"):
             a = read_json_object(f)
             if a is None or not isinstance(a.get("pid"), int):
@@ -259,23 +270,21 @@ class PeerWatch:
             except OSError:
                 continue
             if a.get("host") == self.host and process_gone(a["pid"]):
-                dead.append(a)
+                dead.append(_announced(a))
         latest = max((int(a.get("restart") or 0) for _, a in beats), default=0)
-        dead = [a for a in dead if int(a.get("restart") or 0) == latest]
-        announced = {int(a["rank"]) for a in dead}
-        dead += [d for d in self._process_deaths(requeued_s) if d["rank"] not in announced]
+        dead = [d for d in dead if (d.restart or 0) == latest]
+        announced = {d.rank for d in dead}
+        dead += [d for d in self._process_deaths(requeued_s) if d.rank not in announced]
         if not dead:
             return self._silent([b for b in beats if int(b[1].get("restart") or 0) == latest])
-        first = min(dead, key=lambda a: float(a.get("t_start_s") or 0))  # one poll: all seen at once
-        death = {"rank": first["rank"], "host": first["host"], "pid": first["pid"], "restart": first.get("restart"),
-                 "t_start_s": first.get("t_start_s"), "t_detected_s": time.time(),
-                 "ranks_dead": sorted(int(a["rank"]) for a in dead)}
-        if int(first["rank"]) not in announced:  # found as a process: it never wrote its alive file
-            death.update(source="process", how=first["how"] + "; the rank had not announced itself")
-        write_json_atomic(self.attempt.root / PEER_DIED, death)
+        first = min(dead, key=lambda d: d.t_start_s or 0.0)  # one poll: all seen at once
+        death = dataclasses.replace(first, t_detected_s=time.time(), ranks_dead=tuple(sorted(d.rank for d in dead)))
+        if first.rank not in announced:  # found as a process: it never wrote its alive file
+            death = dataclasses.replace(death, how=f"{first.how}; the rank had not announced itself")
+        write_json_atomic(self.attempt.peer_died, death.to_dict())
         return death
 
-    def _silent(self, beats: list[tuple[float, dict[str, Any]]], stale_s: float = STALE_S) -> dict[str, Any] | None:
+    def _silent(self, beats: list[tuple[float, Alive]], stale_s: float = STALE_S) -> RankDeath | None:
         """The rank without a result whose heartbeat is the furthest behind, when it is ``stale_s`` behind the
         freshest (also written to ``peer_died.json``), else None. ``beats``: (mtime, alive record) per rank."""
         if len(beats) < 2:
@@ -284,11 +293,10 @@ class PeerWatch:
         (t_stale, a), t_fresh = beats[0], beats[-1][0]
         if t_fresh - t_stale < stale_s:
             return None
-        death = {"rank": a["rank"], "host": a.get("host"), "pid": a["pid"], "restart": a.get("restart"),
-                 "t_start_s": a.get("t_start_s"), "t_detected_s": time.time(), "t_last_beat_s": t_stale,
-                 "ranks_dead": [int(a["rank"])], "source": "heartbeat",
-                 "how": f"no heartbeat for {t_fresh - t_stale:.0f} s while its peers' went on"}
-        write_json_atomic(self.attempt.root / PEER_DIED, death)
+        death = dataclasses.replace(_announced(a), source="heartbeat", t_detected_s=time.time(), t_last_beat_s=t_stale,
+                                    how=f"no heartbeat for {t_fresh - t_stale:.0f} s while its peers' went on",
+                                    ranks_dead=(int(a["rank"]),))
+        write_json_atomic(self.attempt.peer_died, death.to_dict())
         return death
 
 
@@ -347,15 +355,14 @@ def _is_rank(pid: int) -> bool:
 _SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.-]+): tasks? (?P<rank>\d+)(?:-\d+)?: (?P<how>[^\n]+)")
 
 
-def srun_death(texts: list[str], ranks_with_result: set[int]) -> dict[str, Any] | None:
+def srun_death(texts: list[str], ranks_with_result: set[int]) -> RankDeath | None:
     """The first task srun reported as ended badly (killed, or exited non-zero) that left no result: SLURM's view of
     the rank that went first (srun --kill-on-bad-exit then ended the others), or None."""
     for text in texts:
         for m in _SRUN_TASK.finditer(text or ""):
             rank = int(m.group("rank"))
             if rank not in ranks_with_result:
-                return {"rank": rank, "host": m.group("host"), "pid": None, "how": m.group("how").strip(),
-                        "source": "srun"}
+                return RankDeath(rank, m.group("host"), source="srun", how=m.group("how").strip())
     return None
 
 
@@ -373,13 +380,10 @@ def _last_requeue(attempt: AttemptPaths) -> float | None:
 FAILED_RANK_GRACE_S = 30.0
 #: every rank wrote its result and the job has been COMPLETING this long (a stopped slurmd holds it there): done
 COMPLETING_GRACE_S = 10.0
-#: the default of ``launcher.node_lost_wait_s``: how long a job SLURM requeued after a node failure may wait for a node
-NODE_LOST_WAIT_S = 300.0
 
 
-def slurm_decision(done: bool, live_state: str | None, results: list[dict[str, Any]], world_size: int,
-                   now: float, waiting_since: float | None, node_lost_wait_s: float = NODE_LOST_WAIT_S
-                   ) -> tuple[str, str]:
+def slurm_decision(done: bool, live_state: str | None, results: list[RankReport], world_size: int,
+                   now: float, waiting_since: float | None, node_lost_wait_s: float) -> tuple[str, str]:
     """What the launcher does with a SLURM job it waits for: (``wait`` | ``return`` | ``cancel`` | ``node_lost``,
     why); ``node_lost`` cancels it too.
 
@@ -411,14 +415,15 @@ def slurm_decision(done: bool, live_state: str | None, results: list[dict[str, A
         return "wait", f"requeued by SLURM ({live_state})"
     if done:
         return "return", "ended"
-    failed = [r for r in results if r.get("status") not in ("ok", None)]
+    failed = [r for r in results if r.status not in ("ok", "")]
     if failed and live_state == "RUNNING":
-        first = min(failed, key=lambda r: float(r.get("t_end_s") or now))
-        if now - float(first.get("t_end_s") or now) > FAILED_RANK_GRACE_S:
-            return "cancel", (f"rank {first.get('rank')} failed {now - float(first['t_end_s']):.0f} s ago and the job "
-                              "still runs (a lost node SLURM has not noticed yet)")
+        first = min(failed, key=lambda r: r.t_end_s or now)
+        ended_s = first.t_end_s or now
+        if now - ended_s > FAILED_RANK_GRACE_S:
+            return "cancel", (f"rank {first.rank} failed {now - ended_s:.0f} s ago and the job still runs (a lost "
+                              "node SLURM has not noticed yet)")
     if live_state == "COMPLETING" and len(results) >= world_size:
-        last = max(float(r.get("t_end_s") or now) for r in results)
+        last = max(r.t_end_s or now for r in results)
         if now - last > COMPLETING_GRACE_S:
             return "return", "every rank wrote its result; the job is still COMPLETING (a node's slurmd is gone?)"
     return "wait", ""

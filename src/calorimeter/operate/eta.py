@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 from calorimeter.operate.state import CellStatus
 from calorimeter.plan.hardware import accelerator_of
+from calorimeter.plan.json_types import JsonObject
+from calorimeter.plan.kinds import kind_of
 from calorimeter.plan.plan import PlannedCell
 from calorimeter.projection.cost import CellCost, duration, record_timing
 from calorimeter.records.run_record import RunRecord
@@ -56,7 +57,7 @@ class Eta:
     #: cells left estimated from their projected wall time (no finished cell of their hardware yet)
     projected: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-able."""
         return {"eta_s": self.seconds, "cells_left": self.cells_left,
                 "cells_without_estimate": self.cells_without_estimate, "running": self.running,
@@ -100,6 +101,13 @@ def format_duration(seconds: float | None) -> str:
     return duration(max(seconds, 0.0) if seconds == seconds else seconds)  # a clock read early: never "-0 s"
 
 
+def _timed_by_flops(kind: str) -> bool:
+    """Whether a kind's time is estimated from its FLOPs (:attr:`calorimeter.plan.kinds.CellKind.timed_by_flops`);
+    the others from their kind's finished cells."""
+    known = kind_of(kind)
+    return known is not None and known.timed_by_flops
+
+
 def _is_fixed(pc: PlannedCell) -> bool:
     return pc.cell.warmup == "fixed" or accelerator_of(pc.cell.hardware) == "cpu"
 
@@ -121,7 +129,7 @@ def bases(statuses: list[CellStatus]) -> dict[str, Basis]:
     samples: dict[str, list[tuple[float, float, float]]] = {}
     for cs in statuses:
         rec = cs.record
-        if cs.state != "ok" or rec is None or rec.kind != "train":
+        if cs.state != "ok" or rec is None or not _timed_by_flops(rec.kind):
             continue
         s = _finished_sample(rec)
         if s is not None:
@@ -169,7 +177,8 @@ def estimate(cells: list[PlannedCell], statuses: list[CellStatus], profile_steps
     kind_walls: dict[str, list[float]] = {}
     for cs in statuses:
         rec = cs.record
-        if cs.state == "ok" and rec is not None and rec.kind != "train" and isinstance(cs.elapsed_s, int | float):
+        if cs.state == "ok" and rec is not None and not _timed_by_flops(rec.kind) and isinstance(cs.elapsed_s,
+                                                                                                int | float):
             kind_walls.setdefault(rec.kind, []).append(float(cs.elapsed_s))
     left: list[float] = []
     running_left: list[float] = []
@@ -179,7 +188,7 @@ def estimate(cells: list[PlannedCell], statuses: list[CellStatus], profile_steps
         if cs.state not in ("planned", "queued", "running"):
             continue
         n_left += 1
-        if pc.cell.kind == "train":
+        if _timed_by_flops(pc.cell.kind):
             est = cell_estimate_s(pc, by_hw.get(pc.cell.hardware), profile_steps)
             proj = (projected or {}).get(pc.cell.cell_id)
             if est is None and proj is not None and proj.projected:

@@ -28,10 +28,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from calorimeter.operate.state import CellStatus
 from calorimeter.plan.config_errors import ConfigError, short, suggest
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import AttemptPaths, CellPaths, record_files
 from calorimeter.records.run_record import RecordError, read_run_record
@@ -122,7 +122,7 @@ def set_aside(cell: CellPaths, why: str, now: float | None = None) -> SetAside:
             dest.parent.mkdir(exist_ok=True)
         os.replace(src, dest)  # same file system: atomic, never a copy
         moved.append(str(dest.relative_to(attempt.root)))
-    note: dict[str, Any] = {"time_s": now, "time_utc": stamp, "by": "calorimeter rerun", "why": why,
+    note: JsonObject = {"time_s": now, "time_utc": stamp, "by": "calorimeter rerun", "why": why,
                             "files": moved}
     previous = []
     if attempt.set_aside.is_file():

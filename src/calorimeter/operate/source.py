@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.config import load_sweep_config, sweep_lines
 from calorimeter.plan.config_errors import ConfigError, short
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.plan import Plan, PlannedCell, make_plan, plan_file
+from calorimeter.records.job import read_job_record
 from calorimeter.records.legacy import upgrade_plan_cell
 
 PLAN_JSON = "plan.json"
@@ -39,11 +40,10 @@ def sweep_folder(folder: Path) -> Path:
 
 def _profile_steps(folder: Path) -> int:
     """The sweep's profiled steps per cell, from a launch record of one of its cells (0 if none is found)."""
-    for job in folder.glob("cells/*/attempts/*/job.json"):
-        try:
-            return int(json.loads(job.read_text())["launcher"]["telemetry"]["profile_steps"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
+    for path in folder.glob("cells/*/attempts/*/job.json"):
+        job = read_job_record(path)
+        if job is not None:
+            return job.launcher.telemetry.profile_steps
     return 0
 
 
@@ -53,7 +53,7 @@ def plan_from_results(folder: str | Path) -> Plan:
     path = root / PLAN_JSON
     try:
         doc = json.loads(path.read_text())
-        rows: list[dict[str, Any]] = [upgrade_plan_cell(c) for c in doc["cells"]]
+        rows: list[JsonObject] = [upgrade_plan_cell(c) for c in doc["cells"]]
         name = str(doc.get("sweep") or root.name)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"{path}: not a plan ({type(e).__name__}: {short(str(e))})") from None

@@ -31,18 +31,18 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from calorimeter.launch import slurm
-from calorimeter.launch.space import RECORD_ERROR
 from calorimeter.launch.submit import attempts
-from calorimeter.launch.watch import PEER_DIED
+from calorimeter.launch.watch import peer_death
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.plan import PlannedCell
 from calorimeter.records import job_states
 from calorimeter.records.atomic import read_json_object
+from calorimeter.records.job import JobRecord, read_job_record
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.progress import Progress, attempt_progress
-from calorimeter.records.record import describe_death
+from calorimeter.records.rank import RankOutput, read_rank_reports
 from calorimeter.records.run_record import RecordError, RunRecord, read_run_record
 
 STATES = ("running", "queued", "interrupted", "failed", "oom", "ok", "planned", "unknown", "pruned")
@@ -69,15 +69,15 @@ class CellStatus:
     #: a ``planned`` cell whose record ``calorimeter rerun`` set aside: that record's state (ok, oom, failed)
     aside_state: str | None = None
     #: every rank's output tail, the rank the reason names first (a record's ``evidence.rank_output``)
-    outputs: list[dict[str, Any]] = field(default_factory=list)
+    outputs: list[RankOutput] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-able (the record itself left out)."""
         return {"cell_id": self.cell_id, "state": self.state, "failure_class": self.failure_class,
                 "reason": self.reason, "job_id": self.job_id, "executor": self.executor, "attempts": self.attempts,
                 "elapsed_s": self.elapsed_s, "restart": self.restart,
                 "progress": self.progress.to_dict() if self.progress is not None else None, "note": self.note,
-                "set_aside_state": self.aside_state, "rank_output": self.outputs}
+                "set_aside_state": self.aside_state, "rank_output": [o.to_dict() for o in self.outputs]}
 
 
 def list_attempts(cell: CellPaths) -> list[AttemptPaths]:
@@ -85,7 +85,7 @@ def list_attempts(cell: CellPaths) -> list[AttemptPaths]:
     return attempts(cell)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def _read_json(path: Path) -> JsonObject | None:
     return read_json_object(path)
 
 
@@ -96,14 +96,13 @@ def _read_record(path: Path) -> RunRecord | None:
         return None
 
 
-def local_job_alive(job: dict[str, Any]) -> bool | None:
+def local_job_alive(job: JobRecord) -> bool | None:
     """Whether a local attempt's submitit controller (pid = job id) still runs; None when it ran on another host."""
-    host = job.get("host")
-    if host and host != socket.gethostname():
+    if job.host and job.host != socket.gethostname():
         return None
     try:
-        cmdline = Path(f"/proc/{int(job['job_id'])}/cmdline").read_bytes()
-    except (OSError, ValueError, KeyError):
+        cmdline = Path(f"/proc/{int(job.job_id)}/cmdline").read_bytes()
+    except (OSError, ValueError):
         return False
     return b"submitit" in cmdline  # a reused pid runs something else
 
@@ -120,12 +119,12 @@ def _record_status(cs: CellStatus, rec: RunRecord) -> None:
     cs.outputs = rec.rank_output if rec.status != "ok" else []
 
 
-def _open_attempt(cs: CellStatus, attempt: AttemptPaths, job: dict[str, Any], now: float,
+def _open_attempt(cs: CellStatus, attempt: AttemptPaths, job: JobRecord, now: float,
                   scheduler: dict[str, dict[str, str]] | None) -> None:
     """State of an attempt whose job was submitted and has no record yet."""
-    cs.job_id, cs.executor = str(job.get("job_id")), job.get("executor")
-    submitted = job.get("submitted_s")
-    cs.elapsed_s = max(now - float(submitted), 0.0) if isinstance(submitted, int | float) else None
+    cs.job_id, cs.executor = job.job_id, job.executor
+    submitted = job.submitted_s
+    cs.elapsed_s = max(now - submitted, 0.0) if submitted is not None else None
     found = attempt_progress(attempt)
     if found is not None:
         cs.restart, cs.progress = found
@@ -150,21 +149,23 @@ def _open_attempt(cs: CellStatus, attempt: AttemptPaths, job: dict[str, Any], no
     if alive is None:  # another host: trust a progress file that moves
         fresh = cs.progress is not None and now - cs.progress.t_last_s < FRESH_PROGRESS_S
         cs.state = "running" if fresh else "unknown"
-        cs.note = f"local job on host {job.get('host')}" + ("" if fresh else ", no progress lately")
+        cs.note = f"local job on host {job.host}" + ("" if fresh else ", no progress lately")
     elif alive:
         cs.state = "running"
     else:
         cs.state = "interrupted"
-        done = _all_ranks_ok(attempt, int(job.get("world_size") or 0))
+        done = _all_ranks_ok(attempt, job.world_size)
         cs.note = ("launcher died after the ranks finished: the next snakemake run collects it" if done else
                    "launcher died with its ranks: the next snakemake run submits it again")
         last = cs.progress.t_last_s if cs.progress is not None else math.nan
-        cs.elapsed_s = last - float(submitted) if isinstance(submitted, int | float) and last == last else None
+        cs.elapsed_s = last - submitted if submitted is not None and last == last else None
 
 
 def _all_ranks_ok(attempt: AttemptPaths, world_size: int) -> bool:
-    results = [_read_json(p) for p in attempt.rank_jsons()]
-    return world_size > 0 and len(results) >= world_size and all(r and r.get("status") == "ok" for r in results)
+    files = attempt.rank_jsons()
+    reports = read_rank_reports(attempt)
+    return world_size > 0 and len(files) >= world_size and len(reports) == len(files) and all(
+        r.ok for _, r in reports)
 
 
 def cell_status(pc: PlannedCell, paths: CellPaths, scheduler: dict[str, dict[str, str]] | None,
@@ -207,18 +208,18 @@ def cell_status(pc: PlannedCell, paths: CellPaths, scheduler: dict[str, dict[str
         cs.state, cs.record = "failed", None
         cs.note = "no record: the next snakemake run submits it again"
         return cs
-    job = _read_json(newest.job_json)
+    job = read_job_record(newest.job_json)
     if job is None:
         cs.state, cs.note = "unknown", f"attempt {newest.name} has no readable job.json (being submitted?)"
         return cs
     _open_attempt(cs, newest, job, now, scheduler)
-    death = _read_json(newest.root / PEER_DIED)
+    death = peer_death(newest)
     if death is not None:  # the launcher saw a rank die: the cell is being ended (or its launcher died meanwhile)
-        cs.failure_class, cs.reason = "peer_died", describe_death(death)
+        cs.failure_class, cs.reason = "peer_died", death.describe()
         if cs.state == "interrupted":
             cs.state = "failed"
         cs.note = ("ending the cell: " if cs.state == "running" else "") + cs.reason
-    error = _read_json(newest.root / RECORD_ERROR)
+    error = _read_json(newest.record_error)
     if error is not None and cs.state == "interrupted":  # the measurement finished, its record could not be written
         cs.state, cs.failure_class = "failed", str(error.get("failure_class") or "failed")
         cs.reason = str(error.get("reason") or "")
@@ -232,9 +233,9 @@ def open_job_ids(cells: list[CellPaths]) -> list[str]:
     for paths in cells:
         atts = list_attempts(paths)
         if atts and not atts[-1].run_json.exists() and not paths.run_json.exists():
-            job = _read_json(atts[-1].job_json)
-            if job and job.get("executor") == "slurm" and job.get("job_id"):
-                ids.append(str(job["job_id"]))
+            job = read_job_record(atts[-1].job_json)
+            if job is not None and job.executor == "slurm" and job.job_id:
+                ids.append(job.job_id)
     return ids
 
 

@@ -6,11 +6,11 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 from calorimeter.launch.output import describe_outputs
 from calorimeter.operate.eta import Eta, estimate, format_duration, n_cells
 from calorimeter.operate.state import STATES, CellStatus, cell_status, open_job_ids, slurm_view
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.plan import Plan, make_plan
 from calorimeter.projection.cost import SweepCost, sweep_cost
 from calorimeter.records.paths import CellPaths
@@ -47,7 +47,7 @@ def sweep_status(plan: Plan, now: float | None = None, cost: SweepCost | None = 
     scheduler = slurm_view(jobs)
     cells = [cell_status(pc, f, scheduler, now) for pc, f in zip(plan.cells, folders, strict=True)]
     cost = cost if cost is not None else sweep_cost(plan)
-    eta = estimate(plan.cells, cells, int(plan.config.get("telemetry", {}).get("profile_steps", 0) or 0),
+    eta = estimate(plan.cells, cells, plan.settings.telemetry.profile_steps,
                    cost.by_id())
     return SweepStatus(plan, cells, eta, now, scheduler is not None)
 
@@ -115,13 +115,13 @@ def hints(st: SweepStatus) -> list[str]:
 
 def to_json(st: SweepStatus) -> str:
     """Machine-readable status."""
-    doc: dict[str, Any] = {"sweep": st.plan.sweep, "results_dir": str(st.plan.results_dir), "time_s": st.time_s,
+    doc: JsonObject = {"sweep": st.plan.sweep, "results_dir": str(st.plan.results_dir), "time_s": st.time_s,
                            "counts": st.counts, "eta": st.eta.to_dict(), "slurm_reachable": st.slurm_reachable,
                            "cells": [cs.to_dict() for cs in st.cells]}
     return json.dumps(doc, indent=1, default=str)
 
 
-def progress_line(config: dict[str, Any], now: float | None = None) -> str:
+def progress_line(config: JsonObject, now: float | None = None) -> str:
     """One line on where a sweep stands, for the train rule's log as each cell finishes: ``sweep S: 3 of 10 cells
     finished (2 ok, 1 failed), 1 running; ETA: ~4 min (...)``."""
     st = sweep_status(make_plan(dict(config)), now)

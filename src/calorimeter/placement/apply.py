@@ -26,8 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from calorimeter.placement.profile import (
-    DEFAULT_MAX_AGE_H,
-    PROFILES_DIR,
     HostGpus,
     ThermalProfile,
     load_profile,
@@ -35,6 +33,8 @@ from calorimeter.placement.profile import (
 )
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.json_types import JsonObject
+from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.memory import max_stage_layers
 from calorimeter.plan.models import get_model, stage_block_counts
 from calorimeter.plan.placement import (
@@ -47,20 +47,12 @@ from calorimeter.plan.placement import (
     measured_stage_costs,
     static_reason,
 )
+from calorimeter.plan.settings import PROFILES_DIR, PlacementSettings
 from calorimeter.records.paths import CellPaths
+from calorimeter.records.rank import RankReport
 from calorimeter.records.run_record import read_run_record
 
 log = logging.getLogger(__name__)
-
-
-def placement_settings(config: dict[str, Any], results_dir: str | Path | None = None) -> dict[str, Any]:
-    """The settings every rank needs: the sweep's ``placement`` block plus the absolute profiles folder."""
-    block = dict(config.get("placement") or {})
-    root = Path(results_dir or config.get("results_dir") or "results").resolve()
-    block.setdefault("profile_max_age_h", DEFAULT_MAX_AGE_H)
-    block.setdefault("stage_costs", "auto")
-    block["profiles_dir"] = str(root / PROFILES_DIR)
-    return block
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -138,10 +130,10 @@ def visible_uuids(env: str | None, uuids: list[str]) -> list[str]:
 # inputs of the decision
 
 
-def _profile_note(p: ThermalProfile | None, stale: str | None) -> dict[str, Any]:
+def _profile_note(p: ThermalProfile | None, stale: str | None) -> JsonObject:
     if p is None:
         return {"stale": stale or "no thermal profile for this host"}
-    note: dict[str, Any] = {"host": p.host, "taken_s": p.taken_s, "source": p.source, "speed_metric": p.speed_metric,
+    note: JsonObject = {"host": p.host, "taken_s": p.taken_s, "source": p.source, "speed_metric": p.speed_metric,
                             "speed": {g.uuid: g.speed for g in p.gpus},
                             "nvml_index": {g.uuid: g.nvml_index for g in p.gpus}}
     if stale:
@@ -151,7 +143,7 @@ def _profile_note(p: ThermalProfile | None, stale: str | None) -> dict[str, Any]
 
 def node_inputs(cell: Cell, hosts: list[str], this_node: int, local: tuple[list[str], HostGpus] | None,
                 profiles: dict[str, ThermalProfile | None], now_s: float, max_age_h: float
-                ) -> tuple[dict[int, NodeGpus], dict[int, dict[str, Any]]]:
+                ) -> tuple[dict[int, NodeGpus], dict[int, JsonObject]]:
     """The GPUs and speeds of every node with a fresh profile, and what to record about each node's profile.
 
     This node's GPUs are the ones the job sees (``local``); another node's are its profile's GPUs in NVML order,
@@ -159,7 +151,7 @@ def node_inputs(cell: Cell, hosts: list[str], this_node: int, local: tuple[list[
     nothing else is known about them.
     """
     nodes: dict[int, NodeGpus] = {}
-    notes: dict[int, dict[str, Any]] = {}
+    notes: dict[int, JsonObject] = {}
     for n in range(cell.nodes):
         host = hosts[n] if n < len(hosts) else f"node{n}"
         p = profiles.get(host)
@@ -216,12 +208,12 @@ def sibling_costs(cell: Cell, cell_dir: Path, profiles: dict[str, ThermalProfile
     return measured_stage_costs({int(s): float(v) for s, v in compute.items()}, split, sib_id, speeds)
 
 
-def decide_in_job(cell: Cell, settings: dict[str, Any], cell_dir: Path | None, now_s: float | None = None,
+def decide_in_job(cell: Cell, settings: PlacementSettings, cell_dir: Path | None, now_s: float | None = None,
                   hosts: list[str] | None = None, this_node: int = 0,
                   local: tuple[list[str], HostGpus] | None | str = "probe") -> Decision:
     """The decision of this rank on node ``this_node`` of the job (see the module docstring); every input can be
     given for tests."""
-    if cell.placement == "default" or getattr(cell, "kind", "train") != "train":
+    if cell.placement == "default" or not get_kind(cell.kind).placed:
         return Decision("default", True, "default placement", pp_split=cell.pp_split)
     if static_reason(cell) is not None:
         return decide(cell, get_model(cell.model), StageCosts(1.0, 0.0, 0.0, "none"))
@@ -229,16 +221,15 @@ def decide_in_job(cell: Cell, settings: dict[str, Any], cell_dir: Path | None, n
     hosts = job_hosts() if hosts is None else hosts
     local_gpus = job_gpus() if local == "probe" else local
     assert not isinstance(local_gpus, str)
-    pdir = Path(settings.get("profiles_dir") or PROFILES_DIR)
+    pdir = Path(settings.profiles_dir or PROFILES_DIR)
     profiles = {h: load_profile(pdir, h) for h in hosts}
     m = get_model(cell.model)
     costs = None
-    if settings.get("stage_costs", "auto") == "auto" and cell_dir is not None:
+    if settings.stage_costs == "auto" and cell_dir is not None:
         costs = sibling_costs(cell, cell_dir, profiles)
     costs = costs or flops_stage_costs(m, cell)
     cap = max_stage_layers(m, cell, get_profile(cell.hardware))
-    nodes, notes = node_inputs(cell, hosts, this_node, local_gpus, profiles, now_s,
-                               float(settings.get("profile_max_age_h", DEFAULT_MAX_AGE_H)))
+    nodes, notes = node_inputs(cell, hosts, this_node, local_gpus, profiles, now_s, settings.profile_max_age_h)
     return decide(cell, m, costs, nodes, cap, notes)
 
 
@@ -265,12 +256,11 @@ class JobPlacement:
         self.cuda_visible_devices: str | None = None
 
     @classmethod
-    def start(cls, cell: Cell, settings: dict[str, Any] | None, cell_dir: Path | None, node: int = 0
-              ) -> JobPlacement:
+    def start(cls, cell: Cell, settings: PlacementSettings, cell_dir: Path | None, node: int = 0) -> JobPlacement:
         """Decide on node ``node`` of the job (submitit's job environment), and set this process's CUDA device order
         when the decision moves ranks."""
         try:
-            decision = decide_in_job(cell, settings or {}, cell_dir, this_node=node)
+            decision = decide_in_job(cell, settings, cell_dir, this_node=node)
         except Exception as e:  # noqa: BLE001 - a placement error must not lose the measurement: recorded
             log.exception("placement %s of %s failed", cell.placement, cell.cell_id)
             decision = fallback(cell.placement, f"decision failed: {type(e).__name__}: {e}", cell)
@@ -301,7 +291,7 @@ class JobPlacement:
                                      "the device order each node applied stays, the split is the default", self.planned,
                                      device_order=d.device_order, profiles=d.profiles)
 
-    def record(self, device_info: dict[str, Any] | None, local_rank: int) -> dict[str, Any]:
+    def record(self, device_info: JsonObject | None, local_rank: int) -> JsonObject:
         """This rank's view for run.json: the decision, and whether its device is the one intended."""
         out = self.decision.to_dict()
         order = self.decision.device_order.get(self.node)
@@ -313,16 +303,16 @@ class JobPlacement:
         return out
 
 
-def placement_record(rank_results: list[dict[str, Any]]) -> dict[str, Any] | None:
+def placement_record(rank_results: list[RankReport]) -> JsonObject | None:
     """The cell's ``placement`` block of run.json from its ranks' views (None when no rank reported one).
 
     The decision is rank 0's; ``applied`` is true only if every rank applied the same decision and every moved rank
     got the GPU intended for it (otherwise ``reason`` says what went wrong).
     """
-    views = [(r.get("rank"), r["placement"]) for r in rank_results if isinstance(r.get("placement"), dict)]
+    views = sorted(((r.rank, r.placement) for r in rank_results if isinstance(r.placement, dict)),
+                   key=lambda x: x[0])
     if not views:
         return None
-    views.sort(key=lambda x: (x[0] is None, x[0]))
     out = {k: v for k, v in views[0][1].items()
            if k not in ("intended_uuid", "device_uuid", "device_verified", "node", "cuda_visible_devices")}
     out["ranks"] = [{"rank": r, **{k: v.get(k) for k in ("node", "intended_uuid", "device_uuid", "device_verified",

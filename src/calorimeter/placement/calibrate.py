@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.records.provenance import device_info
 from calorimeter.records.rank import RankContext, RankResult
 from calorimeter.telemetry.timer import time_batch
@@ -95,7 +96,7 @@ def run_calibration(ctx: RankContext) -> RankResult:
     out = calibrate_rank(ctx.cell, torch.device(ctx.rank.device))
     assert out.calibration is not None
     di = device_info(ctx.rank.device)
-    mine: dict[str, Any] = {"rank": ctx.rank.rank, "node": ctx.rank.node, "hostname": ctx.rank.hostname,
+    mine: JsonObject = {"rank": ctx.rank.rank, "node": ctx.rank.node, "hostname": ctx.rank.hostname,
                             "nvml_index": di.get("nvml_index"), "uuid": di.get("uuid"), **out.calibration}
     gathered: list[Any] = [mine]
     if dist.is_initialized() and dist.get_world_size() > 1:

@@ -35,16 +35,17 @@ from typing import Any
 import pandas as pd
 
 from calorimeter.analysis.cell import CellTables, cell_tables
+from calorimeter.plan.json_types import JsonObject
+from calorimeter.plan.kinds import kind_of
+from calorimeter.plan.settings import PlacementSettings
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.records.paths import CellPaths
 from calorimeter.records.run_record import RunRecord, read_run_record
 from calorimeter.telemetry.reasons import THROTTLING
 
 FORMAT_VERSION = 1
-#: where profiles live under the results folder
-PROFILES_DIR = "thermal-profiles"
-#: a profile older than this is stale (hours); the sweep's ``placement.profile_max_age_h`` overrides it
-DEFAULT_MAX_AGE_H = 12.0
+#: a profile older than this is stale (hours): ``placement.profile_max_age_h``'s default
+DEFAULT_MAX_AGE_H = PlacementSettings.profile_max_age_h
 #: shortest measured window a cell-derived profile accepts (die temperature settles within 5-22 s, clocks under a
 #: power cap within a second; see docs/placement.md)
 MIN_WINDOW_S = 5.0
@@ -97,8 +98,8 @@ class ThermalProfile:
     host: str
     taken_s: float
     window_s: float
-    source: dict[str, Any]
-    conditions: dict[str, Any]
+    source: JsonObject
+    conditions: JsonObject
     speed_metric: str
     gpus: tuple[GpuThermal, ...]
     format_version: int = FORMAT_VERSION
@@ -112,7 +113,7 @@ class ThermalProfile:
         """UUIDs of the GPUs the profile covers."""
         return {g.uuid for g in self.gpus}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-able form (NaN written as null by the JSON writer)."""
         d = asdict(self)
         d["taken_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.taken_s))
@@ -120,7 +121,7 @@ class ThermalProfile:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ThermalProfile:
+    def from_dict(cls, d: JsonObject) -> ThermalProfile:
         """Inverse of :meth:`to_dict` (null numbers become NaN)."""
         gfields = GpuThermal.__dataclass_fields__
         gpus = []
@@ -159,8 +160,8 @@ def relative_speeds(values: list[float]) -> list[float]:
     return [v / top if math.isfinite(v) and v > 0 and math.isfinite(top) else math.nan for v in values]
 
 
-def build_profile(host: str, stats: pd.DataFrame, gpu_meta: list[dict[str, Any]], begin_s: float, end_s: float,
-                  source: dict[str, Any], conditions: dict[str, Any] | None = None,
+def build_profile(host: str, stats: pd.DataFrame, gpu_meta: list[JsonObject], begin_s: float, end_s: float,
+                  source: JsonObject, conditions: JsonObject | None = None,
                   tflops: dict[int, float] | None = None) -> ThermalProfile:
     """A profile from per-GPU window statistics of one host.
 
@@ -211,6 +212,12 @@ def build_profile(host: str, stats: pd.DataFrame, gpu_meta: list[dict[str, Any]]
 # profiles from recorded cells
 
 
+def is_calibration(record: RunRecord) -> bool:
+    """Whether the record is of a kind that profiles its hosts by design (``thermal-calibration``)."""
+    kind = kind_of(record.kind)
+    return kind is not None and kind.profiles_hosts
+
+
 def cell_eligibility(record: RunRecord) -> list[str]:
     """Why a cell's telemetry cannot profile its host (empty when it can; see the module docstring)."""
     cell = record.cell
@@ -218,7 +225,7 @@ def cell_eligibility(record: RunRecord) -> list[str]:
     reasons = []
     if not record.ok:
         reasons.append(f"status {record.status}")
-    if record.kind == "thermal-calibration":
+    if is_calibration(record):
         return reasons
     if int(cell.get("pp") or 1) != 1:
         reasons.append(f"pp={cell.get('pp')}: pipeline stages load the GPUs unequally")
@@ -298,12 +305,12 @@ def profiles_from_cell(cell_dir: str | Path, record: RunRecord | None = None,
     for node, g in stats.groupby("node", sort=True):
         host = str(g["hostname"].iloc[0])
         node_meta = (meta.get(f"node{int(node)}") or {}).get("sampler") or {}
-        low = _load_stats(g, need_limited=record.kind != "thermal-calibration")
+        low = _load_stats(g, need_limited=not is_calibration(record))
         if low:
             reasons += [f"{host}: {r}" for r in low]
             continue
         lib = node_meta.get("gpu_library") or {}
-        source = {"kind": "calibration" if record.kind == "thermal-calibration" else "cell",
+        source = {"kind": "calibration" if is_calibration(record) else "cell",
                   "sweep": cell.get("sweep"), "cell_id": record.cell_id, "load": _load_text(record)}
         conditions = {"driver": lib.get("driver_version"), "gpus_in_cell": int(len(g)),
                       "data_quality": ",".join(sorted(set(g.get("data_quality", pd.Series(dtype=str)).astype(str))))}
@@ -327,7 +334,7 @@ def _power_limits(tele: pd.DataFrame, begin: float, end: float) -> pd.DataFrame:
 
 def _load_text(record: RunRecord) -> str:
     cell = record.cell
-    if record.kind == "thermal-calibration":
+    if is_calibration(record):
         return str(record.metrics.get("load") or "thermal calibration")
     return (f"training {cell.get('model')} {cell.get('parallel_label')} z{cell.get('zero_stage')} "
             f"rc-{cell.get('recompute')} mb{cell.get('micro_batch')} s{cell.get('seq_len')} {cell.get('precision')}")
@@ -442,9 +449,9 @@ def save_profile(profiles_dir: str | Path, profile: ThermalProfile, now_s: float
     return hist, current
 
 
-def keep_cell_profiles(cell_dir: str | Path, record: RunRecord, settings: dict[str, Any] | None,
+def keep_cell_profiles(cell_dir: str | Path, record: RunRecord, settings: PlacementSettings,
                        tables: CellTables | None = None, tflops: dict[tuple[int, int], float] | None = None
-                       ) -> dict[str, Any]:
+                       ) -> JsonObject:
     """Profile a recorded cell's hosts from its tables and keep the profiles (rule ``thermal_profile``).
 
     Runs for every calibration cell, and for other cells when ``placement.derive_profiles`` is on (default) and
@@ -457,18 +464,15 @@ def keep_cell_profiles(cell_dir: str | Path, record: RunRecord, settings: dict[s
     import logging
 
     log = logging.getLogger(__name__)
-    settings = settings or {}
-    out: dict[str, Any] = {"cell_id": record.cell_id, "written": [], "current": [], "reasons": []}
-    calibration = record.kind == "thermal-calibration"
-    if not settings.get("profiles_dir") or not (calibration or settings.get("derive_profiles", True)):
-        out["reasons"].append("placement.derive_profiles is off" if settings.get("profiles_dir") else
-                              "no profiles folder")
+    out: JsonObject = {"cell_id": record.cell_id, "written": [], "current": [], "reasons": []}
+    calibration = is_calibration(record)
+    if not settings.profiles_dir or not (calibration or settings.derive_profiles):
+        out["reasons"].append("placement.derive_profiles is off" if settings.profiles_dir else "no profiles folder")
         return out
     try:
         profiles, reasons = profiles_from_cell(cell_dir, record, tflops, tables)
         for p in profiles:
-            hist, current = save_profile(settings["profiles_dir"], p,
-                                         max_age_h=float(settings.get("profile_max_age_h", DEFAULT_MAX_AGE_H)))
+            hist, current = save_profile(settings.profiles_dir, p, max_age_h=settings.profile_max_age_h)
             out["written"].append(str(hist))
             if current:
                 out["current"].append(p.host)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
-from typing import Any
+
+from calorimeter.plan.json_types import JsonObject
+from calorimeter.plan.kinds import DEFAULT_KIND, KINDS, CellKind, kind_of
+from calorimeter.plan.vocabulary import OPTIONAL
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,7 @@ class Cell:
     pp_split: tuple[int, ...] | None = None
     engine: str = "deepspeed"
     repeat: int = 0
-    kind: str = "train"
+    kind: str = DEFAULT_KIND
     placement: str = "default"
     lora_rank: int = 16
     command: str | None = None
@@ -124,10 +128,21 @@ class Cell:
         return self.world_size // mp if self.world_size % mp == 0 else 0
 
     @property
+    def batch_reason(self) -> str | None:
+        """Why the batch does not split over the cell's data-parallel ranks (:func:`batch_reason`), or None."""
+        return batch_reason(self.global_batch, self.micro_batch, self.dp)
+
+    @property
     def grad_accum(self) -> int:
         """Micro-batches per rank per optimizer step (0 if the batch does not divide)."""
         per = self.micro_batch * max(self.dp, 1)
         return self.global_batch // per if self.global_batch % per == 0 else 0
+
+    @property
+    def adapter_rank(self) -> int | None:
+        """The rank of the LoRA adapters of a kind that trains them on a frozen base (``lora``), else None."""
+        kind = KINDS.get(self.kind)
+        return self.lora_rank if kind is not None and kind.adapters else None
 
     @property
     def parallel_label(self) -> str:
@@ -160,13 +175,15 @@ class Cell:
         them reruns the same cell rather than creating a new one. A non-train cell is named by its kind and
         machine: ``collectives_h200-1x8``.
         """
-        if self.kind == "command":
+        kind = KINDS.get(self.kind)
+        form = kind.id_form if kind is not None else "machine"
+        if form == "label":
             shape = (f"_{self.model}" if self.model != "-" else "") + (
                 f"_mb{self.micro_batch}-gb{self.global_batch}-s{self.seq_len}")
             return (f"cmd-{self.label or 'command'}{shape}_{self.hardware}-{self.nodes}x{self.gpus_per_node}"
                     + (f"_{self.precision}" if self.precision != "bf16" else "") + (
                         f"_r{self.repeat}" if self.repeat else ""))
-        if self.kind not in TRAINING_KINDS:
+        if form != "layout":
             return f"{self.kind}_{self.hardware}-{self.nodes}x{self.gpus_per_node}" + (
                 f"_r{self.repeat}" if self.repeat else "")
         par = f"tp{self.tp}-pp{self.pp}-dp{self.dp}"
@@ -201,8 +218,8 @@ class Cell:
             parts.append("data-" + _slug(self.dataset))
         if self.placement != "default":
             parts.append(f"pl-{self.placement}")
-        if self.kind == "lora":
-            parts.append(f"lora-r{self.lora_rank}")
+        if kind is not None and kind.id_tag:
+            parts.append(kind.id_tag.format(**vars(self)))
         return "_".join(parts) + (f"_r{self.repeat}" if self.repeat else "")
 
     @property
@@ -210,25 +227,25 @@ class Cell:
         """The id of the configuration all repetitions share (the cell id without ``_r<k>``)."""
         return self.cell_id.removesuffix(f"_r{self.repeat}") if self.repeat else self.cell_id
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Parameters plus derived values, for records and tables."""
         # fields are plain values: a shallow read gives what asdict() gives, without its deep copies (planning and
         # the workflow call this once per cell and figure)
         d = {f.name: getattr(self, f.name) for f in _FIELDS
-             if f.name not in _OMITTED_WHEN_UNSET or getattr(self, f.name) is not None}
+             if f.name not in OPTIONAL or getattr(self, f.name) is not None}
         d["pp_split"] = list(self.pp_split) if self.pp_split else None
         d.update(cell_id=self.cell_id, config_id=self.config_id, world_size=self.world_size, dp=self.dp,
                  grad_accum=self.grad_accum, parallel_label=self.parallel_label,
                  optimization_label=self.optimization_label)
         return d
 
-    def recorded(self) -> dict[str, Any]:
+    def recorded(self) -> JsonObject:
         """The cell as its record and tables describe it: :meth:`to_dict` (the parameters, which decide when it
         reruns), for a ``command`` cell seen through :func:`as_recorded`."""
         return as_recorded(self.to_dict())
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Cell:
+    def from_dict(cls, d: JsonObject) -> Cell:
         """Inverse of :meth:`to_dict` (derived keys are ignored)."""
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
@@ -238,10 +255,15 @@ class Cell:
 
 
 _FIELDS = fields(Cell)
-#: kinds that train the cell's model with its layout (the others are calibrations without a model)
-TRAINING_KINDS = ("train", "lora")
-#: fields of one kind only, and engine knobs newer than the records, left out of ``to_dict`` when unset
-_OMITTED_WHEN_UNSET = ("command", "label", "log_format", "pp_schedule", "bucket_elements", "prefetch_elements")
+
+
+def batch_reason(global_batch: int, micro_batch: int, dp: int) -> str | None:
+    """The batch rule, for the plan, the engine and the data alike: a step's ``global_batch`` sequences split into
+    whole micro-batches of ``micro_batch`` on each of the ``dp`` data-parallel ranks (None when they do, else why
+    not)."""
+    if dp >= 1 and global_batch % (micro_batch * dp) == 0:
+        return None
+    return f"global batch {global_batch} not divisible by micro batch x dp = {micro_batch}x{dp} = {micro_batch * dp}"
 
 
 def _elements(n: int) -> str:
@@ -252,23 +274,89 @@ def _elements(n: int) -> str:
     return f"{n // 10 ** k}e{k}" if k >= 3 else str(n)
 
 
-#: what a ``command`` cell's own trainer decides, not calorimeter: the parallel layout, optimizer sharding, data, seed
-#: and learning rate (and the values derived from them)
-COMMAND_DECIDES = ("tp", "pp", "ep", "cp", "sequence_parallel", "zero_stage", "recompute", "recompute_layers",
-                   "overlap", "pp_split", "lora_rank", "dataset", "seed", "lr", "dp", "grad_accum", "parallel_label",
-                   "optimization_label")
-#: the ``engine`` of a ``command`` cell: its own command, launched by calorimeter (what it runs: the record's
-#: ``command`` section)
-COMMAND_ENGINE = "command"
+def _count(text: str) -> int:
+    """The inverse of :func:`_elements`."""
+    base, _, exp = text.partition("e")
+    return int(base) * 10 ** int(exp or 0)
 
 
-def as_recorded(d: dict[str, Any]) -> dict[str, Any]:
-    """A cell's parameters (``Cell.to_dict()`` or a plan's row of them) as records and tables show them: a
-    ``command`` cell says what it is, ``engine: command``, and None for what its command decides
-    (:data:`COMMAND_DECIDES`), never the engine's defaults; any other cell as it is."""
-    if d.get("kind") != "command":
+#: the grammar of a cell id, one pattern per form of :attr:`Cell.cell_id` (a name holding ``_`` is split at the last
+#: place that parses; the id reads back the same)
+_MACHINE = r"(?P<hardware>[A-Za-z0-9][A-Za-z0-9.-]*?)-(?P<nodes>\d+)x(?P<gpus_per_node>\d+)"
+_PRECISION = r"(?:_(?P<precision>fp32|fp16))?"
+_REPEAT = r"(?:_r(?P<repeat>\d+))?$"
+_ID_FORMS = {
+    "label": re.compile(r"^cmd-(?P<label>[A-Za-z0-9][A-Za-z0-9.-]*?)(?:_(?P<model>.+?))?"
+                        rf"_mb(?P<micro_batch>\d+)-gb(?P<global_batch>\d+)-s(?P<seq_len>\d+)_{_MACHINE}{_PRECISION}"
+                        + _REPEAT),
+    "machine": re.compile(rf"^(?P<kind>[a-z][a-z-]*)_{_MACHINE}{_REPEAT}"),
+    "layout": re.compile(
+        rf"^(?P<model>.+?)_{_MACHINE}_tp(?P<tp>\d+)-pp(?P<pp>\d+)-dp\d+(?:-ep(?P<ep>\d+))?(?:-cp(?P<cp>\d+))?"
+        r"(?P<sequence_parallel>-sp)?(?:-split(?P<pp_split>\d+(?:\.\d+)*))?(?:-(?P<pp_schedule>[a-z][a-z0-9]*))?"
+        r"_z(?P<zero_stage>\d)(?:-bk(?P<bucket_elements>\d+(?:e\d+)?))?(?:-pf(?P<prefetch_elements>\d+(?:e\d+)?))?"
+        r"_rc-(?P<recompute>[a-z]+?)(?P<recompute_layers>\d+)?_ov-(?P<overlap>on|off)"
+        rf"_mb(?P<micro_batch>\d+)-gb(?P<global_batch>\d+)-s(?P<seq_len>\d+){_PRECISION}"
+        r"(?:_data-(?P<dataset>[A-Za-z0-9.-]+))?(?:_pl-(?P<placement>[a-z]+))?(?:_(?P<tag>[a-z]+-[a-z0-9]+))?"
+        + _REPEAT),
+}
+#: how each field named in an id is read back
+_READ = {"nodes": int, "gpus_per_node": int, "tp": int, "pp": int, "ep": int, "cp": int, "zero_stage": int,
+         "recompute_layers": int, "micro_batch": int, "global_batch": int, "seq_len": int, "repeat": int,
+         "sequence_parallel": bool, "overlap": lambda v: v == "on", "bucket_elements": _count,
+         "prefetch_elements": _count, "pp_split": lambda v: tuple(int(n) for n in v.split("."))}
+
+
+def parse_cell_id(cell_id: str, sweep: str = "") -> Cell:
+    """The cell an id names (the one parser of :attr:`Cell.cell_id`): the parameters the id holds, the others at
+    their defaults (a dataset as its name in the id); its ``cell_id`` is ``cell_id``.
+
+    Raises:
+        ValueError: the id has none of the forms (or names a kind this version does not know).
+    """
+    for form, pattern in _ID_FORMS.items():
+        m = pattern.match(cell_id)
+        if m is None:
+            continue
+        values = {k: _READ.get(k, str)(v) for k, v in m.groupdict().items() if v is not None}
+        tag = values.pop("tag", "")
+        kinds = [k for k in KINDS.values() if k.id_form == form and (form == "machine" or _tag_of(k, tag) is not None)]
+        if form == "machine":
+            kinds = [k for k in kinds if k.name == values["kind"]]
+        if len(kinds) != 1:
+            break
+        kind = kinds[0]
+        if tag:
+            values.update(_tag_of(kind, tag) or {})
+        values = {"model": "-", "precision": "bf16", **values, "kind": kind.name}
+        if form == "machine":
+            values["precision"] = Cell.precision
+        cell = Cell(sweep=sweep, **values)
+        if cell.cell_id == cell_id:
+            return cell
+        break
+    raise ValueError(f"{cell_id!r} is not a cell id")
+
+
+def _tag_of(kind: CellKind, tag: str) -> dict[str, int] | None:
+    """The fields a layout-form kind's id tag holds (``lora-r16``: lora_rank 16); {} for a kind without a tag and an
+    id without one; None when they do not match."""
+    if not kind.id_tag:
+        return {} if not tag else None
+    pattern = re.sub(r"\\{(\w+)\\}", r"(?P<\1>\\d+)", re.escape(kind.id_tag))
+    m = re.fullmatch(pattern, tag)
+    return {k: int(v) for k, v in m.groupdict().items()} if m else None
+
+
+def as_recorded(d: JsonObject) -> JsonObject:
+    """A cell's parameters (``Cell.to_dict()`` or a plan's row of them) as records and tables show them: a cell of a
+    kind whose own command decides parts of it (``command``, :attr:`calorimeter.plan.kinds.CellKind.decides`) says
+    what it is, its kind's ``engine``, and None for what its command decides, never the engine's defaults; any
+    other cell as it is."""
+    kind = kind_of(d.get("kind"))
+    if kind is None or not (kind.decides or kind.engine):
         return d
-    return {**d, **dict.fromkeys((k for k in COMMAND_DECIDES if k in d), None), "engine": COMMAND_ENGINE}
+    return {**d, **dict.fromkeys((k for k in kind.decides if k in d), None),
+            **({"engine": kind.engine} if kind.engine else {})}
 
 
 def _slug(path: str) -> str:

@@ -45,9 +45,8 @@ def divisibility_reasons(cell: Cell, m: ModelSpec) -> list[str]:
         if capacity % cell.tp:
             r.append(f"expert capacity {capacity} tokens (micro_batch x seq_len x top-k x capacity factor / experts)"
                      f" not divisible by tp={cell.tp}: DeepSpeed splits every expert's capacity slots over tp")
-    if cell.global_batch % (cell.micro_batch * cell.dp):
-        r.append(f"global batch {cell.global_batch} not divisible by micro batch x dp = "
-                 f"{cell.micro_batch}x{cell.dp} = {cell.micro_batch * cell.dp}")
+    if cell.batch_reason:
+        r.append(cell.batch_reason)
     if cell.sequence_parallel and cell.tp == 1:
         r.append("sequence parallelism needs tp > 1")
     if cell.recompute_layers is not None and cell.recompute != "full":

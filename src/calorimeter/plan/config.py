@@ -28,6 +28,7 @@ import jsonschema
 import yaml
 
 from calorimeter.plan.config_errors import ConfigError, key_path, locate, short, suggest
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.yamlfile import read_yaml
 
 __all__ = ["ConfigError", "load_config", "load_schema", "load_sweep_config", "read_sweep_file", "sweep_lines",
@@ -49,7 +50,7 @@ _PATTERN_MEANING = {
 
 
 @functools.cache
-def load_schema() -> dict[str, Any]:
+def load_schema() -> JsonObject:
     """The sweep schema (JSON Schema 2020-12), shared with the Snakemake workflow; read once per process (do not
     modify the returned dict)."""
     with SCHEMA_PATH.open() as f:
@@ -155,7 +156,7 @@ def normalize_results_dir(value: Any, where: str = "results_dir") -> str:
     return expanded
 
 
-def validate_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
+def validate_config(config: JsonObject, source: str = "config") -> JsonObject:
     """Validate a sweep config and fill in the schema's defaults, at every level.
 
     The checks are stricter than the schema alone (integers are not floats, numbers are finite, ``results_dir`` is
@@ -275,24 +276,24 @@ def read_sweep_file(path: str | Path) -> Any:
     return _read(path)[0]
 
 
-def load_config(path: str | Path) -> dict[str, Any]:
+def load_config(path: str | Path) -> JsonObject:
     """Read and validate a sweep file (YAML); the result carries ``_source`` and ``_lines``."""
     raw, lines = _read(path)
     return validate_config({**raw, "_source": str(path), "_lines": lines}, str(path))
 
 
-def load_sweep_config(files: list[str | Path], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def load_sweep_config(files: list[str | Path], overrides: JsonObject | None = None) -> JsonObject:
     """Merge sweep files (later ones win, key by key) and command-line overrides, without any other config."""
     from snakemake.utils import update_config
 
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for f in files:
         update_config(out, read_sweep_file(f))
     update_config(out, dict(overrides or {}))
     return out
 
 
-def sweep_lines(files: list[str | Path], overrides: dict[str, Any] | None = None) -> dict[str, str]:
+def sweep_lines(files: list[str | Path], overrides: JsonObject | None = None) -> dict[str, str]:
     """``file:line`` of each key path of :func:`load_sweep_config`'s result (``--config`` for overrides)."""
     lines: dict[str, str] = {}
     for f in files:

@@ -27,6 +27,7 @@ from typing import Any
 
 from calorimeter.plan.config_errors import ConfigError, locate, short, suggest
 from calorimeter.plan.hardware import BUILTIN_PROFILES, PROFILES, HardwareProfile, register_profile
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.models import BUILTIN_MODELS, CATALOGUE, ModelSpec, register_model
 
 #: ModelSpec fields a definition sets directly (``head_dim`` is spelt like Hugging Face's, stored as kv_channels)
@@ -47,7 +48,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._").lower()
 
 
-def read_hf_config(path: Path) -> dict[str, Any]:
+def read_hf_config(path: Path) -> JsonObject:
     """ModelSpec fields of a Hugging Face ``config.json`` (or a folder holding one), read with ``transformers``'
     config classes, offline.
 
@@ -79,7 +80,7 @@ def read_hf_config(path: Path) -> dict[str, Any]:
                 "seq_length": min(cfg.n_positions, HF_DEFAULT_SEQ_LENGTH),
                 "tie_embeddings": bool(cfg.tie_word_embeddings), "init_std": cfg.initializer_range}
     heads = cfg.num_attention_heads
-    out: dict[str, Any] = {
+    out: JsonObject = {
         "family": family, "num_layers": cfg.num_hidden_layers, "hidden_size": cfg.hidden_size,
         "ffn_hidden_size": cfg.intermediate_size, "num_attention_heads": heads,
         "num_query_groups": getattr(cfg, "num_key_value_heads", None) or heads, "vocab_size": cfg.vocab_size,
@@ -173,7 +174,7 @@ def model_from_definition(definition: Mapping[str, Any], name: str | None, base_
     return spec
 
 
-def _base_fields(d: dict[str, Any], known: Mapping[str, Any], what: str, where: str) -> dict[str, Any]:
+def _base_fields(d: JsonObject, known: Mapping[str, Any], what: str, where: str) -> JsonObject:
     """The fields of the entry named by ``d``'s ``base:`` (removed from ``d``), or none."""
     if "base" not in d:
         return {}
@@ -211,7 +212,7 @@ def sweep_dir(config: Mapping[str, Any]) -> Path:
     return Path(str(src)).parent if src else Path(".")
 
 
-def register_sweep_definitions(config: Mapping[str, Any]) -> dict[str, Any]:
+def register_sweep_definitions(config: Mapping[str, Any]) -> JsonObject:
     """Register a validated sweep's ``models:`` and ``hardware_profiles:`` in this process; returns them as
     :func:`definitions_of` gives them.
 
@@ -244,7 +245,7 @@ def inline_model(value: Mapping[str, Any], config: Mapping[str, Any], where: str
     return spec.name
 
 
-def definitions_of(config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def definitions_of(config: Mapping[str, Any] | None = None) -> JsonObject:
     """Every model and hardware profile registered by sweeps in this process, as plain dicts (for the ranks)."""
     return {"models": {n: m.to_dict() | {"description": m.description} for n, m in CATALOGUE.items()
                        if n not in BUILTIN_MODELS},

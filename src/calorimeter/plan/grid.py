@@ -10,24 +10,20 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from calorimeter.plan.cell import TRAINING_KINDS, Cell
+from calorimeter.plan.cell import Cell
 from calorimeter.plan.config import ConfigError, load_config, subset_base_path
 from calorimeter.plan.config_errors import locate, short, suggest
 from calorimeter.plan.definitions import inline_model, register_sweep_definitions
 from calorimeter.plan.hardware import HardwareProfile, detect_profile, get_profile
+from calorimeter.plan.json_types import JsonObject
+from calorimeter.plan.kinds import DEFAULT_KIND, get_kind
 from calorimeter.plan.models import get_model
+from calorimeter.plan.vocabulary import AXES, PARAMETERS
 
-# Order of the product: the first key varies slowest.
-AXES = ("kind", "model", "hardware", "nodes", "gpus_per_node", "parallel", "tp", "pp", "ep", "cp", "sequence_parallel",
-        "zero_stage", "recompute", "recompute_layers", "overlap", "micro_batch", "global_batch", "seq_len",
-        "warmup", "warmup_steps", "warmup_max_steps", "warmup_max_s", "steady_window_s", "steady_slope_c_per_min",
-        "measured_steps", "measured_min_s", "precision", "dataset", "seed", "lr", "placement", "command", "label",
-        "log_format", "lora_rank", "pp_schedule", "bucket_elements", "prefetch_elements")
-CELL_FIELDS = {f.name for f in fields(Cell)}
+CELL_FIELDS = set(PARAMETERS)
 #: the model field of cells whose kind trains nothing
 NO_MODEL = "-"
 #: cells one sweep may expand to; a larger grid is refused before it is expanded (split it into several sweeps)
@@ -49,7 +45,7 @@ def resolve_hardware(name: str) -> tuple[HardwareProfile, int | None]:
         raise ConfigError(str(e.args[0])) from None
 
 
-def _cell_from_point(point: dict[str, Any], sweep: str, where: str, source: str = "config",
+def _cell_from_point(point: JsonObject, sweep: str, where: str, source: str = "config",
                      lines: dict[str, str] | None = None) -> Cell:
     def at(key: str) -> str:
         """``file:line: grid[i].key`` (or the defaults' line where the block does not set the key)."""
@@ -62,15 +58,15 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str, source: str 
     par = values.pop("parallel", None) or {}
     values.update(par)
     model_name = values.pop("model", None)
-    kind = values.get("kind", "train")
-    if model_name is None and kind not in TRAINING_KINDS:
+    kind = get_kind(values.get("kind", DEFAULT_KIND))
+    if model_name is None and not kind.trains_model:
         model_name = NO_MODEL
     if model_name is None:
         raise ConfigError(f"{locate(source, lines, where)}: {where}: no 'model' (set it in the block or in "
                           "'defaults')")
     try:
         # a calibration kind trains no model; a command's model (optional) gives its FLOPs and MFU
-        declared = kind in TRAINING_KINDS or (kind == "command" and model_name != NO_MODEL)
+        declared = kind.trains_model or (kind.declares_model and model_name != NO_MODEL)
         model = get_model(model_name) if declared else None
     except KeyError as e:
         raise ConfigError(f"{at('model')}: {e.args[0]}") from None
@@ -107,7 +103,7 @@ def _cell_from_point(point: dict[str, Any], sweep: str, where: str, source: str 
                 **{k: v for k, v in kwargs.items() if k not in ("nodes",)})
 
 
-def _named_models(block: dict[str, Any], config: dict[str, Any], where: str) -> dict[str, Any]:
+def _named_models(block: JsonObject, config: JsonObject, where: str) -> JsonObject:
     """The block with each inline model definition (``model: {hf_config: ...}``) registered and named."""
     if "model" not in block:
         return block
@@ -122,7 +118,7 @@ def _named_models(block: dict[str, Any], config: dict[str, Any], where: str) -> 
     return {**block, "model": names if isinstance(block["model"], list) else names[0]}
 
 
-def _merged_blocks(config: dict[str, Any]) -> list[dict[str, Any]]:
+def _merged_blocks(config: JsonObject) -> list[JsonObject]:
     """Each grid block with the defaults it does not set (a block's parallel layouts override the defaults')."""
     defaults = {"hardware": config.get("hardware", "auto"), **config.get("defaults", {})}
     out = []
@@ -136,7 +132,7 @@ def _merged_blocks(config: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def check_grid_size(blocks: list[tuple[str, dict[str, Any]]], source: str = "config",
+def check_grid_size(blocks: list[tuple[str, JsonObject]], source: str = "config",
                     lines: dict[str, str] | None = None) -> int:
     """Cells the blocks expand to (before removing duplicates), refused above :data:`MAX_CELLS`.
 
@@ -154,7 +150,7 @@ def check_grid_size(blocks: list[tuple[str, dict[str, Any]]], source: str = "con
     return total
 
 
-def expand(config: dict[str, Any], _chain: tuple[Path, ...] = ()) -> list[Cell]:
+def expand(config: JsonObject, _chain: tuple[Path, ...] = ()) -> list[Cell]:
     """All cells of a validated config, in a stable order, without duplicates.
 
     Raises:
@@ -203,10 +199,10 @@ def run_order_key(cell: Cell, seed: str) -> tuple[int, bool, str, bool]:
 
     layout = dataclasses.replace(cell, placement="default", repeat=0).cell_id
     h = hashlib.sha256(f"{seed}:{cell.repeat}:{layout}".encode()).hexdigest()
-    return cell.repeat, cell.kind in TRAINING_KINDS, h, cell.placement != "default"
+    return cell.repeat, get_kind(cell.kind).trains_model, h, cell.placement != "default"
 
 
-def _subset(config: dict[str, Any], chain: tuple[Path, ...]) -> list[Cell]:
+def _subset(config: JsonObject, chain: tuple[Path, ...]) -> list[Cell]:
     src = Path(config.get("_source", "."))
     lines = config.get("_lines")
     here = locate(str(src), lines, "subset_of")

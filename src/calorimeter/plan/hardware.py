@@ -5,9 +5,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from calorimeter.plan.config_errors import short, suggest
+from calorimeter.plan.json_types import JsonObject
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class HardwareProfile:
     nic_latency_us: float | None = None
     match: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Plain dict for records."""
         return asdict(self)
 

@@ -94,7 +94,7 @@ def estimate_memory(m: ModelSpec, cell: Cell, hw: HardwareProfile) -> MemoryEsti
     weights = (params_dense / (dp if shard >= 3 else 1) + params_expert / (dp // ep if shard >= 3 else 1)) * w_b
     grads = (params_dense / (dp if shard >= 2 else 1) + params_expert / (dp // ep if shard >= 2 else 1)) * g_b
     optim = (params_dense / (dp if shard >= 1 else 1) + params_expert / (max(dp // ep, 1) if shard >= 1 else 1)) * o_b
-    if cell.kind == "lora":  # a frozen base: no weight gradients, no optimizer state (the adapters' are ~1%)
+    if cell.adapter_rank is not None:  # a frozen base: no weight gradients, no optimizer state (the adapters' ~1%)
         grads = optim = 0.0
 
     fused = hw.accelerator != "cpu"

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from calorimeter.plan.config_errors import short, suggest
+from calorimeter.plan.json_types import JsonObject
 
 Family = Literal["gpt", "llama", "mixtral"]
 
@@ -102,7 +103,7 @@ class ModelSpec:
         """SwiGLU (three matrices) rather than GeLU (two)."""
         return self.family != "gpt"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Plain dict for records (``head_dim`` resolved, ``rope_scaling`` a mapping)."""
         d = asdict(self)
         d.pop("description")
@@ -111,7 +112,7 @@ class ModelSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ModelSpec:
+    def from_dict(cls, d: JsonObject) -> ModelSpec:
         """Inverse of :meth:`to_dict` (``head_dim`` becomes ``kv_channels`` where it is not the derived one)."""
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}

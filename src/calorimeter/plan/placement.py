@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.json_types import JsonObject
+from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.layout import Layout
 from calorimeter.plan.models import ModelSpec, stage_block_counts
 from calorimeter.plan.work import stage_work
@@ -235,12 +237,12 @@ class Decision:
     reason: str
     pp_split: tuple[int, ...] | None = None
     device_order: dict[int, list[str]] = field(default_factory=dict)
-    stage_costs: dict[str, Any] | None = None
+    stage_costs: JsonObject | None = None
     stage_speeds: list[float] | None = None
     predicted: dict[str, float] = field(default_factory=dict)
-    profiles: dict[int, dict[str, Any]] = field(default_factory=dict)
+    profiles: dict[int, JsonObject] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-able form; keys of per-node maps are strings."""
         d = asdict(self)
         d["pp_split"] = list(self.pp_split) if self.pp_split else None
@@ -273,7 +275,7 @@ def static_reason(cell: Cell) -> str | None:
 
 
 def decide(cell: Cell, m: ModelSpec, costs: StageCosts, nodes: dict[int, NodeGpus] | None = None,
-           max_layers: int | None = None, profiles: dict[int, dict[str, Any]] | None = None) -> Decision:
+           max_layers: int | None = None, profiles: dict[int, JsonObject] | None = None) -> Decision:
     """Decide the placement of a cell.
 
     Args:
@@ -377,9 +379,8 @@ def _predicted(t_default: float, t: float) -> dict[str, float]:
 def profiles_host(cell: Cell, m: ModelSpec | None) -> bool:
     """Whether a recorded cell of this kind and layout can profile its hosts (:mod:`calorimeter.placement.profile`):
     a thermal calibration, or a dense training cell without pipeline stages (they load the GPUs unequally)."""
-    if getattr(cell, "kind", "train") == "thermal-calibration":
-        return True
-    return getattr(cell, "kind", "train") == "train" and cell.pp == 1 and m is not None and not m.is_moe
+    kind = get_kind(cell.kind)
+    return kind.profiles_hosts or (kind.placed and cell.pp == 1 and m is not None and not m.is_moe)
 
 
 def prerequisites(cell: Cell, cells: list[Cell]) -> list[str]:
@@ -387,5 +388,4 @@ def prerequisites(cell: Cell, cells: list[Cell]) -> list[str]:
     ``thermal-calibration`` cells of the same hardware, so that its host has a fresh profile when it decides."""
     if cell.placement != "thermal" or cell.pp == 1:
         return []
-    return [c.cell_id for c in cells
-            if getattr(c, "kind", "train") == "thermal-calibration" and c.hardware == cell.hardware]
+    return [c.cell_id for c in cells if get_kind(c.kind).profiles_hosts and c.hardware == cell.hardware]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calorimeter.plan.cell import TRAINING_KINDS, Cell
+from calorimeter.plan.cell import Cell
 from calorimeter.plan.checks import (
     build_memory_reasons,
     divisibility_reasons,
@@ -20,10 +20,13 @@ from calorimeter.plan.definitions import definitions_of
 from calorimeter.plan.flops import iteration_flops
 from calorimeter.plan.grid import expand
 from calorimeter.plan.hardware import get_profile
-from calorimeter.plan.kinds import kind_reasons
+from calorimeter.plan.json_types import JsonObject
+from calorimeter.plan.kinds import get_kind, kind_reasons
 from calorimeter.plan.memory import estimate_memory
 from calorimeter.plan.models import get_model, padded_vocab_size, parameter_count
+from calorimeter.plan.settings import LauncherSettings
 from calorimeter.plan.time_limit import time_limit_reasons
+from calorimeter.plan.vocabulary import PLAN_COLUMNS
 
 
 @dataclass
@@ -36,7 +39,7 @@ class PlannedCell:
     estimates: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Flat dict: parameters, status, reasons, estimates, notes."""
         return {**self.cell.to_dict(), "status": self.status, "reasons": self.reasons, **self.estimates,
                 "notes": self.notes}
@@ -48,8 +51,13 @@ class Plan:
 
     sweep: str
     results_dir: str
-    config: dict[str, Any]
+    config: JsonObject
     cells: list[PlannedCell]
+
+    @property
+    def settings(self) -> LauncherSettings:
+        """The sweep's launcher, telemetry and placement settings."""
+        return LauncherSettings.from_config(self.config)
 
     @property
     def runnable(self) -> list[PlannedCell]:
@@ -66,13 +74,9 @@ class Plan:
 
 def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
     """Run every check on one cell."""
-    if cell.kind not in TRAINING_KINDS:  # a calibration kind: no model, no layout; only its own checks
-        reasons = kind_reasons(cell)
-        return PlannedCell(cell, "pruned" if reasons else "planned", reasons, {})
-    if cell.kind != "train":  # a training kind (lora): its own checks first, then the training checks
-        own = kind_reasons(cell)
-        if own:
-            return PlannedCell(cell, "pruned", own, {})
+    own = kind_reasons(cell)
+    if own or not get_kind(cell.kind).trains_model:  # a kind's own checks first; without a model, only them
+        return PlannedCell(cell, "pruned" if own else "planned", own, {})
     m = get_model(cell.model)
     hw = get_profile(cell.hardware)
     reasons = divisibility_reasons(cell, m)
@@ -85,7 +89,7 @@ def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
             reasons += memory_reasons(est, hw) + build_memory_reasons(cell, m, hw)
         fl = iteration_flops(m, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp,
                              padded_vocab=padded_vocab_size(m, cell.tp),
-                             lora_rank=cell.lora_rank if cell.kind == "lora" else None)
+                             lora_rank=cell.adapter_rank)
         estimates["model_flops_per_iteration"] = fl.model_flops
         pl_reasons, notes, pl_estimates = placement_checks(cell, m, hw, memory_check)
         reasons += pl_reasons
@@ -95,7 +99,7 @@ def check_cell(cell: Cell, memory_check: bool = True) -> PlannedCell:
     return PlannedCell(cell, "pruned" if reasons else "planned", reasons, estimates, notes)
 
 
-def make_plan(config: dict[str, Any]) -> Plan:
+def make_plan(config: JsonObject) -> Plan:
     """Validate a sweep config (``_source``: the file it came from, for messages and ``subset_of``) and plan it.
 
     The plan keeps the validated config: the workflow reads its settings from there, so the config is validated
@@ -104,7 +108,7 @@ def make_plan(config: dict[str, Any]) -> Plan:
     return _plan(validate_config(config, str(config.get("_source", "config"))))
 
 
-def _plan(cfg: dict[str, Any]) -> Plan:
+def _plan(cfg: JsonObject) -> Plan:
     """``Plan.sweep`` names the folder of the plan, tables and figures; cells keep their own sweep (a ``subset_of``
     sweep has its own name but selects cells of its base sweep, which stay where the base measures them)."""
     cells = [check_cell(c, cfg["memory_check"]) for c in expand(cfg)]
@@ -119,16 +123,13 @@ def _plan(cfg: dict[str, Any]) -> Plan:
     return Plan(name, cfg["results_dir"], cfg, cells)
 
 
-def _prune_beyond_time_limit(cells: list[PlannedCell], cfg: dict[str, Any]) -> None:
+def _prune_beyond_time_limit(cells: list[PlannedCell], cfg: JsonObject) -> None:
     """Prune the planned cells that cannot finish within ``launcher.timeout_min`` (:mod:`calorimeter.plan.time_limit`).
     """
-    timeout_min = int((cfg.get("launcher") or {}).get("timeout_min") or 0)
-    profile_steps = int((cfg.get("telemetry") or {}).get("profile_steps") or 0)
-    if timeout_min <= 0:
-        return
+    settings = LauncherSettings.from_config(cfg)
     for pc in cells:
         if pc.status == "planned":
-            why = time_limit_reasons(pc.cell, pc.estimates, timeout_min, profile_steps)
+            why = time_limit_reasons(pc.cell, pc.estimates, settings.timeout_min, settings.telemetry.profile_steps)
             if why:
                 pc.status, pc.reasons = "pruned", [*pc.reasons, *why]
 
@@ -138,10 +139,9 @@ def plan_file(path: str | Path) -> Plan:
     return _plan(load_config(path))
 
 
-TABLE_COLUMNS = (
-    "cell_id", "status", "model", "params_b", "hardware", "world_size", "tp", "pp", "dp",
-    "ep", "zero_stage", "recompute", "overlap", "micro_batch", "global_batch", "seq_len", "mem_total_gb", "reasons",
-)
+#: the plan table's columns: the parameters it shows (the cell's vocabulary), the id followed by the plan status and
+#: the model by its size, then the memory estimate and the reasons
+TABLE_COLUMNS = (PLAN_COLUMNS[0], "status", PLAN_COLUMNS[1], "params_b", *PLAN_COLUMNS[2:], "mem_total_gb", "reasons")
 
 
 def format_table(plan: Plan, extra: dict[str, dict[str, str]] | None = None) -> str:
@@ -170,7 +170,7 @@ def plan_row(c: PlannedCell) -> dict[str, str]:
     return out
 
 
-def format_json(plan: Plan, extra: dict[str, dict[str, Any]] | None = None, **more: Any) -> str:
+def format_json(plan: Plan, extra: dict[str, JsonObject] | None = None, **more: Any) -> str:
     """The plan as JSON (every parameter of every cell; ``extra``: cell id -> more keys of that cell; ``more``: more
     top-level keys)."""
     extra = extra or {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES, accelerator_of
+from calorimeter.plan.kinds import get_kind
 
 #: FLOP/s one CPU rank never exceeds (a core with two AVX-512 FMA units at 4 GHz peaks near 2.6e11 fp32 FLOP/s):
 #: the bound for CPU ranks, which have no dense peak
@@ -42,7 +43,7 @@ def time_limit_reasons(cell: Cell, estimates: dict[str, float], timeout_min: int
     """A reason to prune the cell when even its lower-bound run time exceeds ``timeout_min`` (the bound is then set
     in ``estimates['min_run_time_s']``); else nothing (the estimates of a cell that runs are left as they are)."""
     flops = estimates.get("model_flops_per_iteration")
-    if cell.kind != "train" or not flops:
+    if not get_kind(cell.kind).timed_by_flops or not flops:
         return []
     bound = min_run_time_s(cell, float(flops), profile_steps)
     if bound is None:

@@ -55,7 +55,7 @@ class CommOp:
     """One kind of collective a rank issues, with its per-iteration count.
 
     Attributes:
-        kind: one of :data:`COLLECTIVES`.
+        collective: one of :data:`COLLECTIVES`.
         role: what it is for: ``tp`` (tensor/sequence parallel), ``zero3`` (parameter gathers and gradient
             reduce-scatters), ``dp`` (gradient synchronisation of ZeRO 0-2), ``ep`` (MoE dispatch/combine), ``pp``
             (activations between stages), ``sync`` (small latency-bound reductions: norm gradients, loss, grad norm).
@@ -68,7 +68,7 @@ class CommOp:
             far as compute lasts), ``step`` (once per iteration, after the last micro-batch).
     """
 
-    kind: str
+    collective: str
     role: str
     size_bytes: float
     group: int
@@ -147,7 +147,7 @@ def stage_work(cell: Cell, m: ModelSpec, stage: int, layers: int) -> StageWork:
     sp_shard = tp if (tp > 1 and cell.sequence_parallel) else 1
     # LoRA (kind lora, train/lora.py): the frozen base computes no weight gradient (one forward-equivalent less of
     # its linear layers and head); the adapters cost 3x their forward and are all the optimizer and gradients hold
-    frozen = 1.0 if cell.kind == "lora" else 0.0
+    frozen = 1.0 if cell.adapter_rank is not None else 0.0
     adapter_params = layers * lora_adapter_parameters(m, cell.lora_rank) if frozen else 0.0
     adapter_fwd = 2.0 * tokens * adapter_params
     dense_flops = mb * (layers * dense_fwd * (p_dense - frozen) + 3.0 * adapter_fwd

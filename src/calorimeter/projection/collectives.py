@@ -88,9 +88,9 @@ class CollectiveCurves:
         self.network = network
         self._index: dict[tuple[str, str], dict[int, tuple[np.ndarray, np.ndarray, str]]] = {}
         grouped: dict[tuple[str, str, int], list[tuple[float, float, str]]] = {}
-        for kind, role, group, size, t, src in self.points[list(CURVE_COLUMNS)].itertuples(index=False):
-            grouped.setdefault((kind, role, int(group)), []).append((float(size), float(t), str(src)))
-        for (kind, role, group), pts in grouped.items():
+        for collective, role, group, size, t, src in self.points[list(CURVE_COLUMNS)].itertuples(index=False):
+            grouped.setdefault((collective, role, int(group)), []).append((float(size), float(t), str(src)))
+        for (collective, role, group), pts in grouped.items():
             if any(src == "collectives" for _, _, src in pts):  # a dedicated sweep beats one size seen in a trace
                 pts = [p for p in pts if p[2] == "collectives"]
             by_size: dict[float, list[float]] = {}
@@ -99,7 +99,7 @@ class CollectiveCurves:
             sizes = np.array(sorted(by_size))
             times = monotone_times(np.array([float(np.median(by_size[x])) for x in sizes]))
             label = "+".join(sorted({src for _, _, src in pts}))
-            self._index.setdefault((kind, role), {})[group] = (sizes, times, label)
+            self._index.setdefault((collective, role), {})[group] = (sizes, times, label)
         # latency of a group: its fastest small-message (< 1 MiB) call of any kind
         self._latency: dict[int, float] = {}
         for table in self._index.values():
@@ -108,38 +108,39 @@ class CollectiveCurves:
                 if len(small):
                     self._latency[group] = min(self._latency.get(group, math.inf), float(small.min()))
 
-    def _table(self, kind: str, role: str, size: float) -> dict[int, tuple[np.ndarray, np.ndarray, str]] | None:
-        """Measured points of a kind for a message size: its role's, else the synchronous ones, else any role's. A
+    def _table(self, collective: str, role: str, size: float) -> dict[int, tuple[np.ndarray, np.ndarray, str]] | None:
+        """Measured points of a collective for a message size: its role's, else the synchronous ones, else any role's. A
         curve of small messages only (largest under :data:`BANDWIDTH_BYTES`) serves sizes up to 4x its largest:
         it says nothing about bandwidth."""
-        for key in ((kind, role), (kind, "sync"), *((k, r) for (k, r) in self._index if k == kind)):
+        for key in ((collective, role), (collective, "sync"), *((k, r) for (k, r) in self._index if k == collective)):
             table = self._index.get(key)
             if table and any(sz[-1] >= min(BANDWIDTH_BYTES, size / 4) for sz, _, _ in table.values()):
                 return table
         return None
 
-    def _intra(self, kind: str, role: str, n: int, size: float) -> tuple[float, str]:
-        table = self._table(kind, role, size)
-        if table is None and kind == "all_reduce":
+    def _intra(self, collective: str, role: str, n: int, size: float) -> tuple[float, str]:
+        table = self._table(collective, role, size)
+        if table is None and collective == "all_reduce":
             # a ring all-reduce is a reduce-scatter followed by an all-gather of the same buffer
             rs, ag = self._table("reduce_scatter", role, size), self._table("all_gather", role, size)
             if rs is not None and ag is not None:
                 t_rs, src_rs = self._lookup(rs, "reduce_scatter", n, size)
                 t_ag, src_ag = self._lookup(ag, "all_gather", n, size)
                 return t_rs + t_ag, f"reduce-scatter + all-gather ({src_rs}; {src_ag})"
-        if table is None and kind in ("all_to_all", "send_recv", "reduce_scatter", "all_gather"):
+        if table is None and collective in ("all_to_all", "send_recv", "reduce_scatter", "all_gather"):
             for other in ("all_gather", "reduce_scatter"):
                 alt = self._table(other, role, size)
                 if alt is not None:
-                    t, src = self._lookup(alt, other, n, size, as_kind=kind)
+                    t, src = self._lookup(alt, other, n, size, as_collective=collective)
                     return t, f"{other} bus bandwidth ({src})"
         if table is None:
-            return self._spec_intra(kind, n, size)
-        return self._lookup(table, kind, n, size)
+            return self._spec_intra(collective, n, size)
+        return self._lookup(table, collective, n, size)
 
-    def _lookup(self, table: dict[int, tuple[np.ndarray, np.ndarray, str]], kind: str, n: int, size: float,
-                as_kind: str | None = None) -> tuple[float, str]:
-        """Time of ``size`` bytes over ``n`` ranks from a measured table (of ``kind``), read as ``as_kind``.
+    def _lookup(self, table: dict[int, tuple[np.ndarray, np.ndarray, str]], collective: str, n: int, size: float,
+                as_collective: str | None = None) -> tuple[float, str]:
+        """Time of ``size`` bytes over ``n`` ranks from a measured table (of ``collective``), read as
+        ``as_collective``.
 
         Inside the measured sizes: log-log interpolation. Above: the largest point's bandwidth. Below a curve that
         starts at bandwidth-sized messages: linear from the group's measured small-message latency.
@@ -149,7 +150,7 @@ class CollectiveCurves:
         usable = [g for g, (sz, _, _) in table.items() if sz[-1] >= min(BANDWIDTH_BYTES, size / 4)] or list(table)
         group = n if n in usable else min(usable, key=lambda g: (abs(math.log2(g) - math.log2(n)), -g))
         sizes, times, src = table[group]
-        f_here, f_meas = bus_factor(as_kind or kind, n), bus_factor(kind, group)
+        f_here, f_meas = bus_factor(as_collective or collective, n), bus_factor(collective, group)
         # the measured group's bus bandwidth carried over to n ranks (bus bandwidth, not time, is what transfers)
         scale = f_here / f_meas if f_meas > 0 else 1.0
         label = src if group == n else f"{src} (group {group} for {n})"
@@ -163,24 +164,24 @@ class CollectiveCurves:
         t = np.exp(np.interp(np.log(size), np.log(sizes), np.log(times)))
         return float(t * scale), label
 
-    def _spec_intra(self, kind: str, n: int, size: float) -> tuple[float, str]:
+    def _spec_intra(self, collective: str, n: int, size: float) -> tuple[float, str]:
         bw = (self.hw.link_gbyte_s or float("nan")) * 1e9
-        return size * bus_factor(kind, n) / bw, f"assumed: {self.hw.name} link spec"
+        return size * bus_factor(collective, n) / bw, f"assumed: {self.hw.name} link spec"
 
     def _inter(self, op: CommOp) -> tuple[float, str]:
         n, nodes = op.group, op.nodes
         per_gpu = self.network.nic_gbit_s_per_gpu * 1e9 / 8.0
         per_node = max(1, n // nodes)  # this group's ranks on one node
         lat = self.network.latency_us * 1e-6 * math.log2(max(nodes, 2))
-        if op.kind == "all_to_all":
+        if op.collective == "all_to_all":
             off_node = op.size_bytes * (n - per_node) / n
             t = lat + off_node / per_gpu
-        elif op.kind == "send_recv":
+        elif op.collective == "send_recv":
             t = lat + op.size_bytes / per_gpu
         else:
-            t = lat + op.size_bytes * bus_factor(op.kind, n) / (per_gpu * per_node)
+            t = lat + op.size_bytes * bus_factor(op.collective, n) / (per_gpu * per_node)
         # never faster than the same collective inside one node
-        t_intra, _ = self._intra(op.kind, op.role, per_node if per_node > 1 else 2, op.size_bytes)
+        t_intra, _ = self._intra(op.collective, op.role, per_node if per_node > 1 else 2, op.size_bytes)
         return max(t, t_intra if per_node > 1 else 0.0), f"assumed: inter-node {self.network.source}"
 
     def call_time(self, op: CommOp) -> tuple[float, str]:
@@ -189,7 +190,7 @@ class CollectiveCurves:
             return 0.0, "none"
         if op.nodes > 1:
             return self._inter(op)
-        return self._intra(op.kind, op.role if op.role == "zero3" else "sync", op.group, op.size_bytes)
+        return self._intra(op.collective, op.role if op.role == "zero3" else "sync", op.group, op.size_bytes)
 
     def op_time(self, op: CommOp) -> tuple[float, str]:
         """(seconds per iteration, source) of ``op``: calls x time per call."""
@@ -216,7 +217,7 @@ def trace_points(rows: list[tuple[str, list[CommOp], dict[str, float], dict[str,
         for o in ops:
             if o.group <= 1:
                 continue
-            cat = "send_recv" if o.kind == "all_to_all" else o.kind
+            cat = "send_recv" if o.collective == "all_to_all" else o.collective
             by_cat.setdefault(cat, []).append(o)
         for cat, cat_ops in by_cat.items():
             # inter-node calls are no intra-node measurement; the gradient synchronisation after the last
@@ -227,7 +228,7 @@ def trace_points(rows: list[tuple[str, list[CommOp], dict[str, float], dict[str,
             big = [o for o in cat_ops if o.role != "sync"]
             if pipeline and cat in ("send_recv", "all_reduce"):
                 continue
-            if len(roles) != 1 or len({(o.kind, o.size_bytes, o.group) for o in big}) > 1:
+            if len(roles) != 1 or len({(o.collective, o.size_bytes, o.group) for o in big}) > 1:
                 continue
             measured = sums.get(cat, 0.0)
             calls = sum(o.calls for o in cat_ops)
@@ -237,6 +238,6 @@ def trace_points(rows: list[tuple[str, list[CommOp], dict[str, float], dict[str,
             if big:  # subtract the small sync calls at the big calls' per-call time share (they are tiny)
                 calls = sum(o.calls for o in big)
                 measured *= sum(o.calls * o.size_bytes for o in big) / sum(o.calls * o.size_bytes for o in cat_ops)
-            out.append({"kind": ref.kind, "role": roles.pop(), "group": ref.group, "size_bytes": ref.size_bytes,
+            out.append({"kind": ref.collective, "role": roles.pop(), "group": ref.group, "size_bytes": ref.size_bytes,
                         "time_s": measured / calls, "source": "trace", "cell_id": cid})
     return pd.DataFrame(out, columns=[*CURVE_COLUMNS, "cell_id"])

@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from calorimeter.plan.cell import TRAINING_KINDS, Cell
+from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import get_profile
+from calorimeter.plan.kinds import get_kind, kinds_where
 from calorimeter.plan.models import get_model
 from calorimeter.projection.catalogue import catalogue, repo_root
 from calorimeter.projection.coverage import reason_kind, uncovered
@@ -122,7 +123,7 @@ def measure_timing(sources: list[str], root: str | Path = ".") -> TimingFile:
                 rec = read_run_record(path)
             except RecordError:
                 continue
-            if not rec.ok or rec.kind not in TRAINING_KINDS:
+            if not rec.ok or rec.kind not in kinds_where(trains_model=True):
                 continue
             hw = str(rec.cell.get("hardware"))
             t = record_timing(rec)
@@ -362,7 +363,7 @@ def sweep_cost(plan: Plan, folder: str | Path | None = None, cache: Path | None 
         return SweepCost([CellCost(c.cell_id, c.world_size, why_not="calibration unusable") for c in cells],
                          unavailable=f"{e}; {folder / 'README.md'} says how to rebuild it")
     timing = Timing.load(timing_path)
-    profile_steps = int((plan.config.get("telemetry") or {}).get("profile_steps") or 0)
+    profile_steps = plan.settings.telemetry.profile_steps
     costs = [cell_cost(c, steps[c.cell_id], timing, profile_steps) for c in cells]
     used = {steps[c.cell_id].calibration for c in cells if steps[c.cell_id].calibration}
     basis = [f"step times: {', '.join(sorted(used))}; {timing.describe(hw)}"
@@ -404,7 +405,7 @@ def _code_digest() -> str:
 def _cell_key(cell: Cell) -> str:
     """The cell with the definitions of its model and hardware (a sweep may redefine either under one name)."""
     text = json.dumps(cell.to_dict(), sort_keys=True, default=str)
-    if cell.kind in TRAINING_KINDS:
+    if get_kind(cell.kind).trains_model:
         text += repr(get_model(cell.model)) + repr(get_profile(cell.hardware))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 

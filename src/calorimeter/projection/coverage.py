@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import re
 
-from calorimeter.plan.cell import TRAINING_KINDS, Cell
+from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import accelerator_of
+from calorimeter.plan.kinds import get_kind
 
 
 def uncovered(cell: Cell) -> str:
     """Why the projection cannot price a cell at all ("" when it can try)."""
-    if cell.kind not in TRAINING_KINDS:
+    if not get_kind(cell.kind).trains_model:
         return f"kind {cell.kind}: not a training cell the projection models"
     if accelerator_of(cell.hardware) == "cpu":
         return "CPU ranks: the projection is calibrated on GPUs only"

@@ -11,35 +11,24 @@ longer has (``sm_carveout``) are left out.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pandas as pd
 
-from calorimeter.plan.cell import Cell
+from calorimeter.plan.cell import Cell, parse_cell_id
 from calorimeter.projection.fingerprint import Fingerprint
 
-_ID = re.compile(r"^(?P<model>.+?)_(?P<hw>[a-z0-9]+)-(?P<nodes>\d+)x(?P<gpn>\d+)_tp(?P<tp>\d+)-pp(?P<pp>\d+)-dp\d+"
-                 r"(?:-ep(?P<ep>\d+))?(?P<sp>-sp)?_z(?P<z>\d)_rc-(?P<rc>[a-z]+)_ov-(?P<ov>on|off)"
-                 r"_mb(?P<mb>\d+)-gb(?P<gb>\d+)-s(?P<s>\d+)$")
 #: the benchmark's files, one per device call
 JSONL = "engine_speed.jsonl"
 
 
 def cell_from_id(cell_id: str, sweep: str = "engine-speed") -> Cell:
-    """A bf16 train cell from a plain cell id (no repetition, placement, dataset or split suffix).
+    """The cell a benchmark variant's id names (:func:`calorimeter.plan.cell.parse_cell_id`).
 
     Raises:
-        ValueError: the id has another form.
+        ValueError: it names no cell.
     """
-    m = _ID.match(cell_id)
-    if not m:
-        raise ValueError(f"cell id {cell_id!r} is not a plain train cell id")
-    g = m.groupdict()
-    return Cell(sweep=sweep, model=g["model"], hardware=g["hw"], nodes=int(g["nodes"]), gpus_per_node=int(g["gpn"]),
-                tp=int(g["tp"]), pp=int(g["pp"]), ep=int(g["ep"] or 1), sequence_parallel=bool(g["sp"]),
-                zero_stage=int(g["z"]), recompute=g["rc"], overlap=g["ov"] == "on", micro_batch=int(g["mb"]),
-                global_batch=int(g["gb"]), seq_len=int(g["s"]), precision="bf16")
+    return parse_cell_id(cell_id, sweep)
 
 
 def is_engine_speed_set(source: str | Path) -> bool:

@@ -122,7 +122,7 @@ class Projector:
             for op in st.comm:
                 t, src = curves.op_time(op)
                 if op.group > 1:
-                    comm_sources.add(f"{op.kind}/{op.role}: {src}")
+                    comm_sources.add(f"{op.collective}/{op.role}: {src}")
                 ops.append((op, t))
             stage_times.append(stage_time(st.stage, st.micro_batches, compute,
                                           opt_coef * st.features.get("optim_elems", 0.0), ops, cell.overlap,

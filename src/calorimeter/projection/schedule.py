@@ -100,15 +100,15 @@ def stage_time(stage: int, micro_batches: int, compute_s: dict[str, float], opti
     compute_mb = (sum(compute_s.values()) - optimizer_s) / m
     z3 = [(op, t) for op, t in ops if op.role == "zero3"]
     for op, t in ops:
-        busy[op.kind] += t
+        busy[op.collective] += t
         if op.role == "zero3":
             continue
         if op.role == "dp":
-            step[op.kind] += t
+            step[op.collective] += t
         elif op.role == "tp":
-            exposed[op.kind] += t * (1.0 - tp_hidden)
+            exposed[op.collective] += t * (1.0 - tp_hidden)
         else:
-            exposed[op.kind] += t
+            exposed[op.collective] += t
     if z3:
         total = sum(t for _, t in z3)
         if all(op.overlap == "overlapped" for op, _ in z3):
@@ -118,7 +118,7 @@ def stage_time(stage: int, micro_batches: int, compute_s: dict[str, float], opti
         else:
             visible = total
         for op, t in z3:
-            exposed[op.kind] += visible * t / total if total else 0.0
+            exposed[op.collective] += visible * t / total if total else 0.0
     gpu_mb = compute_mb + sum(exposed.values()) / m + host_gap_s[0] / m
     step_s = optimizer_s + sum(step.values()) + host_gap_s[1]
     if z3_host_s > 0.0:  # ZeRO-3: the host waits for its collectives, a short line (the idle replaces the gaps)

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
+
 
 def write_atomic(path: Path, write: Callable[[Path], None], fsync: bool = True) -> None:
     """Write ``path`` through a temporary file in the same folder, then rename it into place.
@@ -49,10 +51,10 @@ def write_json_atomic(path: Path, obj: Any, fsync: bool = True) -> None:
 #: Parquet compression of every record and table: zstd at level 9 (a cell's 50 ms telemetry 25% smaller than
 #: pandas' default snappy; the committed reference records travel, with the wheels, in the checkout copied to a GPU
 #: node)
-PARQUET_COMPRESSION: dict[str, Any] = {"compression": "zstd", "compression_level": 9}
+PARQUET_COMPRESSION: JsonObject = {"compression": "zstd", "compression_level": 9}
 
 
-def parquet_options(schema: Any) -> dict[str, Any]:
+def parquet_options(schema: Any) -> JsonObject:
     """How every record and table is written, for an Arrow schema: :data:`PARQUET_COMPRESSION`; floating-point
     columns byte-stream split (their bytes grouped by position, which zstd compresses far better than a dictionary
     of distinct timestamps and readings), the others dictionary-encoded; no column statistics (files this small are
@@ -92,7 +94,7 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def read_json_object(path: Path) -> dict[str, Any] | None:
+def read_json_object(path: Path) -> JsonObject | None:
     """A JSON file holding an object, or None when it is missing, unreadable, not JSON or not an object."""
     try:
         obj = json.loads(Path(path).read_text())

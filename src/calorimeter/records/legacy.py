@@ -14,11 +14,11 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import pandas as pd
 
 from calorimeter.plan.flops import iteration_flops
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.models import get_model, padded_vocab_size
 from calorimeter.records.machines import machine_id
 
@@ -50,7 +50,7 @@ def upgrade_samples(df: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={k: v for k, v in SAMPLE_RENAMES.items() if k in out.columns and v not in out.columns})
 
 
-def _causal_ratio(record: dict[str, Any]) -> float | None:
+def _causal_ratio(record: JsonObject) -> float | None:
     """model FLOPs with causal attention / with full attention, for a record's cell (None if not computable)."""
     cell = record.get("cell") or {}
     try:
@@ -64,7 +64,7 @@ def _causal_ratio(record: dict[str, Any]) -> float | None:
     return causal / full if full else None
 
 
-def upgrade_record(record: dict[str, Any]) -> dict[str, Any]:
+def upgrade_record(record: JsonObject) -> JsonObject:
     """A ``run.json`` with today's metric and estimate names (the input is not modified)."""
     metrics = record.get("metrics") or {}
     estimates = record.get("plan_estimates") or {}
@@ -85,7 +85,7 @@ def upgrade_record(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def upgrade_plan_cell(cell: dict[str, Any]) -> dict[str, Any]:
+def upgrade_plan_cell(cell: JsonObject) -> JsonObject:
     """A ``plan.json`` cell (parameters, status, reasons and estimates at the top level) with today's names."""
     if not set(ESTIMATE_RENAMES) & set(cell):
         return cell

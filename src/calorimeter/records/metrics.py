@@ -8,10 +8,11 @@ from typing import Any
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.flops import iteration_flops, mfu
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.models import get_model, padded_vocab_size
 
 
-def step_times_s(rank_steps: list[list[dict[str, Any]]], phase: str = "measured") -> list[float]:
+def step_times_s(rank_steps: list[list[JsonObject]], phase: str = "measured") -> list[float]:
     """Per-step iteration time: the slowest rank's time of each step (steps are synchronous)."""
     by_step: dict[int, float] = {}
     for steps in rank_steps:
@@ -21,7 +22,7 @@ def step_times_s(rank_steps: list[list[dict[str, Any]]], phase: str = "measured"
     return [by_step[k] for k in sorted(by_step)]
 
 
-def throughput_metrics(cell: Cell, iteration_times_s: list[float], peak_tflops: float | None) -> dict[str, Any]:
+def throughput_metrics(cell: Cell, iteration_times_s: list[float], peak_tflops: float | None) -> JsonObject:
     """Iteration time, samples/s, tokens/s (total and per GPU), TFLOP/s per GPU, MFU and HFU.
 
     The iteration time is the mean of the measured steps, so rates are total work over total time (the
@@ -35,12 +36,12 @@ def throughput_metrics(cell: Cell, iteration_times_s: list[float], peak_tflops: 
     t = statistics.fmean(iteration_times_s)
     model = get_model(cell.model)
     args = (model, cell.seq_len, cell.global_batch, cell.recompute, cell.recompute_layers, cell.pp)
-    lora = cell.lora_rank if cell.kind == "lora" else None
-    fl = iteration_flops(*args, padded_vocab=padded_vocab_size(model, cell.tp), lora_rank=lora)
-    causal = iteration_flops(*args, padded_vocab=padded_vocab_size(model, cell.tp), causal=True, lora_rank=lora)
+    fl = iteration_flops(*args, padded_vocab=padded_vocab_size(model, cell.tp), lora_rank=cell.adapter_rank)
+    causal = iteration_flops(*args, padded_vocab=padded_vocab_size(model, cell.tp), causal=True,
+                             lora_rank=cell.adapter_rank)
     samples_s = cell.global_batch / t
     tokens_s = samples_s * cell.seq_len
-    out: dict[str, Any] = {
+    out: JsonObject = {
         "measured_steps": len(iteration_times_s),
         "iteration_time_s": t,
         "iteration_time_median_s": statistics.median(iteration_times_s),

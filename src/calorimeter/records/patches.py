@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.records.atomic import write_atomic
 from calorimeter.records.paths import RUN_JSON
 from calorimeter.records.provenance import DIFF_OPTIONS, diff_pathspec, git_text
@@ -69,7 +70,7 @@ class Resolution:
     hash_checked: bool = True
 
 
-def patch_ref(run_json: Path, record: dict[str, Any]) -> PatchRef | None:
+def patch_ref(run_json: Path, record: JsonObject) -> PatchRef | None:
     """The patch a record names (None for a record that names none: a clean tree, or one measured before records
     kept their patch)."""
     git = (record.get("provenance") or {}).get("git") or {}
@@ -79,7 +80,7 @@ def patch_ref(run_json: Path, record: dict[str, Any]) -> PatchRef | None:
                     tuple(git.get("patch_excludes") or ()))
 
 
-def load_index(store: Path) -> dict[str, dict[str, Any]]:
+def load_index(store: Path) -> dict[str, JsonObject]:
     """The store's ``patches.json`` (sha256 -> entry); empty when there is none."""
     path = store / INDEX_NAME
     return json.loads(path.read_text()) if path.is_file() else {}
@@ -144,7 +145,7 @@ def _files_of(repo: Path, commit: str, tree: str, excludes: tuple[str, ...], abb
     return file_chunks(text) if text else {}
 
 
-def rebuild(ref: PatchRef, entry: dict[str, Any], store: Path, repo: Path) -> bytes:
+def rebuild(ref: PatchRef, entry: JsonObject, store: Path, repo: Path) -> bytes:
     """The bytes of a recipe's patch: each part's files, a later part's file replacing an earlier one's, in git's
     order. Parts: ``{"files_of": COMMIT}``: the diff from the record's commit to COMMIT's files, modified and deleted
     files only (what ``git diff HEAD`` shows on a tree holding COMMIT's files with older git metadata: the files added
@@ -216,7 +217,7 @@ def resolve(ref: PatchRef, store: Path = PATCH_STORE, repo: Path | None = None, 
     return Resolution(OK, RECIPE, data)
 
 
-def records(folders: Iterable[Path]) -> Iterator[tuple[Path, dict[str, Any]]]:
+def records(folders: Iterable[Path]) -> Iterator[tuple[Path, JsonObject]]:
     """Every cell record (``run.json``) under the folders, attempt folders left out (their record is the cell's,
     or one set aside), in path order."""
     for folder in folders:
@@ -285,7 +286,7 @@ def _set_of(record: Path, root: Path) -> str:
     return rel.parts[0] if len(rel.parts) > 1 else root.name
 
 
-def table_markdown(rows: list[RecordProvenance], root: Path, index: dict[str, dict[str, Any]]) -> str:
+def table_markdown(rows: list[RecordProvenance], root: Path, index: dict[str, JsonObject]) -> str:
     """The provenance table of a folder of sets: per set, its records' git states and patches; then per patch, how
     it is kept (written by ``calorimeter provenance check --table``)."""
     lines = ["# Provenance of the committed records", "",

@@ -158,6 +158,9 @@ class AttemptPaths:
     run_json = _file(RUN_JSON, "The attempt's record.")
     steps = _file(STEPS_PARQUET, "The attempt's step timings.")
     set_aside = _file("set_aside.json", "When and why `calorimeter rerun` moved the cell's record here.")
+    peer_died = _file("peer_died.json", "The first rank the launcher saw die without a result (launch.watch).")
+    launcher_cancelled = _file("launcher_cancelled.json", "Why the launcher cancelled the job (a lost node, ...).")
+    record_error = _file("record_error.json", "Why the finished measurement's record could not be written.")
 
     @property
     def name(self) -> str:

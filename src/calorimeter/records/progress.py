@@ -22,9 +22,9 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.records.paths import AttemptPaths
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class ProgressWriter:
                       "measured_steps": cell.measured_steps, "measured_min_s": cell.measured_min_s,
                       "profile_steps": self.profile_steps})
 
-    def _append(self, obj: dict[str, Any]) -> None:
+    def _append(self, obj: JsonObject) -> None:
         """One line; a file that cannot be written (disk full) stops the progress, never the training."""
         if self.failed:
             return
@@ -96,7 +96,7 @@ class ProgressWriter:
 class Progress:
     """What a progress file says so far."""
 
-    header: dict[str, Any] = field(default_factory=dict)
+    header: JsonObject = field(default_factory=dict)
     steps: int = 0
     phase: str | None = None
     expected: int | None = None
@@ -109,7 +109,7 @@ class Progress:
     t_last_s: float = math.nan
     recent: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))
 
-    def add(self, line: dict[str, Any]) -> None:
+    def add(self, line: JsonObject) -> None:
         """Take one line of the file."""
         if "step" not in line:
             self.header = line
@@ -166,7 +166,7 @@ class Progress:
         return (f"step {self.steps}{of} {self.phase}, {self.step_s:.3g} s/step"
                 + (f", {tps:.4g} tokens/s" if tps == tps else ""))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-able summary."""
         return {"steps_done": self.steps, "steps_expected": self.expected, "steps_expected_exact": self.exact,
                 "phase": self.phase, "last_step_s": _finite(self.last_step_s), "step_s": _finite(self.step_s),
@@ -187,7 +187,7 @@ class ProgressTail:
         self.progress: Progress | None = None
         self._partial = b""
 
-    def poll(self) -> list[dict[str, Any]]:
+    def poll(self) -> list[JsonObject]:
         """The step lines added since the last call (the progress is updated with them)."""
         try:
             with self.path.open("rb") as f:

@@ -8,7 +8,8 @@ import platform
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+
+from calorimeter.plan.json_types import JsonObject
 
 PACKAGES = ("calorimeter", "torch", "deepspeed", "megatron-core", "zeus", "submitit", "snakemake", "nvidia-ml-py",
             "numpy", "pandas", "pyarrow")
@@ -77,7 +78,7 @@ def git_patch(repo: Path | None = None) -> str | None:
     return tracked + "".join(new)
 
 
-def git_state(repo: Path | None = None) -> dict[str, Any]:
+def git_state(repo: Path | None = None) -> JsonObject:
     """Commit and dirtiness of the working tree the workflow runs from (None outside git): a tree is dirty when,
     outside :data:`PATCH_EXCLUDES` (the measurements), a tracked file changed or an untracked file that git does not
     ignore lies in it (a new config or module is code the run used): exactly when :func:`git_patch` is not empty."""
@@ -103,7 +104,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def host_cpu() -> dict[str, Any]:
+def host_cpu() -> JsonObject:
     """The host a rank runs on, as far as it sets a host-bound cell's speed (the host issues every kernel; the same
     configuration took 1.2-1.4x longer on one 2x H200 machine than on another: docs/projection.md): the processor
     model, its logical CPUs, those this process may use, and the maximum clock in MHz where the kernel exposes it
@@ -124,7 +125,7 @@ DISPATCH_OPS = 2000
 DISPATCH_REPEATS = 3
 
 
-def host_dispatch(device: str, ops: int = DISPATCH_OPS, repeats: int = DISPATCH_REPEATS) -> dict[str, Any]:
+def host_dispatch(device: str, ops: int = DISPATCH_OPS, repeats: int = DISPATCH_REPEATS) -> JsonObject:
     """How fast this rank's host issues work: microseconds of host time per tiny operation (an in-place add on a
     one-element tensor of the rank's device), the median of ``repeats`` loops of ``ops``, the device synchronised
     before each loop and not inside it (on a GPU the loop times the host's dispatch and kernel launch, not the kernels).
@@ -150,11 +151,11 @@ def host_dispatch(device: str, ops: int = DISPATCH_OPS, repeats: int = DISPATCH_
         return {"dispatch_unavailable": f"{type(e).__name__}: {e}"}
 
 
-def device_info(device: str) -> dict[str, Any]:
+def device_info(device: str) -> JsonObject:
     """Name, UUID and driver of this rank's device through NVML; for CPU ranks the processor."""
     if not device.startswith("cuda"):
         return {"kind": "cpu", "name": cpu_model()}
-    info: dict[str, Any] = {"kind": "cuda", "torch_device": device}
+    info: JsonObject = {"kind": "cuda", "torch_device": device}
     try:
         import torch
 

@@ -6,18 +6,20 @@ import hashlib
 import math
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from calorimeter.plan.cell import TRAINING_KINDS, Cell
+from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import PROFILES
+from calorimeter.plan.json_types import JsonObject
+from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.models import get_model
 from calorimeter.records import job_states
 from calorimeter.records.atomic import write_atomic, write_json_atomic, write_parquet_atomic
 from calorimeter.records.metrics import step_times_s, throughput_metrics
 from calorimeter.records.paths import AttemptPaths, CellPaths
 from calorimeter.records.provenance import PATCH_EXCLUDES, PATCH_NAME, git_patch, git_state, package_versions
+from calorimeter.records.rank import RankDeath, RankReport
 from calorimeter.records.run_record import SCHEMA_VERSION
 
 RANK_KEYS = ("rank", "local_rank", "node", "hostname", "host_cpu", "backend", "device", "device_info", "pid",
@@ -58,21 +60,7 @@ def transient_class(error: str | None) -> str:
     return next((name for name, patterns in TRANSIENT_CLASSES if any(p in t for p in patterns)), "transient")
 
 
-def describe_death(death: dict[str, Any]) -> str:
-    """One line naming the rank and host that went first (a death found by :mod:`calorimeter.launch.watch`)."""
-    others = [r for r in death.get("ranks_dead", []) if r != death.get("rank")]
-    pid = f" (pid {death['pid']})" if death.get("pid") is not None else ""
-    how = ""
-    if death.get("how"):
-        how = f" ({death['how']}" + (", said srun)" if death.get("source") == "srun" else ")")
-    if death.get("others_lived_s"):
-        how = f" (its heartbeat stopped {death['others_lived_s']:.0f} s before any other rank's)"
-    return (f"rank {death.get('rank')} on host {death.get('host')}{pid} died without a result{how}"
-            + (f" (also gone: ranks {', '.join(map(str, others))})" if others else "")
-            + "; the other ranks were stopped")
-
-
-def describe_node_loss(cancelled: dict[str, Any]) -> str:
+def describe_node_loss(cancelled: JsonObject) -> str:
     """The reason of a cell whose job lost a node and found none to run it again (``launcher_cancelled.json``, with
     ``rerun``: the command that reruns the sweep's failed cells)."""
     lost = cancelled.get("node_lost") or {}
@@ -86,8 +74,8 @@ def describe_node_loss(cancelled: dict[str, Any]) -> str:
             f"with: {cancelled.get('rerun') or 'calorimeter rerun <sweep file> --failed'}")
 
 
-def classify_attempt(rank_results: list[dict[str, Any]], world_size: int, launcher_error: str | None = None,
-                     slurm_state: str | None = None, peer_died: dict[str, Any] | None = None
+def classify_attempt(rank_results: list[RankReport], world_size: int, launcher_error: str | None = None,
+                     slurm_state: str | None = None, peer_died: RankDeath | None = None
                      ) -> tuple[str, str, str]:
     """(status, failure_class, reason) of an attempt.
 
@@ -108,39 +96,37 @@ def classify_attempt(rank_results: list[dict[str, Any]], world_size: int, launch
        -> failed (deterministic: the same cell would fail again);
     7. ranks left no result at all -> transient.
     """
-    statuses = [r.get("status") for r in rank_results]
-    if len(rank_results) == world_size and all(s == "ok" for s in statuses):
+    if len(rank_results) == world_size and all(r.ok for r in rank_results):
         return "ok", "ok", ""
-    ooms = [r for r in rank_results if r.get("status") == "oom"]
+    ooms = [r for r in rank_results if r.status == "oom"]
     if ooms:
-        return "oom", "oom", f"rank {ooms[0].get('rank')}: {ooms[0].get('error', 'out of memory')}"
+        return "oom", "oom", f"rank {ooms[0].rank}: {ooms[0].error or 'out of memory'}"
     state = job_states.base_state(slurm_state) or ""
     if state == "OUT_OF_MEMORY":
         return "oom", "oom", "SLURM OUT_OF_MEMORY: the job exceeded its host memory (--mem)"
-    timeouts = [r for r in rank_results if r.get("status") == "timeout"]
+    timeouts = [r for r in rank_results if r.status == "timeout"]
     if timeouts or state == "TIMEOUT":
-        why = (f"rank {timeouts[0].get('rank')}: {timeouts[0].get('error')}" if timeouts else
+        why = (f"rank {timeouts[0].rank}: {timeouts[0].error}" if timeouts else
                "SLURM ended the job at its time limit (TIMEOUT)")
         return "failed", "timeout", f"{why}; raise launcher.timeout_min (or the profile's runtime) and rerun"
     if state in job_states.TRANSIENT:
         klass = job_states.STATE_CLASSES.get(state, "transient")
         return "transient", klass, (f"SLURM {state}" + (f"; launcher: {launcher_error}" if launcher_error
                                                                else ""))
-    preempted = [r for r in rank_results if r.get("status") == "preempted"]
+    preempted = [r for r in rank_results if r.status == "preempted"]
     if preempted:
-        return "transient", "transient", f"preempted too often: {preempted[0].get('error')}"
-    failed = sorted((r for r in rank_results if r.get("status") == "failed"), key=lambda r: r.get("t_end_s", 0))
-    failed_before = failed and not _is_transient_error(failed[0].get("error")) and float(
-        failed[0].get("t_end_s") or 0) <= float((peer_died or {}).get("t_detected_s") or math.inf)
+        return "transient", "transient", f"preempted too often: {preempted[0].error}"
+    failed = _failed_in_order(rank_results)
+    detected_s = (peer_died.t_detected_s if peer_died is not None else None) or math.inf
+    failed_before = failed and not _is_transient_error(failed[0].error) and float(failed[0].t_end_s or 0) <= detected_s
     if peer_died and not failed_before:
-        return "transient", "peer_died", describe_death(peer_died)
+        return "transient", "peer_died", peer_died.describe()
     if failed:
         # The first rank to fail is the cause; its peers then fail on broken connections.
         first = failed[0]
-        reason = f"rank {first.get('rank')}" + (f" on host {first['hostname']}" if first.get("hostname") else "") \
-            + f": {first.get('error')}"
-        if _is_transient_error(first.get("error")):
-            return "transient", transient_class(first.get("error")), reason
+        reason = f"rank {first.rank}" + (f" on host {first.hostname}" if first.hostname else "") + f": {first.error}"
+        if _is_transient_error(first.error):
+            return "transient", transient_class(first.error), reason
         return "failed", "failed", reason
     missing = world_size - len(rank_results)
     return "transient", "transient", (f"{missing} of {world_size} ranks left no result"
@@ -153,17 +139,22 @@ def _finite_or_none(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def steps_frame(rank_results: list[dict[str, Any]]) -> pd.DataFrame:
+def _failed_in_order(rank_results: list[RankReport]) -> list[RankReport]:
+    """The failed ranks, the first to fail first."""
+    return sorted((r for r in rank_results if r.status == "failed"), key=lambda r: r.t_end_s or 0)
+
+
+def steps_frame(rank_results: list[RankReport]) -> pd.DataFrame:
     """One row per (rank, step)."""
-    rows = [{"rank": r["rank"], **s} for r in rank_results for s in r.get("steps", [])]
+    rows = [{"rank": r.rank, **s} for r in rank_results for s in r.steps]
     cols = ["rank", "step", "phase", "loss", "grad_norm", "time_s", "t_begin_s", "t_end_s"]
     df = pd.DataFrame(rows, columns=cols) if rows else pd.DataFrame({c: [] for c in cols})
     return df.astype({"rank": "int32", "step": "int32", "loss": "float64", "grad_norm": "float64",
                       "time_s": "float64"})
 
 
-def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[str, Any],
-                 estimates: dict[str, Any] | None = None, evidence: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_record(cell: Cell, rank_results: list[RankReport], launch: JsonObject,
+                 estimates: JsonObject | None = None, evidence: JsonObject | None = None) -> JsonObject:
     """The run.json content of one attempt.
 
     ``evidence`` (SLURM's view from sacct, requeue events, log tails, exit codes) is stored under ``evidence``
@@ -171,57 +162,56 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
     """
     slurm_state = ((evidence or {}).get("slurm") or {}).get("state")
     status, failure_class, reason = classify_attempt(rank_results, cell.world_size, launch.get("launcher_error"),
-                                                     slurm_state, (evidence or {}).get("peer_died"))
+                                                     slurm_state, _death((evidence or {}).get("peer_died")))
     cancelled = (evidence or {}).get("launcher_cancelled")
     if status == "transient" and cancelled and cancelled.get("node_lost") is not None:
         status, failure_class, reason = "failed", "node_lost", describe_node_loss(cancelled)
     elif status == "transient" and cancelled:  # the launcher ended a job SLURM would have held (a lost node)
-        failed = sorted((r for r in rank_results if r.get("status") == "failed"), key=lambda r: r.get("t_end_s", 0))
-        failure_class = transient_class(failed[0].get("error")) if failed else "node_fail"
-        if failed and not _is_transient_error(failed[0].get("error")):  # a deterministic error ended it
+        failed = _failed_in_order(rank_results)
+        failure_class = transient_class(failed[0].error) if failed else "node_fail"
+        if failed and not _is_transient_error(failed[0].error):  # a deterministic error ended it
             status, failure_class = "failed", "failed"
         elif failure_class == "transient":
             failure_class = "node_fail"
-        reason = (f"rank {failed[0].get('rank')}: {failed[0].get('error')}; " if failed else "") + \
+        reason = (f"rank {failed[0].rank}: {failed[0].error}; " if failed else "") + \
             f"the launcher cancelled the job: {cancelled.get('why')}"
     profile = PROFILES.get(cell.hardware)
-    record: dict[str, Any] = {
+    kind = get_kind(cell.kind)
+    record: JsonObject = {
         "schema_version": SCHEMA_VERSION,
         "cell_id": cell.cell_id,
         "status": status,
         "failure_class": failure_class,
         "reason": reason,
         "cell": cell.recorded(),  # a command cell as what it is, not with the engine's defaults
-        "model": get_model(cell.model).to_dict() if cell.kind in TRAINING_KINDS or (
-            cell.kind == "command" and cell.model != "-") else None,  # a command cell may declare its model
+        "model": get_model(cell.model).to_dict() if kind.trains_model or (
+            kind.declares_model and cell.model != "-") else None,  # a command cell may declare its model
         "hardware": profile.to_dict() if profile else {"name": cell.hardware},
         "plan_estimates": estimates or {},
     }
-    peaks = [r["peak_memory_bytes"] for r in rank_results if r.get("peak_memory_bytes") is not None]
+    peaks = [r.peak_memory_bytes for r in rank_results if r.peak_memory_bytes is not None]
     record["peak_memory_bytes"] = max(peaks) if peaks else None
-    if status == "ok" and cell.kind not in TRAINING_KINDS:  # a calibration kind: its own summary, from rank 0
-        r0 = min(rank_results, key=lambda r: r["rank"])
-        record["metrics"] = {"kind": cell.kind, **(r0.get("kind_metrics") or {})}
+    if status == "ok" and not kind.trains_model:  # a calibration kind: its own summary, from rank 0
+        r0 = min(rank_results, key=lambda r: r.rank)
+        record["metrics"] = {"kind": cell.kind, **(r0.kind_metrics or {})}
     elif status == "ok":
-        rank_steps = [r.get("steps", []) for r in rank_results]
-        record["metrics"] = throughput_metrics(cell, step_times_s(rank_steps),
+        record["metrics"] = throughput_metrics(cell, step_times_s([r.steps for r in rank_results]),
                                                profile.peak_bf16_tflops if profile else None)
-        r0 = min(rank_results, key=lambda r: r["rank"])
-        record["engine"] = r0.get("engine")  # kernels and overlap mechanisms (every rank's: provenance.ranks)
+        r0 = min(rank_results, key=lambda r: r.rank)
+        record["engine"] = r0.engine  # kernels and overlap mechanisms (every rank's: provenance.ranks)
         record["loss"] = [{"step": s["step"], "phase": s["phase"], "loss": s["loss"],
-                           "grad_norm": _finite_or_none(s.get("grad_norm"))} for s in r0["steps"]]
-        if r0.get("warmup"):  # how the warm-up and the measured length were decided (calorimeter.train.steady)
-            record["warmup"] = {**r0["warmup"], "final_slope_c_per_min_by_rank": {
-                str(r["rank"]): (r.get("warmup") or {}).get("final_slope_c_per_min") for r in rank_results}}
+                           "grad_norm": _finite_or_none(s.get("grad_norm"))} for s in r0.steps]
+        if r0.warmup:  # how the warm-up and the measured length were decided (calorimeter.train.steady)
+            record["warmup"] = {**r0.warmup, "final_slope_c_per_min_by_rank": {
+                str(r.rank): (r.warmup or {}).get("final_slope_c_per_min") for r in rank_results}}
     else:
         record["metrics"] = {}
     record["provenance"] = {
         "git": git_state(),
         "packages": package_versions(),
-        "hosts": sorted({r.get("hostname") for r in rank_results if r.get("hostname")}),
-        "host_cpus": sorted({m for r in rank_results if (m := (r.get("host_cpu") or {}).get("model"))}),
-        "ranks": [{k: r.get(k) for k in RANK_KEYS}
-                  for r in rank_results],
+        "hosts": sorted({r.hostname for r in rank_results if r.hostname}),
+        "host_cpus": sorted({m for r in rank_results if (m := (r.host_cpu or {}).get("model"))}),
+        "ranks": [{k: getattr(r, k) for k in RANK_KEYS} for r in rank_results],
         "launcher": launch,
     }
     if evidence is not None:
@@ -229,7 +219,12 @@ def build_record(cell: Cell, rank_results: list[dict[str, Any]], launch: dict[st
     return record
 
 
-def abandoned_record(cell: Cell, reason: str) -> dict[str, Any]:
+def _death(d: JsonObject | None) -> RankDeath | None:
+    """The death an attempt's evidence names (``evidence.peer_died``), if any."""
+    return RankDeath.from_dict(d) if d else None
+
+
+def abandoned_record(cell: Cell, reason: str) -> JsonObject:
     """The run.json of an attempt nobody will finish (its launcher died and its job is gone): ``transient`` with the
     reason, a cell record like any other (:func:`~calorimeter.records.run_record.read_run_record` reads it), so
     ``calorimeter status`` counts the attempt as closed and the next run submits the cell again."""
@@ -237,7 +232,7 @@ def abandoned_record(cell: Cell, reason: str) -> dict[str, Any]:
             "failure_class": "transient", "reason": reason, "cell": cell.recorded()}
 
 
-def write_cell_record(cell: CellPaths, attempt: AttemptPaths, record: dict[str, Any], steps: pd.DataFrame) -> Path:
+def write_cell_record(cell: CellPaths, attempt: AttemptPaths, record: JsonObject, steps: pd.DataFrame) -> Path:
     """Write steps.parquet, then run.json last (the cell's completion marker), each atomically.
 
     Both files are also kept in the attempt folder, so a later rerun that replaces the top-level files never
@@ -251,7 +246,7 @@ def write_cell_record(cell: CellPaths, attempt: AttemptPaths, record: dict[str, 
     return cell.run_json
 
 
-def _keep_patch(cell: CellPaths, attempt: AttemptPaths, record: dict[str, Any]) -> None:
+def _keep_patch(cell: CellPaths, attempt: AttemptPaths, record: JsonObject) -> None:
     """A record from a modified tree keeps the modification: ``source.patch`` (``git diff HEAD`` outside the
     measurements, :data:`~calorimeter.records.provenance.PATCH_EXCLUDES`) next to its
     run.json in the cell and the attempt folder, named with its SHA-256 under ``provenance.git`` (so that commit +

@@ -9,7 +9,7 @@ with the default an older or a failed record implies. ``data`` keeps the upgrade
 Version history: 1 (records before ``schema_version`` existed are read as 1: their differences are names, which the
 upgrade handles); 2: only additions and one correction, so a version-1 record reads as before: a
 ``command`` cell's ``cell`` says ``engine: command`` and None for what its command decides (layout, ZeRO stage,
-data, seed, learning rate: :data:`calorimeter.plan.cell.COMMAND_DECIDES`; version 1 gave the engine's defaults), and
+data, seed, learning rate: :data:`calorimeter.plan.kinds.COMMAND_DECIDES`; version 1 gave the engine's defaults), and
 its record has a ``command`` section (the command, how it was launched, the files it ran with their SHA-256, the
 packages it imported); ``evidence.rank_output`` holds every rank's output tail (the rank the reason names first)
 instead of ``evidence.log_tail``; failure classes ``node_lost`` and a ``timeout`` that was never requeued.
@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.records.legacy import upgrade_record
+from calorimeter.records.rank import RankOutput
 
 #: the run.json format written today
 SCHEMA_VERSION = 2
@@ -32,7 +33,7 @@ class RecordError(ValueError):
     """A run.json that cannot be used, and why (``missing``, ``not JSON (...)``, ``not a cell record (...)``)."""
 
 
-def _mapping(d: dict[str, Any], key: str) -> dict[str, Any]:
+def _mapping(d: JsonObject, key: str) -> JsonObject:
     value = d.get(key)
     return value if isinstance(value, dict) else {}
 
@@ -60,25 +61,25 @@ class RunRecord:
         data: the whole (upgraded) object.
     """
 
-    cell: dict[str, Any]
+    cell: JsonObject
     status: str
     failure_class: str = ""
     reason: str = ""
-    metrics: dict[str, Any] = field(default_factory=dict)
-    provenance: dict[str, Any] = field(default_factory=dict)
-    hardware: dict[str, Any] = field(default_factory=dict)
-    model: dict[str, Any] | None = None
-    placement: dict[str, Any] = field(default_factory=dict)
-    warmup: dict[str, Any] = field(default_factory=dict)
-    loss: tuple[dict[str, Any], ...] = ()
+    metrics: JsonObject = field(default_factory=dict)
+    provenance: JsonObject = field(default_factory=dict)
+    hardware: JsonObject = field(default_factory=dict)
+    model: JsonObject | None = None
+    placement: JsonObject = field(default_factory=dict)
+    warmup: JsonObject = field(default_factory=dict)
+    loss: tuple[JsonObject, ...] = ()
     peak_memory_bytes: int | None = None
     telemetry_files: tuple[str, ...] = ()
     kind_files: tuple[str, ...] = ()
     schema_version: int = SCHEMA_VERSION
-    data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    data: JsonObject = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunRecord:
+    def from_dict(cls, d: JsonObject) -> RunRecord:
         """The record of a run.json object (upgraded; not modified).
 
         Raises:
@@ -114,31 +115,31 @@ class RunRecord:
         return self.status == "ok"
 
     @property
-    def launcher(self) -> dict[str, Any]:
+    def launcher(self) -> JsonObject:
         """What the launcher recorded: executor, job_id, attempt, wall_time_s, reattached, ..."""
         value = self.provenance.get("launcher")
         return value if isinstance(value, dict) else {}
 
     @property
-    def engine(self) -> dict[str, Any]:
+    def engine(self) -> JsonObject:
         """The engine rank 0 ran: ``kernels``, ``kernel_choice``, ``overlap``, ``torch`` (empty in records from before
         the engine recorded its kernels, and for kinds without an engine); read through
         :class:`calorimeter.projection.fingerprint.Fingerprint`."""
         return _mapping(self.data, "engine")
 
     @property
-    def command(self) -> dict[str, Any]:
+    def command(self) -> JsonObject:
         """A ``command`` cell's command, launcher, files (with SHA-256) and packages (empty before version 2)."""
         return _mapping(self.data, "command")
 
     @property
-    def rank_output(self) -> list[dict[str, Any]]:
+    def rank_output(self) -> list[RankOutput]:
         """Every rank's output tail, the rank the reason names first (``evidence.rank_output``; empty before
         version 2)."""
-        return list(_mapping(self.data, "evidence").get("rank_output") or [])
+        return [RankOutput.from_dict(o) for o in _mapping(self.data, "evidence").get("rank_output") or []]
 
     @property
-    def ranks(self) -> list[dict[str, Any]]:
+    def ranks(self) -> list[JsonObject]:
         """Per rank: rank, local_rank, node, hostname, device_info, stage, ... (``provenance.ranks``)."""
         return list(self.provenance.get("ranks") or [])
 

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from calorimeter.plan.kinds import kind_of
 from calorimeter.records.atomic import write_atomic
 from calorimeter.records.legacy import upgrade_samples
 from calorimeter.records.paths import KERNELS_PARQUET, RUN_JSON, STEPS_PARQUET, TELEMETRY_PARQUET
@@ -188,7 +189,7 @@ def _cells(sweep: Path, repeat: int) -> tuple[list[tuple[Path, RunRecord]], dict
         cell = rec.cell
         if not rec.ok:
             skipped[d.name] = f"status {rec.status}"
-        elif (cell.get("kind") or "train") != "train":
+        elif not ((kind := kind_of(cell.get("kind"))) is not None and kind.full_training):
             skipped[d.name] = f"a {cell.get('kind')} cell (not training)"
         elif int(cell.get("repeat") or 0) != repeat:
             skipped[d.name] = f"repetition {cell.get('repeat')} (exporting repetition {repeat})"

@@ -44,7 +44,7 @@ from scipy import stats
 from calorimeter.figures.selection import figure_cells
 from calorimeter.findings.select import CONFIG_PARAMS
 from calorimeter.findings.stats import CANNOT_SAY, Claim, Effect, Judgement, mean_interval, verdict
-from calorimeter.plan.cell import TRAINING_KINDS
+from calorimeter.plan.kinds import DEFAULT_KIND, kinds_where
 from calorimeter.records.legacy import config_ids
 from calorimeter.records.machines import machine_keys
 from calorimeter.reproduce.metrics import FIGURE_METRICS, METRICS, Metric
@@ -275,8 +275,8 @@ def compare(reference: Source, reproduction: Source, metrics: tuple[Metric, ...]
 
     for key, cfg in ref.items():
         other = rep.get(key)
-        kind = str(cfg.rows.iloc[0].get("kind") or "train")
-        if kind not in TRAINING_KINDS:
+        kind = str(cfg.rows.iloc[0].get("kind") or DEFAULT_KIND)
+        if kind not in kinds_where(trains_model=True):
             add(cfg, other, not_comparable(f"a {kind} cell: no training metrics to compare"))
             continue
         if other is None:
@@ -312,7 +312,7 @@ def compare(reference: Source, reproduction: Source, metrics: tuple[Metric, ...]
             res.append(compare_metric(vr, vp, m, nz, c, why, (mr, mp)))
         add(cfg, other, res)
     for key, cfg in rep.items():
-        if key not in ref and str(cfg.rows.iloc[0].get("kind") or "train") in TRAINING_KINDS:
+        if key not in ref and str(cfg.rows.iloc[0].get("kind") or DEFAULT_KIND) in kinds_where(trains_model=True):
             add(cfg, None, not_comparable("not in the reference: nothing to compare with"))
             rows[-len(metrics):] = [{**r, "config_id": "", "reproduction_config_id": cfg.config_id, "figures": ""}
                                     for r in rows[-len(metrics):]]

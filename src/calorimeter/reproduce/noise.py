@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calorimeter.plan.cell import TRAINING_KINDS
+from calorimeter.plan.kinds import DEFAULT_KIND, kinds_where
 from calorimeter.projection.schedule import HOST_BOUND_BUSY_FRAC
 from calorimeter.records.atomic import write_atomic
 from calorimeter.records.legacy import config_ids
@@ -212,7 +212,7 @@ def observations(sweeps: Iterable[str | Path]) -> pd.DataFrame:
         r = src.runs
         if r.empty or src.gpus.empty:
             continue
-        r = r[(r["status"] == "ok") & r["kind"].fillna("train").isin(TRAINING_KINDS)]
+        r = r[(r["status"] == "ok") & r["kind"].fillna(DEFAULT_KIND).isin(kinds_where(trains_model=True))]
         tag = f"{i}:"
         frames.append(pd.DataFrame({
             "sweep": str(sweep), "cell": tag + r["cell_id"].astype(str), "config": config_ids(r),

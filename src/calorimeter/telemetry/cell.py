@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from calorimeter.plan.settings import TelemetrySettings
 from calorimeter.records.atomic import write_atomic
 from calorimeter.records.paths import RunPaths
 from calorimeter.telemetry.process import start_node_sampler
@@ -12,20 +13,20 @@ from calorimeter.telemetry.process import start_node_sampler
 log = logging.getLogger(__name__)
 
 
-def start_cell_sampler(run: RunPaths, node: int, local_rank: int, settings: dict[str, Any]) -> Any | None:
+def start_cell_sampler(run: RunPaths, node: int, local_rank: int, settings: TelemetrySettings) -> Any | None:
     """Start the node sampler on local rank 0 (None on other ranks or with telemetry disabled).
 
     Args:
         run: the run's folder in the attempt's staging folder.
         node: node index of this rank.
         local_rank: local rank on the node.
-        settings: the sweep's validated ``telemetry`` block (``enabled``, ``period_ms``).
+        settings: the sweep's telemetry settings (``enabled``, ``period_ms``).
     """
-    if local_rank != 0 or not settings["enabled"]:
+    if local_rank != 0 or not settings.enabled:
         return None
 
     try:
-        return start_node_sampler(run.node(node), period_s=float(settings["period_ms"]) / 1000.0,
+        return start_node_sampler(run.node(node), period_s=settings.period_s,
                                   session=f"node{node}")
     except Exception as e:  # noqa: BLE001 - a failed sampler must not fail the measurement; the record says why
         log.warning("telemetry sampler did not start on node %d: %s", node, e)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pandas as pd
 
@@ -17,15 +16,16 @@ from calorimeter.records.paths import (
     RunPaths,
     results_relative,
 )
+from calorimeter.records.rank import RankReport
 from calorimeter.telemetry.convert import convert_node
 from calorimeter.telemetry.kernels import breakdown_traces
 
 
-def _hostnames(rank_results: list[dict[str, Any]]) -> dict[int, str]:
-    return {int(r.get("node", 0)): str(r.get("hostname", "")) for r in rank_results if r.get("local_rank") == 0}
+def _hostnames(rank_results: list[RankReport]) -> dict[int, str]:
+    return {int(r.node or 0): str(r.hostname or "") for r in rank_results if r.local_rank == 0}
 
 
-def collect_telemetry(run: RunPaths, dest: CellPaths, rank_results: list[dict[str, Any]]) -> list[str]:
+def collect_telemetry(run: RunPaths, dest: CellPaths, rank_results: list[RankReport]) -> list[str]:
     """Convert every node's sampler streams and the traced ranks' profiles into the cell's tables.
 
     GPU samples of all nodes are concatenated with ``node`` (index) and ``hostname`` columns; the samplers'
@@ -71,7 +71,7 @@ def collect_telemetry(run: RunPaths, dest: CellPaths, rank_results: list[dict[st
         kern = breakdown_traces(traces)
         if "file" in kern:  # the trace's path relative to the results folder: no machine's folders in a record
             kern["file"] = [results_relative(f, dest.root) for f in kern["file"]]
-        stage = {int(r["rank"]): r.get("stage") for r in rank_results}
+        stage = {r.rank: r.stage for r in rank_results}
         if "rank" in kern:
             kern.insert(1, "stage", [stage.get(int(r)) for r in kern["rank"]])
         write_parquet_atomic(dest.kernels, kern)

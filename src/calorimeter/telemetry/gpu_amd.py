@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.telemetry.gpu_common import GpuReader, MetricGroup, Unavailable
 from calorimeter.telemetry.schema import GPU_METRIC_NAMES
 
@@ -21,7 +22,7 @@ def make_amd_reader(zgpu: Any) -> tuple[GpuReader, dict[str, str]]:
         The reader and ``metric -> reason`` for the metrics this backend does not offer.
     """
 
-    def energy() -> dict[str, Any]:
+    def energy() -> JsonObject:
         if not zgpu.supports_get_total_energy_consumption():
             why = "Zeus reports the amdsmi energy counter as inaccurate on this GPU"
             return {"energy_millijoule": Unavailable(why)}
@@ -35,7 +36,7 @@ def make_amd_reader(zgpu: Any) -> tuple[GpuReader, dict[str, str]]:
         MetricGroup(("energy_millijoule",), energy, slow=True),
         MetricGroup(("power_limit_w",), lambda: {"power_limit_w": zgpu.get_power_management_limit() / 1000.0}),
     ]
-    info: dict[str, Any] = {}
+    info: JsonObject = {}
     with contextlib.suppress(Exception):  # informational only
         info["name"] = zgpu.get_name()
     unsupported = {n: "not offered by Zeus's AMD backend" for n in GPU_METRIC_NAMES if n not in _AMD_READ}

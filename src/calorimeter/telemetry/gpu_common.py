@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.telemetry.metadata import UnavailableRegistry
 from calorimeter.telemetry.schema import GPU_COUNTERS, GPU_METRIC_NAMES
 
@@ -72,7 +73,7 @@ class GpuReader:
     gpu_index: int
     backend: str
     groups: list[MetricGroup]
-    info: dict[str, Any] = field(default_factory=dict)
+    info: JsonObject = field(default_factory=dict)
 
     @property
     def device(self) -> str:
@@ -120,7 +121,7 @@ class GpuReader:
                 registry.add(name, self.device, v.reason)
         return values
 
-    def read(self, registry: UnavailableRegistry, read_slow: bool = True) -> dict[str, Any]:
+    def read(self, registry: UnavailableRegistry, read_slow: bool = True) -> JsonObject:
         """Read every enabled group.
 
         Args:
@@ -130,7 +131,7 @@ class GpuReader:
         Returns:
             ``column -> value`` for the metrics read now; absent columns are null in the stream.
         """
-        row: dict[str, Any] = {}
+        row: JsonObject = {}
         for group in self.groups:
             if group.disabled or (group.slow and not read_slow):
                 continue

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.telemetry.gpu_amd import make_amd_reader
 from calorimeter.telemetry.gpu_common import GpuReader, describe_error, record_all_unavailable
 from calorimeter.telemetry.gpu_nvidia import make_nvidia_reader
@@ -26,7 +26,7 @@ def _nvml_reason() -> str | None:
     return None
 
 
-def open_gpu_readers(registry: UnavailableRegistry) -> tuple[list[GpuReader], dict[str, Any]]:
+def open_gpu_readers(registry: UnavailableRegistry) -> tuple[list[GpuReader], JsonObject]:
     """Discover the GPUs visible to Zeus, build and probe one reader each.
 
     The caller decides which GPUs are visible (the sampler clears ``CUDA_VISIBLE_DEVICES`` so
@@ -39,7 +39,7 @@ def open_gpu_readers(registry: UnavailableRegistry) -> tuple[list[GpuReader], di
     Returns:
         The probed readers (possibly empty) and backend facts for the metadata.
     """
-    info: dict[str, Any] = {}
+    info: JsonObject = {}
     try:
         import zeus
         from zeus.device.gpu import get_gpus

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.telemetry.gpu_common import GpuReader, MetricGroup, Unavailable, describe_error
 from calorimeter.telemetry.reasons import ACCUMULATED_REASON_FIELDS, accumulated_column
 
@@ -136,7 +137,7 @@ def make_nvidia_reader(zgpu: Any, pynvml: Any) -> GpuReader:
     return GpuReader(gpu_index=int(zgpu.gpu_index), backend="nvidia", groups=groups, info=_nvidia_info(h, pynvml))
 
 
-def _nvidia_info(h: Any, pynvml: Any) -> dict[str, Any]:
+def _nvidia_info(h: Any, pynvml: Any) -> JsonObject:
     """Static facts about one GPU; each missing one is left out."""
     calls = {
         "name": lambda: pynvml.nvmlDeviceGetName(h),
@@ -152,7 +153,7 @@ def _nvidia_info(h: Any, pynvml: Any) -> dict[str, Any]:
             h, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN
         ),
     }
-    info: dict[str, Any] = {}
+    info: JsonObject = {}
     for key, fn in calls.items():
         try:
             v = fn()

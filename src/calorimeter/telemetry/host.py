@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.telemetry.metadata import UnavailableRegistry
 
 HOST_DEVICE = "host"
@@ -79,7 +79,7 @@ class HostReader:
     proc_root: Path = Path("/proc")
     sys_root: Path = Path("/sys")
     sensors: list[_Sensor] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
+    info: JsonObject = field(default_factory=dict)
     _prev_stat: tuple[int, int, int] | None = None
     _stat_ok: bool = False
 

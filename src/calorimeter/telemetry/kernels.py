@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.work import COLLECTIVES
 
 #: Kernel categories, in report order.
@@ -234,9 +235,9 @@ class KernelBreakdown:
     overlap_s: float = 0.0
     span_s: float = 0.0
 
-    def as_row(self) -> dict[str, Any]:
+    def as_row(self) -> JsonObject:
         """Flat dict: totals then ``<category>_sum_s``, ``<category>_union_s``, ``<category>_count``."""
-        row: dict[str, Any] = {
+        row: JsonObject = {
             "n_kernels": self.n_kernels,
             "busy_s": self.busy_s,
             "compute_s": self.compute_s,
@@ -297,7 +298,7 @@ def kernel_breakdown(events: Sequence[KernelEvent],
     return out
 
 
-def load_trace(path: str | Path) -> dict[str, Any]:
+def load_trace(path: str | Path) -> JsonObject:
     """Load a chrome trace (``.json`` or ``.json.gz``)."""
     p = Path(path)
     opener = gzip.open if p.suffix == ".gz" else open
@@ -305,7 +306,7 @@ def load_trace(path: str | Path) -> dict[str, Any]:
         return json.load(fh)
 
 
-def kernel_events(trace: dict[str, Any] | list[dict[str, Any]], cats: Sequence[str] = ("kernel",)) -> list[KernelEvent]:
+def kernel_events(trace: JsonObject | list[JsonObject], cats: Sequence[str] = ("kernel",)) -> list[KernelEvent]:
     """Kernel events of a chrome trace.
 
     Args:
@@ -336,7 +337,7 @@ def kernel_events(trace: dict[str, Any] | list[dict[str, Any]], cats: Sequence[s
 _RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
-def trace_rank(path: str | Path, trace: dict[str, Any] | None = None) -> int | None:
+def trace_rank(path: str | Path, trace: JsonObject | None = None) -> int | None:
     """Rank of a trace: ``distributedInfo.rank`` if present, else ``rank-<n>`` in the file name."""
     if isinstance(trace, dict):
         info = trace.get("distributedInfo") or {}
@@ -367,7 +368,7 @@ def breakdown_traces(paths: Iterable[str | Path], cats: Sequence[str] = TRACE_EV
     Returns:
         Columns ``rank, device, file`` then :meth:`KernelBreakdown.as_row`'s columns.
     """
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonObject] = []
     for path in paths:
         trace = load_trace(path)
         events = kernel_events(trace, cats)

@@ -11,9 +11,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import calorimeter
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.telemetry.sampler import SessionPaths, default_session
 
 
@@ -34,14 +34,14 @@ class NodeSampler:
         """The sampler's process id."""
         return self.process.pid
 
-    def metadata(self) -> dict[str, Any] | None:
+    def metadata(self) -> JsonObject | None:
         """Current metadata JSON, or None before the sampler wrote it."""
         try:
             return json.loads(self.paths.metadata.read_text())
         except (OSError, ValueError):
             return None
 
-    def wait_ready(self, timeout_s: float = 60.0) -> dict[str, Any]:
+    def wait_ready(self, timeout_s: float = 60.0) -> JsonObject:
         """Block until the sampler has probed its sensors and opened its streams.
 
         Args:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.records.atomic import write_json_atomic
 from calorimeter.telemetry.gpu_common import GpuReader, record_all_unavailable
 from calorimeter.telemetry.gpu_discovery import open_gpu_readers
@@ -162,7 +163,7 @@ class Sampler:
         self.paths = SessionPaths(config.out_dir, config.session)
         self.registry = UnavailableRegistry()
         self.gpu_readers: list[GpuReader] = []
-        self.gpu_info: dict[str, Any] = {}
+        self.gpu_info: JsonObject = {}
         self.host = HostReader()
         self.stop = _StopFlag()
         self.started_time_s = time.time()
@@ -192,7 +193,7 @@ class Sampler:
         self.host_writer = ChunkedStreamWriter(self.paths.host_stream, HOST_SCHEMA, flush)
         self.write_metadata("running")
 
-    def metadata(self, status: str) -> dict[str, Any]:
+    def metadata(self, status: str) -> JsonObject:
         """The metadata JSON content."""
         return {
             "format_version": FORMAT_VERSION,

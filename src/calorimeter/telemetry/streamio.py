@@ -17,6 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from calorimeter.plan.json_types import JsonObject
+
 
 class ChunkedStreamWriter:
     """Append rows to an Arrow IPC stream file in time-bounded chunks.
@@ -49,7 +51,7 @@ class ChunkedStreamWriter:
         if self.fsync:
             os.fsync(self._file.fileno())
 
-    def append(self, row: dict[str, Any]) -> None:
+    def append(self, row: JsonObject) -> None:
         """Buffer one row (missing keys become null)."""
         for name, col in self._cols.items():
             col.append(row.get(name))

@@ -29,6 +29,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from calorimeter.plan.cell import Cell, batch_reason
 from calorimeter.records.atomic import write_atomic
 
 PHRASES = 256
@@ -232,11 +233,19 @@ class BatchLayout:
     dp_rank: int
 
     def __post_init__(self) -> None:
-        if self.global_batch % (self.micro_batch * self.dp_size):
-            raise ValueError(f"global_batch {self.global_batch} is not a multiple of "
-                             f"micro_batch {self.micro_batch} x dp {self.dp_size}")
+        why = batch_reason(self.global_batch, self.micro_batch, self.dp_size)
+        if why:
+            raise ValueError(why)
         if not 0 <= self.dp_rank < self.dp_size:
             raise ValueError(f"dp_rank {self.dp_rank} outside [0, {self.dp_size})")
+
+    @classmethod
+    def of(cls, cell: Cell, dp_size: int, dp_rank: int) -> BatchLayout:
+        """A cell's batch on one data-parallel rank of its engine, whose data-parallel size must be the cell's (so
+        that the engine's micro-batches per step are the cell's ``grad_accum``)."""
+        if dp_size != cell.dp:
+            raise ValueError(f"{cell.cell_id}: the engine has {dp_size} data-parallel ranks, the cell {cell.dp}")
+        return cls(cell.global_batch, cell.micro_batch, dp_size, dp_rank)
 
     @property
     def grad_accum(self) -> int:

@@ -23,6 +23,7 @@ from deepspeed.pipe import DualPipeVModule, LayerSpec, PipelineModule  # noqa: E
 
 from calorimeter.plan.cell import Cell  # noqa: E402
 from calorimeter.plan.checks import engine_reasons  # noqa: E402
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.models import ModelSpec, get_model, stage_block_counts  # noqa: E402
 from calorimeter.train.kernels import AttentionShape, Kernels, choose_kernels  # noqa: E402
 from calorimeter.train.models import (  # noqa: E402
@@ -83,9 +84,9 @@ class TrainEngine:
     num_stages: int
     parameters_on_rank: int
     parameters_model: int
-    config: dict[str, Any]
+    config: JsonObject
     kernels: Kernels
-    engine_info: dict[str, Any]
+    engine_info: JsonObject
 
 
 def use_bf16(cell: Cell, device: torch.device) -> bool:
@@ -93,7 +94,7 @@ def use_bf16(cell: Cell, device: torch.device) -> bool:
     return cell.precision == "bf16" and device.type == "cuda"
 
 
-def ds_config(cell: Cell, device: torch.device) -> dict[str, Any]:
+def ds_config(cell: Cell, device: torch.device) -> JsonObject:
     """The DeepSpeed config dict of a cell (see docs/knobs.md for what each knob changes).
 
     Args:
@@ -104,14 +105,14 @@ def ds_config(cell: Cell, device: torch.device) -> dict[str, Any]:
         ValueError: for a batch that does not divide, or a combination the engine refuses
             (:func:`refusal_reasons`).
     """
-    if cell.grad_accum < 1 or cell.dp < 1:
-        raise ValueError(f"{cell.cell_id}: global_batch/micro_batch/world_size do not divide (dp={cell.dp})")
+    if cell.batch_reason:
+        raise ValueError(f"{cell.cell_id}: {cell.batch_reason}")
     spec = get_model(cell.model)
     reasons = refusal_reasons(cell, spec)
     if reasons:
         raise ValueError(f"{cell.cell_id}: " + "; ".join(reasons))
     bucket = BUCKET_ELEMENTS if cell.bucket_elements is None else cell.bucket_elements
-    zero: dict[str, Any] = {
+    zero: JsonObject = {
         "stage": cell.zero_stage,
         "overlap_comm": cell.overlap,
         "reduce_bucket_size": bucket,
@@ -121,7 +122,7 @@ def ds_config(cell: Cell, device: torch.device) -> dict[str, Any]:
     if cell.zero_stage == 3:
         zero["stage3_prefetch_bucket_size"] = (cell.prefetch_elements if cell.prefetch_elements is not None
                                                else bucket if cell.overlap else 0)
-    extra: dict[str, Any] = {}
+    extra: JsonObject = {}
     if cell.pp > 1:
         # DeepSpeed's default splits every activation sent between stages over the tp ranks and all-gathers it on
         # the other side; that assumes activations replicated over tp, which sequence parallelism breaks. Send
@@ -345,7 +346,7 @@ def tp_config(cell: Cell) -> TPConfig:
     return TPConfig(cell.tp, sp, overlap=sp and cell.overlap)
 
 
-def engine_record(cell: Cell, par: TPConfig, kern: Kernels, kernel_info: dict[str, Any]) -> dict[str, Any]:
+def engine_record(cell: Cell, par: TPConfig, kern: Kernels, kernel_info: JsonObject) -> JsonObject:
     """What the engine runs a cell with, beyond the cell's own knobs: kernels, overlap mechanisms (run.json)."""
     return {
         "kernels": kern.to_dict(),

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.telemetry.timer import time_calls
 
 ATTENTION_BACKENDS = ("cudnn", "flash", "efficient", "math")
@@ -69,7 +70,7 @@ class Kernels:
         if self.fused not in FUSED_PROVIDERS:
             raise ValueError(f"fused provider must be one of {FUSED_PROVIDERS}, got {self.fused!r}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Plain dict for records."""
         return asdict(self)
 
@@ -294,12 +295,12 @@ def default_backend(shape: AttentionShape, device: torch.device, dtype: torch.dt
 
 
 def probe_attention(shape: AttentionShape, device: torch.device, dtype: torch.dtype,
-                    candidates: tuple[str, ...] = AUTO_ATTENTION_ORDER) -> dict[str, dict[str, Any]]:
+                    candidates: tuple[str, ...] = AUTO_ATTENTION_ORDER) -> dict[str, JsonObject]:
     """Time every candidate backend on ``shape`` (forward + backward); per backend ``{ms, expand_kv}`` or ``error``.
 
     A backend that refuses grouped K/V is retried with K/V expanded per query head.
     """
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JsonObject] = {}
     for name in candidates:
         tries = [False, True] if shape.groups != shape.heads and name != "default" else [False]
         errors = []
@@ -315,12 +316,12 @@ def probe_attention(shape: AttentionShape, device: torch.device, dtype: torch.dt
     return out
 
 
-def _fastest(probe: dict[str, dict[str, Any]]) -> str | None:
+def _fastest(probe: dict[str, JsonObject]) -> str | None:
     timed = {name: r["ms"] for name, r in probe.items() if "ms" in r}
     return min(timed, key=timed.__getitem__) if timed else None
 
 
-def _agree(probe: dict[str, dict[str, Any]], device: torch.device, group: Any = None) -> dict[str, dict[str, Any]]:
+def _agree(probe: dict[str, JsonObject], device: torch.device, group: Any = None) -> dict[str, JsonObject]:
     """Ranks agree on one timing table: per backend the slowest rank's time, unusable if unusable on any rank."""
     import torch.distributed as dist
 
@@ -344,7 +345,7 @@ def requested(env: str, allowed: tuple[str, ...]) -> str:
 
 
 def choose_kernels(shape: AttentionShape | None, device: torch.device, dtype: torch.dtype,
-                   group: Any = None) -> tuple[Kernels, dict[str, Any]]:
+                   group: Any = None) -> tuple[Kernels, JsonObject]:
     """The kernels of a cell on this rank, and what the choice was based on (for the record).
 
     CPU ranks always get :data:`EAGER` (SDPA's own choice, plain ops); the environment overrides are ignored there.
@@ -360,7 +361,7 @@ def choose_kernels(shape: AttentionShape | None, device: torch.device, dtype: to
         return EAGER, {"reason": "CPU ranks use plain PyTorch ops and SDPA's own backend"}
     want_attn = requested(ENV_ATTENTION, (*ATTENTION_BACKENDS, "default"))
     want_fused = requested(ENV_FUSED, FUSED_PROVIDERS)
-    info: dict[str, Any] = {"attention_requested": want_attn, "fused_requested": want_fused}
+    info: JsonObject = {"attention_requested": want_attn, "fused_requested": want_fused}
     if want_fused == "auto":
         fused = "liger" if liger_available() else "compile"
     else:

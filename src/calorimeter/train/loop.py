@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.hardware import accelerator_of
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.models import get_model, padded_vocab_size
 from calorimeter.records.paths import RunPaths
 from calorimeter.records.progress import ProgressWriter
@@ -128,13 +129,13 @@ def train_cell(cell: Cell, out_dir: Path, device: torch.device, step_callback: S
     seed_everything(cell.seed)
     spec = get_model(cell.model)
     model_spec = dataclasses.replace(spec, vocab_size=padded_vocab_size(spec, cell.tp))
-    steps: list[dict[str, Any]] = []
+    steps: list[JsonObject] = []
     try:
         te = build_engine(cell, model_spec, device, model_hook=model_hook)
         engine = te.engine
         if gradients_out is not None:
             capture_first_step(te, Path(gradients_out))
-        layout = BatchLayout(cell.global_batch, cell.micro_batch, te.dp_size, te.dp_rank)
+        layout = BatchLayout.of(cell, te.dp_size, te.dp_rank)
         source = make_source(cell.dataset, spec.vocab_size, cell.seq_len, cell.seed)
         batches = micro_batches(source, layout, device=None if te.pipeline else device)
         dp_group = None if te.pipeline else te.dp_group  # the pipeline engine already averages over dp
@@ -181,11 +182,11 @@ def run_train(ctx: RankContext, model_hook: Callable[[torch.nn.Module], torch.nn
     rank 0 writes the run's progress file (one line per finished step, :mod:`calorimeter.records.progress`).
     ``model_hook`` (kind ``lora``) changes the built model before the optimizer sees it."""
     cell = ctx.cell
-    profile_steps = int(ctx.telemetry.get("profile_steps", 0))
+    profile_steps = ctx.telemetry.profile_steps
     progress = None
     if ctx.rank.rank == 0:
         fixed = cell.warmup == "fixed" or accelerator_of(cell.hardware) == "cpu"
         progress = ProgressWriter(ctx.run.progress, cell, profile_steps, fixed)
-    all_ranks = bool(ctx.telemetry.get("profile_all_ranks", False))
     return train_cell(cell, ctx.run.root, torch.device(ctx.rank.device), step_callback=progress,
-                      profile_steps=profile_steps, profile_all_ranks=all_ranks, model_hook=model_hook)
+                      profile_steps=profile_steps, profile_all_ranks=ctx.telemetry.profile_all_ranks,
+                      model_hook=model_hook)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.records.rank import RankContext, RankResult
 from calorimeter.train.layers import Linear
 from calorimeter.train.loop import run_train
@@ -42,7 +43,7 @@ def _as_torch_linear(module: Any) -> Any:
     return lin
 
 
-def apply_lora(model: Any, rank: int) -> dict[str, Any]:
+def apply_lora(model: Any, rank: int) -> JsonObject:
     """Put peft's LoRA adapters on ``model``'s block projections in place and freeze everything else.
 
     Returns what the record keeps: rank, alpha, targets, trainable and total parameter counts, peft's version.
@@ -76,7 +77,7 @@ def apply_lora(model: Any, rank: int) -> dict[str, Any]:
 def run_lora(ctx: RankContext) -> RankResult:
     """Kind ``lora``: the training loop of kind ``train`` (warm-up, measured and profiled steps, progress file) on
     the model with LoRA adapters; the rank's result carries the adapters' summary under ``engine.lora``."""
-    info: dict[str, Any] = {}
+    info: JsonObject = {}
 
     def hook(model: Any) -> Any:
         info.update(apply_lora(model, ctx.cell.lora_rank))

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from calorimeter.plan.cell import Cell
+from calorimeter.plan.json_types import JsonObject
 from calorimeter.records.paths import RunPaths
 from calorimeter.records.provenance import device_info
 from calorimeter.records.steadiness import SENSOR_RESOLUTION_C, Readings, drift_c, is_steady, slope_c_per_min
@@ -224,7 +225,7 @@ class SteadyState:
         last = self.step_times[-1] if self.step_times else 0.0
         return measured_steps_for(c, -float(self.agree_min(np.array([-last]))[0]))
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> JsonObject:
         """What was decided and why (goes into the rank's result and the cell's record)."""
         c = self.cell
         return {"mode": c.warmup, "mode_used": self.mode_used, "reason": self.reason, "steps": self.steps,
