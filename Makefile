@@ -54,16 +54,18 @@ dryrun: setup
 	@for f in config/sweeps/*.yaml; do echo ">> $$f"; $(BIN)/snakemake -n --quiet rules --configfile $$f || exit 1; done
 
 # Every test (unit, integration: DeepSpeed ranks and Snakemake runs, slurm: the local cluster), on TEST_WORKERS
-# pytest-xdist workers, one test file per worker at a time (--dist loadfile): the SLURM scenarios (one file, mostly
-# waiting on the cluster) run in order on one of them while the others take the CPU-bound tests. (loadgroup's
-# xdist_group marks are not applied with pytest 9.2 + xdist 3.8: checked.) TEST_WORKERS=0 runs all in this process.
+# pytest-xdist workers, one test file per worker at a time (--dist loadfile), longest first (tests/conftest.py: the
+# SLURM scenarios, one file mostly waiting on the cluster, start at once on one worker while the others take the
+# CPU-bound files). TEST_WORKERS=0 runs all in this process. --durations prints the slowest tests, so that the suite's
+# budget (15 minutes on 2 cores, the unit tests 90 s) shows per test; `pytest --write-file-seconds` refreshes the
+# seconds per file that order the files (tests/file_seconds.json).
 TEST_WORKERS ?= 3
 test: setup
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
 
-# The unit tests only (pytest markers in pyproject.toml): under 2 minutes on 2 cores.
+# The unit tests only (pytest markers in pyproject.toml): under 90 s on 2 cores.
 test-fast: setup
-	$(BIN)/python -m pytest -q -n 2 -m "not integration and not slurm"
+	$(BIN)/python -m pytest -q -n 2 -m "not integration and not slurm" --durations=15
 
 # ruff, then the package layering (import-linter contracts in pyproject.toml; also tests/test_import_contracts.py)
 ruff: setup

@@ -176,6 +176,7 @@ def test_control_characters_never_reach_sbatch_lines_from_the_profile(monkeypatc
                                                                       tmp_path: Path, resources: dict,
                                                                       expected: str) -> None:
     monkeypatch.setattr(submit.slurm_cli, "available", lambda: True)
+    monkeypatch.setattr(submit.slurm_cli, "node_cpus", lambda partition=None: None)  # no sinfo
     cell = Cell(sweep="s", model="tiny-gpt", hardware="cpu", nodes=1, gpus_per_node=1)
     with pytest.raises(submit.CellConfigError) as e:
         submit.launch_cell(cell, launcher_settings(validate_config({"launcher": {"executor": "slurm"}}), resources),

@@ -46,6 +46,7 @@ def test_profile_resources_win_over_the_sweep_and_defaults_fill_the_rest() -> No
 
 def test_sbatch_parameters_come_from_the_cell_and_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(submit.slurm_cli, "available", lambda: True)
+    monkeypatch.setattr(submit.slurm_cli, "node_cpus", lambda partition=None: None)  # no sinfo (9 s without slurmctld)
     kind, p = executor_parameters(_cell(), _settings({"executor": "slurm", "cpus_per_task": 8,
                                                       "slurm": {"constraint": "auto"}},
                                                               {"slurm_partition": "gpu", "slurm_qos": "high",
@@ -65,6 +66,7 @@ def test_sbatch_parameters_come_from_the_cell_and_the_profile(monkeypatch: pytes
 
 def test_config_errors_are_caught_before_submission(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(submit.slurm_cli, "available", lambda: False)
+    monkeypatch.setattr(submit.slurm_cli, "node_cpus", lambda partition=None: None)
     with pytest.raises(CellConfigError, match="sbatch"):
         submit.launch_cell(_cell(), _settings({"executor": "slurm"}), CellPaths(tmp_path / "c"))
     with pytest.raises(CellConfigError, match="needs 2 nodes"):

@@ -21,7 +21,7 @@ Faults, applied after the process group is up and before training:
 ``tiny``
     the rank runs no model and joins no process group: it times ``warmup_steps + measured_steps`` steps of a few
     milliseconds of plain Python (real durations; loss and gradient norm NaN), so that a cell costs well under a
-    second (the launcher's soak test runs a hundred of them with random faults). Never a measurement of anything.
+    second (the launcher's soak test runs dozens of them with random faults). Never a measurement of anything.
 
 Rank deaths (SIGKILL of the rank's own process, as the kernel's OOM killer or an operator would; ``@<rank>``
 picks the rank, default 1; only on the first run of a job):
