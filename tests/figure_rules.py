@@ -1,4 +1,4 @@
-"""Checks of the rules every figure follows (issue 12), on a drawn matplotlib figure: no two texts overlap, no
+"""Checks of the rules every figure follows, on a drawn matplotlib figure: no two texts overlap, no
 text runs off the canvas."""
 
 from __future__ import annotations

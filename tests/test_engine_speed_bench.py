@@ -1,4 +1,4 @@
-"""bench/engine_speed.py's plan and its verdicts on issue 15's targets, on rows shaped as the committed 2x H200 ones."""
+"""bench/engine_speed.py's plan and its verdicts on the engine's speed targets, on rows shaped as the committed 2x H200 ones."""
 
 from __future__ import annotations
 

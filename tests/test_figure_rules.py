@@ -1,4 +1,4 @@
-"""The rules every figure follows (issue 12), checked on synthetic sweeps of 2, 20 and 200 cells and on the shipped
+"""The rules every figure follows, checked on synthetic sweeps of 2, 20 and 200 cells and on the shipped
 GPU records: no overlapping or cut-off text, per-model axes, comparisons that say what they do not hold fixed,
 honest colour scales with zero and missing distinct, and a note on what a figure could not draw and why."""
 

@@ -1,4 +1,4 @@
-"""Committed tables of different ages give the same findings in any rebuild order (issue 24: rebuilding the H200
+"""Committed tables of different ages give the same findings in any rebuild order (rebuilding the H200
 findings sweep alone flipped two verdicts, because the committed H100 table predates the ``kind`` column)."""
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def test_atomic_write_leaves_nothing_on_crash(tmp_path: Path) -> None:
 
 def test_records_and_tables_are_written_zstd_compressed_and_read_back_unchanged(tmp_path: Path) -> None:
     """Every Parquet file goes through write_parquet_atomic: zstd (the committed records must fit, with the wheels,
-    in what a device call may carry), and the frame reads back as written."""
+    in what a run on a GPU node may carry), and the frame reads back as written."""
     import pyarrow.parquet as pq
 
     from calorimeter.records.atomic import write_parquet_atomic

@@ -72,7 +72,7 @@ NOT_A_REFERENCE_SWEEP = {"default": "the embedded default sweep (config/config.y
 def test_each_reference_sweep_has_its_own_results_folder() -> None:
     """No two reference configs share a sweep name (they would share ``results/<sweep>/plan.json`` and draw each
     other's measured cells as not run), and each shipped results folder is planned by exactly one reference config:
-    every cell it measured, and no other except the cells a cut device call left unmeasured, which its README
+    every cell it measured, and no other except the cells a run cut short left unmeasured, which its README
     names (`not_run` in the runs table)."""
     by_sweep: dict[str, list[str]] = {}
     for p in sorted(REFERENCE.glob("*.yaml")):
@@ -89,7 +89,7 @@ def test_each_reference_sweep_has_its_own_results_folder() -> None:
         planned = {pc.cell.cell_id for pc in plan_file(REFERENCE / by_sweep[sweep][0]).cells}
         measured = {p.parent.name for p in plan_json.parent.glob("cells/*/run.json")}
         assert measured <= planned, plan_json
-        if measured != planned:  # a device call cut short: the folder's README says which cells were not run
+        if measured != planned:  # a run cut short: the folder's README says which cells were not run
             readme = (plan_json.parents[1] / "README.md").read_text()
             assert "not_run" in readme, f"{plan_json}: {len(planned - measured)} planned cells without a record"
         assert {c["cell_id"] for c in json.loads(plan_json.read_text())["cells"]} == planned

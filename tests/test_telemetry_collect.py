@@ -1,7 +1,7 @@
 """Collecting a cell's telemetry, on a real sample: 2x H200 under a bf16 matmul load, sampled every 50 ms.
 
 The fixture (tests/fixtures/telemetry/h200x2-matmul-50ms, see its README) is the raw output of the node sampler
-on a lent 2x H200 machine: Arrow IPC streams, sampler metadata, step markers and a torch.profiler trace.
+on a 2x H200 GPU node: Arrow IPC streams, sampler metadata, step markers and a torch.profiler trace.
 """
 
 from __future__ import annotations

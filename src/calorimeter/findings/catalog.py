@@ -58,8 +58,8 @@ CATALOG_CHANGES = {
        "on micro-batch 1 -> 4 against >3x; placement only `thermal` vs `default`; LoRA findings",
     3: "LoRA's lower power and temperature judged only on cells below the power cap (at the cap the limit, not the "
        "load, sets both: two capped cells can only read 'no change')",
-    4: "a host is a physical machine, told apart by its GPUs' NVML UUIDs, not by hostname (lent machines are all "
-       "called 'vm': cells of two machines read as one host in the asymmetry finding)",
+    4: "a host is a physical machine, told apart by its GPUs' NVML UUIDs, not by hostname (rented cloud machines "
+       "are often all called 'vm': cells of two machines read as one host in the asymmetry finding)",
     5: "one verdict rule for sized claims, symmetric and monotonic (agrees only inside the size; straddling an edge "
        "cannot say; a size that cannot occur in the regime cannot say); the machine as a unit (pairs and slopes "
        "within machine and repetition; asymmetry and hot-GPU clocks over machines; dof in both units); "

@@ -18,7 +18,7 @@ import pandas as pd
 from calorimeter.plan.cell import Cell, parse_cell_id
 from calorimeter.projection.fingerprint import Fingerprint
 
-#: the benchmark's files, one per device call
+#: the benchmark's files, one per run on a GPU node
 JSONL = "engine_speed.jsonl"
 
 
