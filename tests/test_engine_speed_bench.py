@@ -1,4 +1,5 @@
-"""bench/engine_speed.py's plan and its verdicts on the engine's speed targets, on rows shaped as the committed 2x H200 ones."""
+"""bench/engine_speed.py's plan and its verdicts on the engine's speed targets, on rows shaped as the committed
+2x H200 ones."""
 
 from __future__ import annotations
 

@@ -429,8 +429,8 @@ def test_a_cell_measured_again_in_two_sweeps_of_one_folder_keeps_every_measureme
 
 
 def test_machine_spread_tells_machines_apart_by_gpu_uuid_and_flags_host_bound_configurations() -> None:
-    """Rented cloud machines are all called ``vm``: the spread of one configuration over machines must come from the GPUs'
-    UUIDs. TP2+SP overlap (ring) at 2048 ran 0.858 s on the 2026-11-23 findings machine, 1.132 / 1.226 s on the
+    """Rented cloud machines are all called ``vm``: the spread of one configuration over machines must come from the
+    GPUs' UUIDs. TP2+SP overlap (ring) at 2048 ran 0.858 s on the 2026-11-23 findings machine, 1.132 / 1.226 s on the
     host-bound set's and 1.243 s on a third (2026-11-27, pass 2): 1.45x, host-bound; its repetitions on one machine
     1.08x."""
     from calorimeter.projection.accuracy import machine_spread
