@@ -19,7 +19,8 @@
 # liger-kernel among them, and the torchtitan peer's: what `pip install torchtitan==0.2.2 'datasets<4.8' torchdata`
 # adds to the CPU environment (2026-11-27, Python 3.11 here; download them for the node with `pip download --no-deps
 # --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d .whl NAME...`): torchtitan torchdata
-# datasets dill multiprocess xxhash fsspec huggingface_hub aiohttp aiohappyeyeballs aiosignal frozenlist multidict
+# datasets dill==0.4.0 multiprocess==0.70.18 (datasets 4.7 wants dill < 0.4.1; torchtitan asks >= 0.4.1 but only
+# datasets uses it) tomli xxhash fsspec huggingface_hub aiohttp aiohappyeyeballs aiosignal frozenlist multidict
 # propcache yarl tensorboard tensorboard_data_server grpcio absl_py protobuf markdown werkzeug tomli (less what the
 # node has: `python3 -m pip list` there). Results in $OUT:
 # <gpu>x4-layouts-<run>.tar.gz (the cells' records, as run_reference.sh keeps them), .log (one line per cell),
