@@ -121,7 +121,7 @@ def test_two_committed_placement_runs_on_two_machines() -> None:
     committed sets no 3% difference in throughput or energy can be seen (cannot tell), the average power (within
     0.2% and 1.0%) and the wide-floored peak power are reproduced; the
     calibration cell is not a training cell, and the run that never ran its thermal cells has no counterpart."""
-    res = compare(load_source(REF / "h200x2-placement-2026-11-23b-call1"),
+    res = compare(load_source(REF / "h200x2-placement-2026-11-23b-run1"),
                   load_source(REF / "h200x2-placement-2026-11-23b"))
     measured = res[res["verdict"] != NOT_COMPARABLE]
     assert (measured["machine_difference"] == 2).all()
