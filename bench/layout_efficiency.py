@@ -97,8 +97,10 @@ def label(row: pd.Series) -> str:
 
 def one_f_one_b_bubble(row: pd.Series) -> float:
     """The idle share of a step that 1F1B imposes with equal stages: ``(pp - 1) / (m + pp - 1)``; NaN otherwise."""
+    if row.kind != "train" or row.pp is None or row.pp != row.pp:  # a peer's cell has no layout of the engine's
+        return float("nan")
     pp, m = int(row.pp), int(row.grad_accum or 0)
-    if row.kind != "train" or pp < 2 or m < 1 or "-dualpipev_" in str(row.cell_id):
+    if pp < 2 or m < 1 or "-dualpipev_" in str(row.cell_id):
         return float("nan")
     return (pp - 1) / (m + pp - 1)
 

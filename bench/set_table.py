@@ -33,8 +33,9 @@ def table(sweep_dir: Path, by: list[str]) -> str:
     """The Markdown table of the set's measured cells, sorted by ``by``."""
     s = pd.read_csv(sweep_dir / "summary.csv")
     s = s[s["status"] == "ok"].sort_values(by)
-    lines = ["| " + " | ".join(h for h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(f(r) for _, f in COLUMNS) + " |" for _, r in s.iterrows()]
+    cols = COLUMNS if s["model"].nunique() < 2 else (("model", lambda r: r["model"]), *COLUMNS)  # several: named
+    lines = ["| " + " | ".join(h for h, _ in cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(f(r) for _, f in cols) + " |" for _, r in s.iterrows()]
     return "\n".join(lines)
 
 

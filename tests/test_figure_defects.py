@@ -371,3 +371,13 @@ def test_cpu_sweep_draws_what_a_cpu_measures_and_no_invented_axis(tmp_path: Path
     fig, res = _render("training", CPU, tmp_path)  # the layouts' equivalence: losses against the single-rank cell
     diffs = [np.abs(ln.get_ydata()).max() for ln in _by_gid(fig, "diff:")]
     assert len(diffs) == 3 and max(diffs) < 1e-4
+
+
+def test_a_sweep_with_peer_cells_draws_every_figure(tmp_path: Path) -> None:
+    """A sweep whose grid holds peers (``kind: command`` cells: no tp, pp or ZeRO stage in their records) beside the
+    engine's layouts: every figure is drawn (the committed 4x H100 layouts run)."""
+    sweep = REF / "h100x4-layouts-2026-11-28" / "h100x4-layouts-a"
+    assert _tables(sweep)["runs"]["tp"].isna().any()  # the peer's row
+    for name in FIGURES:
+        res = render(name, _tables(sweep), tmp_path / f"{name}.png")
+        assert res.name == name and (tmp_path / f"{name}.png").stat().st_size > 10_000

@@ -88,3 +88,19 @@ def test_noise_pairs_one_configuration_across_runs_only() -> None:
     c = b.table(RUNS.iloc[[0]].assign(tokens_per_s_per_gpu=20200.0), pd.DataFrame()).assign(run="c")
     lines = b.noise(pd.concat([a, c], ignore_index=True))
     assert lines == ["ZeRO-1 dp4 (gb 32): 20,000, 20,200 tokens/s/GPU in runs a, c: spread 1.00% of the mean"]
+
+
+LAYOUTS_4X_H100 = ROOT / "results" / "reference" / "h100x4-layouts-2026-11-28"
+
+
+def test_committed_4_gpu_run_with_peer_cells() -> None:
+    """The committed 4x H100 runs: a peer's cell has no layout of the engine's (tp/pp unset in its record), which the
+    bubble bound must pass over; the verdicts are the ones the set's README states."""
+    b = _bench()
+    t = b.table(*b.load_run(LAYOUTS_4X_H100 / "h100x4-layouts-a")).set_index("layout")
+    assert t.loc["peer torchtitan", "bubble_pct"] != t.loc["peer torchtitan", "bubble_pct"]  # NaN, not an error
+    assert t.loc["ZeRO-1 dp4", "x_peer"] == pytest.approx(1.185, abs=0.001)
+    assert t.loc["PP4 dualpipev 3.5.4.4", "x_best"] == pytest.approx(0.857, abs=0.001)
+    assert t.loc["TP4+SP ov", "x_best"] == pytest.approx(0.440, abs=0.001)
+    d = b.table(*b.load_run(LAYOUTS_4X_H100 / "h100x4-layouts-d")).set_index("layout")
+    assert d.loc["peer megatron-tp4-sp", "x_best"] == pytest.approx(0.684, abs=0.001)

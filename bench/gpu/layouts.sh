@@ -28,7 +28,7 @@
 # on any machine from the records (`python bench/layout_efficiency.py <unpacked>/<gpu>x4-layouts-<run>`).
 set -u
 GPU=$1 RUN=$2 BUDGET=${3:-520}
-case "$GPU:$RUN" in h100:[abcd]|h200:[abcd]) ;; *) echo "usage: $0 h100|h200 a|b|c|d [SECONDS]" >&2; exit 2 ;; esac
+case "$GPU:$RUN" in h100:[abcde]|h200:[abcde]) ;; *) echo "usage: $0 h100|h200 a|b|c|d|e [SECONDS]" >&2; exit 2 ;; esac
 NAME=${GPU}x4-layouts-$RUN
 NGPU=$(nvidia-smi -L | wc -l)
 [ "$NGPU" = 4 ] || { echo "$NAME needs 4 GPUs, this node has $NGPU" >&2; exit 2; }

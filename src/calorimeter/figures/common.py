@@ -214,7 +214,7 @@ def order_configs(df: pd.DataFrame) -> pd.DataFrame:
     d["_m"] = d["model"].map(model_order(d))
     d["_fsdp"] = ~((d["zero_stage"] == 3) & (d["pp"] == 1))
     d["_opt"] = d["optimization_label"].map({o: i for i, o in enumerate(OPT_ORDER)}).fillna(9)
-    d["_tp"] = -d["tp"].astype(int)
+    d["_tp"] = -pd.to_numeric(d["tp"], errors="coerce").fillna(0)  # a command cell has no layout: first
     keys = ["_m", "world_size", "_fsdp", "pp", "_tp", "ep", "zero_stage", "_opt", "micro_batch"]
     d = d.sort_values(keys, kind="stable")
     return d.drop(columns=["_m", "_fsdp", "_opt", "_tp"]).reset_index(drop=True)

@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from calorimeter.plan.cell import Cell
-from calorimeter.plan.models import CATALOGUE, get_model
+from calorimeter.plan.kinds import DEFAULT_KIND, get_kind
+from calorimeter.plan.models import CATALOGUE, ModelSpec, get_model, register_model
 from calorimeter.projection.catalogue import Catalogue
 from calorimeter.projection.engine_speed import is_engine_speed_set, load_engine_speed
 from calorimeter.projection.fingerprint import UNRECORDED, fingerprint_of, matches, read_fingerprints
@@ -24,6 +25,7 @@ from calorimeter.projection.regimes import GPU_BOUND, HOST_BOUND, MOE
 from calorimeter.projection.schedule import HOST_BOUND_BUSY_FRAC
 from calorimeter.records.machines import machine_keys
 from calorimeter.records.paths import SweepPaths
+from calorimeter.records.run_record import RecordError, read_run_record
 
 # HOST_BOUND_BUSY_FRAC (schedule): a host-bound cell's kernel times say little about the GPU, so it calibrates no
 # compute rate (it calibrates the host launch and ZeRO-3 host times, and is still predicted and validated)
@@ -87,6 +89,8 @@ def cell_from_row(row: dict) -> Cell:
             continue
         clean[k] = v
     split = clean.get("pp_split")
+    if isinstance(split, str):  # the runs table holds the split as its text ("[3, 5, 4, 4]", "" for none)
+        split = [int(n) for n in split.strip("[] ").replace(",", " ").split()]
     clean["pp_split"] = [int(n) for n in split] if split is not None and len(split) else None
     applied = str(clean.get("placement_split") or "")
     if clean["pp_split"] is None and "/" in applied:  # the split a placement policy chose in the job (17/15)
@@ -142,6 +146,41 @@ def _another_id(cid: str, src: Path, seen: set[str]) -> str:
     return next(c for c in cands if c not in seen)
 
 
+def register_recorded_models(source: str | Path, runs: pd.DataFrame) -> None:
+    """Register the models a sweep defined (``models:`` in its file, not in the built-in catalogue) from the cells'
+    records: each ``run.json`` holds the dimensions of the model that ran, so a set rebuilt without its sweep file is
+    projected with the model it measured (a record whose model cannot be read leaves the name unknown: the cell is
+    then dropped with that reason)."""
+    sweep = SweepPaths(Path(source))
+    for model, cid in runs.drop_duplicates("model")[["model", "cell_id"]].itertuples(index=False):
+        if not isinstance(model, str) or model in CATALOGUE:
+            continue
+        try:
+            spec = read_run_record(sweep.cell(cid).run_json).model
+        except RecordError:
+            continue
+        if spec and spec.get("name") == model:
+            register_model(ModelSpec.from_dict(spec))
+
+
+#: cell fields the runs table has no column for (set only where a cell sets them): read from each cell's record
+RECORD_ONLY_FIELDS: tuple[str, ...] = ("pp_schedule", "bucket_elements", "prefetch_elements")
+
+
+def recorded_engine_knobs(source: str | Path, cell_ids: list[str]) -> pd.DataFrame:
+    """``cell_id`` and :data:`RECORD_ONLY_FIELDS` of each cell, from its ``run.json`` (None where unset or
+    unreadable), so that a cell rebuilt from a runs row is the cell that ran (a DualPipeV pipeline is not 1F1B)."""
+    sweep = SweepPaths(Path(source))
+    rows = []
+    for cid in cell_ids:
+        try:
+            cell = read_run_record(sweep.cell(cid).run_json).cell
+        except (RecordError, OSError):
+            cell = {}
+        rows.append({"cell_id": cid, **{k: cell.get(k) for k in RECORD_ONLY_FIELDS}})
+    return pd.DataFrame(rows, columns=["cell_id", *RECORD_ONLY_FIELDS]).astype(object)
+
+
 def load_measured(sources: list[str | Path]) -> MeasuredSet:
     """Read the tables of every source sweep folder; keep the usable cells.
 
@@ -161,6 +200,9 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
         else:
             r = pd.read_parquet(sweep.table("runs"))
             r["source"] = str(src)
+            register_recorded_models(src, r)
+            r = r.drop(columns=[c for c in RECORD_ONLY_FIELDS if c in r]).merge(
+                recorded_engine_knobs(src, list(r["cell_id"])), on="cell_id", how="left")
             r = r.merge(read_fingerprints(src, list(r["cell_id"])), on="cell_id", how="left")
             k = (_wide_kernels(pd.read_parquet(sweep.table("kernels"))) if sweep.table("kernels").is_file()
                  else _wide_kernels(pd.DataFrame()))
@@ -185,6 +227,8 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
             dropped[cid] = f"status {r.get('status')}: nothing measured"
         elif r.get("model") not in CATALOGUE:
             dropped[cid] = f"model {r.get('model')!r} not in the catalogue"
+        elif not get_kind(str(r.get("kind") or DEFAULT_KIND)).trains_model:  # a peer's command, a calibration kind
+            dropped[cid] = f"kind {r.get('kind')}: not a training cell the projection models"
         else:
             keep.append(i)
     run = run.loc[keep].drop_duplicates("cell_id", keep="last").reset_index(drop=True)

@@ -172,6 +172,12 @@ class Projector:
             row[f"{key}_band"] = choice.half
             if key == "tokens_per_s_per_gpu":
                 row["band_basis"] = choice.basis
+        if cell.pp_schedule and not refused:  # pipeline_time is DeepSpeed's 1F1B: another schedule is not timed
+            refused = (f"pipeline schedule {cell.pp_schedule}: the model times DeepSpeed's 1F1B only, and no "
+                       f"{cell.pp_schedule} cell has measured what another schedule's idle time would be")
+            for key in BANDED:  # a refused row claims no band
+                row[f"{key}_band"] = math.nan
+            row["band_basis"] = ""
         row["refused"] = refused
         if refused and self.refuse:
             for key in NUMERIC_RESULTS:
