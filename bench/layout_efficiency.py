@@ -85,8 +85,8 @@ def label(row: pd.Series) -> str:
         extra.append(cid.split("-split", 1)[1].split("_", 1)[0].split("-", 1)[0])
     if cid.endswith("_pl-balanced") or "_pl-balanced_" in cid:
         extra.append("balanced")
-    if bool(row.overlap):
-        extra.insert(0, "ov")
+    if bool(row.overlap):  # with the cell's TP overlap mechanism where it names one (ov-on-tpsymm: "ov symm")
+        extra.insert(0, "ov " + cid.split("_ov-on-tp", 1)[1].split("_", 1)[0] if "_ov-on-tp" in cid else "ov")
     if row.recompute not in ("none", None) and row.recompute == row.recompute:
         extra.append(f"rc-{row.recompute}")
     rep = row["repeat"]  # (row.repeat is the Series method)

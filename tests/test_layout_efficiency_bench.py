@@ -102,5 +102,9 @@ def test_committed_4_gpu_run_with_peer_cells() -> None:
     assert t.loc["ZeRO-1 dp4", "x_peer"] == pytest.approx(1.185, abs=0.001)
     assert t.loc["PP4 dualpipev 3.5.4.4", "x_best"] == pytest.approx(0.857, abs=0.001)
     assert t.loc["TP4+SP ov", "x_best"] == pytest.approx(0.440, abs=0.001)
+    row = pd.Series({"cell_id": "llama3-8b-16l_h100-1x4_tp4-pp1-dp1-sp_z1_rc-none_ov-on-tpring_mb1-gb32-s8192",
+                     "kind": "train", "tp": 4, "pp": 1, "dp": 1, "zero_stage": 1, "sequence_parallel": True,
+                     "overlap": True, "recompute": "none", "repeat": 0})
+    assert b.label(row) == "TP4+SP ov ring"
     d = b.table(*b.load_run(LAYOUTS_4X_H100 / "h100x4-layouts-d")).set_index("layout")
     assert d.loc["peer megatron-tp4-sp", "x_best"] == pytest.approx(0.684, abs=0.001)

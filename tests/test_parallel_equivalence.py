@@ -77,6 +77,9 @@ TWO = {  # (tp, pp, dp) on 2 ranks
                                overlap=True, **BASE),
     "llama-tp2-z3-sp-ov": Cell(model="tiny-llama", gpus_per_node=2, tp=2, sequence_parallel=True, overlap=True,
                                **{**BASE, "zero_stage": 3}),
+    # the cell's tp_comm_overlap picks the mechanism (on CPU ranks auto is the ring): symmetric memory's ops
+    "llama-tp2-sp-ov-symm": Cell(model="tiny-llama", gpus_per_node=2, tp=2, sequence_parallel=True, overlap=True,
+                                 tp_comm_overlap="symm_mem", **BASE),
 }
 FOUR = {
     "llama-tp2-pp2-sp": Cell(model="tiny-llama", gpus_per_node=4, tp=2, pp=2, sequence_parallel=True,
@@ -106,6 +109,7 @@ PAIRS = [
     ("moe-pp2-ep2-full", "moe-ep1"), ("moe-tp2-pp2-sp", "moe"), ("llama-tp2-sp-ov", "llama"),
     ("gpt-tp2-sp-full-ov", "gpt"), ("llama-tp2-z3-sp-ov", "llama"), ("llama-tp2-pp2-sp-ov", "llama"),
     ("llama-pp2-dualpipev", "llama"), ("gpt-tp2-pp2-sp-dualpipev", "gpt"), ("gpt-tp4-sp-ov", "gpt"),
+    ("llama-tp2-sp-ov-symm", "llama"),
 ]
 
 
@@ -171,6 +175,11 @@ def test_tensor_parallel_ranks_hold_shards(runs: dict[str, list[dict[str, Any]]]
     assert full / 2 < tp[0]["parameters_on_rank"] < 0.52 * full
     four = runs["llama-tp2-pp2-sp"]
     assert [(r["stage"], r["tp_rank"]) for r in four] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_a_cells_tp_overlap_picks_the_mechanism(runs: dict[str, list[dict[str, Any]]]) -> None:
+    assert {r["engine"]["overlap"]["tp_comm_overlap"] for r in runs["llama-tp2-sp-ov"]} == {"ring"}  # auto on CPU
+    assert {r["engine"]["overlap"]["tp_comm_overlap"] for r in runs["llama-tp2-sp-ov-symm"]} == {"symm_mem"}
 
 
 def test_dualpipev_cells_ran_deepspeeds_dualpipev_engine(runs: dict[str, list[dict[str, Any]]]) -> None:

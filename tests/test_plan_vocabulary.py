@@ -33,7 +33,7 @@ OTHER = {"sweep": "t", "model": "tiny-gpt", "hardware": "h100", "nodes": 2, "gpu
          "measured_steps": 13, "measured_min_s": 3.0, "precision": "fp32", "dataset": "data/x", "seed": 1,
          "lr": 0.5, "pp_split": (20, 12), "engine": "other", "repeat": 2, "kind": "lora", "placement": "thermal",
          "lora_rank": 4, "command": "python x.py", "label": "x", "log_format": "megatron", "pp_schedule": "dualpipev",
-         "bucket_elements": 5 * 10**8, "prefetch_elements": 0}
+         "bucket_elements": 5 * 10**8, "prefetch_elements": 0, "tp_comm_overlap": "ring"}
 
 
 def test_the_vocabulary_names_the_cells_fields_and_derived_values_once() -> None:

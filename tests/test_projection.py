@@ -327,6 +327,22 @@ def test_power_fit_takes_the_full_clock_line_where_it_is_lower() -> None:
     assert fit_power(rows, 700.0, few).coef_full_clock == {}
 
 
+def test_power_fit_keeps_one_line_where_two_fit_worse() -> None:
+    """GPUs that follow one line, some of them near the full clock (a power cap holding them there, as 4x H100
+    Mixtral GPUs at 1920 MHz and 617-658 W): split by clock, the managed line would lose its slope; the fit keeps
+    the line that fits the GPUs better (two lines only where they do)."""
+    rng = np.random.default_rng(2)
+    line = {"const": 270.0, "u_gemm": 430.0, "u_other": 470.0, "u_comm": 0.0}
+    rows, clocks = [], []
+    for i in range(40):
+        u = {"u_gemm": rng.uniform(0.2, 0.8), "u_other": rng.uniform(0, 0.2), "u_comm": rng.uniform(0, 0.1)}
+        rows.append((f"c{i}", u, sum(line[k] * u.get(k, 1.0) for k in line) * rng.uniform(0.99, 1.01)))
+        clocks.append(1980.0 if i % 3 == 0 else 1750.0 + 100.0 * u["u_gemm"])
+    model = fit_power(rows, 700.0, clocks)
+    assert model.coef_full_clock == {}
+    assert model.coef["u_gemm"] == pytest.approx(430, rel=0.1) and model.fit_rel_error < 0.02
+
+
 def test_power_model_on_recorded_gpus(calibration) -> None:
     assert calibration.power is not None and calibration.power.cap_w == pytest.approx(700.0)
     assert calibration.power.fit_rel_error < 0.06

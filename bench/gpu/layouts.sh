@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The 4-GPU layout-efficiency runs on one 4x H100 or 4x H200 node, one run per command of at most 10 minutes; every
 # cell's records reach $OUT while the run goes (a run cut short keeps the cells done, in the config's order):
-#   bash bench/gpu/layouts.sh GPU RUN [SECONDS]      GPU: h100 | h200 (the node's); RUN: a | b | c | d
+#   bash bench/gpu/layouts.sh GPU RUN [SECONDS]      GPU: h100 | h200 (the node's); RUN: a | b | c | d | e
 # The sequence (about 25 minutes of the node for 1-3; 4 when time is left):
 #   1. bash bench/gpu/layouts.sh h100 a 500   global batch 32: ZeRO-1 dp4, torchtitan (FSDP2 + compile), TP4+SP
 #      with symmetric-memory TP overlap, PP4 balanced 1F1B, PP4 DualPipeV, PP4 uniform, TP4+SP without overlap
@@ -14,6 +14,9 @@
 #      and PP4 ZBV (~9 min).
 #   4. bash bench/gpu/layouts.sh h100 d 330   global batch 32: ZeRO-1 dp4, Megatron-core's trainer at dp4, PP4 with
 #      interleaved 1F1B (2 chunks a rank) and TP4+SP (~5 min; its tensor-parallel path never ran on CPU ranks).
+#   5. bash bench/gpu/layouts.sh h100 e 400   global batch 32: ZeRO-1 dp4, TP4+SP without overlap, with the
+#      symmetric-memory and with the ring overlap, torchtitan TP4 async (~6 min): what TP4 reaches on the engine
+#      and on the peer.
 # Each run is its own sweep (config/reference/<gpu>x4-layouts-<run>.yaml), with its own baseline: every ratio of its
 # table is a same-run ratio. Needs .whl/ (or .whlxz/) with the offline wheels (bench/gpu/setup_offline.sh),
 # liger-kernel among them, and the torchtitan peer's: what `pip install torchtitan==0.2.2 'datasets<4.8' torchdata`

@@ -68,8 +68,12 @@ class Cell:
             default, ``calorimeter.train.engine.BUCKET_ELEMENTS``).
         prefetch_elements: ZeRO-3 parameter prefetch in elements (None: the engine's default, the bucket size with
             ``overlap`` on, 0 without).
+        tp_comm_overlap: with ``overlap`` on, tp > 1 and sequence parallelism, how the tensor-parallel collectives are
+            overlapped: None (the engine's choice, ``calorimeter.train.tp_overlap.tp_overlap_mode``), ``symm_mem``,
+            ``ring``, or ``none`` (whole collectives, as with overlap off; the data-parallel overlap stays on).
 
-    The ``command`` fields and the engine knobs ``pp_schedule``, ``bucket_elements`` and ``prefetch_elements`` are
+    The ``command`` fields and the engine knobs ``pp_schedule``, ``bucket_elements``, ``prefetch_elements`` and
+    ``tp_comm_overlap`` are
     left out of :meth:`to_dict` when unset, so cells that do not set them keep the parameters (and the rerun
     trigger) they had before the fields existed.
     """
@@ -115,6 +119,7 @@ class Cell:
     pp_schedule: str | None = None
     bucket_elements: int | None = None
     prefetch_elements: int | None = None
+    tp_comm_overlap: str | None = None
 
     @property
     def world_size(self) -> int:
@@ -209,7 +214,8 @@ class Cell:
             par,
             zero,
             f"rc-{rc}",
-            "ov-on" if self.overlap else "ov-off",
+            ("ov-on" if self.overlap else "ov-off")
+            + (f"-tp{TP_OVERLAP_ID[self.tp_comm_overlap]}" if self.tp_comm_overlap else ""),
             f"mb{self.micro_batch}-gb{self.global_batch}-s{self.seq_len}",
         ]
         if self.precision != "bf16":
@@ -282,6 +288,8 @@ def _count(text: str) -> int:
 
 #: the grammar of a cell id, one pattern per form of :attr:`Cell.cell_id` (a name holding ``_`` is split at the last
 #: place that parses; the id reads back the same)
+#: ``tp_comm_overlap`` -> its token in a cell id (``ov-on-tpsymm``; a cell id's parts never hold an underscore)
+TP_OVERLAP_ID: dict[str, str] = {"symm_mem": "symm", "ring": "ring", "none": "none"}
 _MACHINE = r"(?P<hardware>[A-Za-z0-9][A-Za-z0-9.-]*?)-(?P<nodes>\d+)x(?P<gpus_per_node>\d+)"
 _PRECISION = r"(?:_(?P<precision>fp32|fp16))?"
 _REPEAT = r"(?:_r(?P<repeat>\d+))?$"
@@ -294,7 +302,7 @@ _ID_FORMS = {
         rf"^(?P<model>.+?)_{_MACHINE}_tp(?P<tp>\d+)-pp(?P<pp>\d+)-dp\d+(?:-ep(?P<ep>\d+))?(?:-cp(?P<cp>\d+))?"
         r"(?P<sequence_parallel>-sp)?(?:-split(?P<pp_split>\d+(?:\.\d+)*))?(?:-(?P<pp_schedule>[a-z][a-z0-9]*))?"
         r"_z(?P<zero_stage>\d)(?:-bk(?P<bucket_elements>\d+(?:e\d+)?))?(?:-pf(?P<prefetch_elements>\d+(?:e\d+)?))?"
-        r"_rc-(?P<recompute>[a-z]+?)(?P<recompute_layers>\d+)?_ov-(?P<overlap>on|off)"
+        r"_rc-(?P<recompute>[a-z]+?)(?P<recompute_layers>\d+)?_ov-(?P<overlap>on|off)(?:-tp(?P<tp_comm_overlap>ring|symm|none))?"
         rf"_mb(?P<micro_batch>\d+)-gb(?P<global_batch>\d+)-s(?P<seq_len>\d+){_PRECISION}"
         r"(?:_data-(?P<dataset>[A-Za-z0-9.-]+))?(?:_pl-(?P<placement>[a-z]+))?(?:_(?P<tag>[a-z]+-[a-z0-9]+))?"
         + _REPEAT),
@@ -303,7 +311,8 @@ _ID_FORMS = {
 _READ = {"nodes": int, "gpus_per_node": int, "tp": int, "pp": int, "ep": int, "cp": int, "zero_stage": int,
          "recompute_layers": int, "micro_batch": int, "global_batch": int, "seq_len": int, "repeat": int,
          "sequence_parallel": bool, "overlap": lambda v: v == "on", "bucket_elements": _count,
-         "prefetch_elements": _count, "pp_split": lambda v: tuple(int(n) for n in v.split("."))}
+         "prefetch_elements": _count, "pp_split": lambda v: tuple(int(n) for n in v.split(".")),
+         "tp_comm_overlap": lambda v: {i: m for m, i in TP_OVERLAP_ID.items()}[v]}
 
 
 def parse_cell_id(cell_id: str, sweep: str = "") -> Cell:

@@ -65,6 +65,10 @@ def engine_reasons(cell: Cell, m: ModelSpec) -> list[str]:
     if cell.cp > 1:  # the engine has tensor, pipeline, data (ZeRO) and expert parallelism, not context parallelism
         r.append(f"context parallelism (cp={cell.cp}) is not implemented")
     r += schedule_reasons(cell, m)
+    if cell.tp_comm_overlap is not None and not (cell.overlap and cell.tp > 1 and cell.sequence_parallel):
+        r.append(f"tp_comm_overlap {cell.tp_comm_overlap} chooses how tensor-parallel collectives are overlapped: it "
+                 f"needs overlap on, tp > 1 and sequence_parallel (the cell has overlap {cell.overlap}, tp {cell.tp}, "
+                 f"sequence_parallel {cell.sequence_parallel})")
     if cell.prefetch_elements is not None and cell.zero_stage != 3:
         r.append(f"prefetch_elements is ZeRO-3's parameter prefetch; zero_stage is {cell.zero_stage}")
     return r

@@ -108,6 +108,7 @@ VOCABULARY: tuple[Name, ...] = (
     _n("pp_schedule", _AXIS, _ID, "optional"),
     _n("bucket_elements", _AXIS, _ID, "optional"),
     _n("prefetch_elements", _AXIS, _ID, "optional"),
+    _n("tp_comm_overlap", _AXIS, _ID, "optional"),
 )
 
 

@@ -47,10 +47,13 @@ HOST_BOUND_GAP_FRAC = 0.20
 
 
 def tp_overlap_mechanism(cell: Cell) -> str:
-    """The TP overlap mechanism the engine picks for a cell (train/tp_overlap.py, ``auto``): ``symm_mem`` where the
-    tensor-parallel group is NCCL on one host, ``ring`` across hosts; ``none`` without tp > 1 and overlap."""
+    """The TP overlap mechanism the engine uses for a cell (train/tp_overlap.py): the cell's ``tp_overlap`` where it
+    sets one, else ``auto``: ``symm_mem`` where the tensor-parallel group is NCCL on one host, ``ring`` across hosts;
+    ``none`` without tp > 1 and overlap."""
     if not (cell.overlap and cell.tp > 1):
         return "none"
+    if cell.tp_comm_overlap:
+        return cell.tp_comm_overlap
     return "symm_mem" if cell.tp <= cell.gpus_per_node else "ring"
 
 

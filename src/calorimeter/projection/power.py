@@ -17,7 +17,9 @@ others (censored at the power limit); where either group is smaller than :data:`
 activity (the sum of the three shares) spans less than :data:`MIN_FULL_CLOCK_SPAN` (their slope is not determined by
 them), one line on every GPU, as before (the H100 sets: the 1-GPU cells all below their full clock, the 2-GPU
 host-bound cells at full clock but all at 47-65% busy: a full-clock line through them predicted the 1-GPU cells
-15-35% low). Coefficients by non-negative least squares on every GPU of
+15-35% low), and one line wherever it fits the calibration GPUs better than the two (median relative error): GPUs
+near the full clock that the power cap holds (4x H100 Mixtral, 1920 MHz at 617-658 W) otherwise left a managed line
+with no slope. Coefficients by non-negative least squares on every GPU of
 every calibration cell, with the measured kernel shares of the GPU's pipeline stage (the traced rank of that stage)
 and the measured average power (``gpus.parquet``). Energy per iteration is then the sum over the cell's GPUs of power
 x iteration time.
@@ -121,13 +123,22 @@ def fit_power(rows: list[tuple[str, dict[str, float], float]], cap_w: float,
     full_coef: dict[str, float] = {}
     activity = x[:, 1:].sum(axis=1)
     span = float(np.ptp(activity[full])) if full.any() else 0.0
+    one = PowerModel({k: float(b) for k, b in zip(POWER_FEATURES, _fit_line(x, y, w, cap_w), strict=True)}, cap_w,
+                     float("nan"), len(rows))
+    candidates = [one]
     if full.sum() >= MIN_GPUS and managed.sum() >= MIN_GPUS and span >= MIN_FULL_CLOCK_SPAN:
-        beta = _fit_line(x[managed], y[managed], w[managed], cap_w)
         full_coef = {k: float(b) for k, b in zip(POWER_FEATURES, _fit_line(x[full], y[full], w[full], cap_w),
                                                  strict=True)}
-    else:
-        beta = _fit_line(x, y, w, cap_w)
-    coef = {k: float(b) for k, b in zip(POWER_FEATURES, beta, strict=True)}
-    model = PowerModel(coef, cap_w, float("nan"), len(rows), full_coef)
-    pred = np.array([model.power_w(u["u_gemm"], u["u_other"], u["u_comm"]) for _, u, _ in rows])
-    return PowerModel(coef, cap_w, float(np.median(np.abs(pred / y - 1.0))), len(rows), full_coef)
+        managed_coef = {k: float(b) for k, b in zip(POWER_FEATURES, _fit_line(x[managed], y[managed], w[managed],
+                                                                               cap_w), strict=True)}
+        candidates.insert(0, PowerModel(managed_coef, cap_w, float("nan"), len(rows), full_coef))
+
+    def fit_error(model: PowerModel) -> float:
+        pred = np.array([model.power_w(u["u_gemm"], u["u_other"], u["u_comm"]) for _, u, _ in rows])
+        return float(np.median(np.abs(pred / y - 1.0)))
+
+    # two lines only where they fit the calibration GPUs better than one (GPUs near the full clock that the power
+    # cap holds, e.g. 4x H100 Mixtral at 1920 MHz and 617-658 W, would otherwise make a managed line of no slope)
+    errors = [fit_error(m) for m in candidates]
+    best = candidates[int(np.argmin(errors))]
+    return PowerModel(best.coef, cap_w, min(errors), len(rows), best.coef_full_clock)

@@ -302,11 +302,32 @@ TP_OVERLAP_MODES = ("ring", "symm_mem")
 ENV_TP_OVERLAP = "CALORIMETER_TP_OVERLAP"
 
 
+#: the running cell's ``tp_comm_overlap`` (:func:`use_cell_tp_overlap`); None: not set by the cell
+_cell_mode: list[str | None] = [None]
+
+
+def use_cell_tp_overlap(mode: str | None) -> None:
+    """Take the cell's ``tp_comm_overlap`` (``ring`` or ``symm_mem``; None: the engine's choice) for the layers built
+    next; the engine calls it with every cell it builds, so a cell's choice never reaches the next one.
+
+    Raises:
+        ValueError: not a mechanism.
+    """
+    if mode is not None and mode not in TP_OVERLAP_MODES:
+        raise ValueError(f"tp_comm_overlap {mode!r}: expected one of {', '.join(TP_OVERLAP_MODES)} "
+                         "(or none: no TP overlap)")
+    _cell_mode[0] = mode
+
+
 def tp_overlap_mode() -> str:
-    """The mechanism of ``overlap: true`` under tp > 1 with SP: ``CALORIMETER_TP_OVERLAP`` when set (``ring`` or
-    ``symm_mem``; anything else is an error), else ``auto``: ``symm_mem`` where the tensor-parallel group is NCCL on
-    one host (measured on 2x H200: exposed communication 0.351 -> 0.079-0.104 s per step, the ring 0.372 s), ``ring``
-    elsewhere (CPU ranks, a group spanning hosts, or before ``parallel_state`` is initialised)."""
+    """The mechanism of ``overlap: true`` under tp > 1 with SP: the cell's ``tp_comm_overlap`` when it sets one
+    (:func:`use_cell_tp_overlap`), else ``CALORIMETER_TP_OVERLAP`` when set (``ring`` or ``symm_mem``; anything else is
+    an error), else ``auto``: ``symm_mem`` where the tensor-parallel group is NCCL on one host (measured on 2x H200:
+    exposed communication 0.351 -> 0.079-0.104 s per step, the ring 0.372 s; on 4x H100 at TP4 it was host-bound,
+    docs/knobs.md), ``ring`` elsewhere (CPU ranks, a group spanning hosts, or before ``parallel_state`` is
+    initialised)."""
+    if _cell_mode[0] is not None:
+        return _cell_mode[0]
     mode = os.environ.get(ENV_TP_OVERLAP, "auto")
     if mode not in ("auto", *TP_OVERLAP_MODES):
         raise ValueError(f"{ENV_TP_OVERLAP}={mode!r}: expected auto or one of {', '.join(TP_OVERLAP_MODES)}")
