@@ -44,3 +44,4 @@ def test_a_schedule_the_model_does_not_time_is_refused() -> None:
     assert refused["refused"].startswith("pipeline schedule dualpipev")
     assert math.isnan(refused["tokens_per_s_per_gpu"]) and math.isnan(refused["tokens_per_s_per_gpu_band"])
     assert not proj.project(ms.cell(ZERO1))["refused"].startswith("pipeline schedule")
+    assert DUALPIPEV not in ms.calibration_cells() and ZERO1 in ms.calibration_cells()  # neither fitted nor scored

@@ -72,13 +72,22 @@ class MeasuredSet:
                            {c: v for c, v in self._cells.items() if c in keep})
 
     def calibration_cells(self) -> list[str]:
-        """Cells whose kernels calibrate compute and communication: traced and not host-bound."""
+        """Cells whose kernels calibrate compute and communication: traced, not host-bound, and run under a pipeline
+        schedule the model times (:func:`timed_schedule`)."""
         out = []
-        for _, r in self.runs.iterrows():
+        for _, r in self.runs[timed_schedule(self.runs)].iterrows():
             if (r["cell_id"] in set(self.kernels.cell_id)
                     and HOST_BOUND_BUSY_FRAC <= r.get("busy_frac", 0.0) <= MAX_BUSY_FRAC):
                 out.append(r["cell_id"])
         return out
+
+
+def timed_schedule(runs: pd.DataFrame) -> pd.Series:
+    """Rows whose pipeline schedule the model times (DeepSpeed's 1F1B; ``pp_schedule`` unset): the others are
+    projected as refused, so they neither calibrate nor count in a validation."""
+    if "pp_schedule" not in runs:
+        return pd.Series(True, index=runs.index)
+    return runs["pp_schedule"].isna()
 
 
 def cell_from_row(row: dict) -> Cell:

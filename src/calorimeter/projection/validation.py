@@ -42,7 +42,13 @@ from calorimeter.projection.calibration import (
 )
 from calorimeter.projection.catalogue import Fold
 from calorimeter.projection.fingerprint import UNRECORDED
-from calorimeter.projection.measured import HOST_BOUND_BUSY_FRAC, MeasuredSet, cell_from_row, load_measured
+from calorimeter.projection.measured import (
+    HOST_BOUND_BUSY_FRAC,
+    MeasuredSet,
+    cell_from_row,
+    load_measured,
+    timed_schedule,
+)
 from calorimeter.projection.model import Projector
 from calorimeter.projection.regimes import BEYOND_COLUMNS, GPU_COUNT, MICRO_BATCH, MODEL_SIZE, SEQUENCE
 from calorimeter.projection.targets import COVERAGE, DESIGNS, METRICS
@@ -223,7 +229,7 @@ def loco(ms: MeasuredSet, fingerprints: dict[str, str] | None = None, collective
         extrapolation folds, ``cross <calibration> -> <hardware>/<key>`` for the others, with each banded row's band
         at the stated coverage from the other folds (``<metric>_band``, ``<metric>_covered``: :func:`add_bands`).
     """
-    runs = ms.runs.copy()
+    runs = ms.runs[timed_schedule(ms.runs)].copy()  # a schedule the model refuses is neither fitted nor scored
     runs["fold_key"] = [fold_key(r) for _, r in runs.iterrows()]
     groups = runs.groupby(["hardware", "fingerprint"]).groups
     frames = []
