@@ -66,16 +66,14 @@ def test_tp_overlap_knob_in_the_id_only_when_set_and_needs_overlapped_sp(tmp_pat
     assert cells[False].status == "pruned" and "needs overlap on" in " ".join(cells[False].reasons)
 
 
-def test_the_engine_takes_a_cells_tp_overlap_and_forgets_it() -> None:
+def test_the_engine_takes_a_cells_tp_overlap_and_only_that_cells() -> None:
     import pytest
 
-    from calorimeter.train.tp_overlap import tp_overlap_mode, use_cell_tp_overlap
+    from calorimeter.train.engine import tp_config
+    from calorimeter.train.tp_overlap import tp_overlap_mode
 
-    use_cell_tp_overlap("symm_mem")
-    try:
-        assert tp_overlap_mode() == "symm_mem"
-        with pytest.raises(ValueError, match="tp_comm_overlap 'nccl'"):
-            use_cell_tp_overlap("nccl")
-    finally:
-        use_cell_tp_overlap(None)
+    cell = Cell(**BASE, tp=4, sequence_parallel=True, overlap=True, tp_comm_overlap="symm_mem")
+    assert tp_overlap_mode(tp_config(cell).mechanism) == "symm_mem"
+    with pytest.raises(ValueError, match="tp_comm_overlap 'nccl'"):
+        tp_overlap_mode("nccl")
     assert tp_overlap_mode() == "ring"  # auto before Megatron's groups exist

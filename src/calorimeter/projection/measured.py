@@ -18,11 +18,12 @@ import pandas as pd
 from calorimeter.plan.cell import Cell
 from calorimeter.plan.kinds import DEFAULT_KIND, get_kind
 from calorimeter.plan.models import CATALOGUE, ModelSpec, get_model, register_model
+from calorimeter.plan.vocabulary import OPTIONAL, RUN_COLUMNS
 from calorimeter.projection.catalogue import Catalogue
 from calorimeter.projection.engine_speed import is_engine_speed_set, load_engine_speed
 from calorimeter.projection.fingerprint import UNRECORDED, fingerprint_of, matches, read_fingerprints
 from calorimeter.projection.regimes import GPU_BOUND, HOST_BOUND, MOE
-from calorimeter.projection.schedule import HOST_BOUND_BUSY_FRAC
+from calorimeter.projection.schedule import HOST_BOUND_BUSY_FRAC, untimed_schedule
 from calorimeter.records.machines import machine_keys
 from calorimeter.records.paths import SweepPaths
 from calorimeter.records.run_record import RecordError, read_run_record
@@ -87,7 +88,7 @@ def timed_schedule(runs: pd.DataFrame) -> pd.Series:
     projected as refused, so they neither calibrate nor count in a validation."""
     if "pp_schedule" not in runs:
         return pd.Series(True, index=runs.index)
-    return runs["pp_schedule"].isna()
+    return runs["pp_schedule"].map(lambda s: not untimed_schedule(s)).astype(bool)
 
 
 def cell_from_row(row: dict) -> Cell:
@@ -172,8 +173,9 @@ def register_recorded_models(source: str | Path, runs: pd.DataFrame) -> None:
             register_model(ModelSpec.from_dict(spec))
 
 
-#: cell fields the runs table has no column for (set only where a cell sets them): read from each cell's record
-RECORD_ONLY_FIELDS: tuple[str, ...] = ("pp_schedule", "bucket_elements", "prefetch_elements")
+#: cell fields the runs table has no column for (the optional ones, set only where a cell sets them): read from each
+#: cell's record
+RECORD_ONLY_FIELDS: tuple[str, ...] = tuple(n for n in OPTIONAL if n not in RUN_COLUMNS)
 
 
 def recorded_engine_knobs(source: str | Path, cell_ids: list[str]) -> pd.DataFrame:

@@ -26,7 +26,7 @@ from calorimeter.projection.regimes import (
     regime_columns,
     regime_of,
 )
-from calorimeter.projection.schedule import pipeline_time, stage_time
+from calorimeter.projection.schedule import pipeline_time, stage_time, untimed_schedule
 from calorimeter.records.metrics import energy_metrics, throughput_metrics
 
 SOURCE = "projected"
@@ -169,18 +169,13 @@ class Projector:
                 "error")) if x)
         row["band_coverage"] = cal.coverage.get("stated", math.nan)
         refused = ""
+        untimed = untimed_schedule(cell.pp_schedule)
         for key in BANDED:
-            choice = self.band(key, regime)
+            choice = BandChoice(math.nan, "", untimed) if untimed else self.band(key, regime)
             refused = refused or choice.refused
             row[f"{key}_band"] = choice.half
             if key == "tokens_per_s_per_gpu":
                 row["band_basis"] = choice.basis
-        if cell.pp_schedule and not refused:  # pipeline_time is DeepSpeed's 1F1B: another schedule is not timed
-            refused = (f"pipeline schedule {cell.pp_schedule}: the model times DeepSpeed's 1F1B only, and no "
-                       f"{cell.pp_schedule} cell has measured what another schedule's idle time would be")
-            for key in BANDED:  # a refused row claims no band
-                row[f"{key}_band"] = math.nan
-            row["band_basis"] = ""
         row["refused"] = refused
         if refused and self.refuse:
             for key in NUMERIC_RESULTS:

@@ -147,6 +147,15 @@ class IterationTime:
     stages: list[StageTime]
 
 
+def untimed_schedule(pp_schedule: str | None) -> str:
+    """Why the model cannot time a pipeline schedule ("" for DeepSpeed's 1F1B, the one :func:`pipeline_time`
+    times): a row under another is refused, and its cells neither calibrate nor count in a validation."""
+    if not pp_schedule or pp_schedule != pp_schedule:  # unset (None, or NaN in a table)
+        return ""
+    return (f"pipeline schedule {pp_schedule}: the model times DeepSpeed's 1F1B only, and no {pp_schedule} cell has "
+            "measured what another schedule's idle time would be")
+
+
 def pipeline_time(stages: list[StageTime]) -> IterationTime:
     """1F1B over the stages (pp = 1: the single stage)."""
     m = stages[0].micro_batches

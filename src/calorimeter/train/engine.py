@@ -41,7 +41,7 @@ from calorimeter.train.parallel import (  # noqa: E402
     destroy_model_parallel,
     init_model_parallel,
 )
-from calorimeter.train.tp_overlap import tp_overlap_mode, use_cell_tp_overlap  # noqa: E402
+from calorimeter.train.tp_overlap import tp_overlap_mode  # noqa: E402
 
 BUCKET_ELEMENTS = 500_000_000
 """Gradient reduce / all-gather bucket size in elements (DeepSpeed's default), the same with overlap on or off; a
@@ -272,7 +272,6 @@ def build_engine(cell: Cell, spec: ModelSpec | None, device: torch.device,
     # Wrap the launcher's process group in deepspeed.comm now: PipelineModule uses it before deepspeed.initialize.
     deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
     par = tp_config(cell)
-    use_cell_tp_overlap(cell.tp_comm_overlap if cell.tp_comm_overlap != "none" else None)  # "none": par.overlap is off
     tp_mpu = None
     if par.enabled:
         init_model_parallel(cell.tp, cell.pp, cell.seed, device, high_priority_tp=par.overlap)
@@ -344,7 +343,8 @@ def tp_config(cell: Cell) -> TPConfig:
     sequence-parallel collectives with the linears' GEMMs (without SP there is nothing of that kind to overlap:
     Megatron-core's column-parallel backward already all-reduces the input gradient asynchronously)."""
     sp = cell.sequence_parallel and cell.tp > 1
-    return TPConfig(cell.tp, sp, overlap=sp and cell.overlap and cell.tp_comm_overlap != "none")
+    overlap = sp and cell.overlap and cell.tp_comm_overlap != "none"  # "none": whole TP collectives
+    return TPConfig(cell.tp, sp, overlap=overlap, mechanism=cell.tp_comm_overlap if overlap else None)
 
 
 def engine_record(cell: Cell, par: TPConfig, kern: Kernels, kernel_info: JsonObject) -> JsonObject:
@@ -354,7 +354,7 @@ def engine_record(cell: Cell, par: TPConfig, kern: Kernels, kernel_info: JsonObj
         "kernel_choice": kernel_info,
         "overlap": {
             "deepspeed_overlap_comm": cell.overlap,
-            "tp_comm_overlap": tp_overlap_mode() if par.overlap else ("none" if par.enabled else "n/a"),
+            "tp_comm_overlap": tp_overlap_mode(par.mechanism) if par.overlap else ("none" if par.enabled else "n/a"),
         },
         "torch": torch.__version__,
     }

@@ -111,7 +111,7 @@ def row_shard(full: torch.Tensor) -> torch.Tensor:
 def _column_class(par: TPConfig) -> type:
     """Megatron-core's ``ColumnParallelLinear``, or its overlapped subclass under SP with ``overlap``."""
     if par.sp and par.overlap:
-        return overlap_layer_classes()[0]
+        return overlap_layer_classes(par.mechanism)[0]
     from megatron.core.tensor_parallel import ColumnParallelLinear
 
     return ColumnParallelLinear
@@ -120,7 +120,7 @@ def _column_class(par: TPConfig) -> type:
 def _row_class(par: TPConfig) -> type:
     """Megatron-core's ``RowParallelLinear``, or its overlapped subclass under SP with ``overlap``."""
     if par.sp and par.overlap:
-        return overlap_layer_classes()[1]
+        return overlap_layer_classes(par.mechanism)[1]
     from megatron.core.tensor_parallel import RowParallelLinear
 
     return RowParallelLinear

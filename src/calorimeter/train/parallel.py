@@ -39,11 +39,14 @@ class TPConfig:
         sp: Megatron sequence parallelism (needs tp > 1).
         overlap: with ``sp``, the sequence all-gathers / reduce-scatters of the linears run under their GEMMs
             (:mod:`calorimeter.train.tp_overlap`); the cell's ``overlap`` knob ("cc").
+        mechanism: with ``overlap``, how the collectives move (``ring``, ``symm_mem``; None: the engine's choice,
+            :func:`calorimeter.train.tp_overlap.tp_overlap_mode`); the cell's ``tp_comm_overlap``.
     """
 
     tp: int = 1
     sp: bool = False
     overlap: bool = False
+    mechanism: str | None = None
 
     @property
     def enabled(self) -> bool:

@@ -302,32 +302,22 @@ TP_OVERLAP_MODES = ("ring", "symm_mem")
 ENV_TP_OVERLAP = "CALORIMETER_TP_OVERLAP"
 
 
-#: the running cell's ``tp_comm_overlap`` (:func:`use_cell_tp_overlap`); None: not set by the cell
-_cell_mode: list[str | None] = [None]
-
-
-def use_cell_tp_overlap(mode: str | None) -> None:
-    """Take the cell's ``tp_comm_overlap`` (``ring`` or ``symm_mem``; None: the engine's choice) for the layers built
-    next; the engine calls it with every cell it builds, so a cell's choice never reaches the next one.
+def tp_overlap_mode(choice: str | None = None) -> str:
+    """The mechanism of ``overlap: true`` under tp > 1 with SP: ``choice`` (the cell's ``tp_comm_overlap``,
+    :attr:`calorimeter.train.parallel.TPConfig.mechanism`) when given, else ``CALORIMETER_TP_OVERLAP`` when set
+    (``ring`` or ``symm_mem``), else ``auto``: ``symm_mem`` where the tensor-parallel group is NCCL on one host
+    (measured on 2x H200: exposed communication 0.351 -> 0.079-0.104 s per step, the ring 0.372 s; on 4x H100 at TP4
+    it was host-bound, docs/knobs.md), ``ring`` elsewhere (CPU ranks, a group spanning hosts, or before
+    ``parallel_state`` is initialised).
 
     Raises:
-        ValueError: not a mechanism.
+        ValueError: ``choice`` or the environment names no mechanism.
     """
-    if mode is not None and mode not in TP_OVERLAP_MODES:
-        raise ValueError(f"tp_comm_overlap {mode!r}: expected one of {', '.join(TP_OVERLAP_MODES)} "
-                         "(or none: no TP overlap)")
-    _cell_mode[0] = mode
-
-
-def tp_overlap_mode() -> str:
-    """The mechanism of ``overlap: true`` under tp > 1 with SP: the cell's ``tp_comm_overlap`` when it sets one
-    (:func:`use_cell_tp_overlap`), else ``CALORIMETER_TP_OVERLAP`` when set (``ring`` or ``symm_mem``; anything else is
-    an error), else ``auto``: ``symm_mem`` where the tensor-parallel group is NCCL on one host (measured on 2x H200:
-    exposed communication 0.351 -> 0.079-0.104 s per step, the ring 0.372 s; on 4x H100 at TP4 it was host-bound,
-    docs/knobs.md), ``ring`` elsewhere (CPU ranks, a group spanning hosts, or before ``parallel_state`` is
-    initialised)."""
-    if _cell_mode[0] is not None:
-        return _cell_mode[0]
+    if choice is not None:
+        if choice not in TP_OVERLAP_MODES:
+            raise ValueError(f"tp_comm_overlap {choice!r}: expected one of {', '.join(TP_OVERLAP_MODES)} "
+                             "(or none: no TP overlap)")
+        return choice
     mode = os.environ.get(ENV_TP_OVERLAP, "auto")
     if mode not in ("auto", *TP_OVERLAP_MODES):
         raise ValueError(f"{ENV_TP_OVERLAP}={mode!r}: expected auto or one of {', '.join(TP_OVERLAP_MODES)}")
@@ -372,19 +362,19 @@ def linear_reduce_scatter(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     return y + bias if bias is not None else y
 
 
-def tp_comm() -> Ring | SymmMemTP:
-    """The overlap mechanism (:func:`tp_overlap_mode`) on Megatron-core's tensor-parallel group (``parallel_state``
-    must be initialised)."""
+def tp_comm(choice: str | None = None) -> Ring | SymmMemTP:
+    """The overlap mechanism (:func:`tp_overlap_mode` of ``choice``) on Megatron-core's tensor-parallel group
+    (``parallel_state`` must be initialised)."""
     from megatron.core import parallel_state
 
     group = parallel_state.get_tensor_model_parallel_group()
-    return SymmMemTP(group) if tp_overlap_mode() == "symm_mem" else Ring(group)
+    return SymmMemTP(group) if tp_overlap_mode(choice) == "symm_mem" else Ring(group)
 
 
 @functools.cache
-def overlap_layer_classes() -> tuple[type, type]:
+def overlap_layer_classes(choice: str | None = None) -> tuple[type, type]:
     """Megatron-core's ``ColumnParallelLinear`` / ``RowParallelLinear`` with overlapped forward and backward (the
-    mechanism of :func:`tp_comm`, chosen when a layer is built).
+    mechanism of :func:`tp_comm` for ``choice``, chosen when a layer is built).
 
     Built on first use (importing Megatron-core is slow and not needed by the overlap functions themselves). Same
     parameters, attributes and outputs as Megatron's layers under sequence parallelism: the column-parallel one takes
@@ -396,7 +386,7 @@ def overlap_layer_classes() -> tuple[type, type]:
     class OverlapColumnParallelLinear(ColumnParallelLinear):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.comm = tp_comm()
+            self.comm = tp_comm(choice)
 
         def forward(self, input_: torch.Tensor, weight: torch.Tensor | None = None,
                     runtime_gather_output: bool | None = None) -> tuple[torch.Tensor, None]:
@@ -406,7 +396,7 @@ def overlap_layer_classes() -> tuple[type, type]:
     class OverlapRowParallelLinear(RowParallelLinear):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.comm = tp_comm()
+            self.comm = tp_comm(choice)
 
         def forward(self, input_: torch.Tensor) -> tuple[torch.Tensor, None]:
             return linear_reduce_scatter(input_, self.weight, self.bias, self.comm), None
