@@ -83,6 +83,30 @@ def test_a_slower_host_is_found_and_its_launch_floor_scaled() -> None:
     assert fit_host_times(rows, busy, None)[2] == {}
 
 
+def test_a_host_bound_moe_cell_times_its_experts_not_the_dense_coefficients() -> None:
+    """Host-bound dense TP rows made from known launch coefficients and one host-bound Mixtral TP2xEP2 row whose
+    expert loop adds host time per local expert pass: the fit puts that time on the expert-pass coefficient and
+    recovers the dense coefficients, so that the dense rows' projected floors do not move (with the MoE row folded into
+    the layer and TP coefficients, they moved by tens of percent)."""
+    true = {"iteration": 0.0, "layer_passes": 2e-3, "expert_passes": 5e-3, "z3_calls": 0.0, "tp_calls": 3e-4,
+            "tp_fused_calls": 2e-4, "tp_symm_mem_calls": 0.0}
+    moe = Cell(sweep="t", model="mixtral-8x7b-4l", hardware="h200", nodes=1, gpus_per_node=4, tp=2, ep=2,
+               sequence_parallel=True, seq_len=4096, global_batch=32, micro_batch=1, precision="bf16")
+    cells = [_tp(512), _tp(1024), _tp(2048), _tp(4096), _tp(8192), _tp(1024, overlap=True), _tp(4096, overlap=True),
+             moe]
+    rows = []
+    for c in cells:
+        st = workload(c).stages[0]
+        ov = "ring" if c.overlap else "none"
+        feats = host_features(st, ov)  # the truth, whatever features the fit knows
+        rows.append((c.cell_id, st, sum(v * feats[f] for f, v in true.items()), ov))
+    assert host_features(rows[-1][1])["expert_passes"] > 0
+    launch, _, _ = fit_host_times(rows, [0.3] * len(rows), None)
+    fitted = ComputeRates({}, {}, 0, launch=launch)
+    for _, st, t, ov in rows:
+        assert fitted.launch_s(st, ov) == pytest.approx(t, rel=1e-6)
+
+
 def _z3(seq: int, mb: int = 1) -> Cell:
     return Cell(sweep="t", model="llama3-8b-8l", hardware="h200", nodes=1, gpus_per_node=2, zero_stage=3, seq_len=seq,
                 global_batch=16, micro_batch=mb, precision="bf16")

@@ -147,11 +147,14 @@ def test_the_catalogue_regimes_are_checked_against_the_cells() -> None:
     from calorimeter.projection.measured import MeasuredSet, catalogue_disagreements
 
     cat = catalogue(ROOT)
-    first, moe = cat.calibration[0], cat.calibration[-1]  # findings on H200/H100: GPU- and host-bound; 2026-11-21
-    runs = pd.DataFrame({"source": [str(ROOT / first.sweeps[0])] * 2 + [str(ROOT / moe.sweeps[1])],
+    first = cat.calibration[0]  # findings on H200/H100: GPU- and host-bound
+    assert set(first.regimes) == {"dense GPU-bound", "dense host-bound"}
+    # the last entry that states dense rows only: a MoE cell of its sweeps disagrees with it
+    i = max(k for k, e in enumerate(cat.calibration) if k > 0 and "MoE" not in e.regimes)
+    runs = pd.DataFrame({"source": [str(ROOT / first.sweeps[0])] * 2 + [str(ROOT / cat.calibration[i].sweeps[0])],
                          "model": ["llama3-8b", "llama3-8b", "mixtral-8x7b"], "busy_frac": [0.95, 0.5, 0.9]})
     ms = MeasuredSet(runs, pd.DataFrame(), pd.DataFrame())
     bad = catalogue_disagreements(ms, cat, ROOT)
-    assert len(bad) == 1 and f"calibration[{len(cat.calibration) - 1}]" in bad[0]
+    assert len(bad) == 1 and f"calibration[{i}]" in bad[0]
     assert "measured in ['MoE']" in bad[0]  # the entry states dense rows too; these cells have none
     assert not catalogue_disagreements(MeasuredSet(runs[:2], pd.DataFrame(), pd.DataFrame()), cat, ROOT)

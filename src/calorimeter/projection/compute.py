@@ -42,13 +42,16 @@ HOST_FEATURES: tuple[str, ...] = ("single_stage", "pipeline", "layer_passes", "e
 #: the host-gap features paid once per iteration (the others are spread over the micro-batches)
 HOST_ONCE: tuple[str, ...] = ("single_stage", "pipeline")
 #: host launch time of an iteration (the host-bound regime: the GPU waits for the host, so the iteration lasts as long
-#: as the host takes to issue it): per iteration, per layer pass, per ZeRO-3 gather/reduce-scatter call (DeepSpeed's
+#: as the host takes to issue it): per iteration, per layer pass, per local expert pass (a MoE layer issues each
+#: local expert's gather, GEMMs and scatter: without it a host-bound MoE cell's host time, 4x H200 TP2xEP2 at 62% GPU
+#: busy, landed on the dense coefficients and moved the held-out 4x H100 TP4 symm_mem cell from +41% to +65%; an
+#: older calibration without it reads 0), per ZeRO-3 gather/reduce-scatter call (DeepSpeed's
 #: per-module hooks), per tensor-parallel collective, per tensor-parallel collective fused into its GEMM by an overlap
 #: mechanism (ring or symm_mem: workspace lookups, two streams, barriers and copies are host work; symm_mem on small
 #: shards doubles the GPU's idle time), and the extra of symm_mem over the ring (pooled: one mechanism's cells inform
 #: the other's, and the extra stays 0 where only one was measured)
-LAUNCH_FEATURES: tuple[str, ...] = ("iteration", "layer_passes", "z3_calls", "tp_calls", "tp_fused_calls",
-                                    "tp_symm_mem_calls")
+LAUNCH_FEATURES: tuple[str, ...] = ("iteration", "layer_passes", "expert_passes", "z3_calls", "tp_calls",
+                                    "tp_fused_calls", "tp_symm_mem_calls")
 #: the host's time per iteration for a stage's ZeRO-3 calls (``H``), of which the GPU idles ``H^2 / (H + G)`` next to
 #: ``G`` seconds of GPU work (:func:`calorimeter.projection.schedule.tandem_idle_s`): per ZeRO-3 gather/reduce-scatter
 #: call only. DeepSpeed's module hooks wait for their collectives, and the host runs at most about two calls ahead,
