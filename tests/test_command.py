@@ -224,3 +224,32 @@ def test_command_cells_apply_the_drift_rule(drift_c_per_min: float, amplitude_c:
     temps = np.round(60 + amplitude_c * np.sin(2 * np.pi * t / 8.0) + drift_c_per_min * t / 60)
     n, reason, _ = steady_warmup(cell, steps, list(zip(t, temps, strict=True)))
     assert (n, reason) == ((2, "steady") if steady else (40, "never steady within the command's steps"))
+
+
+def test_provenance_leaves_compiler_caches_out_and_names_home_files_from_home(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command's Python process reports a module built into Triton's cache, one in an Inductor temporary folder and
+    one of the trainer's own under the home folder: the record lists the trainer's file as ``~/...`` (no machine's
+    home path in it) and counts the two compiled ones instead of listing them."""
+    import json
+
+    from calorimeter.command.provenance import command_provenance
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    own = home / "trainer" / "model.py"
+    triton = home / ".triton" / "cache" / "XYZ" / "cuda_utils.so"
+    inductor = tmp_path / "tmp" / "torchinductor_root" / "ab" / "kernel.py"
+    for f in (own, triton, inductor):
+        f.parent.mkdir(parents=True)
+        f.write_text("x = 1\n")
+    imports = tmp_path / "imports"
+    imports.mkdir()
+    (imports / "imports-1.json").write_text(json.dumps({
+        "main": str(own), "files": [str(triton), str(inductor)], "distributions": {"torch": "2.11.0"},
+        "executable": "python3", "python": "3.12"}))
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    out = command_provenance("python3 -c pass", {}, cwd, imports)
+    assert [(f["path"], f["from"]) for f in out["files"]] == [("~/trainer/model.py", "main file")]
+    assert out["compiler_cache_modules"] == 2 and out["packages"] == {"torch": "2.11.0"}

@@ -43,6 +43,35 @@ MAX_HASH_BYTES = 1 << 30
 _SYSTEM = tuple(os.path.join(os.path.realpath(p), "") for p in
                 {sys.prefix, sys.base_prefix, "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/dev", "/proc"})
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+#: where compilers put the modules they build while the command runs (Triton's and Inductor's caches): a file there
+#: is the command's output, different on every machine, not its code; counted, not listed
+_CACHE_ENV = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME")
+_CACHE_DIRS = ("~/.triton", "~/.cache")
+_CACHE_PARTS = ("/torchinductor_",)
+
+
+def _cache_roots(env: dict[str, str]) -> tuple[str, ...]:
+    roots = [os.path.expanduser(d) for d in _CACHE_DIRS] + [env[k] for k in _CACHE_ENV if env.get(k)]
+    return tuple(os.path.join(os.path.realpath(r), "") for r in roots)
+
+
+def is_compiler_cache(path: str, env: dict[str, str]) -> bool:
+    """Whether ``path`` lies in a compiler's cache (:data:`_CACHE_DIRS`, the folders :data:`_CACHE_ENV` name, an
+    Inductor temporary folder)."""
+    real = os.path.realpath(path)
+    return real.startswith(_cache_roots(env)) or any(part in real for part in _CACHE_PARTS)
+
+
+def shown_path(path: Path, cwd: Path) -> str:
+    """How the record names a file: relative to the command's working folder where it lies below it, else below the
+    home folder as ``~/...``, else absolute."""
+    real = path.resolve()
+    for base, prefix in ((cwd.resolve(), ""), (Path.home().resolve(), "~/")):
+        try:
+            return prefix + str(real.relative_to(base))
+        except ValueError:
+            continue
+    return str(real)
 
 
 def hook_env(env: dict[str, str], imports_dir: Path) -> dict[str, str]:
@@ -56,11 +85,7 @@ def file_entry(path: Path, cwd: Path, source: str) -> JsonObject:
     """A file as the record names it: its path (relative to ``cwd``, the command's working folder, where it lies
     below it), where it was found, its size and SHA-256."""
     real = path.resolve()
-    try:
-        shown = str(real.relative_to(cwd.resolve()))
-    except ValueError:
-        shown = str(real)
-    entry: JsonObject = {"path": shown, "from": source}
+    entry: JsonObject = {"path": shown_path(real, cwd), "from": source}
     try:
         size = real.stat().st_size
         entry["bytes"] = size
@@ -130,14 +155,19 @@ def command_provenance(command: str, env: dict[str, str], cwd: Path, imports_dir
     hashed now), the distributions and versions they imported, their interpreters."""
     if named is None:
         named = [file_entry(p, cwd, "command line") for p in command_line_files(command, env, cwd)]
-    seen = {str((cwd / e["path"]).resolve()) for e in named}
+    seen = {str((cwd / Path(e["path"]).expanduser()).resolve()) for e in named}
     files: dict[Path, str] = {}
+    cached: set[str] = set()
     reports = read_reports(imports_dir)
     packages: dict[str, str | None] = {}
     for r in reports:
         for path in [r.get("main"), *(r.get("files") or [])]:
-            if isinstance(path, str) and not path.startswith(_SYSTEM) and path not in seen and Path(path) not in files:
-                files[Path(path)] = "main file" if path == r.get("main") else "imported"
+            if not isinstance(path, str) or path.startswith(_SYSTEM) or path in seen or Path(path) in files:
+                continue
+            if is_compiler_cache(path, env):
+                cached.add(path)
+                continue
+            files[Path(path)] = "main file" if path == r.get("main") else "imported"
         packages.update({str(k): v for k, v in (r.get("distributions") or {}).items()})
     out: JsonObject = {
         "command": command, "launcher": LAUNCHER,
@@ -146,6 +176,8 @@ def command_provenance(command: str, env: dict[str, str], cwd: Path, imports_dir
         "python": sorted({f"{r.get('executable')} ({r.get('python')})" for r in reports}),
         "python_processes": len(reports),
     }
+    if cached:
+        out["compiler_cache_modules"] = len(cached)  # built while it ran (Triton, Inductor): not the command's code
     if not reports:
         out["packages_note"] = ("no Python process of the command reported its imports (not Python, started with "
                                 "-S or -I, or killed before it exited)")
