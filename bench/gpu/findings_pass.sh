@@ -8,8 +8,13 @@
 # pipeline); the pass's sweep name then says so (-pass0-pp1).
 # Keep every pass with bench/gpu/keep_reference.sh into one results/reference/ folder, then build the tables of the
 # whole sweep there (snakemake figures --configfile CONFIG --config results_dir=...).
+# CONFIG may hold {gpu}, replaced by the node's GPU type (h100 or h200: a node asked for as one may have the other):
+#   bash bench/gpu/findings_pass.sh 'config/reference/{gpu}x4-moe-calibration.yaml' 0 540
 set -e
 CONFIG=$1 PASS=$2 SECONDS_LEFT=$3 WHERE=${4:-}
+case "$CONFIG" in *"{gpu}"*)
+  CONFIG=${CONFIG//\{gpu\}/$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[12]00' | tr H h)} ;;
+esac
 BASE=$(python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['sweep'])" "$CONFIG")
 NAME=$BASE-pass$PASS$([ -n "$WHERE" ] && echo "-$WHERE" | tr -dc 'A-Za-z0-9_-'; true)
 SUB=/tmp/$NAME.yaml

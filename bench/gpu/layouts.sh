@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The 4-GPU layout-efficiency runs on one 4x H100 or 4x H200 node, one run per command of at most 10 minutes; every
 # cell's records reach $OUT while the run goes (a run cut short keeps the cells done, in the config's order):
-#   bash bench/gpu/layouts.sh GPU RUN [SECONDS]      GPU: h100 | h200 (the node's); RUN: a | b | c | d | e
+#   bash bench/gpu/layouts.sh GPU RUN [SECONDS]      GPU: h100 | h200 | auto (the node's); RUN: a | b | c | d | e
 # The sequence (about 25 minutes of the node for 1-3; 4 when time is left):
 #   1. bash bench/gpu/layouts.sh h100 a 500   global batch 32: ZeRO-1 dp4, torchtitan (FSDP2 + compile), TP4+SP
 #      with symmetric-memory TP overlap, PP4 balanced 1F1B, PP4 DualPipeV, PP4 uniform, TP4+SP without overlap
@@ -31,7 +31,9 @@
 # on any machine from the records (`python bench/layout_efficiency.py <unpacked>/<gpu>x4-layouts-<run>`).
 set -u
 GPU=$1 RUN=$2 BUDGET=${3:-520}
-case "$GPU:$RUN" in h100:[abcde]|h200:[abcde]) ;; *) echo "usage: $0 h100|h200 a|b|c|d|e [SECONDS]" >&2; exit 2 ;; esac
+# auto: the node's GPU type (a node asked for as one type may have the other)
+[ "$GPU" = auto ] && GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[12]00' | tr H h)
+case "$GPU:$RUN" in h100:[abcde]|h200:[abcde]) ;; *) echo "usage: $0 h100|h200|auto a|b|c|d|e [SECONDS]" >&2; exit 2 ;; esac
 NAME=${GPU}x4-layouts-$RUN
 NGPU=$(nvidia-smi -L | wc -l)
 [ "$NGPU" = 4 ] || { echo "$NAME needs 4 GPUs, this node has $NGPU" >&2; exit 2; }
