@@ -17,6 +17,9 @@
 #   5. bash bench/gpu/layouts.sh h100 e 400   global batch 32: ZeRO-1 dp4, TP4+SP without overlap, with the
 #      symmetric-memory and with the ring overlap, torchtitan TP4 async (~6 min): what TP4 reaches on the engine
 #      and on the peer.
+#   6. bash bench/gpu/layouts.sh auto f 420   global batch 32: ZeRO-1 dp4 at micro-batch 1 and 2, TP4+SP without overlap
+#      at micro-batch 2 and 4, with symmetric-memory overlap at 4 (~7 min): whether fewer, larger TP4 kernels close
+#      the host-launch gap run e measured.
 # Each run is its own sweep (config/reference/<gpu>x4-layouts-<run>.yaml), with its own baseline: every ratio of its
 # table is a same-run ratio. Needs .whl/ (or .whlxz/) with the offline wheels (bench/gpu/setup_offline.sh),
 # liger-kernel among them, and the torchtitan peer's: what `pip install torchtitan==0.2.2 'datasets<4.8' torchdata`
@@ -33,7 +36,7 @@ set -u
 GPU=$1 RUN=$2 BUDGET=${3:-520}
 # auto: the node's GPU type (a node asked for as one type may have the other)
 [ "$GPU" = auto ] && GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[12]00' | tr H h)
-case "$GPU:$RUN" in h100:[abcde]|h200:[abcde]) ;; *) echo "usage: $0 h100|h200|auto a|b|c|d|e [SECONDS]" >&2; exit 2 ;; esac
+case "$GPU:$RUN" in h100:[a-f]|h200:[a-f]) ;; *) echo "usage: $0 h100|h200|auto a|b|c|d|e|f [SECONDS]" >&2; exit 2 ;; esac
 NAME=${GPU}x4-layouts-$RUN
 NGPU=$(nvidia-smi -L | wc -l)
 [ "$NGPU" = 4 ] || { echo "$NAME needs 4 GPUs, this node has $NGPU" >&2; exit 2; }
