@@ -21,6 +21,12 @@ prints one row per cell that ran (``ok``), fastest first:
   the GPU ran nothing; bench/step_breakdown.py), and ``bubble%`` for 1F1B pipelines, the idle share
   ``(pp - 1) / (m + pp - 1)`` that its schedule imposes with equal stages (``m`` micro-batches a step).
 
+* ``comm/link`` for tensor-parallel cells without pipeline: the traced step's collective and peer-copy kernel time
+  (all-gather, reduce-scatter, the overlap mechanisms' copies and sends) over the time the same collectives take at
+  NCCL's speed measured on this GPU type (the committed ``collectives`` sets' curves, group and message size of each
+  call from the cell's workload): 1.00 is the links' own speed, above it time the engine adds (``-`` without a curve
+  of this GPU type and group size).
+
 Then the verdicts where a run holds the cells they compare: the engine's best layout over torchtitan's best at the
 same global batch (target >= 1.10) and, at 4 GPUs and global batch >= 32, TP4+SP and PP4 (any split, schedule or
 overlap) over the engine's best layout (targets 0.85 and 0.80), each with the exposed communication, pipeline and
@@ -65,6 +71,44 @@ def load_run(sweep_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             pd.concat(kernels, ignore_index=True) if kernels else pd.DataFrame())
 
 
+#: kernel categories of a tensor-parallel step's communication (NCCL's gathers and reduce-scatters, the symmetric-memory
+#: copies and barriers, the ring's sends): with pp = 1 none of them is a pipeline's
+TP_COMM_CATEGORIES = ("all_gather", "reduce_scatter", "other_comm", "send_recv")
+LINK_COLLECTIVES = ("all_gather", "reduce_scatter")
+
+
+def link_seconds(sweep_dir: Path, runs: pd.DataFrame) -> dict[str, float]:
+    """Per tensor-parallel engine cell without pipeline: the seconds a step its all-gathers and reduce-scatters take at
+    NCCL's measured speed on the cell's GPU type (the committed ``collectives`` sets), from its workload's calls; cells
+    whose GPU type has no curve of that group size are left out."""
+    from calorimeter.plan.cell import Cell
+    from calorimeter.plan.hardware import get_profile
+    from calorimeter.plan.work import workload
+    from calorimeter.projection.calibration import collective_points
+    from calorimeter.projection.catalogue import default_collectives, repo_root
+    from calorimeter.projection.collectives import CollectiveCurves, Network
+    from calorimeter.projection.measured import register_recorded_models
+    from calorimeter.records.run_record import read_run_record
+
+    cand = runs[(runs.kind == "train") & (runs.status == "ok") & (runs.tp > 1) & (runs.pp == 1)]
+    if cand.empty:
+        return {}
+    root = repo_root()
+    points = collective_points([str(root / s) for s in default_collectives(root)])
+    register_recorded_models(sweep_dir, cand)
+    out: dict[str, float] = {}
+    for cid in cand.cell_id:
+        cell = Cell.from_dict(read_run_record(sweep_dir / "cells" / cid / "run.json").cell)
+        mine = points[(points.hardware == cell.hardware) & (points.group == cell.tp)]
+        if mine.empty:
+            continue
+        hw = get_profile(cell.hardware)
+        curves = CollectiveCurves(mine, hw, Network.from_profile(hw))
+        ops = [op for op in workload(cell).stages[0].comm if op.collective in LINK_COLLECTIVES and op.group > 1]
+        out[cid] = sum(curves.op_time(op)[0] for op in ops)
+    return out
+
+
 def label(row: pd.Series) -> str:
     """``ZeRO-1 dp4``, ``TP2-DP2+SP ov``, ``PP4 dualpipev 3.5.4.4``, ``PP4 balanced``, ``PP4 rc-full r1`` (a
     repetition), ``peer torchtitan``."""
@@ -105,8 +149,9 @@ def one_f_one_b_bubble(row: pd.Series) -> float:
     return (pp - 1) / (m + pp - 1)
 
 
-def table(runs: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
-    """One row per cell that ran: figures, same-run ratios and trace shares (module docstring)."""
+def table(runs: pd.DataFrame, kernels: pd.DataFrame, link: dict[str, float] | None = None) -> pd.DataFrame:
+    """One row per cell that ran: figures, same-run ratios and trace shares (module docstring); ``link``: each
+    tensor-parallel cell's collectives at the links' speed (:func:`link_seconds`)."""
     ok = runs[runs.status == "ok"].copy()
     for c in RUN_COLUMNS:
         if c not in ok:
@@ -125,9 +170,16 @@ def table(runs: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
             shares[f"{name}_pct"] = 100.0 * shares[f"{name}_s"] / shares.step_s
         ok = ok.merge(shares[["coll_pct", "p2p_pct", "idle_pct", "traced_ranks"]], left_on="cell_id",
                       right_index=True, how="left")
+        if "sum_s" in kernels:
+            tpc = kernels[kernels.category.isin(TP_COMM_CATEGORIES)].groupby(["cell_id", "rank"]).sum_s.sum()
+            ok["tp_comm_s"] = ok.cell_id.map(tpc.groupby(level="cell_id").mean())
+        else:  # a kernels table without per-category kernel sums
+            ok["tp_comm_s"] = float("nan")
     else:
-        for c in ("coll_pct", "p2p_pct", "idle_pct", "traced_ranks"):
+        for c in ("coll_pct", "p2p_pct", "idle_pct", "traced_ranks", "tp_comm_s"):
             ok[c] = float("nan")
+    ok["link_s"] = ok.cell_id.map(link or {})
+    ok["comm_over_link"] = ok.tp_comm_s / ok.link_s
     engine = ok[ok.kind == "train"]
     peers = ok[ok.kind == "command"]
     best_engine = engine.groupby(["world_size", "global_batch"]).tokens_per_s_per_gpu.max()
@@ -160,10 +212,12 @@ def verdicts(t: pd.DataFrame) -> list[str]:
             c = cells.iloc[0]
             gap = 100.0 * (1.0 - c.x_best)
             bound = f", 1F1B bubble bound {c.bubble_pct:.1f}%" if c.bubble_pct == c.bubble_pct else ""
+            link = (f"; its TP communication kernels {c.tp_comm_s:.3f} s a step, {c.link_s:.3f} s at NCCL's measured "
+                    f"speed on this GPU type ({c.comm_over_link:.2f}x)") if c.comm_over_link == c.comm_over_link else ""
             out.append(f"4 GPUs, gb {gb}: {c.layout} / {best.layout} = {c.x_best:.3f} (target >= {target}: "
                        f"{'met' if c.x_best >= target else 'not met'}); gap {gap:.1f}% of the best's rate; its traced "
                        f"step: exposed collectives {c.coll_pct:.1f}%, pipeline send/recv {c.p2p_pct:.1f}%, idle "
-                       f"{c.idle_pct:.1f}%{bound}")
+                       f"{c.idle_pct:.1f}%{bound}{link}")
     return out
 
 
@@ -185,11 +239,11 @@ def render(t: pd.DataFrame) -> str:
     cols = {"layout": "layout", "global_batch": "gb", "tokens_per_s_per_gpu": "tok/s/GPU", "mfu_full": "MFU",
             "energy_per_token_j": "J/token", "iteration_time_s": "step s", "iteration_time_std_s": "sd",
             "x_best": "x best", "x_peer": "x peer", "coll_pct": "coll%", "p2p_pct": "p2p%", "idle_pct": "idle%",
-            "bubble_pct": "bubble%"}
+            "bubble_pct": "bubble%", "comm_over_link": "comm/link"}
     show = t[list(cols)].rename(columns=cols).copy()
     fmt: dict[str, Any] = {"tok/s/GPU": "{:,.0f}".format, "MFU": "{:.1%}".format, "J/token": "{:.4f}".format,
                            "step s": "{:.3f}".format, "sd": "{:.3f}".format, "x best": "{:.3f}".format,
-                           "x peer": "{:.3f}".format}
+                           "x peer": "{:.3f}".format, "comm/link": "{:.2f}".format}
     for c in ("coll%", "p2p%", "idle%", "bubble%"):
         fmt[c] = "{:.1f}".format
     return show.to_string(index=False, formatters=fmt, na_rep="-")
@@ -202,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = []
     for run in args.runs:
-        t = table(*load_run(run))
+        runs, kernels = load_run(run)
+        t = table(runs, kernels, link_seconds(run, runs))
         if t.empty:
             print(f"== {run}: no cell ran", file=sys.stderr)
             continue

@@ -108,3 +108,21 @@ def test_committed_4_gpu_run_with_peer_cells() -> None:
     assert b.label(row) == "TP4+SP ov ring"
     d = b.table(*b.load_run(LAYOUTS_4X_H100 / "h100x4-layouts-d")).set_index("layout")
     assert d.loc["peer megatron-tp4-sp", "x_best"] == pytest.approx(0.684, abs=0.001)
+
+
+def test_committed_4x_h200_tp4_collectives_against_the_links_speed() -> None:
+    """The committed 4x H200 run e: TP4+SP without overlap spends on its all-gathers and reduce-scatters what NCCL's
+    own curve of that node type gives for the same calls (the gap is not slow collectives); either overlap mechanism
+    spends far more; ZeRO-1 (no TP) and a GPU type without a 4-GPU curve (the 4x H100 run) get none."""
+    b = _bench()
+    run = ROOT / "results" / "reference" / "h200x4-layouts-2026-11-28" / "h200x4-layouts-e"
+    runs, kernels = b.load_run(run)
+    link = b.link_seconds(run, runs)
+    t = b.table(runs, kernels, link).set_index("layout")
+    assert t.loc["TP4+SP", "comm_over_link"] == pytest.approx(1.0, abs=0.05)
+    assert t.loc["TP4+SP", "link_s"] == pytest.approx(0.79, abs=0.03)
+    assert t.loc["TP4+SP ov symm", "comm_over_link"] > 1.5 and t.loc["TP4+SP ov ring", "comm_over_link"] > 1.5
+    assert t.loc["ZeRO-1 dp4", "comm_over_link"] != t.loc["ZeRO-1 dp4", "comm_over_link"]  # NaN: no TP
+    h100 = LAYOUTS_4X_H100 / "h100x4-layouts-a"
+    assert b.link_seconds(h100, b.load_run(h100)[0]) == {}  # no 4-GPU H100 curve committed
+    assert any("1.01x" in v for v in b.verdicts(t.reset_index()))
