@@ -180,17 +180,29 @@ def _power_limit(telemetry: Path) -> float | None:
     return float(v.median()) if len(v) else None
 
 
-def read_fingerprints(source: str | Path, cell_ids: list[str]) -> pd.DataFrame:
-    """One row per cell of a sweep folder: ``cell_id``, the fingerprint fields, ``fingerprint`` (the key) and
-    ``recorded_at``. A cell without a ``run.json`` gets an all-``unrecorded`` fingerprint."""
+def read_records(source: str | Path, cell_ids: list[str]) -> dict[str, RunRecord | None]:
+    """Each cell's ``run.json`` of a sweep folder, read once (None where missing or unreadable)."""
     sweep = SweepPaths(Path(source))
+    out: dict[str, RunRecord | None] = {}
+    for cid in cell_ids:
+        try:
+            out[cid] = read_run_record(sweep.cell(cid).run_json)
+        except (RecordError, OSError):
+            out[cid] = None
+    return out
+
+
+def read_fingerprints(source: str | Path, cell_ids: list[str],
+                      records: dict[str, RunRecord | None] | None = None) -> pd.DataFrame:
+    """One row per cell of a sweep folder: ``cell_id``, the fingerprint fields, ``fingerprint`` (the key) and
+    ``recorded_at``. A cell without a ``run.json`` gets an all-``unrecorded`` fingerprint. ``records``: the cells'
+    records when already read (:func:`read_records`)."""
+    sweep = SweepPaths(Path(source))
+    records = records if records is not None else read_records(source, cell_ids)
     rows = []
     for cid in cell_ids:
         paths = sweep.cell(cid)
-        try:
-            record: RunRecord | None = read_run_record(paths.run_json)
-        except RecordError:
-            record = None
+        record = records.get(cid)
         fp = Fingerprint.of(record, _power_limit(paths.telemetry)) if record is not None else Fingerprint()
         rows.append({"cell_id": cid, **fp.to_dict(), "fingerprint": fp.key, "recorded_at": recorded_at(record)})
     return pd.DataFrame(rows, columns=["cell_id", *(f.name for f in fields(Fingerprint)), "fingerprint",
@@ -202,5 +214,5 @@ def fingerprint_of(row: pd.Series | dict[str, Any]) -> Fingerprint:
     return Fingerprint.from_dict({f.name: row.get(f.name) for f in fields(Fingerprint)})
 
 
-__all__ = ["KEY_FIELDS", "SOFTWARE_FIELDS", "UNRECORDED", "Fingerprint", "fingerprint_of", "matches",
+__all__ = ["KEY_FIELDS", "SOFTWARE_FIELDS", "UNRECORDED", "Fingerprint", "fingerprint_of", "matches", "read_records",
            "read_fingerprints", "recorded_at"]

@@ -21,12 +21,12 @@ from calorimeter.plan.models import CATALOGUE, ModelSpec, get_model, register_mo
 from calorimeter.plan.vocabulary import OPTIONAL, RUN_COLUMNS
 from calorimeter.projection.catalogue import Catalogue
 from calorimeter.projection.engine_speed import is_engine_speed_set, load_engine_speed
-from calorimeter.projection.fingerprint import UNRECORDED, fingerprint_of, matches, read_fingerprints
+from calorimeter.projection.fingerprint import UNRECORDED, fingerprint_of, matches, read_fingerprints, read_records
 from calorimeter.projection.regimes import GPU_BOUND, HOST_BOUND, MOE
 from calorimeter.projection.schedule import HOST_BOUND_BUSY_FRAC, untimed_schedule
 from calorimeter.records.machines import machine_keys
 from calorimeter.records.paths import SweepPaths
-from calorimeter.records.run_record import RecordError, read_run_record
+from calorimeter.records.run_record import RecordError, RunRecord, read_run_record
 
 # HOST_BOUND_BUSY_FRAC (schedule): a host-bound cell's kernel times say little about the GPU, so it calibrates no
 # compute rate (it calibrates the host launch and ZeRO-3 host times, and is still predicted and validated)
@@ -178,16 +178,16 @@ def register_recorded_models(source: str | Path, runs: pd.DataFrame) -> None:
 RECORD_ONLY_FIELDS: tuple[str, ...] = tuple(n for n in OPTIONAL if n not in RUN_COLUMNS)
 
 
-def recorded_engine_knobs(source: str | Path, cell_ids: list[str]) -> pd.DataFrame:
+def recorded_engine_knobs(source: str | Path, cell_ids: list[str],
+                          records: dict[str, RunRecord | None] | None = None) -> pd.DataFrame:
     """``cell_id`` and :data:`RECORD_ONLY_FIELDS` of each cell, from its ``run.json`` (None where unset or
-    unreadable), so that a cell rebuilt from a runs row is the cell that ran (a DualPipeV pipeline is not 1F1B)."""
-    sweep = SweepPaths(Path(source))
+    unreadable), so that a cell rebuilt from a runs row is the cell that ran (a DualPipeV pipeline is not 1F1B).
+    ``records``: the cells' records when already read (:func:`~calorimeter.projection.fingerprint.read_records`)."""
+    records = records if records is not None else read_records(source, cell_ids)
     rows = []
     for cid in cell_ids:
-        try:
-            cell = read_run_record(sweep.cell(cid).run_json).cell
-        except (RecordError, OSError):
-            cell = {}
+        record = records.get(cid)
+        cell = record.cell if record is not None else {}
         rows.append({"cell_id": cid, **{k: cell.get(k) for k in RECORD_ONLY_FIELDS}})
     return pd.DataFrame(rows, columns=["cell_id", *RECORD_ONLY_FIELDS]).astype(object)
 
@@ -212,9 +212,10 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
             r = pd.read_parquet(sweep.table("runs"))
             r["source"] = str(src)
             register_recorded_models(src, r)
+            records = read_records(src, list(r["cell_id"]))  # each record once, for both
             r = r.drop(columns=[c for c in RECORD_ONLY_FIELDS if c in r]).merge(
-                recorded_engine_knobs(src, list(r["cell_id"])), on="cell_id", how="left")
-            r = r.merge(read_fingerprints(src, list(r["cell_id"])), on="cell_id", how="left")
+                recorded_engine_knobs(src, list(r["cell_id"]), records), on="cell_id", how="left")
+            r = r.merge(read_fingerprints(src, list(r["cell_id"]), records), on="cell_id", how="left")
             k = (_wide_kernels(pd.read_parquet(sweep.table("kernels"))) if sweep.table("kernels").is_file()
                  else _wide_kernels(pd.DataFrame()))
             g = pd.read_parquet(sweep.table("gpus")) if sweep.table("gpus").is_file() else pd.DataFrame(
