@@ -216,3 +216,21 @@ def test_the_regime_is_the_windows_thermal_state_or_the_warm_up_for_older_tables
     assert list(thermal_of(runs.drop(columns="thermally_steady"))) == ["steady", "steady", "transient"]
     assert list(thermal_of(runs.drop(columns=["thermally_steady", "warmup_mode"]))) == ["transient"] * 3
     assert thermal_regime(["steady", "steady"]) == "steady" and thermal_regime(["steady", "transient"]) == "transient"
+
+
+def test_configurations_that_differ_only_in_what_their_id_names_stay_apart() -> None:
+    """Two TP4 cells of one set that differ only in their TP overlap mechanism (no runs-table column holds it, the id
+    does): two configurations, each matched to its own (the ring's was dropped behind the symmetric-memory one)."""
+    from calorimeter.reproduce.compare import _configs
+
+    base = {"model": "llama3-8b-16l", "hardware": "h200", "nodes": 1, "gpus_per_node": 4, "tp": 4, "pp": 1, "dp": 1,
+            "sequence_parallel": True, "zero_stage": 1, "recompute": "none", "overlap": True, "micro_batch": 1,
+            "global_batch": 32, "seq_len": 8192, "status": "ok", "repeat": 0}
+    ids = [f"llama3-8b-16l_h200-1x4_tp4-pp1-dp1-sp_z1_rc-none_ov-on-tp{m}_mb1-gb32-s8192" for m in ("symm", "ring")]
+    runs = pd.DataFrame([{**base, "cell_id": c, "config_id": c} for c in ids])
+    got = _configs(runs)
+    assert sorted(c.config_id for c in got.values()) == sorted(ids)
+    # the same configurations on another GPU type get the same keys (the mechanism, not the id, is matched)
+    other = runs.assign(hardware="h100", cell_id=runs.cell_id.str.replace("h200", "h100"),
+                        config_id=runs.config_id.str.replace("h200", "h100"))
+    assert set(_configs(other)) == set(got)

@@ -26,7 +26,15 @@ from calorimeter.reproduce.study import project_study
 
 @pytest.fixture(scope="module")
 def rows() -> pd.DataFrame:
-    """Every cell of the study's optimization sweep (60: projected, MoE refused, pruned)."""
+    """Every cell of the study's H100 optimization sweep (68: projected, MoE refused while the H100 calibration has
+    fewer than five MoE configurations, pruned)."""
+    return plan_rows(plan_file(SWEEPS / "h100-optimization.yaml"),
+                     StudyProjector.from_file(committed_set() / "calibration.json"))
+
+
+@pytest.fixture(scope="module")
+def rows_h200() -> pd.DataFrame:
+    """The H200 optimization sweep (60): its MoE cells are priced with the measured H200 MoE band."""
     return plan_rows(plan_file(SWEEPS / "h200-optimization.yaml"),
                      StudyProjector.from_file(committed_set() / "calibration.json"))
 
@@ -35,14 +43,19 @@ def _gids(fig: plt.Figure) -> set[str]:
     return {a.get_gid() for a in fig.findobj() if a.get_gid()}
 
 
-def test_every_cell_of_the_plan_is_a_row_with_its_status_and_reason(rows: pd.DataFrame) -> None:
-    assert len(rows) == 60 and set(rows["status"]) == {"projected", "refused", "pruned"}
+def test_every_cell_of_the_plan_is_a_row_with_its_status_and_reason(rows: pd.DataFrame,
+                                                                     rows_h200: pd.DataFrame) -> None:
+    assert len(rows) == 68 and set(rows["status"]) == {"projected", "refused", "pruned"}
     refused = rows[rows["status"] == "refused"]
     assert set(refused["model"]) == {"mixtral-8x7b", "mixtral-8x22b"} and refused["reason"].str.startswith("MoE").all()
-    assert rows.loc[rows["status"] == "pruned", "reason"].str.contains("memory").all()
-    p = rows[rows["status"] == "projected"]
-    assert (p["world_size"] == 32).all() and (p["tokens_per_s_per_gpu_low"] < p["tokens_per_s_per_gpu"]).all()
-    assert (p["tokens_per_s_per_gpu"] < p["tokens_per_s_per_gpu_high"]).all()
+    assert rows.loc[rows["status"] == "pruned", "reason"].str.contains("memory|divisible|shard").all()
+    for r, world in ((rows, 64), (rows_h200, 32)):
+        p = r[r["status"] == "projected"]
+        assert (p["world_size"] == world).all() and (p["tokens_per_s_per_gpu_low"] < p["tokens_per_s_per_gpu"]).all()
+        assert (p["tokens_per_s_per_gpu"] < p["tokens_per_s_per_gpu_high"]).all()
+    # on H200 the MoE cells are projected, with their band; every cell is still a row
+    assert len(rows_h200) == 60 and set(rows_h200["status"]) == {"projected", "pruned"}
+    assert rows_h200.loc[rows_h200["status"] == "projected", "model"].str.startswith("mixtral").any()
     # the model's own refusal column, where it has one, decides; another GPU type's calibration is refused
     assert refusal({"refused": "", "extrapolated_parts": "experts=8 outside [0, 0]"}) == ""
     assert refusal({"refused": "inter-node EP"}) == "inter-node EP"
@@ -51,7 +64,8 @@ def test_every_cell_of_the_plan_is_a_row_with_its_status_and_reason(rows: pd.Dat
         "estimated memory # GB per device exceeds the # GB of h200"
 
 
-def test_the_study_figure_is_drawn_from_projected_rows_marked_projected(rows: pd.DataFrame) -> None:
+def test_the_study_figure_is_drawn_from_projected_rows_marked_projected(rows: pd.DataFrame,
+                                                                        rows_h200: pd.DataFrame) -> None:
     some = rows[rows["status"] == "projected"].iloc[0]
     runs = pd.DataFrame([{**some.to_dict(), "status": "ok", "tokens_per_s_per_gpu": 123.0, "power_avg_w": 500.0,
                           "efficiency": 1.0}])
@@ -60,18 +74,18 @@ def test_the_study_figure_is_drawn_from_projected_rows_marked_projected(rows: pd
     gids = _gids(fig)
     assert {"band:refused", "band:pruned", "projected:tokens_per_s_per_gpu", "projected:power_avg_w",
             "measured:tokens_per_s_per_gpu"} <= gids
-    assert res.n_points == 60 and len(res.cells) == 60  # every cell, none dropped
-    assert any(m.startswith("18 refused (MoE") for m in res.missing)
+    assert res.n_points == 68 and len(res.cells) == 68  # every cell, none dropped
+    assert any(m.startswith("30 refused (MoE") for m in res.missing)
     assert any("pruned (estimated memory # GB" in m for m in res.missing)
     assert res.differs == ["1 cells measured as well (filled markers)"]
-    fig4, res4 = projected_study.draw({"projected": rows}, "fig04_parallelism")
+    fig4, res4 = projected_study.draw({"projected": rows_h200}, "fig04_parallelism")
     assert res4.n_points == 15  # the study's Fig. 4 selection: one cell per configuration
     assert projected_study.figures_for(rows.to_dict("records")) == ["fig04_parallelism", "fig08_optimization"]
 
 
 def test_projection_png_is_dots_with_bands_per_model() -> None:
     # the workflow's projected rows (projection_project: every planned cell as the model projects it)
-    rows = project_plan(plan_file(SWEEPS / "h200-optimization.yaml"),
+    rows = project_plan(plan_file(SWEEPS / "h100-optimization.yaml"),
                         load_calibrations(committed_set() / "calibration.json"))
     scaled = rows.assign(world_size=1024, cell_id=rows["cell_id"] + "-x1024")
     fig, res = projection.draw({"projected": pd.concat([rows, scaled], ignore_index=True), "runs": pd.DataFrame()})
@@ -80,8 +94,8 @@ def test_projection_png_is_dots_with_bands_per_model() -> None:
     assert not [p for ax in fig.axes for p in ax.patches if p.get_hatch()]  # no bars
     logs = [ax for ax in fig.axes if ax.get_yscale() == "log"]
     assert len(logs) == 4  # gpt3-175b and llama3-70b: tokens/s and energy per token
-    assert {"projected:tokens_per_s_per_gpu:32", "projected:tokens_per_s_per_gpu:1024", "refused:32"} <= _gids(fig)
-    assert any(m.startswith("36 refused (MoE") for m in res.missing) and "PROJECTED" in fig._suptitle.get_text()
+    assert {"projected:tokens_per_s_per_gpu:64", "projected:tokens_per_s_per_gpu:1024", "refused:64"} <= _gids(fig)
+    assert any(m.startswith("60 refused (MoE") for m in res.missing) and "PROJECTED" in fig._suptitle.get_text()
 
 
 def test_validation_figure_is_error_distributions_per_metric_and_regime() -> None:
@@ -123,13 +137,13 @@ def test_study_set_tables_cost_and_readme(tmp_path: Path) -> None:
                          figures=False, root=ROOT)
     out = tmp_path / "out"
     table = pd.read_csv(out / "h200-parallelism" / "projected.csv")
-    assert len(table) == 15 and set(table["status"]) == {"projected", "refused"}
+    assert len(table) == 15 and set(table["status"]) == {"projected"}  # MoE cells too: the H200 MoE band
     assert table.loc[table["status"] == "projected", "projected_wall_s"].gt(0).all()
     cost = pd.read_csv(out / "cost.csv")
     assert cost.loc[0, "gpu_hours_low"] < cost.loc[0, "gpu_hours"] < cost.loc[0, "gpu_hours_high"]
-    assert (cost.loc[0, "projected"], cost.loc[0, "refused"]) == (10, 5)
+    assert (cost.loc[0, "projected"], cost.loc[0, "refused"]) == (15, 0)
     readme = (out / "README.md").read_text()
-    assert "Nothing here was measured" in readme and "h200/auto-liger" in readme and "refused: MoE" in readme
+    assert "Nothing here was measured" in readme and "h200/auto-liger" in readme
     assert "calorimeter project-study --calibration" in readme and done[0].figure == "fig04_parallelism"
     committed = committed_set()
     assert json.loads((committed / "calibration.json").read_text())["model_version"] >= 1

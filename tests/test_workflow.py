@@ -45,6 +45,7 @@ def test_dry_run_of_each_study_sweep(sweep: str, tmp_path: Path) -> None:
     assert re.search(r"calorimeter: projected cost of \d+ planned cells?: [\d,.]+ GPU-hours", out), out[:3000]
     if sweep == "h200-optimization":
         assert re.search(r"train \S+ \(projected wall time \d+ min \(", out)
+    if sweep == "h100-optimization":  # its MoE cells: no H100 MoE band yet (three configurations measured)
         assert "(no projected wall time: MoE" in out
 
 

@@ -44,7 +44,9 @@ from scipy import stats
 from calorimeter.figures.selection import figure_cells
 from calorimeter.findings.select import CONFIG_PARAMS
 from calorimeter.findings.stats import CANNOT_SAY, Claim, Effect, Judgement, mean_interval, verdict
+from calorimeter.plan.cell import parse_cell_id
 from calorimeter.plan.kinds import DEFAULT_KIND, kinds_where
+from calorimeter.plan.vocabulary import IDENTIFYING
 from calorimeter.records.legacy import config_ids
 from calorimeter.records.machines import machine_keys
 from calorimeter.reproduce.metrics import FIGURE_METRICS, METRICS, Metric
@@ -69,18 +71,32 @@ EXIT_CODES = {REPRODUCED: 0, NOT_REPRODUCED: 1, NOT_COMPARABLE: 1, CANNOT_TELL: 
 SPREAD_P = 0.01
 #: parameters that make two cells the same configuration in a reproduction (the GPU type is checked separately)
 MATCH_PARAMS: tuple[str, ...] = tuple(p for p in CONFIG_PARAMS if p not in ("hardware", "engine"))
+#: what a cell's id names beyond those columns (its TP overlap mechanism, pipeline schedule, LoRA rank, a peer's
+#: label, ...): read back from the configuration's id, so that two configurations of one set that differ only there
+#: stay two (one of them was dropped before)
+ID_KNOBS: tuple[str, ...] = tuple(n for n in IDENTIFYING if n not in CONFIG_PARAMS and n != "repeat")
 
 
-def _key(row: Mapping) -> tuple:
-    def norm(v: object) -> object:
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            return None
-        if isinstance(v, (bool, np.bool_)):
-            return bool(v)
-        if isinstance(v, (int, float, np.integer, np.floating)) and float(v).is_integer():
-            return int(v)
-        return v
-    return tuple(norm(row.get(p)) for p in MATCH_PARAMS)
+def _norm(v: object) -> object:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, float, np.integer, np.floating)) and float(v).is_integer():
+        return int(v)
+    return v
+
+
+def _id_knobs(config_id: str) -> tuple:
+    try:
+        cell = parse_cell_id(config_id)
+    except ValueError:  # an id of another version's grammar: nothing beyond the columns
+        return (None,) * len(ID_KNOBS)
+    return tuple(_norm(getattr(cell, n, None)) for n in ID_KNOBS)
+
+
+def _key(row: Mapping, config_id: str = "") -> tuple:
+    return (*(_norm(row.get(p)) for p in MATCH_PARAMS), *_id_knobs(config_id))
 
 
 @dataclass
@@ -99,7 +115,7 @@ def _configs(runs: pd.DataFrame) -> dict[tuple, _Config]:
     runs = runs[runs["status"].isin(["ok", "oom", "failed"])]  # measured (planned-only or pruned rows are not)
     out: dict[tuple, _Config] = {}
     for cid, g in runs.assign(_c=config_ids(runs)).groupby("_c", sort=False):
-        out.setdefault(_key(g.iloc[0].to_dict()), _Config(str(cid), g.drop(columns="_c")))
+        out.setdefault(_key(g.iloc[0].to_dict(), str(cid)), _Config(str(cid), g.drop(columns="_c")))
     return out
 
 
