@@ -11,8 +11,11 @@
 # With it on, send both wheel archives (`.whlxzA`, `.whlxz`: bench/gpu/pack_wheels.sh --split) with the checkout;
 # setup_offline.sh unpacks both.
 set -euo pipefail
+# The set that prices sweeps (`prices:` in config/calibration.yaml: its calibration.json and timing.json, ~0.35 MB)
+# stays, so that the node's `calorimeter plan` and its progress lines project each cell's wall time and the ETA.
+PRICES=$(awk '/^prices:/{print $2}' config/calibration.yaml)
 case "${1:-}" in
-  on)  git sparse-checkout set --no-cone '/*' '!/results/reference/'
+  on)  git sparse-checkout set --no-cone '/*' '!/results/reference/' "/$PRICES/calibration.json" "/$PRICES/timing.json"
        git ls-files -t | awk '$1 == "H" {print substr($0, 3)}' | tr '\n' '\0' | du -c -k --files0-from=- | tail -1 ;;
   off) git sparse-checkout disable ;;
   *)   echo "usage: bash bench/gpu/lighten.sh on|off" >&2; exit 2 ;;
