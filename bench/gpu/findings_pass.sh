@@ -13,7 +13,7 @@
 set -e
 CONFIG=$1 PASS=$2 SECONDS_LEFT=$3 WHERE=${4:-}
 case "$CONFIG" in *"{gpu}"*)
-  CONFIG=${CONFIG//\{gpu\}/$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[12]00' | tr H h)} ;;
+  CONFIG=${CONFIG//\{gpu\}/$(bash bench/gpu/gpu_type.sh)} ;;
 esac
 BASE=$(python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['sweep'])" "$CONFIG")
 NAME=$BASE-pass$PASS$([ -n "$WHERE" ] && echo "-$WHERE" | tr -dc 'A-Za-z0-9_-'; true)

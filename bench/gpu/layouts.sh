@@ -35,7 +35,7 @@
 set -u
 GPU=$1 RUN=$2 BUDGET=${3:-520}
 # auto: the node's GPU type (a node asked for as one type may have the other)
-[ "$GPU" = auto ] && GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[12]00' | tr H h)
+[ "$GPU" = auto ] && GPU=$(bash bench/gpu/gpu_type.sh)
 case "$GPU:$RUN" in h100:[a-f]|h200:[a-f]) ;; *) echo "usage: $0 h100|h200|auto a|b|c|d|e|f [SECONDS]" >&2; exit 2 ;; esac
 NAME=${GPU}x4-layouts-$RUN
 NGPU=$(nvidia-smi -L | wc -l)
