@@ -55,11 +55,11 @@ def _cache_roots(env: dict[str, str]) -> tuple[str, ...]:
     return tuple(os.path.join(os.path.realpath(r), "") for r in roots)
 
 
-def is_compiler_cache(path: str, env: dict[str, str]) -> bool:
-    """Whether ``path`` lies in a compiler's cache (:data:`_CACHE_DIRS`, the folders :data:`_CACHE_ENV` name, an
-    Inductor temporary folder)."""
+def is_compiler_cache(path: str, roots: tuple[str, ...]) -> bool:
+    """Whether ``path`` lies in a compiler's cache: below one of ``roots`` (:func:`_cache_roots`) or in an Inductor
+    temporary folder."""
     real = os.path.realpath(path)
-    return real.startswith(_cache_roots(env)) or any(part in real for part in _CACHE_PARTS)
+    return real.startswith(roots) or any(part in real for part in _CACHE_PARTS)
 
 
 def shown_path(path: Path, cwd: Path) -> str:
@@ -158,13 +158,14 @@ def command_provenance(command: str, env: dict[str, str], cwd: Path, imports_dir
     seen = {str((cwd / Path(e["path"]).expanduser()).resolve()) for e in named}
     files: dict[Path, str] = {}
     cached: set[str] = set()
+    roots = _cache_roots(env)
     reports = read_reports(imports_dir)
     packages: dict[str, str | None] = {}
     for r in reports:
         for path in [r.get("main"), *(r.get("files") or [])]:
             if not isinstance(path, str) or path.startswith(_SYSTEM) or path in seen or Path(path) in files:
                 continue
-            if is_compiler_cache(path, env):
+            if is_compiler_cache(path, roots):
                 cached.add(path)
                 continue
             files[Path(path)] = "main file" if path == r.get("main") else "imported"
