@@ -50,7 +50,7 @@ from step_breakdown import rank_breakdown  # noqa: E402
 #: targets of the layout comparison (ratios of tokens/s per GPU within one run)
 TARGET_OVER_TITAN, TARGET_TP4, TARGET_PP4, MIN_GB_LAYOUT_TARGETS = 1.10, 0.85, 0.80, 32
 RUN_COLUMNS = ["cell_id", "kind", "status", "tp", "pp", "dp", "zero_stage", "sequence_parallel", "overlap",
-               "recompute", "repeat", "world_size", "global_batch", "grad_accum", "iteration_time_s",
+               "recompute", "repeat", "world_size", "micro_batch", "global_batch", "grad_accum", "iteration_time_s",
                "iteration_time_std_s", "tokens_per_s_per_gpu", "mfu_full", "energy_per_token_j"]
 
 
@@ -110,8 +110,8 @@ def link_seconds(sweep_dir: Path, runs: pd.DataFrame) -> dict[str, float]:
 
 
 def label(row: pd.Series) -> str:
-    """``ZeRO-1 dp4``, ``TP2-DP2+SP ov``, ``PP4 dualpipev 3.5.4.4``, ``PP4 balanced``, ``PP4 rc-full r1`` (a
-    repetition), ``peer torchtitan``."""
+    """``ZeRO-1 dp4``, ``TP2-DP2+SP ov``, ``TP4+SP ov symm mb4`` (micro-batch 4), ``PP4 dualpipev 3.5.4.4``,
+    ``PP4 balanced``, ``PP4 rc-full r1`` (a repetition), ``peer torchtitan``."""
     cid = str(row.cell_id)
     if row.kind == "command":
         return "peer " + cid.removeprefix("cmd-").split("_", 1)[0]
@@ -133,6 +133,9 @@ def label(row: pd.Series) -> str:
         extra.insert(0, "ov " + cid.split("_ov-on-tp", 1)[1].split("_", 1)[0] if "_ov-on-tp" in cid else "ov")
     if row.recompute not in ("none", None) and row.recompute == row.recompute:
         extra.append(f"rc-{row.recompute}")
+    mb = row.get("micro_batch")
+    if mb == mb and mb is not None and int(mb) != 1:  # a micro-batch other than the runs' usual 1
+        extra.append(f"mb{int(mb)}")
     rep = row["repeat"]  # (row.repeat is the Series method)
     if rep == rep and int(rep or 0):
         extra.append(f"r{int(rep)}")

@@ -46,6 +46,13 @@ def _pct(x: float, sign: bool = False) -> str:
     return "  n/a" if x != x else (f"{x:+6.1%}" if sign else f"{x:6.1%}")
 
 
+def _verdict(r: dict) -> str:
+    """A regime's coverage verdict: no band (every row refused, or no band stated) is not a coverage met."""
+    if not r.get("banded"):
+        return "no band"
+    return "met" if r["met"] else "NOT MET"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="write the summary (validation.json) here")
@@ -92,7 +99,7 @@ def main() -> None:
         for regime, r in g["tokens_per_s_per_gpu"].get("regimes", {}).items():
             print(f"    {regime:50s} n={r['rows']:3d} median {_pct(r['median_abs'])} max {_pct(r['max_abs'])} "
                   f"band +-{_pct(r['band_median'])} within {r['covered']}/{r['banded']} (90% "
-                  f"{r['coverage_90'][0]:.0%}-{r['coverage_90'][1]:.0%}) {'met' if r['met'] else 'NOT MET'}")
+                  f"{r['coverage_90'][0]:.0%}-{r['coverage_90'][1]:.0%}) {_verdict(r)}")
         print(f"  targets, all held-out cells: {g['targets_met']}")
         print(f"  targets, GPU-bound cells:    {g['targets_met_gpu_bound']}")
         print(f"  targets, in calibrated range: {g['targets_met_in_range']}")
@@ -122,7 +129,7 @@ def main() -> None:
             print(f"    {regime:50s} n={r['rows']:4d} median {_pct(r['median_abs'])} max {_pct(r['max_abs'])} "
                   f"mean signed {_pct(r['mean_signed'], True)} band +-{_pct(r['band_median'])} within "
                   f"{r['covered']:3d}/{r['banded']:3d} ({r['coverage_90'][0]:.0%}-{r['coverage_90'][1]:.0%}) "
-                  f"{'met' if r['met'] else 'NOT MET'}  [{', '.join(r['engines'])}]")
+                  f"{_verdict(r)}  [{', '.join(r['engines'])}]")
     print("\n== the band a projected row takes, per regime (calibration of every committed cell; tokens/s, energy per "
           "token, power; x: the measured distance beyond the range, doubled per doubling beyond it)")
     for key, b in summary["bands"].items():

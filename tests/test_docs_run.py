@@ -48,6 +48,22 @@ def test_the_documents_numbers_are_the_tables() -> None:
     assert apply(stale, texts) == doc
 
 
+def test_knobs_doc_ratios_are_the_tables_same_run_ratios() -> None:
+    """docs/knobs.md's TP4 table is computed (docs/expected-knobs.yaml, ``ratio_to``: a cell over its run's ZeRO-1
+    cell); a ratio over another reference cell gives another number, and a reference that selects nothing is an
+    error naming the sweep."""
+    spec = yaml.safe_load((ROOT / "docs" / "expected-knobs.yaml").read_text())
+    texts = render(ROOT, spec)
+    assert drift((ROOT / "docs" / "knobs.md").read_text(), texts) == []
+    assert texts["tp4_f_mb4_symm"] == texts["tp4_g_mb4_symm"] == "0.880" and texts["tp4_e_none"] == "0.711"
+    one = dict(spec["values"]["tp4_f_mb4_symm"])
+    one["ratio_to"] = {"where": {"cell_id": one["ratio_to"]["where"]["cell_id"].replace("_mb2-", "_mb1-")}}
+    assert render(ROOT, {"values": {"x": one}})["x"] == "0.891"  # over ZeRO-1 at micro-batch 1 (20,628)
+    one["ratio_to"] = {"where": {"cell_id": "no-such-cell"}}
+    with pytest.raises(ValueError, match="h200x4-layouts-f: no row where"):
+        render(ROOT, {"values": {"x": one}})
+
+
 def test_the_runnable_blocks_are_marked() -> None:
     blocks = [b.values for b in _blocks()]
     assert len(blocks) >= 4 and {b[1] for b in blocks} >= {0, 1, 3}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The 4-GPU layout-efficiency runs on one 4x H100 or 4x H200 node, one run per command of at most 10 minutes; every
 # cell's records reach $OUT while the run goes (a run cut short keeps the cells done, in the config's order):
-#   bash bench/gpu/layouts.sh GPU RUN [SECONDS]      GPU: h100 | h200 | auto (the node's); RUN: a | b | c | d | e
+#   bash bench/gpu/layouts.sh GPU RUN [SECONDS]      GPU: h100 | h200 | auto (the node's); RUN: a ... h
 # The sequence (about 25 minutes of the node for 1-3; 4 when time is left):
 #   1. bash bench/gpu/layouts.sh h100 a 500   global batch 32: ZeRO-1 dp4, torchtitan (FSDP2 + compile), TP4+SP
 #      with symmetric-memory TP overlap, PP4 balanced 1F1B, PP4 DualPipeV, PP4 uniform, TP4+SP without overlap
@@ -20,6 +20,11 @@
 #   6. bash bench/gpu/layouts.sh auto f 420   global batch 32: ZeRO-1 dp4 at micro-batch 1 and 2, TP4+SP without overlap
 #      at micro-batch 2 and 4, with symmetric-memory overlap at 4 (~7 min): whether fewer, larger TP4 kernels close
 #      the host-launch gap run e measured.
+#   7. bash bench/gpu/layouts.sh auto g 280   global batch 32: ZeRO-1 dp4 at micro-batch 2, TP4+SP with symmetric-memory
+#      overlap at micro-batch 4 and 8 (~4 min): run f's best TP4 cell a second time (run-to-run spread) and larger.
+#   8. bash bench/gpu/layouts.sh auto h 540   global batch 32: each layout's fastest measured form and torchtitan in
+#      one run: ZeRO-1 dp4, torchtitan (FSDP2 + compile), TP4+SP symm_mem at micro-batch 4, PP4 DualPipeV 3/5/4/4,
+#      ZeRO-1 at micro-batch 2 (~8 min): the targets of runs 1 and 6 from a single node and run.
 # Each run is its own sweep (config/reference/<gpu>x4-layouts-<run>.yaml), with its own baseline: every ratio of its
 # table is a same-run ratio. Needs .whl/ (or .whlxz/) with the offline wheels (bench/gpu/setup_offline.sh),
 # liger-kernel among them, and the torchtitan peer's: what `pip install torchtitan==0.2.2 'datasets<4.8' torchdata`
@@ -36,7 +41,7 @@ set -u
 GPU=$1 RUN=$2 BUDGET=${3:-520}
 # auto: the node's GPU type (a node asked for as one type may have the other)
 [ "$GPU" = auto ] && GPU=$(bash bench/gpu/gpu_type.sh)
-case "$GPU:$RUN" in h100:[a-f]|h200:[a-f]) ;; *) echo "usage: $0 h100|h200|auto a|b|c|d|e|f [SECONDS]" >&2; exit 2 ;; esac
+case "$GPU:$RUN" in h100:[a-h]|h200:[a-h]) ;; *) echo "usage: $0 h100|h200|auto a|b|c|d|e|f|g|h [SECONDS]" >&2; exit 2 ;; esac
 NAME=${GPU}x4-layouts-$RUN
 NGPU=$(nvidia-smi -L | wc -l)
 [ "$NGPU" = 4 ] || { echo "$NAME needs 4 GPUs, this node has $NGPU" >&2; exit 2; }

@@ -12,7 +12,9 @@ Kinds of values (keys of a spec entry):
   distinct value of that column, in sorted order or the spec's ``order``, joined with ``join``, default ``/``),
   optional ``figure`` (a figure's name: only the cells that figure draws, their ``efficiency_norm`` normalised as
   the figure normalises it, by the best configuration it draws) and ``format``: a Python format string over the
-  means of the selected rows' numeric columns.
+  means of the selected rows' numeric columns; optional ``ratio_to`` (``where``, and ``column``, default
+  ``tokens_per_s_per_gpu``; ``sweep``, default the value's): adds ``ratio``, each row's ``column`` over the mean of
+  the rows it selects (a same-run ratio such as a layout's tokens/s per GPU over the run's ZeRO-1 cell).
 * ``size``: a folder; ``format`` over ``mb`` (the git-tracked files' size in MB, rounded to ``round`` digits as
   Python's ``round``).
 * The ``sets`` list: the table of committed sets, one row per sweep with its hand-written facts (``config`` and an
@@ -59,12 +61,23 @@ def _rows(root: Path, spec: dict) -> pd.DataFrame:
         kern = pd.read_parquet(root / REFERENCE / spec["sweep"] / "tables" / "kernels.parquet")
         df = kern.merge(runs.drop(columns=[c for c in runs.columns if c in kern.columns and c != "cell_id"]),
                         on="cell_id", how="left")
-    for col, want in (spec.get("where") or {}).items():
+    df = _select(df, spec["sweep"], spec.get("where"))
+    if spec.get("ratio_to"):
+        ref = spec["ratio_to"]
+        col = ref.get("column", "tokens_per_s_per_gpu")
+        base = _select(_runs(root, ref.get("sweep", spec["sweep"])), ref.get("sweep", spec["sweep"]), ref["where"])
+        df = df.assign(ratio=pd.to_numeric(df[col], errors="coerce") / pd.to_numeric(base[col]).mean())
+    return df
+
+
+def _select(df: pd.DataFrame, sweep: str, where: dict | None) -> pd.DataFrame:
+    """The rows where every ``column: value`` of ``where`` holds; a column absent or no row left is an error."""
+    for col, want in (where or {}).items():
         if col not in df.columns:
-            raise KeyError(f"{spec['sweep']}: no column {col!r} to select on")
+            raise KeyError(f"{sweep}: no column {col!r} to select on")
         df = df[df[col] == want]
     if df.empty:
-        raise ValueError(f"{spec['sweep']}: no row where {spec.get('where')}")
+        raise ValueError(f"{sweep}: no row where {where}")
     return df
 
 
