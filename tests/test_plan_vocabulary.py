@@ -100,3 +100,34 @@ def test_the_parser_reads_what_the_engine_benchmark_names() -> None:
     cell = parse_cell_id("llama3-8b_h200-1x2_tp2-pp1-dp1-sp_z1_rc-none_ov-on_mb1-gb8-s8192", "e")
     assert (cell.sweep, cell.tp, cell.sequence_parallel, cell.overlap, cell.precision, cell.seq_len) == (
         "e", 2, True, True, "bf16", 8192)
+
+
+def test_what_only_the_id_names_keeps_configurations_apart_in_a_findings_pairs() -> None:
+    """A TP overlap mechanism or a pipeline schedule is in a cell's id but in no runs-table column: a finding that
+    varies recompute must not pair a cell of one mechanism (or schedule) with a cell of another. Read back from the
+    configuration's id (``id_knobs``), the pairs are within a mechanism only; ids of another grammar know nothing
+    beyond the columns."""
+    from calorimeter.findings.select import configs
+    from calorimeter.plan.cell import id_knobs
+    from calorimeter.plan.vocabulary import ID_ONLY
+
+    assert {"tp_comm_overlap", "pp_schedule", "lora_rank", "label"} <= set(ID_ONLY)
+    assert not set(ID_ONLY) & set(CONFIGURATION)
+    tp = dataclasses.replace(BASE, pp=1, gpus_per_node=2, sequence_parallel=True, overlap=True)
+    pp = dataclasses.replace(BASE, tp=1, pp=4, gpus_per_node=4)
+    cells = [dataclasses.replace(tp, tp_comm_overlap="symm_mem", recompute="none"),
+             dataclasses.replace(tp, tp_comm_overlap="ring", recompute="full"),
+             dataclasses.replace(pp, pp_schedule="dualpipev", recompute="none"),
+             dataclasses.replace(pp, recompute="full")]
+    runs = pd.DataFrame([{**c.to_dict(), "cell_id": c.cell_id, "status": "ok", "repeat": 0, "iteration_time_s": 1.0}
+                         for c in cells])
+    cfgs = configs(runs, ("iteration_time_s",))
+    assert len(cfgs) == 4
+    assert pairs(cfgs, "recompute", lambda v: v == "full", lambda v: v == "none") == []
+    assert id_knobs(cells[0].config_id)["tp_comm_overlap"] == "symm_mem"
+    assert id_knobs("a-legacy-id") == dict.fromkeys(ID_ONLY)
+    same = [dataclasses.replace(c, tp_comm_overlap="symm_mem") for c in cells[:2]]  # one mechanism: one pair
+    runs = pd.DataFrame([{**c.to_dict(), "cell_id": c.cell_id, "status": "ok", "repeat": 0, "iteration_time_s": 1.0}
+                         for c in same])
+    assert len(pairs(configs(runs, ("iteration_time_s",)), "recompute", lambda v: v == "full",
+                     lambda v: v == "none")) == 1

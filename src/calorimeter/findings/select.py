@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from calorimeter.findings.stats import Effect, mean_interval, welch, within_slope
+from calorimeter.plan.cell import id_knobs
 from calorimeter.plan.vocabulary import CONFIGURATION
 from calorimeter.records.legacy import config_ids
 
@@ -44,7 +45,9 @@ Unit = tuple[str, int]
 
 @dataclass
 class Config:
-    """One measured configuration: its parameters and the metric's value in each ok repetition."""
+    """One measured configuration: its parameters (the runs table's :data:`CONFIG_PARAMS` and what its id names
+    beyond them, :func:`calorimeter.plan.cell.id_knobs`: a TP overlap mechanism, pipeline schedule or LoRA rank keeps
+    two configurations apart) and the metric's value in each ok repetition."""
 
     config_id: str
     params: dict[str, Any]
@@ -84,7 +87,8 @@ def configs(runs: pd.DataFrame, metric: Sequence[str] | Callable[[pd.DataFrame],
     out = []
     for cid, g in df.groupby("_c", sort=False):
         first = g.iloc[0]
-        out.append(Config(str(cid), {p: _norm(first[p]) for p in params}, [float(v) for v in g["_v"]],
+        knobs = {p: _norm(first[p]) for p in params} | {k: _norm(v) for k, v in id_knobs(str(cid)).items()}
+        out.append(Config(str(cid), knobs, [float(v) for v in g["_v"]],
                           [int(r) for r in g["_r"]], [str(m) for m in g["_m"]]))
     return out
 

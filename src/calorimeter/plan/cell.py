@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 
 from calorimeter.plan.json_types import JsonObject
 from calorimeter.plan.kinds import DEFAULT_KIND, KINDS, CellKind, kind_of
-from calorimeter.plan.vocabulary import OPTIONAL
+from calorimeter.plan.vocabulary import ID_ONLY, OPTIONAL
 
 
 @dataclass(frozen=True)
@@ -371,3 +371,14 @@ def as_recorded(d: JsonObject) -> JsonObject:
 def _slug(path: str) -> str:
     base = path.rstrip("/").rsplit("/", 1)[-1]
     return "".join(c if c.isalnum() or c in "-." else "-" for c in base)[:40]
+
+
+def id_knobs(config_id: str) -> dict[str, object]:
+    """What a configuration's (or cell's) id names beyond the runs table's columns (:data:`ID_ONLY`: TP overlap
+    mechanism, pipeline schedule, ZeRO buckets, LoRA rank, a peer's label, ...), each ``None`` where unset; an id of
+    another version's grammar gives every one ``None`` (nothing known beyond the columns)."""
+    try:
+        cell = parse_cell_id(config_id)
+    except ValueError:
+        return dict.fromkeys(ID_ONLY)
+    return {n: getattr(cell, n, None) for n in ID_ONLY}

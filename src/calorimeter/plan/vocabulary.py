@@ -14,7 +14,8 @@ names is derived from it, in its order:
 * :data:`IDENTIFYING`: those a cell's id names (for the kinds they apply to; :attr:`Cell.cell_id`, parsed back by
   :func:`calorimeter.plan.cell.parse_cell_id`); the configuration's id is the cell's id without its repetition;
 * :data:`OPTIONAL`: fields left out of a cell's parameters when unset (one kind's, or engine knobs newer than the
-  records), so the cells that do not set them keep the parameters they had before the fields existed.
+  records), so the cells that do not set them keep the parameters they had before the fields existed;
+* :data:`ID_ONLY`: those a cell's id names but no runs-table column holds (read back from the id).
 
 tests/test_plan_vocabulary.py holds the cell's fields, the schema's grid keys and the cell id to it.
 """
@@ -133,3 +134,8 @@ PLAN_COLUMNS = names(shown=True)
 IDENTIFYING = names(identifies=True)
 #: fields left out of a cell's parameters while unset
 OPTIONAL = names(optional=True)
+#: what a cell's id names beyond the configuration's columns (its TP overlap mechanism, pipeline schedule, ZeRO
+#: buckets, LoRA rank, a peer's label, ...): read back from a configuration's id
+#: (:func:`calorimeter.plan.cell.id_knobs`), so that two configurations that differ only there stay two in a
+#: comparison or a finding's pairs
+ID_ONLY = tuple(n for n in IDENTIFYING if n not in CONFIGURATION and n != "repeat")

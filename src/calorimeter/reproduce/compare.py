@@ -44,9 +44,8 @@ from scipy import stats
 from calorimeter.figures.selection import figure_cells
 from calorimeter.findings.select import CONFIG_PARAMS
 from calorimeter.findings.stats import CANNOT_SAY, Claim, Effect, Judgement, mean_interval, verdict
-from calorimeter.plan.cell import parse_cell_id
+from calorimeter.plan.cell import id_knobs
 from calorimeter.plan.kinds import DEFAULT_KIND, kinds_where
-from calorimeter.plan.vocabulary import IDENTIFYING
 from calorimeter.records.legacy import config_ids
 from calorimeter.records.machines import machine_keys
 from calorimeter.reproduce.metrics import FIGURE_METRICS, METRICS, Metric
@@ -71,12 +70,6 @@ EXIT_CODES = {REPRODUCED: 0, NOT_REPRODUCED: 1, NOT_COMPARABLE: 1, CANNOT_TELL: 
 SPREAD_P = 0.01
 #: parameters that make two cells the same configuration in a reproduction (the GPU type is checked separately)
 MATCH_PARAMS: tuple[str, ...] = tuple(p for p in CONFIG_PARAMS if p not in ("hardware", "engine"))
-#: what a cell's id names beyond those columns (its TP overlap mechanism, pipeline schedule, LoRA rank, a peer's
-#: label, ...): read back from the configuration's id, so that two configurations of one set that differ only there
-#: stay two (one of them was dropped before)
-ID_KNOBS: tuple[str, ...] = tuple(n for n in IDENTIFYING if n not in CONFIG_PARAMS and n != "repeat")
-
-
 def _norm(v: object) -> object:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return None
@@ -88,11 +81,9 @@ def _norm(v: object) -> object:
 
 
 def _id_knobs(config_id: str) -> tuple:
-    try:
-        cell = parse_cell_id(config_id)
-    except ValueError:  # an id of another version's grammar: nothing beyond the columns
-        return (None,) * len(ID_KNOBS)
-    return tuple(_norm(getattr(cell, n, None)) for n in ID_KNOBS)
+    """What the configuration's id names beyond the matched columns (:data:`ID_ONLY`), in that order: two
+    configurations of one set that differ only there stay two."""
+    return tuple(_norm(v) for v in id_knobs(config_id).values())
 
 
 def _key(row: Mapping, config_id: str = "") -> tuple:
