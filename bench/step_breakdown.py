@@ -9,19 +9,23 @@ GPU busy, compute, communication, exposed communication (communication under no 
 figures: ``idle_prof`` = span - busy in the profiled step (torch.profiler adds host time per op, so this overstates),
 and ``idle_min`` = measured step - busy, a lower bound of the time the GPU ran no kernel in an unprofiled step (it
 assumes the kernels take as long with and without the profiler). A cell whose ``idle_min`` is a large share of its
-step is host-bound: faster kernels or less communication cannot make it faster, fewer launches can.
+step is host-bound: faster kernels or less communication cannot make it faster, fewer launches can. Where the
+record has them (records from 2026-11-28 on), ``alloc_retries`` and ``device_mallocs``: what the CUDA caching
+allocator did on that rank over the measured steps (retries free the cache and synchronise; each device allocation
+is a cudaMalloc), one explanation of idle time that is not kernel launches.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 COLUMNS = ["step_s", "span_s", "busy_s", "compute_s", "comm_s", "comm_exposed_s", "idle_prof_s", "idle_min_s",
-           "idle_min_pct", "n_kernels"]
+           "idle_min_pct", "n_kernels", "alloc_retries", "device_mallocs"]
 
 
 def breakdown(sweep_dir: Path, match: str = "") -> pd.DataFrame:
@@ -29,10 +33,25 @@ def breakdown(sweep_dir: Path, match: str = "") -> pd.DataFrame:
     tables = sweep_dir / "tables"
     kernels = pd.read_parquet(tables / "kernels.parquet")
     runs = pd.read_parquet(tables / "runs.parquet", columns=["cell_id", "iteration_time_s"])
-    df = rank_breakdown(kernels, runs)
+    df = rank_breakdown(kernels, runs).merge(allocator(sweep_dir), on=["cell_id", "rank"], how="left")
     if match:
         df = df[df.cell_id.str.contains(match, regex=False)]
     return df.set_index(["cell_id", "rank"])[COLUMNS].sort_index()
+
+
+def allocator(sweep_dir: Path) -> pd.DataFrame:
+    """Per (cell, rank): the allocator's retries and device allocations over the measured steps, from each cell's
+    run.json (``provenance.ranks[].allocator``); no row where the record does not have them."""
+    rows = []
+    for path in sorted((sweep_dir / "cells").glob("*/run.json")):
+        record = json.loads(path.read_text())
+        for r in (record.get("provenance") or {}).get("ranks") or []:
+            counts = r.get("allocator")
+            if counts:
+                rows.append({"cell_id": record.get("cell_id", path.parent.name), "rank": r.get("rank"),
+                             "alloc_retries": counts.get("num_alloc_retries"),
+                             "device_mallocs": counts.get("num_device_alloc")})
+    return pd.DataFrame(rows, columns=["cell_id", "rank", "alloc_retries", "device_mallocs"])
 
 
 def rank_breakdown(kernels: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:

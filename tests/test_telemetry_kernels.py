@@ -183,3 +183,33 @@ def test_cpu_ranks_break_down_their_operators_by_own_time(tmp_path: Path) -> Non
     assert row["memory_elementwise_sum_s"] == pytest.approx(3e-6)  # copy_ 1 us + mul 2 us (its own thread)
     assert row["all_reduce_sum_s"] == pytest.approx(4e-6)
     assert row["busy_s"] == pytest.approx(14e-6)  # 0-10 and 12-16 us: nothing counted twice
+
+
+def test_step_breakdown_reads_the_allocator_counters_a_record_keeps(tmp_path: Path) -> None:
+    """A rank's allocator counters over the measured steps (``provenance.ranks[].allocator``) become its row's
+    ``alloc_retries`` and ``device_mallocs``; a rank (or a record from before them) without them is NaN. The
+    counters' change is taken between the measured steps' first and last reading; a CPU rank has none."""
+    import importlib.util
+    import json
+
+    import torch
+
+    from calorimeter.train.loop import ALLOCATOR_COUNTERS, allocator_counts, counts_between
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("step_breakdown", root / "bench" / "step_breakdown.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cell = tmp_path / "cells" / "c1"
+    cell.mkdir(parents=True)
+    counts = {"num_alloc_retries": 3, "num_device_alloc": 40, "num_device_free": 38, "num_sync_all_streams": 3}
+    (cell / "run.json").write_text(json.dumps({"cell_id": "c1", "provenance": {"ranks": [
+        {"rank": 0, "allocator": counts}, {"rank": 1}]}}))
+    got = mod.allocator(tmp_path)
+    assert got.to_dict("records") == [{"cell_id": "c1", "rank": 0, "alloc_retries": 3, "device_mallocs": 40}]
+    assert mod.allocator(tmp_path / "none").empty
+    assert allocator_counts(torch.device("cpu")) is None
+    before = dict.fromkeys(ALLOCATOR_COUNTERS, 5)
+    assert counts_between(before, {k: v + 5 for k, v in counts.items()}) == counts
+    assert counts_between(None, counts) is None

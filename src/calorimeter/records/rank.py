@@ -79,6 +79,9 @@ class RankResult:
         traced: whether this rank wrote a kernel trace.
         engine: kernels and overlap mechanisms the training engine chose.
         warmup: how the warm-up and the measured length were decided (:mod:`calorimeter.train.steady`).
+        allocator: what the CUDA caching allocator did over the measured steps (the change of each counter of
+            :data:`calorimeter.train.loop.ALLOCATOR_COUNTERS`: retries after a failed allocation, device
+            allocations and frees, all-stream synchronisations); a step that waits on them shows as GPU idle.
         calibration: the thermal-calibration load and this rank's matmul rates.
         command: kind ``command``: the command's exit code and wall time on this rank.
     """
@@ -98,6 +101,7 @@ class RankResult:
     traced: bool = False
     engine: JsonObject | None = None
     warmup: JsonObject | None = None
+    allocator: JsonObject | None = None
     calibration: JsonObject | None = None
     command: JsonObject | None = None
 

@@ -23,7 +23,7 @@ from calorimeter.records.rank import RankDeath, RankReport
 from calorimeter.records.run_record import SCHEMA_VERSION
 
 RANK_KEYS = ("rank", "local_rank", "node", "hostname", "host_cpu", "backend", "device", "device_info", "pid",
-             "stage", "num_stages", "dp_rank", "dp_size", "traced", "engine")
+             "stage", "num_stages", "dp_rank", "dp_size", "traced", "engine", "allocator")
 
 
 class TransientCellError(RuntimeError):

@@ -54,6 +54,26 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
+#: the CUDA caching allocator's counters (``torch.cuda.memory_stats`` names) whose change over the measured steps a
+#: record keeps: a retry frees cached blocks and synchronises; device allocations and frees call cudaMalloc/cudaFree
+ALLOCATOR_COUNTERS = ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_sync_all_streams")
+
+
+def allocator_counts(device: torch.device) -> dict[str, int] | None:
+    """The allocator's counters now (None off CUDA: a CPU rank has no caching allocator)."""
+    if device.type != "cuda":
+        return None
+    stats = torch.cuda.memory_stats(device)
+    return {k: int(stats.get(k, 0)) for k in ALLOCATOR_COUNTERS}
+
+
+def counts_between(before: dict[str, int] | None, after: dict[str, int] | None) -> dict[str, int] | None:
+    """Each counter's change from ``before`` to ``after`` (None when either is missing)."""
+    if before is None or after is None:
+        return None
+    return {k: after[k] - before[k] for k in ALLOCATOR_COUNTERS}
+
+
 def _is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError) or (isinstance(e, RuntimeError) and "CUDA out of memory" in str(e))
 
@@ -143,9 +163,12 @@ def train_cell(cell: Cell, out_dir: Path, device: torch.device, step_callback: S
         schedule = steady_schedule(cell, Path(out_dir), device, profile_steps)
         traced = profile_steps > 0 and (profile_all_ranks or (te.dp_rank == 0 and te.tp_rank == 0))
         trace_path = RunPaths(Path(out_dir)).trace(dist.get_rank())
+        alloc_from = alloc_to = None  # the allocator's counters around the measured steps
         for step, phase in enumerate(schedule):
             ctx = _profiler(trace_path, device) if (phase == "profiled" and traced) else contextlib.nullcontext()
             synchronize(device)
+            if phase == "measured" and alloc_from is None:
+                alloc_from = allocator_counts(device)
             t_begin_s, p_begin = time.time(), time.perf_counter()
             with ctx:
                 if te.pipeline:
@@ -155,6 +178,8 @@ def train_cell(cell: Cell, out_dir: Path, device: torch.device, step_callback: S
                 synchronize(device)
             p_end, t_end_s = time.perf_counter(), time.time()
             schedule.done(p_end - p_begin)
+            if phase == "measured":
+                alloc_to = allocator_counts(device)
             if dp_group is not None and te.dp_size > 1:
                 loss = loss.float().clone()
                 dist.all_reduce(loss, group=dp_group)  # gloo has no AVG: sum, then divide
@@ -172,7 +197,8 @@ def train_cell(cell: Cell, out_dir: Path, device: torch.device, step_callback: S
                         num_stages=te.num_stages, dp_rank=te.dp_rank, dp_size=te.dp_size, tp_rank=te.tp_rank,
                         device=device_name(device), precision="bf16" if use_bf16(cell, device) else "fp32",
                         parameters_on_rank=te.parameters_on_rank, parameters_model=te.parameters_model,
-                        traced=traced, engine=te.engine_info, warmup=schedule.record())
+                        traced=traced, engine=te.engine_info, warmup=schedule.record(),
+                        allocator=counts_between(alloc_from, alloc_to))
     release_engine(te)
     return result
 
