@@ -18,7 +18,6 @@ is a cudaMalloc), one explanation of idle time that is not kernel launches.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -41,14 +40,16 @@ def breakdown(sweep_dir: Path, match: str = "") -> pd.DataFrame:
 
 def allocator(sweep_dir: Path) -> pd.DataFrame:
     """Per (cell, rank): the allocator's retries and device allocations over the measured steps, from each cell's
-    run.json (``provenance.ranks[].allocator``); no row where the record does not have them."""
+    record (``provenance.ranks[].allocator``); no row where the record does not have them."""
+    from calorimeter.records.run_record import read_run_record
+
     rows = []
     for path in sorted((sweep_dir / "cells").glob("*/run.json")):
-        record = json.loads(path.read_text())
-        for r in (record.get("provenance") or {}).get("ranks") or []:
+        record = read_run_record(path)
+        for r in record.ranks:
             counts = r.get("allocator")
             if counts:
-                rows.append({"cell_id": record.get("cell_id", path.parent.name), "rank": r.get("rank"),
+                rows.append({"cell_id": record.cell_id, "rank": r.get("rank"),
                              "alloc_retries": counts.get("num_alloc_retries"),
                              "device_mallocs": counts.get("num_device_alloc")})
     return pd.DataFrame(rows, columns=["cell_id", "rank", "alloc_retries", "device_mallocs"])

@@ -204,8 +204,9 @@ def test_step_breakdown_reads_the_allocator_counters_a_record_keeps(tmp_path: Pa
     cell = tmp_path / "cells" / "c1"
     cell.mkdir(parents=True)
     counts = {"num_alloc_retries": 3, "num_device_alloc": 40, "num_device_free": 38, "num_sync_all_streams": 3}
-    (cell / "run.json").write_text(json.dumps({"cell_id": "c1", "provenance": {"ranks": [
-        {"rank": 0, "allocator": counts}, {"rank": 1}]}}))
+    (cell / "run.json").write_text(json.dumps({"cell_id": "c1", "status": "ok", "cell": {"cell_id": "c1"},
+                                               "provenance": {"ranks": [{"rank": 0, "allocator": counts},
+                                                                        {"rank": 1}]}}))
     got = mod.allocator(tmp_path)
     assert got.to_dict("records") == [{"cell_id": "c1", "rank": 0, "alloc_retries": 3, "device_mallocs": 40}]
     assert mod.allocator(tmp_path / "none").empty

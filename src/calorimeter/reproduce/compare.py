@@ -70,7 +70,10 @@ EXIT_CODES = {REPRODUCED: 0, NOT_REPRODUCED: 1, NOT_COMPARABLE: 1, CANNOT_TELL: 
 SPREAD_P = 0.01
 #: parameters that make two cells the same configuration in a reproduction (the GPU type is checked separately)
 MATCH_PARAMS: tuple[str, ...] = tuple(p for p in CONFIG_PARAMS if p not in ("hardware", "engine"))
+
+
 def _norm(v: object) -> object:
+    """A parameter value comparable across tables (NaN/None -> None, numpy scalars and integral floats -> int)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return None
     if isinstance(v, (bool, np.bool_)):

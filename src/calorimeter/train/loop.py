@@ -169,6 +169,8 @@ def train_cell(cell: Cell, out_dir: Path, device: torch.device, step_callback: S
             synchronize(device)
             if phase == "measured" and alloc_from is None:
                 alloc_from = allocator_counts(device)
+            elif phase != "measured" and alloc_from is not None and alloc_to is None:  # the measured steps ended
+                alloc_to = allocator_counts(device)
             t_begin_s, p_begin = time.time(), time.perf_counter()
             with ctx:
                 if te.pipeline:
@@ -178,8 +180,6 @@ def train_cell(cell: Cell, out_dir: Path, device: torch.device, step_callback: S
                 synchronize(device)
             p_end, t_end_s = time.perf_counter(), time.time()
             schedule.done(p_end - p_begin)
-            if phase == "measured":
-                alloc_to = allocator_counts(device)
             if dp_group is not None and te.dp_size > 1:
                 loss = loss.float().clone()
                 dist.all_reduce(loss, group=dp_group)  # gloo has no AVG: sum, then divide
@@ -193,6 +193,8 @@ def train_cell(cell: Cell, out_dir: Path, device: torch.device, step_callback: S
         if _is_oom(e):
             raise CellOOMError(peak_memory_bytes(device), str(e).splitlines()[0] if str(e) else "") from e
         raise
+    if alloc_from is not None and alloc_to is None:  # the schedule ended on a measured step
+        alloc_to = allocator_counts(device)
     result = RankResult(steps=steps, peak_memory_bytes=peak_memory_bytes(device), stage=te.stage,
                         num_stages=te.num_stages, dp_rank=te.dp_rank, dp_size=te.dp_size, tp_rank=te.tp_rank,
                         device=device_name(device), precision="bf16" if use_bf16(cell, device) else "fp32",
