@@ -54,6 +54,24 @@ def test_regimes_of_rows_inside_and_beyond_the_calibration() -> None:
     assert band_key(MOE, GPU_COUNT) == "MoE, extrapolated in GPU count" and band_key(MOE, MOE_UNSEEN) == MOE_UNSEEN
 
 
+def test_a_moe_rows_layout_counts_against_the_calibrations_moe_cells_alone() -> None:
+    """Dense cells measured TP4 and ZeRO-3; the MoE cells only EP at tp 1: a MoE row at TP2 is a layout never
+    measured (its dispatch and expert GEMMs under TP were never timed), the same row dense is in range."""
+    ranges = {**RANGES, "tp": [1, 4], "world_size": [1, 4], "dp": [1, 4], "ep": [1, 4], "experts": [0, 8],
+              "model_params": [1e9, 5e10], "moe_tp": [1, 1], "moe_pp": [1, 2], "moe_dp": [1, 4], "moe_ep": [2, 4],
+              "moe_zero3": [0, 0]}
+    moe = {"experts": 8, "moe_pp": 1, "moe_dp": 2, "moe_ep": 2, "moe_zero3": 0}
+    tp2 = regime_of(values(tp=2, dp=2, ep=2, world_size=4, **moe, moe_tp=2), ranges, False)
+    assert tp2.labels == (MOE, NEW_LAYOUT)
+    assert regime_of(values(tp=2, dp=2, world_size=4), ranges, False).labels == (GPU_BOUND,)
+    ep8 = regime_of(values(dp=8, ep=8, world_size=8, **{**moe, "moe_dp": 8, "moe_ep": 8}, moe_tp=1),
+                    {**ranges, "dp": [1, 8], "ep": [1, 8], "world_size": [1, 8]}, False)
+    assert ep8.labels == (MOE, GPU_COUNT) and ep8.factor[GPU_COUNT] == 2.0  # beyond the MoE cells' EP and DP
+    # a calibration written before the MoE keys existed: the whole range, as then
+    old = {k: v for k, v in ranges.items() if not k.startswith("moe_")}
+    assert regime_of(values(tp=2, dp=2, ep=2, world_size=4, **moe, moe_tp=2), old, False).labels == (MOE,)
+
+
 def test_a_row_takes_the_widest_measured_band_of_its_regimes() -> None:
     m = "tokens_per_s_per_gpu"
     bands = {GPU_BOUND: RegimeBand({m: 0.08}, 100), band_key(GPU_BOUND, GPU_COUNT): RegimeBand({m: 0.12}, 10,

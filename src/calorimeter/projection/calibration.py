@@ -186,20 +186,30 @@ def measured_shares(k: pd.Series | dict, iteration_s: float, pipeline: bool) -> 
             "u_comm": comm / iteration_s}
 
 
-#: the calibration range checked for every projected cell (beyond it the row is flagged ``extrapolated``)
+#: the parallel degrees a MoE cell also counts under its own ``moe_`` key: a MoE row's layout is in range only where
+#: a MoE cell measured it (its routing, all-to-all and expert GEMMs change with the layout; a layout measured on dense
+#: cells alone says nothing of them)
+MOE_LAYOUT_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "zero3")
+
+#: the calibration range checked for every projected cell (beyond it the row is flagged ``extrapolated``);
+#: the ``moe_`` keys hold MoE cells only
 RANGE_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "zero3", "world_size", "seq_len", "micro_batch",
-                               "model_params", "experts")
+                               "model_params", "experts", *(f"moe_{k}" for k in MOE_LAYOUT_KEYS))
 
 
 def range_values(cell: Cell) -> dict[str, float]:
     """The values of :data:`RANGE_KEYS` of one cell (``zero3``: 1 where ZeRO-3 shards over dp > 1, else 0;
-    ``model_params``: the model's parameter count; ``experts``: its experts per MoE layer, 0 for a dense model)."""
+    ``model_params``: the model's parameter count; ``experts``: its experts per MoE layer, 0 for a dense model;
+    the ``moe_`` keys of :data:`MOE_LAYOUT_KEYS` for a MoE cell only, the same degrees again)."""
     m = get_model(cell.model)
-    return {"tp": cell.tp, "pp": cell.pp, "dp": cell.dp, "ep": cell.ep,
-            "zero3": float(cell.zero_stage == 3 and cell.dp > 1), "world_size": cell.world_size,
-            "seq_len": cell.seq_len, "micro_batch": cell.micro_batch,
-            "model_params": float(parameter_count(m, padded_vocab_size(m, cell.tp))),
-            "experts": m.num_experts if m.is_moe else 0}
+    v: dict[str, float] = {"tp": cell.tp, "pp": cell.pp, "dp": cell.dp, "ep": cell.ep,
+                           "zero3": float(cell.zero_stage == 3 and cell.dp > 1), "world_size": cell.world_size,
+                           "seq_len": cell.seq_len, "micro_batch": cell.micro_batch,
+                           "model_params": float(parameter_count(m, padded_vocab_size(m, cell.tp))),
+                           "experts": m.num_experts if m.is_moe else 0}
+    if m.is_moe:
+        v.update({f"moe_{k}": v[k] for k in MOE_LAYOUT_KEYS})
+    return v
 
 
 def machine_of(run: pd.Series | dict) -> str | None:

@@ -4,7 +4,7 @@ class a projection is for.
 A row's regime is its base (``dense GPU-bound``, ``dense host-bound`` as the model calls it, ``MoE``) plus how it lies
 outside its calibration: a parallel degree or GPU count above the calibrated ones while the layout was calibrated
 (``extrapolated in GPU count``), a parallelism (tensor, pipeline, data, expert, ZeRO-3) the calibration has only at
-degree 1 (``layout never measured``), sequence, micro-batch, model size, a MoE model with no MoE cell in the
+degree 1 (``layout never measured``; a MoE row's degrees count against the calibration's MoE cells alone), sequence, micro-batch, model size, a MoE model with no MoE cell in the
 calibration (``MoE never calibrated``), inter-node links (assumed). Each regime's band is the stated-coverage quantile
 of the absolute errors of held-out rows in that regime (:mod:`calorimeter.projection.validation`), and a row takes
 the widest band among its regimes, never narrower than the measured spread between machines of its base regime (the
@@ -40,11 +40,14 @@ MOE_UNSEEN = "MoE never calibrated"
 #: (:data:`calorimeter.projection.calibration.RANGE_KEYS`)
 EXTRAPOLATION_OF: dict[str, str] = {"tp": GPU_COUNT, "pp": GPU_COUNT, "dp": GPU_COUNT, "ep": GPU_COUNT,
                                     "world_size": GPU_COUNT, "zero3": GPU_COUNT, "seq_len": SEQUENCE,
-                                    "micro_batch": MICRO_BATCH, "model_params": MODEL_SIZE, "experts": MODEL_SIZE}
+                                    "micro_batch": MICRO_BATCH, "model_params": MODEL_SIZE, "experts": MODEL_SIZE,
+                                    **{f"moe_{k}": GPU_COUNT for k in ("tp", "pp", "dp", "ep", "zero3")}}
 #: the extrapolations, in report order
 EXTRAPOLATIONS: tuple[str, ...] = (GPU_COUNT, SEQUENCE, MICRO_BATCH, MODEL_SIZE, NEW_LAYOUT)
-#: parallel layouts: a value above a calibrated largest of 1 (0 for ZeRO-3) is a layout never measured
-LAYOUT_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "zero3")
+#: parallel layouts: a value above a calibrated largest of 1 (0 for ZeRO-3) is a layout never measured; the ``moe_``
+#: keys are a MoE row's layout against the calibration's MoE cells alone
+#: (:data:`calorimeter.projection.calibration.MOE_LAYOUT_KEYS`)
+LAYOUT_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "zero3", "moe_tp", "moe_pp", "moe_dp", "moe_ep", "moe_zero3")
 
 
 def engine_own(label: str) -> bool:
@@ -115,7 +118,7 @@ def regime_of(values: dict[str, float], ranges: dict[str, list[float]], host_bou
         if key == "experts" and hi <= 0:
             found[MOE_UNSEEN] = math.inf
             continue
-        if key in LAYOUT_KEYS and v > hi and hi <= (0 if key == "zero3" else 1):
+        if key in LAYOUT_KEYS and v > hi and hi <= (0 if key.endswith("zero3") else 1):
             layout_new = True
             continue
         label = EXTRAPOLATION_OF[key]
