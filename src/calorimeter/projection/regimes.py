@@ -4,8 +4,9 @@ class a projection is for.
 A row's regime is its base (``dense GPU-bound``, ``dense host-bound`` as the model calls it, ``MoE``) plus how it lies
 outside its calibration: a parallel degree or GPU count above the calibrated ones while the layout was calibrated
 (``extrapolated in GPU count``), a parallelism (tensor, pipeline, data, expert, ZeRO-3) the calibration has only at
-degree 1 (``layout never measured``; a MoE row's degrees count against the calibration's MoE cells alone), sequence, micro-batch, model size, a MoE model with no MoE cell in the
-calibration (``MoE never calibrated``), inter-node links (assumed). Each regime's band is the stated-coverage quantile
+degree 1 (``layout never measured``; a MoE row's degrees count against the calibration's MoE cells alone),
+sequence, micro-batch, model size, a MoE model with no MoE cell in the calibration (``MoE never calibrated``),
+inter-node links (assumed). Each regime's band is the stated-coverage quantile
 of the absolute errors of held-out rows in that regime (:mod:`calorimeter.projection.validation`), and a row takes
 the widest band among its regimes, never narrower than the measured spread between machines of its base regime (the
 spread a projection that does not know the machine cannot remove). A regime with no measured error is refused with
