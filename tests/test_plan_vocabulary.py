@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from calorimeter.analysis.cell import PARAM_KEYS
-from calorimeter.findings.select import CONFIG_PARAMS, pairs
+from calorimeter.findings.select import CONFIG_PARAMS, pairs, param_value
 from calorimeter.plan.cell import Cell, parse_cell_id
 from calorimeter.plan.config import load_schema
 from calorimeter.plan.grid import AXES as GRID_AXES
@@ -131,3 +131,15 @@ def test_what_only_the_id_names_keeps_configurations_apart_in_a_findings_pairs()
                          for c in same])
     assert len(pairs(configs(runs, ("iteration_time_s",)), "recompute", lambda v: v == "full",
                      lambda v: v == "none")) == 1
+
+
+def test_one_parameter_value_for_the_findings_pairs_and_compare() -> None:
+    """A runs table with a missing value stores its integers as floats; the findings' pairs and ``calorimeter
+    compare`` (one normaliser for both) must still match 4.0 with 4 and NaN with None."""
+    import numpy as np
+
+    assert param_value(np.float64(4.0)) == 4 and type(param_value(np.float64(4.0))) is int
+    assert param_value(float("nan")) is None and param_value(None) is None
+    assert param_value(np.bool_(True)) is True and param_value(np.int64(2)) == 2
+    assert param_value(2.5) == 2.5 and param_value("symm_mem") == "symm_mem"
+    assert len({param_value(4), param_value(4.0), param_value(np.int32(4))}) == 1

@@ -87,16 +87,22 @@ def configs(runs: pd.DataFrame, metric: Sequence[str] | Callable[[pd.DataFrame],
     out = []
     for cid, g in df.groupby("_c", sort=False):
         first = g.iloc[0]
-        knobs = {p: _norm(first[p]) for p in params} | {k: _norm(v) for k, v in id_knobs(str(cid)).items()}
+        knobs = {p: param_value(first[p]) for p in params} | {k: param_value(v) for k, v in id_knobs(str(cid)).items()}
         out.append(Config(str(cid), knobs, [float(v) for v in g["_v"]],
                           [int(r) for r in g["_r"]], [str(m) for m in g["_m"]]))
     return out
 
 
-def _norm(v: Any) -> Any:
-    """Hashable, comparable parameter value (NaN/None -> None, numpy scalars -> Python)."""
-    if v is None or (isinstance(v, float) and v != v):
+def param_value(v: Any) -> Any:
+    """A parameter value hashable and comparable across tables: NaN/None -> None, numpy scalars -> Python, integral
+    numbers -> int (a runs table with a missing value stores its integers as floats); the findings' pairs and
+    ``calorimeter compare`` match configurations by it."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
         return None
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, float, np.integer, np.floating)) and float(v).is_integer():
+        return int(v)
     return v.item() if hasattr(v, "item") else v
 
 

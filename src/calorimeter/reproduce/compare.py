@@ -42,7 +42,7 @@ import pandas as pd
 from scipy import stats
 
 from calorimeter.figures.selection import figure_cells
-from calorimeter.findings.select import CONFIG_PARAMS
+from calorimeter.findings.select import CONFIG_PARAMS, param_value
 from calorimeter.findings.stats import CANNOT_SAY, Claim, Effect, Judgement, mean_interval, verdict
 from calorimeter.plan.cell import id_knobs
 from calorimeter.plan.kinds import DEFAULT_KIND, kinds_where
@@ -72,25 +72,14 @@ SPREAD_P = 0.01
 MATCH_PARAMS: tuple[str, ...] = tuple(p for p in CONFIG_PARAMS if p not in ("hardware", "engine"))
 
 
-def _norm(v: object) -> object:
-    """A parameter value comparable across tables (NaN/None -> None, numpy scalars and integral floats -> int)."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if isinstance(v, (int, float, np.integer, np.floating)) and float(v).is_integer():
-        return int(v)
-    return v
-
-
 def _id_knobs(config_id: str) -> tuple:
     """What the configuration's id names beyond the matched columns (:data:`ID_ONLY`), in that order: two
     configurations of one set that differ only there stay two."""
-    return tuple(_norm(v) for v in id_knobs(config_id).values())
+    return tuple(param_value(v) for v in id_knobs(config_id).values())
 
 
 def _key(row: Mapping, config_id: str = "") -> tuple:
-    return (*(_norm(row.get(p)) for p in MATCH_PARAMS), *_id_knobs(config_id))
+    return (*(param_value(row.get(p)) for p in MATCH_PARAMS), *_id_knobs(config_id))
 
 
 @dataclass
