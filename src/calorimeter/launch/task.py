@@ -16,7 +16,7 @@ from submitit.core.utils import UncompletedJobError
 
 from calorimeter.launch.distributed import init_distributed
 from calorimeter.launch.faults import RankFaults
-from calorimeter.launch.warning import relay_warning
+from calorimeter.launch.warning import not_requeued_taken, relay_warning
 from calorimeter.launch.watch import announce, leave_if_a_peer_died
 from calorimeter.placement.apply import JobPlacement
 from calorimeter.plan.cell import Cell
@@ -96,6 +96,7 @@ class CellTask(submitit.helpers.Checkpointable):
             report.status, report.peak_memory_bytes, report.error = "oom", e.peak_memory_bytes, str(e)
         except UncompletedJobError:
             # Raised by submitit's USR2 handler on rank 0 when the job is not requeued (any more).
+            not_requeued_taken()
             report.elapsed_s = elapsed = time.time() - t0
             if time_limit_reached(self.settings, elapsed):
                 report.status, report.error = "timeout", (
@@ -110,6 +111,7 @@ class CellTask(submitit.helpers.Checkpointable):
         report.t_end_s = time.time()
         faults.point("result")
         write_json_atomic(attempt.rank_json(rank), report.to_dict())
+        not_requeued_taken()  # recorded, whatever the outcome: a lost time-limit error is not raised again
         if not report.ok:
             # Peers may be blocked in a collective with this rank: leave now so that they fail fast.
             print(json.dumps({"rank": rank, "status": report.status, "error": report.error}), flush=True)
