@@ -97,7 +97,7 @@ def relay_warning(attempt: AttemptPaths, rank: int, restart: int, force: bool = 
                 os.kill(os.getpid(), WARNING_SIGNAL)
                 break
             time.sleep(POLL_S)
-        while True:  # until the task has taken a "not requeued" error (or the run ends: a daemon thread)
+        while True:  # for the rest of the run (a daemon thread): a kept error not taken yet is raised again
             time.sleep(REDELIVER_S)
             if _NOT_REQUEUED:
                 log.warning("rank 0: the run did not end at SLURM's time-limit warning; delivering it again")

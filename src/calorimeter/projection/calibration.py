@@ -34,7 +34,7 @@ from calorimeter.projection.compute import (
 from calorimeter.projection.fingerprint import Fingerprint, fingerprint_of
 from calorimeter.projection.measured import HOST_BOUND_BUSY_FRAC, MeasuredSet, load_measured
 from calorimeter.projection.power import PowerModel, fit_power
-from calorimeter.projection.regimes import RegimeBand
+from calorimeter.projection.regimes import MOE_PARALLEL_KEYS, PARALLEL_KEYS, RegimeBand
 from calorimeter.records.atomic import write_atomic
 from calorimeter.records.paths import SweepPaths
 from calorimeter.telemetry.kernels import COMM_CATEGORIES
@@ -186,21 +186,16 @@ def measured_shares(k: pd.Series | dict, iteration_s: float, pipeline: bool) -> 
             "u_comm": comm / iteration_s}
 
 
-#: the parallel degrees a MoE cell also counts under its own ``moe_`` key: a MoE row's layout is in range only where
-#: a MoE cell measured it (its routing, all-to-all and expert GEMMs change with the layout; a layout measured on dense
-#: cells alone says nothing of them)
-MOE_LAYOUT_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "zero3")
-
 #: the calibration range checked for every projected cell (beyond it the row is flagged ``extrapolated``);
 #: the ``moe_`` keys hold MoE cells only
-RANGE_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "zero3", "world_size", "seq_len", "micro_batch",
-                               "model_params", "experts", *(f"moe_{k}" for k in MOE_LAYOUT_KEYS))
+RANGE_KEYS: tuple[str, ...] = (*PARALLEL_KEYS, "world_size", "seq_len", "micro_batch", "model_params", "experts",
+                               *MOE_PARALLEL_KEYS)
 
 
 def range_values(cell: Cell) -> dict[str, float]:
     """The values of :data:`RANGE_KEYS` of one cell (``zero3``: 1 where ZeRO-3 shards over dp > 1, else 0;
     ``model_params``: the model's parameter count; ``experts``: its experts per MoE layer, 0 for a dense model;
-    the ``moe_`` keys of :data:`MOE_LAYOUT_KEYS` for a MoE cell only, the same degrees again)."""
+    ``moe_<key>`` of :data:`calorimeter.projection.regimes.PARALLEL_KEYS` for a MoE cell only, the same degrees)."""
     m = get_model(cell.model)
     v: dict[str, float] = {"tp": cell.tp, "pp": cell.pp, "dp": cell.dp, "ep": cell.ep,
                            "zero3": float(cell.zero_stage == 3 and cell.dp > 1), "world_size": cell.world_size,
@@ -208,7 +203,7 @@ def range_values(cell: Cell) -> dict[str, float]:
                            "model_params": float(parameter_count(m, padded_vocab_size(m, cell.tp))),
                            "experts": m.num_experts if m.is_moe else 0}
     if m.is_moe:
-        v.update({f"moe_{k}": v[k] for k in MOE_LAYOUT_KEYS})
+        v.update({moe: v[k] for k, moe in zip(PARALLEL_KEYS, MOE_PARALLEL_KEYS, strict=True)})
     return v
 
 

@@ -39,16 +39,18 @@ NEW_LAYOUT = "layout never measured"
 MOE_UNSEEN = "MoE never calibrated"
 #: calibration-range key -> the extrapolation a value outside its range makes
 #: (:data:`calorimeter.projection.calibration.RANGE_KEYS`)
-EXTRAPOLATION_OF: dict[str, str] = {"tp": GPU_COUNT, "pp": GPU_COUNT, "dp": GPU_COUNT, "ep": GPU_COUNT,
-                                    "world_size": GPU_COUNT, "zero3": GPU_COUNT, "seq_len": SEQUENCE,
-                                    "micro_batch": MICRO_BATCH, "model_params": MODEL_SIZE, "experts": MODEL_SIZE,
-                                    **{f"moe_{k}": GPU_COUNT for k in ("tp", "pp", "dp", "ep", "zero3")}}
+#: the parallel degrees of a layout (ZeRO-3 as 0/1); a MoE cell counts them once more under ``moe_<key>``
+#: (:func:`calorimeter.projection.calibration.range_values`): a MoE row's layout is in range only where a MoE cell
+#: measured it (its routing, all-to-all and expert GEMMs change with the layout; dense cells time none of them)
+PARALLEL_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "zero3")
+MOE_PARALLEL_KEYS: tuple[str, ...] = tuple(f"moe_{k}" for k in PARALLEL_KEYS)
+EXTRAPOLATION_OF: dict[str, str] = {**dict.fromkeys((*PARALLEL_KEYS, *MOE_PARALLEL_KEYS, "world_size"), GPU_COUNT),
+                                    "seq_len": SEQUENCE, "micro_batch": MICRO_BATCH, "model_params": MODEL_SIZE,
+                                    "experts": MODEL_SIZE}
 #: the extrapolations, in report order
 EXTRAPOLATIONS: tuple[str, ...] = (GPU_COUNT, SEQUENCE, MICRO_BATCH, MODEL_SIZE, NEW_LAYOUT)
-#: parallel layouts: a value above a calibrated largest of 1 (0 for ZeRO-3) is a layout never measured; the ``moe_``
-#: keys are a MoE row's layout against the calibration's MoE cells alone
-#: (:data:`calorimeter.projection.calibration.MOE_LAYOUT_KEYS`)
-LAYOUT_KEYS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "zero3", "moe_tp", "moe_pp", "moe_dp", "moe_ep", "moe_zero3")
+#: parallel layouts: a value above a calibrated largest of 1 (0 for ZeRO-3) is a layout never measured
+LAYOUT_KEYS: tuple[str, ...] = (*PARALLEL_KEYS, *MOE_PARALLEL_KEYS)
 
 
 def engine_own(label: str) -> bool:

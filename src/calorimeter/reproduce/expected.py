@@ -64,8 +64,8 @@ def _rows(root: Path, spec: dict) -> pd.DataFrame:
     df = _select(df, spec["sweep"], spec.get("where"))
     if spec.get("ratio_to"):
         ref = spec["ratio_to"]
-        col = ref.get("column", "tokens_per_s_per_gpu")
-        base = _select(_runs(root, ref.get("sweep", spec["sweep"])), ref.get("sweep", spec["sweep"]), ref["where"])
+        col, sweep = ref.get("column", "tokens_per_s_per_gpu"), ref.get("sweep", spec["sweep"])
+        base = _select(_runs(root, sweep), sweep, ref["where"])
         df = df.assign(ratio=pd.to_numeric(df[col], errors="coerce") / pd.to_numeric(base[col]).mean())
     return df
 
