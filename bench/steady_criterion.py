@@ -53,9 +53,6 @@ REPLAY_WINDOW_S = 30.0
 #: the sets docs/findings.md shows (besides all sets together)
 DOC_SETS = ("h200x4-findings-depth-2026-11-27g/h200x4-findings-depth",
             "findings-steady-2026-11-26/h200x2-findings-steady", "findings-steady-2026-11-25/h100x1-findings-steady")
-#: the table's place in a document
-DOC_REGION = re.compile(r"(?P<begin>( *)<!-- BEGIN bench/steady_criterion.py[^\n]*-->\n).*?"
-                        r"(?P<end>\2<!-- END bench/steady_criterion.py -->)", re.S)
 
 
 @dataclass
@@ -173,12 +170,19 @@ def doc_table(sweeps: list[Sweep]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_doc(path: Path, table: str) -> None:
+def region(tag: str) -> re.Pattern[str]:
+    """A generated table's place in a document: between ``<!-- BEGIN <tag>...-->`` and ``<!-- END <tag> -->``, both
+    indented alike."""
+    tag = re.escape(tag)
+    return re.compile(rf"(?P<begin>( *)<!-- BEGIN {tag}[^\n]*-->\n).*?(?P<end>\2<!-- END {tag} -->)", re.S)
+
+
+def write_doc(path: Path, table: str, tag: str = "bench/steady_criterion.py") -> None:
     """Replace the table between the document's markers (indented as the markers are)."""
     text = path.read_text()
-    m = DOC_REGION.search(text)
+    m = region(tag).search(text)
     if m is None:
-        raise SystemExit(f"{path}: no <!-- BEGIN bench/steady_criterion.py --> ... <!-- END ... --> region")
+        raise SystemExit(f"{path}: no <!-- BEGIN {tag} --> ... <!-- END {tag} --> region")
     indent = m.group(2)
     body = "".join(f"{indent}{line}\n" for line in table.splitlines())
     path.write_text(text[:m.start()] + m.group("begin") + body + m.group("end") + text[m.end():])
