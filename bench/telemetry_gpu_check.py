@@ -64,7 +64,7 @@ def _calibrate(mats: list[Any], torch: Any, step_s: float) -> tuple[int, float]:
 
 
 def run_period(out: Path, period_s: float, load_s: float, size: int, step_s: float) -> dict[str, Any]:
-    """One sampler session at ``period_s`` with a matmul load; returns the per-GPU report."""
+    """One sampler run at ``period_s`` with a matmul load; returns the per-GPU report."""
     from calorimeter.analysis.window import GpuSamples
     from calorimeter.telemetry import (
         breakdown_traces,
@@ -82,7 +82,7 @@ def run_period(out: Path, period_s: float, load_s: float, size: int, step_s: flo
     tflops = 2 * size**3 * n_gpus / per_iter / 1e12 / max(n_gpus, 1)
     n_measured = max(2, int(load_s / step_s))
     out.mkdir(parents=True, exist_ok=True)
-    sampler = start_node_sampler(out, period_s=period_s, session="check", stop_at_exit=True)
+    sampler = start_node_sampler(out, period_s=period_s, label="check", stop_at_exit=True)
     time.sleep(1.0)  # idle baseline
     steps: list[dict[str, Any]] = []
 

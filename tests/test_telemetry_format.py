@@ -9,10 +9,13 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from calorimeter.records.legacy import upgrade_samples
 from calorimeter.telemetry import ChunkedStreamWriter, convert_node, read_stream
 from calorimeter.telemetry.host import HostReader, cpu_util_pct, parse_proc_stat_cpu
 from calorimeter.telemetry.metadata import UnavailableRegistry
 from calorimeter.telemetry.schema import GPU_SCHEMA
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
 
 
 def _gpu_row(i: int, gpu: int) -> dict:
@@ -87,6 +90,17 @@ def test_convert_reads_streams_written_under_old_column_names(tmp_path: Path) ->
     df = pd.read_parquet(convert_node(tmp_path, node="n0")["telemetry"])
     assert df["energy_j"].tolist() == pytest.approx([0.0, 0.5, 1.0, 1.5])
     assert (df["power_driver_avg_w"] == 400.0).all() and "power_avg_w" not in df and "energy_mj" not in df
+    assert set(df["sampler_label"]) == {"old"}  # the stream's file-name part, gpu-<label>.arrows
+
+
+def test_shipped_samples_name_their_sampler_run_under_todays_column() -> None:
+    """Records converted before the rename carry the sampler run's file-name part as ``session``: every reader
+    (through :func:`upgrade_samples`) sees it as ``sampler_label``."""
+    shipped = next(iter(sorted(REFERENCE.glob("h200x2-thermal-soak-2026-11-28/*/cells/*/telemetry.parquet"))))
+    raw = pd.read_parquet(shipped)
+    assert "session" in raw and "sampler_label" not in raw
+    df = upgrade_samples(raw)
+    assert "session" not in df and df["sampler_label"].tolist() == raw["session"].tolist()
 
 
 def test_host_reader_on_fake_tree(tmp_path: Path) -> None:

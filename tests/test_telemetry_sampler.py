@@ -21,7 +21,7 @@ def _loop_times(path: Path) -> list[float]:
 
 
 def test_sigkill_loses_at_most_last_second(tmp_path: Path) -> None:
-    h = start_node_sampler(tmp_path, period_s=0.05, flush_interval_s=0.5, session="crash", stop_at_exit=False)
+    h = start_node_sampler(tmp_path, period_s=0.05, flush_interval_s=0.5, label="crash", stop_at_exit=False)
     time.sleep(2.0)
     kill_time = time.time()
     h.kill()
@@ -42,7 +42,7 @@ def test_sigkill_loses_at_most_last_second(tmp_path: Path) -> None:
 
 
 def test_10ms_period_and_clean_stop(tmp_path: Path) -> None:
-    h = start_node_sampler(tmp_path, period_s=0.01, session="fast", stop_at_exit=False)
+    h = start_node_sampler(tmp_path, period_s=0.01, label="fast", stop_at_exit=False)
     time.sleep(1.0)
     assert h.stop() == 0
     host = read_stream(h.paths.host_stream)
@@ -57,7 +57,7 @@ def test_10ms_period_and_clean_stop(tmp_path: Path) -> None:
 
 
 def test_unavailable_metrics_say_why(tmp_path: Path) -> None:
-    h = start_node_sampler(tmp_path, period_s=0.05, session="meta", duration_s=0.2, stop_at_exit=False)
+    h = start_node_sampler(tmp_path, period_s=0.05, label="meta", duration_s=0.2, stop_at_exit=False)
     h.process.wait(10)
     meta = h.metadata()
     assert meta["stop_reason"] == "duration reached"
@@ -73,7 +73,7 @@ def test_sampler_exits_when_parent_dies(tmp_path: Path) -> None:
     code = (
         "import sys, time\n"
         "from calorimeter.telemetry import start_node_sampler\n"
-        "h = start_node_sampler(sys.argv[1], period_s=0.05, session='orphan', stop_at_exit=False)\n"
+        "h = start_node_sampler(sys.argv[1], period_s=0.05, label='orphan', stop_at_exit=False)\n"
         "print(h.pid, flush=True)\n"
         "time.sleep(0.3)\n"
         "import os; os._exit(0)\n"  # parent vanishes without stopping the sampler

@@ -4,7 +4,8 @@
 * samples (sampler streams ``gpu-*.arrows`` and ``telemetry.parquet``): ``power_avg_w`` (NVML's own ~1 s average)
   is ``power_driver_avg_w``, so that ``power_avg_w`` only ever means a time-weighted average over a window in the
   tables; ``memory_power_avg_w`` likewise; the energy counter ``energy_mj`` (millijoules, easily read as megajoules)
-  is ``energy_millijoule``; reason names follow pynvml (``hw_power_brake`` is ``hw_power_brake_slowdown``);
+  is ``energy_millijoule``; reason names follow pynvml (``hw_power_brake`` is ``hw_power_brake_slowdown``); the
+  sampler run's file-name part is ``sampler_label`` (was ``session``);
 * ``run.json`` metrics: ``mfu`` was Megatron's convention (full attention) and is ``mfu_full``; ``mfu_causal`` is
   derived for records that lack it;
 * plan estimates: ``model_flops_per_iter`` is ``model_flops_per_iteration``;
@@ -29,6 +30,7 @@ SAMPLE_RENAMES: dict[str, str] = {
     "energy_mj": "energy_millijoule",
     "energy_mj_raw": "energy_millijoule_raw",
     "reason_hw_power_brake": "reason_hw_power_brake_slowdown",
+    "session": "sampler_label",
 }
 #: old run.json metric -> new one
 METRIC_RENAMES: dict[str, str] = {"mfu": "mfu_full"}

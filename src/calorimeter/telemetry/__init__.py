@@ -36,7 +36,7 @@ from calorimeter.telemetry.reasons import (
     decode_clock_event_reasons,
     reason_flags,
 )
-from calorimeter.telemetry.sampler import SamplerConfig, SessionPaths, run_sampler
+from calorimeter.telemetry.sampler import SamplerConfig, SamplerPaths, run_sampler
 from calorimeter.telemetry.streamio import ChunkedStreamWriter, StreamRead, read_stream
 
 __all__ = [
@@ -50,7 +50,7 @@ __all__ = [
     "KernelEvent",
     "NodeSampler",
     "SamplerConfig",
-    "SessionPaths",
+    "SamplerPaths",
     "StreamRead",
     "breakdown_traces",
     "categorize_kernel",

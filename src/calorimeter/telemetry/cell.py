@@ -27,7 +27,7 @@ def start_cell_sampler(run: RunPaths, node: int, local_rank: int, settings: Tele
 
     try:
         return start_node_sampler(run.node(node), period_s=settings.period_s,
-                                  session=f"node{node}")
+                                  label=f"node{node}")
     except Exception as e:  # noqa: BLE001 - a failed sampler must not fail the measurement; the record says why
         log.warning("telemetry sampler did not start on node %d: %s", node, e)
         run.node(node).mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from calorimeter.telemetry.streamio import read_stream
 _HOST_COUNTERS = ("rapl_energy_uj", "ib_tx_bytes", "ib_rx_bytes")
 
 
-def _session_of(path: Path, prefix: str) -> str:
+def _label_of(path: Path, prefix: str) -> str:
     return path.name[len(prefix) : -len(".arrows")]
 
 
@@ -38,7 +38,7 @@ def _read_streams(
     for path in sorted(paths):
         r = read_stream(path, schema)
         df = upgrade_samples(r.table.to_pandas())  # streams written before a column was renamed
-        df.insert(0, "session", _session_of(path, prefix))
+        df.insert(0, "sampler_label", _label_of(path, prefix))
         frames.append(df)
         report.append(
             {
@@ -51,7 +51,7 @@ def _read_streams(
         )
     if not frames:
         empty = schema.empty_table().to_pandas()
-        empty.insert(0, "session", pd.Series(dtype="object"))
+        empty.insert(0, "sampler_label", pd.Series(dtype="object"))
         return empty, report
     return pd.concat(frames, ignore_index=True), report
 
@@ -63,7 +63,7 @@ def load_gpu_samples(node_dir: str | Path) -> pd.DataFrame:
         node_dir: Directory written by the node sampler.
 
     Returns:
-        Raw rows (stream columns plus ``session``), by GPU in recorded order.
+        Raw rows (stream columns plus ``sampler_label``), by GPU in recorded order.
     """
     df, _ = _read_streams(Path(node_dir).glob("gpu-*.arrows"), "gpu-", GPU_SCHEMA)
     return df.sort_values(["gpu_index"], kind="stable").reset_index(drop=True)
@@ -123,7 +123,7 @@ def tidy_gpu_samples(raw: pd.DataFrame, node: str | None = None) -> pd.DataFrame
     for c in GPU_METRICS:
         if c.type == pa.float64() and c.name in df:
             df[c.name] = df[c.name].astype("float64")
-    first = [c for c in ("node", "session", "time_s", "monotonic_s", "gpu_index", "read_s") if c in df]
+    first = [c for c in ("node", "sampler_label", "time_s", "monotonic_s", "gpu_index", "read_s") if c in df]
     raw_cols = [c for c in df.columns if c.endswith("_raw")]
     reason_cols = [c for c in df.columns if c.startswith("reason_")]
     middle = [c for c in df.columns if c not in first and c not in raw_cols and c not in reason_cols]
@@ -138,7 +138,7 @@ def tidy_host_samples(raw: pd.DataFrame, rapl_ranges_uj: dict[str, float] | None
         rapl_ranges_uj: ``source -> max_energy_range_uj`` from the metadata (RAPL wraps there).
 
     Returns:
-        Columns of the host stream plus ``session``, ``value_raw`` (as read) and ``value`` (unwrapped
+        Columns of the host stream plus ``sampler_label``, ``value_raw`` (as read) and ``value`` (unwrapped
         for counters, identical otherwise).
     """
     df = raw.copy()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import calorimeter
 from calorimeter.plan.json_types import JsonObject
-from calorimeter.telemetry.sampler import SessionPaths, default_session
+from calorimeter.telemetry.sampler import SamplerPaths, default_label
 
 
 class NodeSampler:
@@ -25,7 +25,7 @@ class NodeSampler:
         paths: Its files.
     """
 
-    def __init__(self, process: subprocess.Popen[bytes], paths: SessionPaths):
+    def __init__(self, process: subprocess.Popen[bytes], paths: SamplerPaths):
         self.process = process
         self.paths = paths
 
@@ -97,7 +97,7 @@ def start_node_sampler(
     period_s: float,
     flush_interval_s: float = 0.5,
     *,
-    session: str | None = None,
+    label: str | None = None,
     gpus: bool = True,
     all_gpus: bool = True,
     duration_s: float | None = None,
@@ -116,7 +116,7 @@ def start_node_sampler(
         out_dir: Directory for the node's files (created).
         period_s: Sampling period in seconds (the sweep's ``telemetry.period_ms``; 0.01 works).
         flush_interval_s: Longest time samples stay in memory (<= 1 s).
-        session: File-name part; default ``<UTC time>_<host>_<pid>``.
+        label: The run's file-name part; default ``<UTC time>_<host>_<pid>``.
         gpus: Sample GPUs (False: host only).
         all_gpus: Sample every GPU of the node, ignoring ``CUDA_VISIBLE_DEVICES``.
         duration_s: Stop by itself after this long.
@@ -131,10 +131,10 @@ def start_node_sampler(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = SessionPaths(out, session or default_session())
+    paths = SamplerPaths(out, label or default_label())
     cmd = [
         python, "-m", "calorimeter.telemetry.sampler",
-        "--out-dir", str(out), "--session", paths.session,
+        "--out-dir", str(out), "--label", paths.label,
         "--period-s", repr(period_s), "--flush-interval-s", repr(flush_interval_s),
         "--parent-pid", str(os.getpid()), "--host-every", str(host_every), "--slow-period-s", repr(slow_period_s),
     ]  # fmt: skip

@@ -1,7 +1,7 @@
 """The node sampler loop (run as ``python -m calorimeter.telemetry.sampler``).
 
 One process per node reads every GPU and the host every ``period_s`` and streams the samples to
-``gpu-<session>.arrows`` and ``host-<session>.arrows``; ``sampler-<session>.json`` next to them
+``gpu-<label>.arrows`` and ``host-<label>.arrows``; ``sampler-<label>.json`` next to them
 says what was sampled and which metrics are unavailable and why. It stops cleanly on
 SIGTERM/SIGINT/SIGHUP, when ``duration_s`` has elapsed, or when its parent process disappears.
 """
@@ -39,38 +39,38 @@ FORMAT_VERSION = 1
 _VISIBILITY_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 
-def default_session() -> str:
-    """Session name used in file names: ``<UTC time>_<host>_<pid>``."""
+def default_label() -> str:
+    """A sampler run's label, used in its file names: ``<UTC time>_<host>_<pid>``."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     return f"{stamp}_{socket.gethostname().split('.')[0]}_{os.getpid()}"
 
 
 @dataclass(frozen=True)
-class SessionPaths:
-    """Files of one sampler session in ``out_dir``."""
+class SamplerPaths:
+    """Files of one sampler run in ``out_dir``."""
 
     out_dir: Path
-    session: str
+    label: str
 
     @property
     def gpu_stream(self) -> Path:
         """Per-GPU samples (Arrow IPC stream)."""
-        return self.out_dir / f"gpu-{self.session}.arrows"
+        return self.out_dir / f"gpu-{self.label}.arrows"
 
     @property
     def host_stream(self) -> Path:
         """Host samples, long format (Arrow IPC stream)."""
-        return self.out_dir / f"host-{self.session}.arrows"
+        return self.out_dir / f"host-{self.label}.arrows"
 
     @property
     def metadata(self) -> Path:
         """Sampler metadata JSON."""
-        return self.out_dir / f"sampler-{self.session}.json"
+        return self.out_dir / f"sampler-{self.label}.json"
 
     @property
     def log(self) -> Path:
         """stdout/stderr of the sampler process."""
-        return self.out_dir / f"sampler-{self.session}.log"
+        return self.out_dir / f"sampler-{self.label}.log"
 
 
 @dataclass
@@ -80,7 +80,7 @@ class SamplerConfig:
     Attributes:
         out_dir: Directory of the node's telemetry files (created).
         period_s: Sampling period (the sweep's ``telemetry.period_ms``; 10 ms works).
-        session: Session name (file name part); default :func:`default_session`.
+        label: The run's label (file name part); default :func:`default_label`.
         flush_interval_s: Longest time samples stay in memory (must be <= 1 s).
         parent_pid: Stop when this process is no longer our parent (None: do not watch).
         duration_s: Stop after this long (None: until signalled).
@@ -94,7 +94,7 @@ class SamplerConfig:
 
     out_dir: Path
     period_s: float
-    session: str = field(default_factory=default_session)
+    label: str = field(default_factory=default_label)
     flush_interval_s: float = 0.5
     parent_pid: int | None = None
     duration_s: float | None = None
@@ -152,7 +152,7 @@ def _loop_stats(values: list[float]) -> dict[str, float | None]:
 
 
 class Sampler:
-    """Owns the readers and the stream writers of one session.
+    """Owns the readers and the stream writers of one sampler run.
 
     Args:
         config: The run settings.
@@ -160,7 +160,7 @@ class Sampler:
 
     def __init__(self, config: SamplerConfig):
         self.config = config
-        self.paths = SessionPaths(config.out_dir, config.session)
+        self.paths = SamplerPaths(config.out_dir, config.label)
         self.registry = UnavailableRegistry()
         self.gpu_readers: list[GpuReader] = []
         self.gpu_info: JsonObject = {}
@@ -199,7 +199,7 @@ class Sampler:
             "format_version": FORMAT_VERSION,
             "status": status,
             "stop_reason": self.stop.reason,
-            "session": self.config.session,
+            "label": self.config.label,
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
             "parent_pid": self.config.parent_pid,
@@ -340,7 +340,7 @@ def run_sampler(config: SamplerConfig) -> str:
 def _parse_args(argv: list[str] | None) -> SamplerConfig:
     p = argparse.ArgumentParser(prog="python -m calorimeter.telemetry.sampler", description=__doc__)
     p.add_argument("--out-dir", required=True, type=Path)
-    p.add_argument("--session", default=None)
+    p.add_argument("--label", default=None)
     p.add_argument("--period-s", type=float, required=True)
     p.add_argument("--flush-interval-s", type=float, default=0.5)
     p.add_argument("--parent-pid", type=int, default=None, help="stop when this process is gone")
@@ -352,7 +352,7 @@ def _parse_args(argv: list[str] | None) -> SamplerConfig:
     a = p.parse_args(argv)
     return SamplerConfig(
         out_dir=a.out_dir,
-        session=a.session or default_session(),
+        label=a.label or default_label(),
         period_s=a.period_s,
         flush_interval_s=a.flush_interval_s,
         parent_pid=a.parent_pid,

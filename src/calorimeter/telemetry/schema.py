@@ -96,10 +96,10 @@ GPU_KEY_FIELDS: tuple[pa.Field, ...] = (
     pa.field("read_s", pa.float64(), nullable=False),
 )
 
-#: Schema of ``gpu-<session>.arrows``: one row per (sample time, GPU).
+#: Schema of ``gpu-<label>.arrows``: one row per (sample time, GPU).
 GPU_SCHEMA: pa.Schema = pa.schema(list(GPU_KEY_FIELDS) + [pa.field(c.name, c.type) for c in GPU_METRICS])
 
-#: Schema of ``host-<session>.arrows``: long format, one row per (sample time, metric, source).
+#: Schema of ``host-<label>.arrows``: long format, one row per (sample time, metric, source).
 HOST_SCHEMA: pa.Schema = pa.schema(
     [
         pa.field("time_s", pa.float64(), nullable=False),
