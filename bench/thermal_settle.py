@@ -146,9 +146,9 @@ def _s(x: float) -> str:
 
 
 def configuration(cell_id: str) -> str:
-    """A cell's layout and recomputation, as its id names them (its repetitions alike)."""
-    m = re.search(r"_(tp\d+-pp\d+-dp\d+(?:-\w+)?)_z\d+_rc-(\w+?)_", cell_id)
-    return f"{m.group(1)}, recompute {m.group(2)}" if m else re.sub(r"_r\d+$", "", cell_id)
+    """A cell's model, layout and recomputation, as its id names them (its repetitions alike)."""
+    m = re.match(r"(?P<model>.+?)_[a-z0-9]+-\d+x\d+_(?P<layout>tp\d+-pp\d+-dp\d+\S*?)_z\d+_rc-(?P<rc>[a-z]+)_", cell_id)
+    return (f"{m['model']}, {m['layout']}, recompute {m['rc']}" if m else re.sub(r"_r\d+$", "", cell_id))
 
 
 def bin_table(cells: list[tuple[str, Cell]], swing: bool = False) -> str:
