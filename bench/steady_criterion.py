@@ -36,9 +36,10 @@ import numpy as np
 import pandas as pd
 
 from calorimeter.analysis.cell import cell_gpu_map, gpu_samples, normalize_telemetry, rank_table, sampler_periods
+from calorimeter.analysis.window import GpuSamples
 from calorimeter.plan.cell import Cell as PlannedCell
 from calorimeter.records.paths import CellPaths
-from calorimeter.records.run_record import read_run_record
+from calorimeter.records.run_record import RunRecord, read_run_record
 from calorimeter.records.steadiness import drift_c, is_steady, lsq_slope_c_per_min
 from calorimeter.train.steady import steady_enough
 
@@ -74,6 +75,16 @@ class Sweep:
     cells: list[Cell] = field(default_factory=list)
 
 
+def cell_gpus(paths: CellPaths, rec: RunRecord) -> list[GpuSamples]:
+    """The samples of the cell's GPUs, in the order of its ranks' GPU map (as the tables read them)."""
+    ranks = rank_table(rec)
+    tele = normalize_telemetry(pd.read_parquet(paths.telemetry), ranks)
+    gpu_map, _ = cell_gpu_map(ranks, tele)
+    meta = json.loads(paths.telemetry_json.read_text()) if paths.telemetry_json.is_file() else None
+    samples = gpu_samples(tele, sampler_periods(meta))
+    return [samples[(int(g.node), int(g.gpu_index))] for g in gpu_map.itertuples(index=False)]
+
+
 def read_cell(folder: Path) -> Cell | None:
     """The cell's plateau slopes and measured-window drift; None when it was not a steady warm-up on GPUs."""
     paths = CellPaths(folder)
@@ -81,12 +92,7 @@ def read_cell(folder: Path) -> Cell | None:
     if not rec.ok or (rec.warmup or {}).get("mode_used") != "steady" or not paths.telemetry.is_file():
         return None
     steps = pd.read_parquet(paths.steps)
-    ranks = rank_table(rec)
-    tele = normalize_telemetry(pd.read_parquet(paths.telemetry), ranks)
-    gpu_map, _ = cell_gpu_map(ranks, tele)
-    meta = json.loads(paths.telemetry_json.read_text()) if paths.telemetry_json.is_file() else None
-    samples = gpu_samples(tele, sampler_periods(meta))
-    gpus = [samples[(int(g.node), int(g.gpu_index))] for g in gpu_map.itertuples(index=False)]
+    gpus = cell_gpus(paths, rec)
     warm = steps[steps["phase"] == "warmup"]
     meas = steps[steps["phase"] == "measured"]
     if warm.empty or meas.empty or not gpus:

@@ -27,18 +27,17 @@ sets of :data:`DOC_SETS`, by time bin, with the step-to-step power swing per GPU
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from steady_criterion import write_doc  # bench/steady_criterion.py, beside this script
+from steady_criterion import cell_gpus, write_doc  # bench/steady_criterion.py, beside this script
 
-from calorimeter.analysis.cell import cell_gpu_map, gpu_samples, normalize_telemetry, rank_table, sampler_periods
 from calorimeter.records.paths import CellPaths
 from calorimeter.records.run_record import read_run_record
 from calorimeter.records.steadiness import FIT_MIN_S, drift_c, is_steady, lsq_slope_c_per_min
@@ -70,7 +69,7 @@ class Cell:
     final_c: list[float]  # per GPU: mean temperature over the last FINAL_S seconds
     swing_w: list[float]  # per GPU: SD of the mean power per step, steps from SWING_AFTER_S on
 
-    @property
+    @cached_property
     def steady(self) -> np.ndarray:
         return np.array([is_steady(drift_c(s, FIT_S)) for s in self.max_slope])
 
@@ -98,12 +97,7 @@ def read_cell(folder: Path, min_train_s: float) -> Cell | None:
     t0, t1 = float(train["t_begin_s"].min()), float(train["t_end_s"].max())
     if t1 - t0 < min_train_s:
         return None
-    ranks = rank_table(rec)
-    tele = normalize_telemetry(pd.read_parquet(paths.telemetry), ranks)
-    gpu_map, _ = cell_gpu_map(ranks, tele)
-    meta = json.loads(paths.telemetry_json.read_text()) if paths.telemetry_json.is_file() else None
-    samples = gpu_samples(tele, sampler_periods(meta))
-    gpus = [samples[(int(g.node), int(g.gpu_index))] for g in gpu_map.itertuples(index=False)]
+    gpus = cell_gpus(paths, rec)
     if not gpus:
         return None
     grid = np.arange(t0 + FIT_S, t1 + 1e-9, GRID_S)
