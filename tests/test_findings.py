@@ -255,6 +255,16 @@ def test_pipeline_depth_needs_a_deep_pipeline_at_the_same_data_parallel_degree()
     assert r["value"] == pytest.approx(-50.0) and r["verdict"] == AGREES and "dp4" not in r["configs"]
 
 
+def test_pipeline_depth_slope_of_a_repetition_that_lost_its_deep_cell_is_left_out() -> None:
+    """A repetition with TP4 and TP2-PP2 but no PP4 cell measures the shallow slope, not the deep one: left out."""
+    clock = {1: 1710.0, 2: 1702.0, 4: 1730.0}  # the 4x H200 sweep's shape: shallow dip, deep rise
+    four = [row(gpus_per_node=4, world_size=4, tp=4 // pp, pp=pp, dp=1, sm_clock_avg_mhz=clock[pp] + k, repeat=k)
+            for pp in (1, 2, 4) for k in range(3) if (pp, k) != (4, 2)]
+    r = result(runs(four), "deep_pp_throttles_more")
+    assert r["dof"] == 1 and "outside the claim's regime" in r["scope"]
+    assert r["value"] == pytest.approx(10.0)  # the deep slope alone; the shallow one (-8) would pull it to +4
+
+
 def test_kernel_shares_leave_out_single_gpu_cells_and_stay_in_bounds() -> None:
     """One GPU has no communication kernels: its compute share of 1 is no evidence for a distributed claim."""
     one = row(world_size=1, gpus_per_node=1, dp=1)

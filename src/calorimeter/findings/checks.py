@@ -139,7 +139,9 @@ def slope(metric: tuple[str, ...], knob_: str, what: str, missing: str, conds: S
           ) -> Callable[[Tables], Evidence]:
     """Slope of the metric (a factor per doubling with ``log``) per doubling of ``knob_`` within groups of
     configurations equal but for it (``hold``: the parameters a group may vary besides, e.g. tp with pp);
-    ``regime`` keeps the groups the claim is about; ``extra`` adds to the detail (e.g. the pipeline bubble)."""
+    ``regime`` keeps the groups the claim is about, and within them each repetition's own cells must meet it too
+    (a repetition of a group that lacks the cell that makes it deep is no deep-pipeline slope); ``extra`` adds to the
+    detail (e.g. the pipeline bubble)."""
 
     def check(t: Tables) -> Evidence:
         runs, note = screen(_runs(t), *conds)
@@ -152,7 +154,8 @@ def slope(metric: tuple[str, ...], knob_: str, what: str, missing: str, conds: S
             groups = kept
         if not groups:
             return Evidence(missing=with_note(missing, note), precondition_failed=bool(note))
-        u = slope_effect(groups, lambda c: math.log2(c.params[knob_]), log=log, resolution=resolution)
+        u = slope_effect(groups, lambda c: math.log2(c.params[knob_]), log=log, resolution=resolution,
+                         unit_regime=regime)
         used = [c for g in groups for c in g]
         levels = sorted({c.params[knob_] for c in used})
         detail = "; ".join(f"{c.config_id}: {c.mean:.4g} (repeats {len(c.values)})" for c in used)

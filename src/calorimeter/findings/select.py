@@ -142,11 +142,13 @@ class Units:
         effect: the effect and its interval.
         used: the (machine, repetition) units the interval is over.
         dropped: cells left out for want of a partner on their machine and repetition.
+        dropped_why: why they were left out, for the reader.
     """
 
     effect: Effect
     used: list[Unit] = field(default_factory=list)
     dropped: int = 0
+    dropped_why: str = "without a partner on the same machine and repetition (pairs never cross machines)"
 
     @property
     def machines(self) -> list[str]:
@@ -155,8 +157,7 @@ class Units:
 
     def note(self) -> str:
         """What was left out, for the reader ("" when nothing was)."""
-        return (f"{self.dropped} cell(s) without a partner on the same machine and repetition (pairs never cross "
-                "machines)") if self.dropped else ""
+        return f"{self.dropped} cell(s) {self.dropped_why}" if self.dropped else ""
 
 
 def _dropped(cfgs: Sequence[Config], used: set[Unit]) -> int:
@@ -222,20 +223,23 @@ def _side(by_rep: list[dict[Unit, float]], ratio: bool) -> list[float]:
 
 
 def slope_effect(groups: list[list[Config]], x: Callable[[Config], float], log: bool = False,
-                 resolution: float = 0.0) -> Units:
+                 resolution: float = 0.0, unit_regime: Callable[[list[Config]], bool] | None = None) -> Units:
     """Slope of the metric (of ``log2`` of it with ``log``, then carried back as a factor ``2**slope``) on ``x`` of
     each configuration, within groups (one intercept per group), with the repetition on one machine as the
     experimental unit: one slope per unit (machine, repetition index) where a group ran two or more ``x`` values,
     and the t-interval over those slopes (``U - 1`` degrees of freedom). Misfit of the straight line goes into the
-    mean, not the interval; cells of a unit without a second ``x`` value are left out.
+    mean, not the interval; cells of a unit without a second ``x`` value are left out, and with ``unit_regime``
+    those of a unit whose own configurations of a group fall outside the claim's regime (a repetition that measured
+    TP4 and TP2-PP2 but lost its PP4 cell estimates a shallower slope than the one a deep-pipeline claim is about).
     """
     keys = sorted({k for g in groups for c in g for k in c.by_repeat()})
     slopes, sxx, used = [], [], []
     for k in keys:
         pts = []
         for g in groups:
-            have = [(x(c), c.by_repeat()[k]) for c in g if k in c.by_repeat() and (not log or c.by_repeat()[k] > 0)]
-            if len({p for p, _ in have}) >= 2:
+            mine = [c for c in g if k in c.by_repeat() and (not log or c.by_repeat()[k] > 0)]
+            have = [(x(c), c.by_repeat()[k]) for c in mine]
+            if len({p for p, _ in have}) >= 2 and (unit_regime is None or unit_regime(mine)):
                 xs = np.array([p for p, _ in have])
                 ys = np.array([np.log2(v) if log else v for _, v in have])
                 pts.append((xs, ys))
@@ -249,7 +253,9 @@ def slope_effect(groups: list[list[Config]], x: Callable[[Config], float], log: 
     q = resolution / np.sqrt(np.mean(sxx)) if sxx and not log else 0.0
     est = mean_interval(slopes, q, f"repetitions (each a slope within {len(groups)} group(s))")
     est = est.map(lambda v: 2.0**v, scale="log") if log else est
-    return Units(est, used, _dropped([c for g in groups for c in g], set(used)))
+    why = "without a partner on the same machine and repetition" + (
+        ", or of a repetition whose own cells fall outside the claim's regime" if unit_regime is not None else "")
+    return Units(est, used, _dropped([c for g in groups for c in g], set(used)), why + " (slopes never cross machines)")
 
 
 def min_repeats(cfgs: Sequence[Config]) -> int:
