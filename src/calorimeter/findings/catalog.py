@@ -48,7 +48,7 @@ from calorimeter.plan.kinds import kind_of
 from calorimeter.plan.models import CATALOGUE
 
 #: the catalogue's version, written into every ``findings.csv``
-CATALOG_VERSION = 6
+CATALOG_VERSION = 7
 #: what each version changed (docs/findings.md has the verdicts each change moved)
 CATALOG_CHANGES = {
     1: "the first catalogue (findings.csv without a catalog_version column)",
@@ -71,6 +71,9 @@ CATALOG_CHANGES = {
        "over it, from its least-squares slope over >= 30 s, below the sensor's 1 degC), no longer by the warm-up's "
        "runtime flag (a 15 s slope <= 1 degC/min, which four GPUs on their plateau met 2% of the time and which "
        "did not select steadier windows); changed after the 4-GPU sweep 4A showed the flaw",
+    7: "a slope finding with a regime (a deep pipeline, pp >= 4) counts a repetition only when that repetition's own "
+       "cells on its machine meet the regime: a repetition with TP4 and TP2-PP2 but no PP4 cell gave a slope to PP2 "
+       "that was averaged in with the slopes to PP4",
 }
 
 __all__ = ["CATALOG_CHANGES", "CATALOG_VERSION", "FINDINGS", "NOISE", "Definition", "Evidence", "Finding", "Tables",
