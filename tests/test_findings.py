@@ -353,3 +353,25 @@ def test_a_cpu_sweep_says_why_it_cannot_say() -> None:
     cpu = [row(hardware="cpu", zero_stage=3, overlap=ov, tokens_per_s=100.0) for ov in (False, True)]
     r = result(runs(cpu), "overlap_raises_peak_temp")
     assert r["verdict"] == CANNOT_SAY and "CPU ranks: no GPU telemetry" in r["why"]
+
+
+def _depth_rows(loaded: dict[int, float] | None) -> list[dict]:
+    """TP4+SP, TP2-PP2+SP and TP1-PP4 on one 4-GPU node, 3 repetitions: the time-averaged clock rises with depth
+    (+10 MHz a doubling, as PP4's bubbles run near the ceiling), the clock under load as ``loaded`` says."""
+    clock = {1: 1710.0, 2: 1712.0, 4: 1730.0}
+    out = []
+    for pp in (1, 2, 4):
+        for k in range(3):
+            extra = {} if loaded is None else {"sm_clock_loaded_avg_mhz": loaded[pp] + k}
+            out.append(row(gpus_per_node=4, world_size=4, tp=4 // pp, pp=pp, dp=1, sequence_parallel=pp < 4,
+                           sm_clock_avg_mhz=clock[pp] + k, repeat=k, **extra))
+    return out
+
+
+def test_the_depth_finding_shows_the_clock_under_load_beside_its_verdict() -> None:
+    r = result(runs(_depth_rows({1: 1710.0, 2: 1700.0, 4: 1670.0})), "deep_pp_throttles_more")
+    assert r["value"] == pytest.approx(10.0)  # the verdict reads the registered time average
+    assert "secondary reading, never judged: mean SM clock under load" in r["detail"]
+    assert "-20 MHz/doubling" in r["detail"]  # (1670 - 1710) / 2 doublings
+    r = result(runs(_depth_rows(None)), "deep_pp_throttles_more")  # tables built before the column: nothing shown
+    assert "secondary reading" not in r["detail"] and r["value"] == pytest.approx(10.0)

@@ -52,7 +52,8 @@ TELEMETRY_KEYS = (
     "n_gpus", "energy_per_iteration_j", "energy_per_token_j", "efficiency", "energy_source",
     "power_avg_w", "power_peak_w", "power_total_avg_w", "temp_avg_c", "temp_peak_c", "temp_drift_c",
     "temp_slope_c_per_min", "hbm_temp_avg_c", "hbm_temp_peak_c", "sm_clock_avg_mhz", "sm_clock_peak_mhz",
-    "sm_clock_min_mhz", *THROTTLE_COLUMNS, *THROTTLE_COUNTER_COLUMNS, *(f"{c}_total" for c in LINK_COUNTERS),
+    "sm_clock_min_mhz", "sm_clock_loaded_avg_mhz", *THROTTLE_COLUMNS, *THROTTLE_COUNTER_COLUMNS,
+    *(f"{c}_total" for c in LINK_COUNTERS),
     "kernel_busy_s", "comm_frac", "exposed_comm_frac", *QUALITY_COLUMNS, "data_quality",
 )  # fmt: skip
 #: run-row quality columns summed over the cell's GPUs (the fractions take the minimum)
@@ -402,7 +403,8 @@ def efficiency_metrics(row: dict[str, Any], gpus: pd.DataFrame) -> dict[str, Any
     if gpus is None or gpus.empty or "power_avg_w" not in gpus.columns:
         return out
     out["n_gpus"] = int(gpus["power_avg_w"].notna().sum())
-    for col in ("power_avg_w", "temp_avg_c", "hbm_temp_avg_c", "sm_clock_avg_mhz", *THROTTLE_COLUMNS,
+    for col in ("power_avg_w", "temp_avg_c", "hbm_temp_avg_c", "sm_clock_avg_mhz", "sm_clock_loaded_avg_mhz",
+                *THROTTLE_COLUMNS,
                 *THROTTLE_COUNTER_COLUMNS):
         if col in gpus.columns:
             out[col] = _over_gpus(gpus[col], "mean")

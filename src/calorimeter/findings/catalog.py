@@ -243,7 +243,7 @@ FINDINGS: tuple[Finding, ...] = (
             "direction only", "[S2]", "Fig. 8",
             "mean SM clock, overlap on - off (negative = more throttling)", "MHz", Claim(-1, 0.0, CLOCK_STEP_MHZ),
             ck.knob(("sm_clock_avg_mhz",), "overlap", bool, lambda v: not bool(v), "overlap (on - off)",
-                    f"no {_OVERLAP_NEEDS}", _CLOCK, overlap_effective),
+                    f"no {_OVERLAP_NEEDS}", _CLOCK, overlap_effective, secondary=ck.LOADED_CLOCK),
             _CLOCK, needs="2 GPUs of one node: overlap on/off, >= 3 interleaved repetitions per layout, steady, "
             "GPU-bound on both sides (sequence 8192), at the power cap"),
     Finding("recompute_less_throttling_deep_pp",
@@ -253,7 +253,7 @@ FINDINGS: tuple[Finding, ...] = (
             Claim(+1, 0.0, CLOCK_STEP_MHZ),
             ck.knob(("sm_clock_avg_mhz",), "recompute", lambda v: v == "full", lambda v: v == "none",
                     "recompute (full - none)", "no recompute full/none pair of a layout with pp >= 4", _CLOCK,
-                    _DEEP_PP, also=("recompute_layers",)),
+                    _DEEP_PP, also=("recompute_layers",), secondary=ck.LOADED_CLOCK),
             _CLOCK, needs="4 GPUs of one node: TP1-PP4 with and without recompute, >= 5 interleaved repetitions "
             "(on the measured clock noise 3 pairs cannot tell no effect from one clock step: docs/findings.md, "
             "reachability), steady, at the power cap; the study's PP16-32 needs several nodes"),
@@ -266,7 +266,7 @@ FINDINGS: tuple[Finding, ...] = (
             ck.knob(("sm_clock_avg_mhz",), "recompute", lambda v: v == "full", lambda v: v == "none",
                     "recompute (full - none)", "no recompute full/none pair of a data-parallel layout (dp >= 2, "
                     "pp < 4; one GPU and tensor-parallel-only layouts are not data-parallel)", _CLOCK, _DP,
-                    also=("recompute_layers",)),
+                    also=("recompute_layers",), secondary=ck.LOADED_CLOCK),
             _CLOCK, needs="2-4 GPUs of one node: ZeRO-3 dp2 or dp4 recompute none/full, GPU-bound (sequence 8192), "
             ">= 3 interleaved repetitions, steady (warm-up cap 75 s on H200, 120 s on H100), at the power cap"),
     Finding("microbatch_raises_peak_power",
@@ -317,7 +317,7 @@ FINDINGS: tuple[Finding, ...] = (
                      "layouts, everything else fixed)", _CLOCK,
                      lambda d: (column(d, "zero_stage") < 3) & (column(d, "ep") <= 1), hold=_LAYOUT_BUT_PP,
                      regime=_deep_regime, regime_missing="no layout group reaching pp >= 4 (PP2 is not a deep "
-                     "pipeline)"),
+                     "pipeline)", secondary=ck.LOADED_CLOCK),
             _CLOCK, needs="4 GPUs of one node: TP4+SP, TP2-PP2+SP, TP1-PP4 with >= 3 interleaved repetitions, steady, "
             "at the power cap; PP16-32 needs several nodes"),
     Finding("gpus_thermally_asymmetric",
@@ -431,7 +431,7 @@ FINDINGS: tuple[Finding, ...] = (
             Claim(+1, 1.0, 0.02, size=(10.0, math.inf)),
             ck.knob(("efficiency",), "kind", _is_lora, _is_full, "kind (lora / train)", "no LoRA / full-training "
                     "pair of one model and layout (kind: lora)", _SPEED_STEADY, ratio=True,
-                    secondary=("energy_per_token_j", "tokens per joule", True)),
+                    secondary=ck.Secondary("energy_per_token_j", "tokens per joule", ratio=True, inverse=True)),
             _SPEED_STEADY, needs="several nodes for the study's size (data-parallel LoRA over a network, or its "
             "shorter fine-tuning sequences); the direction on 1 GPU: as lora_lower_power",
             size_regime=MULTI_NODE, size_regime_why=_ONE_NODE_LORA),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,40 @@ Where = Callable[[pd.DataFrame], pd.Series]
 TEMP_RESOLUTION_C = 1.0
 #: what a cross-hardware cluster comparison varies: the GPU kind and how many of them (the data-parallel degree)
 CLUSTER_PARAMS = ("hardware", "nodes", "gpus_per_node", "world_size", "dp")
+
+
+@dataclass(frozen=True)
+class Secondary:
+    """Another metric read over the same pairs or slopes as a finding's own, shown in the detail, labelled, never
+    judged (a column the tables lack, as in sets built before it existed, shows nothing).
+
+    Attributes:
+        column: the runs column.
+        label: what the reader is told it is.
+        ratio: a / b over each pair (else a - b); a slope is then a factor per doubling.
+        inverse: b / a (e.g. tokens per joule from energy per token).
+        unit: the unit printed after a difference or a slope.
+    """
+
+    column: str
+    label: str
+    ratio: bool = False
+    inverse: bool = False
+    unit: str = ""
+
+    def text(self, e: Effect) -> str:
+        """``; secondary reading, never judged: <label> <value> [<interval>]`` ("" without a value)."""
+        if not math.isfinite(e.value):
+            return ""
+        fmt = "{:.4g}" if self.ratio else "{:+.3g}"
+        ci = f" [{fmt.format(e.low)}, {fmt.format(e.high)}]" if e.has_interval else ""
+        unit = "x" if self.ratio else (f" {self.unit}" if self.unit else "")
+        return f"; secondary reading, never judged: {self.label} {fmt.format(e.value)}{unit}{ci}"
+
+
+#: the SM clock under load (docs/telemetry.md), beside every clock comparison
+LOADED_CLOCK = Secondary("sm_clock_loaded_avg_mhz", "mean SM clock under load (samples at >= 60% of the power "
+                         "limit: a pipeline's bubbles left out)", unit="MHz")
 
 
 @dataclass
@@ -99,11 +133,10 @@ def _means(prs: list[tuple[Config, Config]], ratio: bool, fmt: str) -> str:
 def knob(metric: tuple[str, ...], knob_: str, a: Callable[[Any], bool], b: Callable[[Any], bool], what: str,
          missing: str, conds: Sequence[Precondition] = (), where: Where | None = None, ratio: bool = False,
          resolution: float = 0.0, also: Sequence[str] = (), to: Callable[[float], float] | None = None,
-         scale: str | None = None, secondary: tuple[str, str, bool] | None = None) -> Callable[[Tables], Evidence]:
+         scale: str | None = None, secondary: Secondary | None = None) -> Callable[[Tables], Evidence]:
     """The effect of a knob (side ``a`` - side ``b``, or a / b with ``ratio``) between configurations equal but
     for it (and ``also``), on cells meeting ``conds``; ``to`` maps the effect (e.g. a ratio to a percent change).
-    ``secondary``: (column, label, inverse) of another metric whose ratio over the same pairs the detail shows,
-    labelled, never judged (``inverse``: b / a, e.g. tokens per joule from energy per token)."""
+    ``secondary``: another metric over the same pairs, in the detail, never judged."""
 
     def check(t: Tables) -> Evidence:
         runs, note = screen(_runs(t), *conds)
@@ -114,12 +147,10 @@ def knob(metric: tuple[str, ...], knob_: str, a: Callable[[Any], bool], b: Calla
         est = u.effect if to is None else u.effect.map(to, scale=scale)
         cfgs = [c for p in prs for c in p]
         detail = _means(prs, ratio, "{:.4g}" if ratio else "{:+.3g}")
-        if secondary is not None:
-            col, label, inverse = secondary
-            prs2 = pairs(configs(runs, (col,), where=where), knob_, a, b, also=also)
-            e2 = pair_effect([(y, x) for x, y in prs2] if inverse else prs2, ratio=True).effect
-            ci = f" [{e2.low:.4g}, {e2.high:.4g}]" if e2.has_interval else ""
-            detail += f"; secondary reading, never judged: {label} {e2.value:.4g}x{ci}"
+        if secondary is not None and secondary.column in runs.columns:
+            prs2 = pairs(configs(runs, (secondary.column,), where=where), knob_, a, b, also=also)
+            prs2 = [(y, x) for x, y in prs2] if secondary.inverse else prs2
+            detail += secondary.text(pair_effect(prs2, ratio=secondary.ratio).effect)
         return Evidence(est, f"{len(prs)} pair(s) differing only in {what}" + _left_out(note, u.note()),
                         _ids(cfgs), min_repeats(cfgs), detail=detail, machines=u.machines, repetitions=len(u.used))
 
@@ -135,18 +166,24 @@ def _left_out(*notes: str) -> str:
 def slope(metric: tuple[str, ...], knob_: str, what: str, missing: str, conds: Sequence[Precondition] = (),
           where: Where | None = None, log: bool = False, resolution: float = 0.0,
           hold: Sequence[str] = (), regime: Callable[[list[Config]], bool] | None = None,
-          regime_missing: str = "", extra: Callable[[list[Config]], str] | None = None
-          ) -> Callable[[Tables], Evidence]:
+          regime_missing: str = "", extra: Callable[[list[Config]], str] | None = None,
+          secondary: Secondary | None = None) -> Callable[[Tables], Evidence]:
     """Slope of the metric (a factor per doubling with ``log``) per doubling of ``knob_`` within groups of
     configurations equal but for it (``hold``: the parameters a group may vary besides, e.g. tp with pp);
     ``regime`` keeps the groups the claim is about, and within them each repetition's own cells must meet it too
     (a repetition of a group that lacks the cell that makes it deep is no deep-pipeline slope); ``extra`` adds to the
-    detail (e.g. the pipeline bubble)."""
+    detail (e.g. the pipeline bubble); ``secondary``: another metric's slope over the same groups, never judged."""
+
+    def grouped(runs: pd.DataFrame, cols: tuple[str, ...]) -> list[list[Config]]:
+        cf = configs(runs, cols, where=where)
+        return [g for g in matched(cf, (knob_, *hold)) if len({c.params[knob_] for c in g}) > 1]
+
+    def x(c: Config) -> float:
+        return math.log2(c.params[knob_])
 
     def check(t: Tables) -> Evidence:
         runs, note = screen(_runs(t), *conds)
-        cf = configs(runs, metric, where=where)
-        groups = [g for g in matched(cf, (knob_, *hold)) if len({c.params[knob_] for c in g}) > 1]
+        groups = grouped(runs, metric)
         if groups and regime is not None:
             kept = [g for g in groups if regime(g)]
             if not kept:
@@ -154,13 +191,17 @@ def slope(metric: tuple[str, ...], knob_: str, what: str, missing: str, conds: S
             groups = kept
         if not groups:
             return Evidence(missing=with_note(missing, note), precondition_failed=bool(note))
-        u = slope_effect(groups, lambda c: math.log2(c.params[knob_]), log=log, resolution=resolution,
-                         unit_regime=regime)
+        u = slope_effect(groups, x, log=log, resolution=resolution, unit_regime=regime)
         used = [c for g in groups for c in g]
         levels = sorted({c.params[knob_] for c in used})
         detail = "; ".join(f"{c.config_id}: {c.mean:.4g} (repeats {len(c.values)})" for c in used)
         if extra is not None:
-            detail = "; ".join(x for x in (detail, extra(used)) if x)
+            detail = "; ".join(d for d in (detail, extra(used)) if d)
+        if secondary is not None and secondary.column in runs.columns:
+            g2 = [g for g in grouped(runs, (secondary.column,)) if regime is None or regime(g)]
+            if g2:
+                per = secondary if secondary.ratio else replace(secondary, unit=f"{secondary.unit}/doubling")
+                detail += per.text(slope_effect(g2, x, log=secondary.ratio, unit_regime=regime).effect)
         return Evidence(u.effect, f"{len(groups)} configuration group(s){what} at {knob_} "
                         f"{'/'.join(str(int(v)) for v in levels)}" + _left_out(note, u.note()),
                         _ids(used), min_repeats(used), detail=detail, machines=u.machines, repetitions=len(u.used))
