@@ -85,6 +85,10 @@ def test_a_cell_refuses_to_start_without_room_for_its_record(tmp_path: Path, sma
 
 def test_a_disk_that_fills_while_the_record_is_written_leaves_nothing_partial(
         tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # measured from a modified tree, whatever the checkout holds: its record keeps a (small, fixed) source patch in
+    # the cell and the attempt folder, and the patch this call wrote must not stay behind to keep the disk full
+    monkeypatch.setattr("calorimeter.records.record.git_state", lambda: {"commit": "0" * 40, "dirty": True})
+    monkeypatch.setattr("calorimeter.records.record.git_patch", lambda: "diff --git a/x b/x\n")
     plan = plan_file(_sweep(tmp_path, small_disk / "results"))
     pc, paths = plan.cells[0], cell_folders(plan)[0]
     settings = launcher_settings(plan.config)
@@ -106,6 +110,7 @@ def test_a_disk_that_fills_while_the_record_is_written_leaves_nothing_partial(
     assert {p: p.read_bytes() for p in kept} == kept  # ... with its measurement
     leftovers = [p.name for p in paths.root.iterdir() if p.name not in ("attempts", "latest")]
     assert leftovers == [], leftovers
+    assert not (attempt.root / "source.patch").exists()  # the patch this call wrote is gone with the rest
     cs = cell_status(pc, paths, None)
     assert (cs.state, cs.failure_class) == ("failed", "disk_full"), (cs.state, cs.reason, cs.note)
     assert "the measurement is kept in attempt 20260101T000000Z" in cs.reason

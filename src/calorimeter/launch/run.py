@@ -19,6 +19,7 @@ from calorimeter.plan.kinds import get_kind
 from calorimeter.plan.settings import LauncherSettings
 from calorimeter.records.atomic import read_json_object, write_atomic, write_json_atomic
 from calorimeter.records.paths import AttemptPaths, CellPaths, record_files, results_relative
+from calorimeter.records.provenance import PATCH_NAME
 from calorimeter.records.rank import RankOutput
 from calorimeter.records.record import TransientCellError, build_record, steps_frame, write_cell_record
 from calorimeter.telemetry.collect import collect_telemetry
@@ -125,13 +126,15 @@ def _log_outputs(cell: Cell, record: JsonObject) -> None:
 def _write_record(cell: Cell, outcome: LaunchOutcome, paths: CellPaths, record: JsonObject) -> None:
     """Collect the telemetry and kind files and write the record (run.json last).
 
-    On a full disk nothing partial stays: the files this call put at the top of the cell folder are removed, the
+    On a full disk nothing partial stays: the files this call put at the top of the cell folder (and the source patch
+    it put in the attempt folder) are removed, the
     attempt stays open (its rank results hold the finished measurement, so the next run completes the record
     without retraining), its ``record_error.json`` says why (``calorimeter status``: failed, class ``disk_full``),
     and :class:`DiskSpaceError` is raised. Nothing else in the results tree is touched.
     """
     t0 = time.time()
-    before = {n: _mtime(paths.root / n) for n in record_files()}
+    before = {paths.root / n: _mtime(paths.root / n) for n in (*record_files(), PATCH_NAME)}
+    before[outcome.attempt.root / PATCH_NAME] = _mtime(outcome.attempt.root / PATCH_NAME)  # a modified tree's
     attempt_closed = outcome.attempt.run_json.exists()
     try:
         record["telemetry_files"] = _collect_telemetry(outcome, paths, record)
@@ -141,8 +144,7 @@ def _write_record(cell: Cell, outcome: LaunchOutcome, paths: CellPaths, record: 
     except OSError as e:
         if not is_disk_full(e):
             raise
-        for name, mtime in before.items():  # only what this call wrote
-            f = paths.root / name
+        for f, mtime in before.items():  # only what this call wrote (the source patch too: it can fill the disk)
             if f.is_file() and _mtime(f) != mtime and _mtime(f) >= t0 - 1:
                 f.unlink(missing_ok=True)
         if not attempt_closed:
