@@ -22,7 +22,7 @@ from calorimeter.projection.accuracy import summarize
 from calorimeter.projection.calibration import MODEL_VERSION, Calibration, calibrate, load_calibrations
 from calorimeter.projection.catalogue import Fold, catalogue
 from calorimeter.projection.collectives import CollectiveCurves, Network, trace_points
-from calorimeter.projection.compute import COMPUTE_CATEGORIES, fit_compute
+from calorimeter.projection.compute import CATEGORY_FEATURES, COMPUTE_CATEGORIES, fit_compute
 from calorimeter.projection.measured import load_measured
 from calorimeter.projection.model import Projector
 from calorimeter.projection.power import fit_power
@@ -68,6 +68,17 @@ def test_workload_flops_add_up_to_the_plan_formula(kw) -> None:
     fl = iteration_flops(m, cell.seq_len, cell.global_batch, cell.recompute, None, cell.pp,
                          padded_vocab=padded_vocab_size(m, cell.tp))
     assert total == pytest.approx(fl.hardware_flops, rel=1e-9)
+
+
+def test_the_logits_of_a_tensor_parallel_last_stage_are_their_own_work() -> None:
+    """With tp > 1 the loss runs vocabulary-parallel on fp32 logits it materialises (train/layers.py), without it the
+    fused loss never does: their elements are two features, fitted apart, on the last stage only."""
+    pp4, tp2pp2 = workload(llama(tp=1, pp=4)), workload(llama(tp=2, pp=2, sequence_parallel=True))
+    assert [st.features["head_elems"] > 0 for st in pp4.stages] == [False, False, False, True]
+    assert all(st.features["head_elems_vp"] == 0 for st in pp4.stages)
+    assert [st.features["head_elems_vp"] > 0 for st in tp2pp2.stages] == [False, True]
+    assert all(st.features["head_elems"] == 0 for st in tp2pp2.stages)
+    assert {"head_elems", "head_elems_vp"} <= set(CATEGORY_FEATURES["memory_elementwise"])
 
 
 def test_workload_collective_counts_match_the_recorded_trace(measured) -> None:

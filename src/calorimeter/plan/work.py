@@ -39,7 +39,8 @@ FEATURES: tuple[str, ...] = (
     "attention_flops",  # attention core as executed by flash attention (causal half of 4 s^2 h per layer)
     "z3_flops",         # dense_flops of a ZeRO-3 cell whose gathers overlap the compute (contention)
     "act_elems",        # activation elements touched by elementwise/norm kernels (per layer and pass)
-    "head_elems",       # logits elements (softmax cross-entropy) on the last stage
+    "head_elems",       # logits elements (softmax cross-entropy) on the last stage, without tensor parallelism
+    "head_elems_vp",    # the same with tp > 1: the vocabulary-parallel loss on fp32 logits it materialises
     "z3_elems",         # parameter elements gathered/copied by ZeRO-3 (every micro-batch, every pass)
     "optim_elems",      # parameter elements updated by this rank's optimizer partition (once per iteration)
     "moe_elems",        # capacity-slot elements dispatched and combined by MoE layers
@@ -157,7 +158,8 @@ def stage_work(cell: Cell, m: ModelSpec, stage: int, layers: int) -> StageWork:
         "attention_flops": mb * layers * 0.5 * core_fwd * p_core / tp,
         "z3_flops": dense_flops if (cell.zero_stage == 3 and dp > 1) else 0.0,
         "act_elems": mb * layers * p_dense * tokens * m.hidden_size / sp_shard,
-        "head_elems": mb * tokens * padded / tp if last else 0.0,
+        "head_elems": mb * tokens * padded / tp if last and tp == 1 else 0.0,
+        "head_elems_vp": mb * tokens * padded / tp if last and tp > 1 else 0.0,
         "layer_passes": mb * layers * p_dense,
         "expert_passes": mb * layers * p_dense * (m.num_experts / ep if m.is_moe else 0.0),
     }

@@ -44,8 +44,9 @@ from calorimeter.telemetry.kernels import COMM_CATEGORIES
 #: time of a two-stage host-GPU line (``compute.z3_host``); 1 (absent): a constant GPU idle per ZeRO-3 call
 #: (``compute.idle``), which this model cannot read; 3: bands per regime (``regime_bands``,
 #: ``machine_spread``: :mod:`calorimeter.projection.regimes`) replace one band per host-boundness plus the
-#: cross-fingerprint error for extrapolated rows
-MODEL_VERSION = 3
+#: cross-fingerprint error for extrapolated rows; 4: the logits elements of a tensor-parallel last stage
+#: (``head_elems_vp``: the vocabulary-parallel loss on fp32 logits it materialises) apart from those of the fused loss
+MODEL_VERSION = 4
 
 #: the power limit assumed when no telemetry of a calibration cell records it
 POWER_LIMIT_COLUMN = "power_limit_w"

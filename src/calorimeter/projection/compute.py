@@ -28,7 +28,8 @@ from calorimeter.projection.schedule import tandem_host_s, tandem_idle_s
 #: the compute kernel categories (telemetry/kernels.py) and the work counts each depends on
 CATEGORY_FEATURES: dict[str, tuple[str, ...]] = {
     "gemm_attention": ("dense_flops", "attention_flops", "z3_flops", "layer_passes"),
-    "memory_elementwise": ("act_elems", "head_elems", "z3_elems", "optim_elems", "moe_elems", "layer_passes"),
+    "memory_elementwise": ("act_elems", "head_elems", "head_elems_vp", "z3_elems", "optim_elems", "moe_elems",
+                           "layer_passes"),
     "normalization": ("act_elems", "layer_passes"),
     "other": ("act_elems", "moe_elems", "layer_passes"),
 }

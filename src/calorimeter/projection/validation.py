@@ -58,7 +58,8 @@ SCALE_KEYS: dict[str, str] = {"world_size": GPU_COUNT, "seq_len": SEQUENCE, "mic
                               "model_params": MODEL_SIZE}
 #: work counts whose calibration range is checked (per micro-batch; the optimizer per iteration): a held-out cell
 #: beyond RANGE_FACTOR x the largest training value gets a note (its time there extrapolates the fitted rate)
-RANGE_FEATURES: tuple[str, ...] = ("dense_flops", "act_elems", "head_elems", "z3_elems", "optim_elems", "moe_elems")
+RANGE_FEATURES: tuple[str, ...] = ("dense_flops", "act_elems", "head_elems", "head_elems_vp", "z3_elems", "optim_elems",
+                                   "moe_elems")
 RANGE_FACTOR = 1.5
 
 
