@@ -134,6 +134,10 @@ def pairs(cfgs: list[Config], knob: str, a: Callable[[Any], bool], b: Callable[[
     return out
 
 
+#: why a cell is left out of a comparison of units
+NO_PARTNER = "without a partner on the same machine and repetition"
+
+
 @dataclass
 class Units:
     """An effect over units of replication, with the units it rests on and what was left out.
@@ -148,7 +152,7 @@ class Units:
     effect: Effect
     used: list[Unit] = field(default_factory=list)
     dropped: int = 0
-    dropped_why: str = "without a partner on the same machine and repetition (pairs never cross machines)"
+    dropped_why: str = f"{NO_PARTNER} (pairs never cross machines)"
 
     @property
     def machines(self) -> list[str]:
@@ -253,8 +257,8 @@ def slope_effect(groups: list[list[Config]], x: Callable[[Config], float], log: 
     q = resolution / np.sqrt(np.mean(sxx)) if sxx and not log else 0.0
     est = mean_interval(slopes, q, f"repetitions (each a slope within {len(groups)} group(s))")
     est = est.map(lambda v: 2.0**v, scale="log") if log else est
-    why = "without a partner on the same machine and repetition" + (
-        ", or of a repetition whose own cells fall outside the claim's regime" if unit_regime is not None else "")
+    why = NO_PARTNER + (", or of a repetition whose own cells fall outside the claim's regime"
+                        if unit_regime is not None else "")
     return Units(est, used, _dropped([c for g in groups for c in g], set(used)), why + " (slopes never cross machines)")
 
 

@@ -126,15 +126,15 @@ def _log_outputs(cell: Cell, record: JsonObject) -> None:
 def _write_record(cell: Cell, outcome: LaunchOutcome, paths: CellPaths, record: JsonObject) -> None:
     """Collect the telemetry and kind files and write the record (run.json last).
 
-    On a full disk nothing partial stays: the files this call put at the top of the cell folder (and the source patch
-    it put in the attempt folder) are removed, the
-    attempt stays open (its rank results hold the finished measurement, so the next run completes the record
-    without retraining), its ``record_error.json`` says why (``calorimeter status``: failed, class ``disk_full``),
-    and :class:`DiskSpaceError` is raised. Nothing else in the results tree is touched.
+    On a full disk nothing partial stays: the files this call put at the top of the cell folder, and the source
+    patch it put in the attempt folder, are removed; the attempt stays open (its rank results hold the finished
+    measurement, so the next run completes the record without retraining), its ``record_error.json`` says why
+    (``calorimeter status``: failed, class ``disk_full``), and :class:`DiskSpaceError` is raised. Nothing else in
+    the results tree is touched.
     """
     t0 = time.time()
     before = {paths.root / n: _mtime(paths.root / n) for n in (*record_files(), PATCH_NAME)}
-    before[outcome.attempt.root / PATCH_NAME] = _mtime(outcome.attempt.root / PATCH_NAME)  # a modified tree's
+    before[outcome.attempt.root / PATCH_NAME] = _mtime(outcome.attempt.root / PATCH_NAME)
     attempt_closed = outcome.attempt.run_json.exists()
     try:
         record["telemetry_files"] = _collect_telemetry(outcome, paths, record)
