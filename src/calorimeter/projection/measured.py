@@ -243,7 +243,8 @@ def load_measured(sources: list[str | Path]) -> MeasuredSet:
             dropped[cid] = f"kind {r.get('kind')}: not a training cell the projection models"
         else:
             keep.append(i)
-    run = run.loc[keep].drop_duplicates("cell_id", keep="last").reset_index(drop=True)
+    # copy(): one block per dtype, not one per source (columns are added below)
+    run = run.loc[keep].drop_duplicates("cell_id", keep="last").reset_index(drop=True).copy()
     kern = pd.concat(kernels, ignore_index=True) if kernels else _wide_kernels(pd.DataFrame())
     kern = kern[kern.cell_id.isin(set(run.cell_id))].reset_index(drop=True)
     cats = [c for c in kern.columns if c.endswith(("_sum_s", "_count"))]

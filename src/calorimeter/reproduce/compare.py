@@ -15,7 +15,9 @@ against, a verdict; per figure and overall, the verdict of the rows it draws.
 
   - ``not reproduced``: the difference lies beyond the tolerance: beyond the floor and beyond what the noise explains;
   - ``cannot tell``: ``h > f``, the noise is too large to see a difference of the floor's size (the difference lies
-    within it); or a side's repetitions spread more than the noise model allows (F-test, p < :data:`SPREAD_P`); or
+    within it); or a side's repetitions spread more than the noise model allows (an F-test per side, its p-values
+    adjusted over every side the comparison tests, Benjamini-Hochberg, below :data:`SPREAD_P`: a comparison of 30
+    rows makes 60 such tests, and one of them under 1% by chance alone is no sign that the model misdescribes it); or
     the committed sets hold no noise for this regime;
   - ``reproduced``: ``h <= f`` (the test sees a difference of the floor's size) and the difference lies within the
     floor. Never for a difference beyond the floor.
@@ -66,7 +68,8 @@ REPRODUCED, NOT_REPRODUCED, CANNOT_TELL, NOT_COMPARABLE = "reproduced", "not rep
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, CANNOT_TELL, NOT_COMPARABLE)
 #: ``calorimeter compare``'s exit status per overall verdict (2: the command could not run)
 EXIT_CODES = {REPRODUCED: 0, NOT_REPRODUCED: 1, NOT_COMPARABLE: 1, CANNOT_TELL: 3}
-#: a side whose repetitions spread so much that the noise model gives it less than this chance is not judged by it
+#: a side whose repetitions spread so much that the noise model gives it less than this chance (adjusted over the
+#: comparison's tests: a false-discovery rate) is not judged by it
 SPREAD_P = 0.01
 #: parameters that make two cells the same configuration in a reproduction (the GPU type is checked separately)
 MATCH_PARAMS: tuple[str, ...] = tuple(p for p in CONFIG_PARAMS if p not in ("hardware", "engine"))
@@ -149,11 +152,30 @@ def machine_difference(ref: Mapping[str, float], rep: Mapping[str, float]) -> fl
     return float(sum((ref.get(m, 0.0) - rep.get(m, 0.0)) ** 2 for m in set(ref) | set(rep)))
 
 
-def _spread(values: list[float], machines: list[str] | None, side: str, metric: Metric, noise: Noise) -> str:
-    """Why a side's repetitions are not described by the noise model ("" when they are): an F-test of their variance
-    within each machine (``machines``: one per value; None: one machine) against the pooled repetition variance."""
-    if not noise.repetition_dof or not noise.repetition_sd > 0:
-        return ""
+@dataclass(frozen=True)
+class Spread:
+    """An F-test of one side's repetition variance within each machine against the pooled repetition variance."""
+
+    sd: float  #: the side's repetition SD on the metric's scale (pooled within machines)
+    dof: int
+    p: float  #: its chance under the noise model
+    q: float  #: ``p`` adjusted over the comparison's tests (Benjamini-Hochberg); ``p`` when tested alone
+
+    def why(self, side: str, metric: Metric, noise: Noise) -> str:
+        """Why the side's repetitions are not described by the noise model ("" when they are)."""
+        if self.q >= SPREAD_P:
+            return ""
+        sd = (lambda x: f"{100 * x:.1f}%") if metric.relative else (lambda x: f"{x:.1f} {metric.unit}")
+        adjusted = f", {self.q:.2g} over the comparison's tests" if self.q != self.p else ""
+        return (f"the {side}'s repetitions spread {sd(self.sd)} (sd on one machine), more than the noise model's "
+                f"{sd(noise.repetition_sd)} allows (F-test p = {self.p:.2g}{adjusted})")
+
+
+def spread_test(values: list[float], machines: list[str] | None, metric: Metric, noise: Noise | None) -> Spread | None:
+    """The side's :class:`Spread` (``q`` = ``p``), None where nothing can be tested (no noise, < 2 repetitions on
+    any machine). ``machines``: one per value; None: one machine."""
+    if noise is None or not noise.repetition_dof or not noise.repetition_sd > 0:
+        return None
     machines = machines or [""] * len(values)
     ss, dof = 0.0, 0
     for m in dict.fromkeys(machines):
@@ -161,14 +183,19 @@ def _spread(values: list[float], machines: list[str] | None, side: str, metric: 
         if y.size >= 2:
             ss, dof = ss + float(((y - y.mean()) ** 2).sum()), dof + int(y.size) - 1
     if dof < 1:
-        return ""
+        return None
     s = math.sqrt(ss / dof)
     p = float(stats.f.sf((s / noise.repetition_sd) ** 2, dof, noise.repetition_dof))
-    if p >= SPREAD_P:
-        return ""
-    sd = (lambda x: f"{100 * x:.1f}%") if metric.relative else (lambda x: f"{x:.1f} {metric.unit}")
-    return (f"the {side}'s repetitions spread {sd(s)} (sd on one machine), more than the noise model's "
-            f"{sd(noise.repetition_sd)} allows (F-test p = {p:.2g})")
+    return Spread(s, dof, p, p)
+
+
+def adjust_spreads(tests: list[Spread | None]) -> list[Spread | None]:
+    """The same tests with ``q``: their p-values adjusted together (Benjamini-Hochberg; None stays None)."""
+    done = [t for t in tests if t is not None]
+    if not done:
+        return list(tests)
+    q = iter(stats.false_discovery_control([t.p for t in done], method="bh"))
+    return [None if t is None else Spread(t.sd, t.dof, t.p, float(next(q))) for t in tests]
 
 
 def _power(floor: float, se: float, dof: float) -> float:
@@ -180,7 +207,8 @@ def _power(floor: float, se: float, dof: float) -> float:
 
 
 def compare_metric(ref: list[float], rep: list[float], metric: Metric, noise: Noise | None, machines: float = 2.0,
-                   no_noise: str = "", on: tuple[list[str], list[str]] | None = None) -> dict:
+                   no_noise: str = "", on: tuple[list[str], list[str]] | None = None,
+                   spreads: tuple[Spread | None, Spread | None] | None = None) -> dict:
     """One metric of one configuration: means, difference, the noise's half-width, tolerance and verdict.
 
     Args:
@@ -188,6 +216,8 @@ def compare_metric(ref: list[float], rep: list[float], metric: Metric, noise: No
         noise: the metric's noise in the configuration's regime (None: ``no_noise`` says why there is none).
         machines: ``c`` of :func:`machine_difference`.
         on: the machine of each repetition of ``ref`` and of ``rep`` (None: one machine per side).
+        spreads: the two sides' :class:`Spread` tests adjusted over a whole comparison (:func:`compare`); None: each
+            side tested alone.
     """
     r_ci, p_ci = mean_interval(ref), mean_interval(rep)
     row = {"metric": metric.column, "label": metric.label, "unit": metric.unit,
@@ -212,9 +242,11 @@ def compare_metric(ref: list[float], rep: list[float], metric: Metric, noise: No
     judged = verdict(effect, Claim(sign=0, null=null, tolerance=metric.floor))
     f = metric.floor
     tol = max(f, h) if math.isfinite(h) else f
-    spread = "; ".join(s for s in (_spread(ref, on[0] if on else None, "reference", metric, noise) if noise else "",
-                                   _spread(rep, on[1] if on else None, "reproduction", metric, noise) if noise else "")
-                       if s)
+    if spreads is None:
+        spreads = (spread_test(ref, on[0] if on else None, metric, noise),
+                   spread_test(rep, on[1] if on else None, metric, noise))
+    spread = "; ".join(w for w in (t.why(side, metric, noise) for t, side in zip(spreads, ("reference", "reproduction"),
+                                                                                 strict=True) if t and noise) if w)
     if not math.isfinite(h):
         v, reason = CANNOT_TELL, f"{metric.fmt(d)}; no noise to judge it against: {why}"
     elif abs(d) > tol:
@@ -257,6 +289,7 @@ def compare(reference: Source, reproduction: Source, metrics: tuple[Metric, ...]
     names_ref, names_rep = _machine_names(reference, reproduction)
     feeds = figure_configs(reference)
     rows: list[dict] = []
+    pending: list[tuple[int, tuple, tuple[Spread | None, Spread | None]]] = []  # (row, compare_metric's args, tests)
 
     def add(cfg: _Config, other: _Config | None, res: list[dict]) -> None:
         r0 = cfg.rows.iloc[0]
@@ -304,12 +337,16 @@ def compare(reference: Source, reproduction: Source, metrics: tuple[Metric, ...]
             continue
         on_ref, on_rep = _machines_of(cfg.ok, names_ref), _machines_of(other.ok, names_rep)
         c = machine_difference(_shares(on_ref), _shares(on_rep))
-        res = []
-        for m in metrics:
+        add(cfg, other, [{"metric": m.column} for m in metrics])  # filled in below, once every side is tested
+        for i, m in enumerate(metrics):
             nz, why = _regime_noise(model, m, cfg.ok)
             (vr, mr), (vp, mp) = _values(cfg.ok, m.column, on_ref), _values(other.ok, m.column, on_rep)
-            res.append(compare_metric(vr, vp, m, nz, c, why, (mr, mp)))
-        add(cfg, other, res)
+            pending.append((len(rows) - len(metrics) + i, (vr, vp, m, nz, c, why, (mr, mp)),
+                            (spread_test(vr, mr, m, nz), spread_test(vp, mp, m, nz))))
+    # every side's spread test of the comparison adjusted together (a false-discovery rate over all of them)
+    tests = adjust_spreads([t for *_, pair in pending for t in pair])
+    for i, (at, args, _) in enumerate(pending):
+        rows[at].update(compare_metric(*args, spreads=(tests[2 * i], tests[2 * i + 1])))
     for key, cfg in rep.items():
         if key not in ref and str(cfg.rows.iloc[0].get("kind") or DEFAULT_KIND) in kinds_where(trains_model=True):
             add(cfg, None, not_comparable("not in the reference: nothing to compare with"))
