@@ -72,6 +72,7 @@ def test_block_parallel_overrides_defaults() -> None:
         ({"model": "tiny-gpt", "global_batch": 6, "micro_batch": 2, "gpus_per_node": 2},
          "global batch 6 not divisible by micro batch x dp = 2x2 = 4"),
         ({"model": "tiny-gpt", "sequence_parallel": True}, "sequence parallelism needs tp > 1"),
+        ({"model": "tiny-gpt", "warmup_min_s": 200, "warmup_max_s": 100}, "warmup_min_s 200 exceeds warmup_max_s 100"),
         ({"model": "tiny-gpt", "pp": 2, "zero_stage": 2}, "DeepSpeed refuses pipeline parallelism with ZeRO-2"),
         ({"model": "tiny-mixtral", "zero_stage": 3}, "DeepSpeed MoE does not support ZeRO-3"),
         # MoE + tp: 1 x 9 tokens routed top-2 at capacity factor 2 over 4 experts = ceil(9 / 4 * 2 * 2) = 9 slots.

@@ -106,10 +106,10 @@ def test_every_rank_agrees(clock: Clock) -> None:
     cool, hot = heating(2.0, 10.0, clock.now), heating(12.0, 35.0, clock.now)
 
     def with_rank1(values: np.ndarray) -> np.ndarray:
-        if len(values) != 3:  # "has a temperature" and the slowest step time: the same on both ranks here
+        if len(values) != 4:  # "has a temperature" and the slowest step time: the same on both ranks here
             return values
         slope1 = slope_c_per_min(hot(clock.now), clock.now, 30.0)
-        return np.minimum(values, [-abs(slope1) if slope1 == slope1 else -1e9, values[1], values[2]])
+        return np.minimum(values, [-abs(slope1) if slope1 == slope1 else -1e9, *values[1:]])
 
     rank0 = SteadyState(cell(), lambda: cool(clock.now), "fake", agree_min=with_rank1)
     run(rank0, clock, 1.0)
@@ -121,6 +121,35 @@ def test_every_rank_agrees(clock: Clock) -> None:
     run(alone1, clock, 1.0)
     assert alone0.steps < alone1.steps  # the hot GPU needs longer on its own
     assert rank0.steps >= alone1.steps  # and holds rank 0 back: nobody measures before every GPU is steady
+
+
+def test_the_shortest_warm_up_holds_however_steady_the_temperature_reads(clock: Clock) -> None:
+    """On a plateau the drift rule holds once 30 s are fitted; ``warmup_min_s`` keeps warming up until it has passed,
+    on every rank alike (a rank that started later votes to go on), and never beyond the cap."""
+    temps = plateau(clock.now)
+    s = SteadyState(cell(), lambda: temps(clock.now), "fake")
+    run(s, clock, step_s=1.0)
+    early = s.steps
+    assert s.reason == "steady" and early < 60
+    clock.now = 1000.0
+    s = SteadyState(cell(warmup_min_s=90.0), lambda: temps(clock.now), "fake")
+    run(s, clock, step_s=1.0)
+    assert s.reason == "steady" and s.steps == 90 and s.record()["min_s"] == 90.0
+
+    def younger_rank1(values: np.ndarray) -> np.ndarray:  # rank 1 started 20 s later: still young for 20 s more
+        if len(values) != 4:
+            return values
+        return np.minimum(values, [*values[:3], -1.0 if clock.now - 1000.0 < 110.0 else 0.0])
+
+    clock.now = 1000.0
+    s = SteadyState(cell(warmup_min_s=90.0, warmup_max_steps=200), lambda: temps(clock.now), "fake",
+                    agree_min=younger_rank1)
+    run(s, clock, step_s=1.0)
+    assert s.reason == "steady" and s.steps == 110
+    clock.now = 1000.0
+    s = SteadyState(cell(warmup_min_s=90.0, warmup_max_s=60.0), lambda: temps(clock.now), "fake")
+    run(s, clock, step_s=1.0)
+    assert s.steps == 60  # the cap wins (the plan prunes such a cell: tests/test_plan_config.py)
 
 
 @pytest.mark.parametrize(("trace", "steady_at"), [

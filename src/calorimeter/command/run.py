@@ -167,7 +167,8 @@ def steady_warmup(cell: Cell, steps: list[LoggedStep], readings: list[tuple[floa
     """Warm-up steps of a ``warmup: steady`` command cell, decided after the command ran (its length is its own):
     the first step after which this GPU's temperature slope over ``steady_window_s`` times the planned measured
     duration (``measured_min_s``, or ``measured_steps`` at this step's time) is below the sensor's 1 °C, and at most
-    ``steady_slope_c_per_min`` where that is set (at least ``warmup_steps`` steps), capped at ``warmup_max_steps``
+    ``steady_slope_c_per_min`` where that is set (at least ``warmup_steps`` steps and ``warmup_min_s`` seconds after
+    the first step began), capped at ``warmup_max_steps``
     steps and ``warmup_max_s`` seconds after the first step began, as the engine's cells decide while they run
     (:func:`calorimeter.train.steady.steady_enough`).
 
@@ -184,7 +185,7 @@ def steady_warmup(cell: Cell, steps: list[LoggedStep], readings: list[tuple[floa
         slope = slope_c_per_min([r for r in readings if r[0] <= s.t_end_s], s.t_end_s, cell.steady_window_s)
         if n >= cell.warmup_max_steps or s.t_end_s - t0 >= cell.warmup_max_s:
             return n, f"cap ({cell.warmup_max_steps} steps or {cell.warmup_max_s:g} s) before steady", slope
-        if n >= cell.warmup_steps and steady_enough(cell, slope, s.time_s)[0]:
+        if n >= cell.warmup_steps and s.t_end_s - t0 >= cell.warmup_min_s and steady_enough(cell, slope, s.time_s)[0]:
             return n, "steady", slope
     return len(steps), "never steady within the command's steps", slope
 

@@ -152,8 +152,8 @@ def cell_estimate_s(pc: PlannedCell, basis: Basis | None, profile_steps: int) ->
     if _is_fixed(pc):
         train = (c.warmup_steps + c.measured_steps + profile_steps) * step
     else:
-        train = min(basis.warmup_s, c.warmup_max_s) + max(c.measured_steps * step, c.measured_min_s) \
-            + profile_steps * step
+        warm = min(max(basis.warmup_s, c.warmup_min_s), c.warmup_max_s)
+        train = warm + max(c.measured_steps * step, c.measured_min_s) + profile_steps * step
     return basis.overhead_s + train
 
 

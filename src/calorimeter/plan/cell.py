@@ -34,12 +34,14 @@ class Cell:
         seq_len: tokens per sequence.
         warmup: ``steady``: warm up until the GPU die temperature is steady (every GPU's slope over
             ``steady_window_s`` times the planned measured duration below the sensor's 1 °C, and at most
-            ``steady_slope_c_per_min`` where set), at least ``warmup_steps`` steps and at most ``warmup_max_steps``
-            steps and ``warmup_max_s`` seconds; ``fixed``: exactly ``warmup_steps`` steps. Ranks without a GPU
-            temperature (CPU) use ``fixed``, and the record says so (:mod:`calorimeter.train.steady`).
+            ``steady_slope_c_per_min`` where set), at least ``warmup_steps`` steps and ``warmup_min_s`` seconds and
+            at most ``warmup_max_steps`` steps and ``warmup_max_s`` seconds; ``fixed``: exactly ``warmup_steps``
+            steps. Ranks without a GPU temperature (CPU) use ``fixed``, and the record says so
+            (:mod:`calorimeter.train.steady`).
         warmup_steps: steps run before measuring (``fixed``), or the least (``steady``).
         warmup_max_steps: ``steady``: the most warm-up steps.
         warmup_max_s: ``steady``: the longest warm-up in seconds.
+        warmup_min_s: ``steady``: the shortest warm-up in seconds (0: none), however steady the temperature reads.
         steady_window_s: ``steady``: the temperature slope is fitted over this many seconds.
         steady_slope_c_per_min: ``steady``: an extra cap (°C/min) every GPU's slope must also meet, or None (the
             drift rule alone).
@@ -99,6 +101,7 @@ class Cell:
     warmup_steps: int = 2
     warmup_max_steps: int = 100
     warmup_max_s: float = 180.0
+    warmup_min_s: float = 0.0
     steady_window_s: float = 30.0
     steady_slope_c_per_min: float | None = None
     measured_steps: int = 5

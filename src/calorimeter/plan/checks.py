@@ -51,6 +51,9 @@ def divisibility_reasons(cell: Cell, m: ModelSpec) -> list[str]:
         r.append("sequence parallelism needs tp > 1")
     if cell.recompute_layers is not None and cell.recompute != "full":
         r.append("recompute_layers is only meaningful with recompute: full")
+    if cell.warmup_min_s > cell.warmup_max_s:
+        r.append(f"warmup_min_s {cell.warmup_min_s:g} exceeds warmup_max_s {cell.warmup_max_s:g}: the warm-up "
+                 "cannot be both")
     return r
 
 

@@ -89,6 +89,7 @@ VOCABULARY: tuple[Name, ...] = (
     _n("warmup_steps", _AXIS),
     _n("warmup_max_steps", _AXIS),
     _n("warmup_max_s", _AXIS),
+    _n("warmup_min_s", _AXIS),
     _n("steady_window_s", _AXIS),
     _n("steady_slope_c_per_min", _AXIS),
     _n("measured_steps", _AXIS),

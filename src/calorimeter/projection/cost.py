@@ -5,8 +5,9 @@ A training cell's wall time is its start-up, warm-up, measured and profiled step
 ``_high``) and its own warm-up and measurement settings, as the engine runs them (:mod:`calorimeter.train.steady`):
 
 * ``warmup: fixed``: ``warmup_steps`` steps;
-* ``warmup: steady``: until every GPU's temperature is steady, at least ``warmup_steps`` steps and the slope window
-  (``steady_window_s``), at most the cap: ``warmup_max_steps`` steps or the first step past ``warmup_max_s``. Projected
+* ``warmup: steady``: until every GPU's temperature is steady, at least ``warmup_steps`` steps, the slope window
+  (``steady_window_s``) and ``warmup_min_s``, at most the cap: ``warmup_max_steps`` steps or the first step past
+  ``warmup_max_s``. Projected
   at the cap (most measured steady warm-ups ran to it: :class:`Timing` counts them), the band's low end at the least
   the rule allows;
 * measured: ``max(measured_steps, ceil(measured_min_s / step))`` steps, then ``profile_steps`` profiled steps;
@@ -205,7 +206,7 @@ def warmup_s(cell: Cell, step_s: float) -> tuple[float, float]:
     if cell.warmup == "fixed":
         return cell.warmup_steps * step_s, cell.warmup_steps * step_s
     cap = min(cell.warmup_max_steps, _steps_until(cell.warmup_max_s, step_s))
-    least = min(cap, max(cell.warmup_steps, _steps_until(cell.steady_window_s, step_s)))
+    least = min(cap, max(cell.warmup_steps, _steps_until(max(cell.steady_window_s, cell.warmup_min_s), step_s)))
     return cap * step_s, least * step_s
 
 

@@ -10,8 +10,9 @@ duration (the measured steps below at the slowest rank's last step time; at leas
 resolution, 1 °C;
 where ``steady_slope_c_per_min`` is set, every slope must also be at most that (an extra cap; configs written for
 the older slope-only rule keep meaning what they did while the planned measured duration is shorter than 60 s
-divided by it, where the cap implies the drift rule). At least ``warmup_steps`` steps run, and the warm-up is capped
-at ``warmup_max_steps`` steps and ``warmup_max_s`` seconds. Then it measures ``max(measured_steps,
+divided by it, where the cap implies the drift rule). At least ``warmup_steps`` steps and ``warmup_min_s`` seconds run
+(the slowest rank's clock decides), and the warm-up is capped at ``warmup_max_steps`` steps and ``warmup_max_s``
+seconds. Then it measures ``max(measured_steps,
 ceil(measured_min_s / step time))`` steps, the step time being the slowest rank's last warm-up step. Every rank
 takes part in each decision (one small all-reduce per warm-up step and one after the warm-up, none inside the
 measured window), so all ranks stop at the same step.
@@ -199,9 +200,10 @@ class SteadyState:
         now = time.time()
         self.slope = slope_c_per_min(self.source() if self.source else [], now, c.steady_window_s)
         capped = 1.0 if self.steps >= c.warmup_max_steps or now - self._started_s >= c.warmup_max_s else 0.0
+        young = 1.0 if now - self._started_s < c.warmup_min_s else 0.0
         local = abs(self.slope) if self.slope == self.slope else _UNFITTED
-        # the largest over ranks (minus the minimum of the negatives): |slope|, capped, the last step's time
-        agreed = -self.agree_min(np.array([-local, -capped, -self.step_times[-1]]))
+        # the largest over ranks (minus the minimum of the negatives): |slope|, capped, the last step's time, young
+        agreed = -self.agree_min(np.array([-local, -capped, -self.step_times[-1], -young]))
         self.max_slope = float(agreed[0]) if agreed[0] < _UNFITTED else float("nan")
         any_capped = bool(agreed[1] == 1.0)
         all_steady, self.drift = steady_enough(c, self.max_slope, float(agreed[2]))
@@ -209,7 +211,7 @@ class SteadyState:
             self.reason = (f"cap ({c.warmup_max_steps} steps or {c.warmup_max_s:g} s) before steady"
                            if not all_steady else "steady")
             return False
-        if self.steps < c.warmup_steps:
+        if self.steps < c.warmup_steps or agreed[3] == 1.0:  # too few steps, or some rank short of warmup_min_s
             return True
         if all_steady:
             self.reason = "steady"
@@ -234,7 +236,8 @@ class SteadyState:
                 "final_drift_c": None if math.isnan(self.drift) else self.drift,
                 "drift_threshold_c": SENSOR_RESOLUTION_C, "slope_threshold_c_per_min": c.steady_slope_c_per_min,
                 "window_s": c.steady_window_s,
-                "max_steps": c.warmup_max_steps, "max_s": c.warmup_max_s, "temperature_source": self.source_note,
+                "max_steps": c.warmup_max_steps, "max_s": c.warmup_max_s, "min_s": c.warmup_min_s,
+                "temperature_source": self.source_note,
                 "measured_steps": self.measured, "measured_min_s": c.measured_min_s}
 
 
