@@ -94,19 +94,14 @@ def test_noise_wider_than_the_floor_cannot_tell_and_exits_3(tmp_path: Path) -> N
 
 def test_the_h100_reproduction_per_figure_and_with_a_wider_floor(tmp_path: Path) -> None:
     """One run each on two H100 machines after fixed warm-ups (transient windows): the machines' spread of transient
-    windows in the committed sets hides a 3% throughput difference, the cooler host's 7 degC and one configuration's
-    4.6% lower power (cannot tell: the spread of average power between machines, +-1.8% since two 4x H200 nodes drew
-    502-513 W and 542-554 W in one PP4 configuration, puts +-5.2% around a difference of one run a side); asked about
-    7%, the throughput figure is reproduced."""
+    windows in the committed sets hides a 3% throughput difference and the cooler host's 7 degC (cannot tell), one
+    configuration's 4.6% lower power is not reproduced; asked about 7%, the throughput figure is reproduced."""
     rc, df, counts = _run(tmp_path, H100, H100_REPRO)
-    assert rc == 3 and (df["machine_difference"] == 2).all()
+    assert rc == 1 and (df["machine_difference"] == 2).all()
     assert (df["noise_regime"] == "gpu-bound, transient").all()
     assert counts.loc["throughput", "verdict"] == CANNOT_TELL
     assert counts.loc["fig17_temperature", "verdict"] == CANNOT_TELL
-    assert set(df["verdict"]) == {REPRODUCED, CANNOT_TELL}
-    power = df[df["metric"] == "power_avg_w"]
-    low = power.loc[power["difference"].idxmin()]
-    assert round(low["difference"], 3) == -0.046 and 0.046 < low["noise_half_width"] < 0.06
+    assert set(df.loc[df["verdict"] == NOT_REPRODUCED, "metric"]) == {"power_avg_w"}
     rc, df, counts = _run(tmp_path, H100, H100_REPRO, "--floor", f"{THROUGHPUT}=0.07")
     assert counts.loc["throughput", "verdict"] == REPRODUCED and counts.loc["throughput", REPRODUCED] == 5
     thr = df[df["metric"] == THROUGHPUT]
@@ -126,17 +121,14 @@ def test_a_missing_cell_fails_unless_the_reproduction_is_a_subset(tmp_path: Path
 
 def test_two_committed_placement_runs_on_two_machines() -> None:
     """The same placement sweep measured an hour apart on two 2x H200 machines: with the machines' spread of the
-    committed sets no 3% difference in throughput, energy or average power can be seen (cannot tell: the power
-    within 0.1% and 1.0%, but the machines' spread of transient windows puts +-4.5% around it), the wide-floored peak
-    power is reproduced; the calibration cell is not a training cell, and the run that never ran its thermal cells
-    has no counterpart."""
+    committed sets no 3% difference in throughput or energy can be seen (cannot tell), the average power (within
+    0.2% and 1.0%) and the wide-floored peak power are reproduced; the
+    calibration cell is not a training cell, and the run that never ran its thermal cells has no counterpart."""
     res = compare(load_source(REF / "h200x2-placement-2026-11-23b-run1"),
                   load_source(REF / "h200x2-placement-2026-11-23b"))
     measured = res[res["verdict"] != NOT_COMPARABLE]
     assert (measured["machine_difference"] == 2).all()
-    assert set(measured[measured["verdict"] == REPRODUCED]["metric"]) == {"power_peak_w"}
-    power = measured[measured["metric"] == "power_avg_w"]
-    assert (power["difference"].abs() < 0.011).all() and (power["noise_half_width"] > 0.03).all()
+    assert set(measured[measured["verdict"] == REPRODUCED]["metric"]) == {"power_avg_w", "power_peak_w"}
     assert set(measured["verdict"]) == {REPRODUCED, CANNOT_TELL}
     nc = res[res["verdict"] == NOT_COMPARABLE]["reason"]
     assert nc.str.contains("thermal-calibration cell").any() and nc.str.startswith("not in the reference").any()

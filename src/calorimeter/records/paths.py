@@ -49,8 +49,9 @@ CELL_TABLES = "cell_tables"
 #: (tests/test_cell_tables_layout.py holds the columns it stands for). 2: runs.host_cpus; 3:
 #: runs.host_dispatch_us; 4: runs.host_cpu_util_pct, runs.host_steal_pct; 5: runs.machine (the GPUs' UUIDs); 6:
 #: gpus.temp_slope_c_per_min and temp_drift_c, runs.temp_drift_c, temp_slope_c_per_min and thermally_steady; 7:
-#: gpus.sm_clock_loaded_avg_mhz and runs.sm_clock_loaded_avg_mhz (the SM clock under load).
-CELL_TABLES_LAYOUT = 7
+#: gpus.sm_clock_loaded_avg_mhz and runs.sm_clock_loaded_avg_mhz (the SM clock under load); 8: gpus.power_avg_w
+#: from the energy counter where sampled power is observed over too little of the window (power_source).
+CELL_TABLES_LAYOUT = 8
 #: the tables of a sweep (and of each cell), in their order
 TABLE_NAMES: tuple[str, ...] = ("runs", "gpus", "steps", "kernels", "timeseries")
 #: the sweep's table over repetitions (one row per configuration; made from the runs table, no per-cell part)
