@@ -5,8 +5,9 @@
 Where sampled power misses part of a window (``power_coverage_frac`` < 0.9), ``power_avg_w`` comes from the energy
 counter (calorimeter.analysis.window), but the SM clock has no counter: its mean is the trapezoid of the samples.
 If the gaps fall on one load phase, the clock mean is off as the power trapezoid is. Per GPU: the slope of clock on
-power within its samples over the window, times (counter mean power - sampled mean power), is the shift the clock
-mean would need to match the counter; per cell, the mean over its GPUs. Prints one line per cell; never writes.
+power within its samples over the window (prepared by calorimeter.analysis.window.GpuSamples), times (counter mean
+power - sampled mean power), is the shift the clock mean would need to match the counter; per cell, the mean over
+its GPUs. Prints one line per cell; never writes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from calorimeter.analysis.window import GpuSamples
+
 
 def main(folder: Path) -> None:
     g = pd.read_parquet(folder / "tables" / "gpus.parquet")
@@ -25,13 +28,16 @@ def main(folder: Path) -> None:
           "| power, samples / counter (W)")
     for cid in sorted(runs.index):
         t = pd.read_parquet(folder / "cells" / cid / "telemetry.parquet")
+        node = t["node"] if "node" in t.columns else pd.Series(0, index=t.index)
         rows = []
         for _, gpu in g[g.cell_id == cid].iterrows():
-            x = t[t.gpu_index == gpu.gpu_index][["time_s", "power_instant_w", "sm_clock_mhz"]].dropna()
-            x = x[(x.time_s >= gpu.begin_s) & (x.time_s <= gpu.end_s)]
-            if len(x) < 10 or not (gpu.energy_window_s > 0 and gpu.energy_counter_s > 0):
+            samples = GpuSamples(t[(node == gpu.get("node", 0)) & (t.gpu_index == gpu.gpu_index)])
+            (tp, p), (tc, clock) = samples.series(gpu.power_source if gpu.power_source in t.columns
+                                                  else "power_instant_w"), samples.series("sm_clock_mhz")
+            inside = (tp >= gpu.begin_s) & (tp <= gpu.end_s)
+            if inside.sum() < 10 or tc.size < 2 or not (gpu.energy_window_s > 0 and gpu.energy_counter_s > 0):
                 continue
-            slope = np.polyfit(x.power_instant_w, x.sm_clock_mhz, 1)[0]
+            slope = np.polyfit(p[inside], np.interp(tp[inside], tc, clock), 1)[0]
             sampled = gpu.energy_trapezoid_j / gpu.energy_window_s
             counter = gpu.energy_counter_j / gpu.energy_counter_s
             rows.append((gpu.sm_clock_avg_mhz, slope * (counter - sampled), sampled, counter))

@@ -494,7 +494,7 @@ class GpuSamples:
         if (pcol and quality.power_coverage_frac < MIN_COVERAGE and counter_cov >= MIN_COVERAGE and c == c
                 and cs > 0):
             row["power_avg_w"], row["power_source"] = c / cs, "energy_counter"
-            row["quality_notes"] = "; ".join(n for n in (str(row["quality_notes"]), (
-                f"average power from the energy counter: {pcol} observed over {quality.power_coverage_frac:.0%} of "
-                "the window")) if n)
+            note = (f"average power from the energy counter: {pcol} observed over {quality.power_coverage_frac:.0%} "
+                    "of the window")
+            row["quality_notes"] = f"{row['quality_notes']}; {note}" if row["quality_notes"] else note
         return row

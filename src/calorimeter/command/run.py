@@ -168,9 +168,8 @@ def steady_warmup(cell: Cell, steps: list[LoggedStep], readings: list[tuple[floa
     the first step after which this GPU's temperature slope over ``steady_window_s`` times the planned measured
     duration (``measured_min_s``, or ``measured_steps`` at this step's time) is below the sensor's 1 °C, and at most
     ``steady_slope_c_per_min`` where that is set (at least ``warmup_steps`` steps and ``warmup_min_s`` seconds after
-    the first step began), capped at ``warmup_max_steps``
-    steps and ``warmup_max_s`` seconds after the first step began, as the engine's cells decide while they run
-    (:func:`calorimeter.train.steady.steady_enough`).
+    the first step began), capped at ``warmup_max_steps`` steps and ``warmup_max_s`` seconds after the first step
+    began, as the engine's cells decide while they run (:func:`calorimeter.train.steady.steady_enough`).
 
     Returns:
         (warm-up steps, reason, the slope at the boundary in °C/min (NaN where too early)).

@@ -7,9 +7,8 @@ A training cell's wall time is its start-up, warm-up, measured and profiled step
 * ``warmup: fixed``: ``warmup_steps`` steps;
 * ``warmup: steady``: until every GPU's temperature is steady, at least ``warmup_steps`` steps, the slope window
   (``steady_window_s``) and ``warmup_min_s``, at most the cap: ``warmup_max_steps`` steps or the first step past
-  ``warmup_max_s``. Projected
-  at the cap (most measured steady warm-ups ran to it: :class:`Timing` counts them), the band's low end at the least
-  the rule allows;
+  ``warmup_max_s``. Projected at the cap (most measured steady warm-ups ran to it: :class:`Timing` counts them), the
+  band's low end at the least the rule allows;
 * measured: ``max(measured_steps, ceil(measured_min_s / step))`` steps, then ``profile_steps`` profiled steps;
 * start-up (launch, model build, collecting the record): the median over the calibration's measured training cells
   of their wall time minus warm-up and steps, the band their range. Measured on 1 to 8 GPUs of one node: larger cells

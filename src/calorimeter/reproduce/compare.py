@@ -344,9 +344,9 @@ def compare(reference: Source, reproduction: Source, metrics: tuple[Metric, ...]
             pending.append((len(rows) - len(metrics) + i, (vr, vp, m, nz, c, why, (mr, mp)),
                             (spread_test(vr, mr, m, nz), spread_test(vp, mp, m, nz))))
     # every side's spread test of the comparison adjusted together (a false-discovery rate over all of them)
-    tests = adjust_spreads([t for *_, pair in pending for t in pair])
-    for i, (at, args, _) in enumerate(pending):
-        rows[at].update(compare_metric(*args, spreads=(tests[2 * i], tests[2 * i + 1])))
+    tests = iter(adjust_spreads([t for *_, pair in pending for t in pair]))
+    for at, args, _ in pending:
+        rows[at].update(compare_metric(*args, spreads=(next(tests), next(tests))))
     for key, cfg in rep.items():
         if key not in ref and str(cfg.rows.iloc[0].get("kind") or DEFAULT_KIND) in kinds_where(trains_model=True):
             add(cfg, None, not_comparable("not in the reference: nothing to compare with"))

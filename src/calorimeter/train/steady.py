@@ -10,10 +10,10 @@ duration (the measured steps below at the slowest rank's last step time; at leas
 resolution, 1 °C;
 where ``steady_slope_c_per_min`` is set, every slope must also be at most that (an extra cap; configs written for
 the older slope-only rule keep meaning what they did while the planned measured duration is shorter than 60 s
-divided by it, where the cap implies the drift rule). At least ``warmup_steps`` steps and ``warmup_min_s`` seconds run
-(until every rank has warmed up that long), and the warm-up is capped at ``warmup_max_steps`` steps and ``warmup_max_s``
-seconds. Then it measures ``max(measured_steps,
-ceil(measured_min_s / step time))`` steps, the step time being the slowest rank's last warm-up step. Every rank
+divided by it, where the cap implies the drift rule). At least ``warmup_steps`` steps and ``warmup_min_s`` seconds
+run (until every rank has warmed up that long), and the warm-up is capped at ``warmup_max_steps`` steps and
+``warmup_max_s`` seconds. Then it measures ``max(measured_steps, ceil(measured_min_s / step time))`` steps, the step
+time being the slowest rank's last warm-up step. Every rank
 takes part in each decision (one small all-reduce per warm-up step and one after the warm-up, none inside the
 measured window), so all ranks stop at the same step.
 
